@@ -1,0 +1,102 @@
+"""The unit of work: what a caller asks the engine for, and what comes back.
+
+Every benchmark step (chapter writing, answering, judging, embedding) turns its
+work into `ChatRequest` / `EmbedRequest` objects; the engine resolves the model
+alias, looks up the cache, schedules the call under the endpoint's limits and
+yields one `Outcome` per request, tagged with the caller's `tag`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from providers.base import ProviderError
+
+Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One chat call. `model` is a model alias from the config (e.g. "gpt-4o",
+    "builtin:reader"). Parameters left at None take the alias's defaults.
+
+    `draw` distinguishes independent samples of the same prompt: draw k of a
+    request is cached on its own, so a rerun replays every draw exactly.
+    `tag` is the caller's id for the request; it is not part of the cache key.
+    """
+
+    model: str
+    messages: Sequence[Message]
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: Sequence[str] | None = None
+    extra: Mapping[str, Any] | None = None  # other wire parameters (top_p, ...)
+    draw: int = 0
+    tag: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRequest:
+    """Embed a batch of texts with an embedding model alias."""
+
+    model: str
+    texts: Sequence[str]
+    tag: Any = None
+
+
+Request = ChatRequest | EmbedRequest
+
+
+@dataclass(slots=True)
+class ChatResult:
+    """A provider's normalised chat reply."""
+
+    text: str
+    finish_reason: str = "stop"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency: float = 0.0  # seconds, wall time of the successful attempt
+    request_id: str | None = None
+
+
+@dataclass(slots=True)
+class EmbedResult:
+    """A provider's normalised embedding reply: one vector per input text."""
+
+    vectors: list[list[float]]
+    input_tokens: int = 0
+    latency: float = 0.0
+    request_id: str | None = None
+
+
+Result = ChatResult | EmbedResult
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the engine yields for each request: a result or a final error."""
+
+    request: Request
+    result: Result | None = None
+    error: ProviderError | None = None
+    cached: bool = False
+    attempts: int = 0
+    cost: float = 0.0  # USD spent on this call (0 when cached or unpriced)
+    endpoint: str | None = None
+    key: str | None = None  # cache key
+
+    @property
+    def tag(self) -> Any:
+        return self.request.tag
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None
+
+    @property
+    def text(self) -> str:
+        """The chat reply text; raises the stored error if the call failed."""
+        if self.result is None:
+            raise self.error or ProviderError("bad_reply", "no result")
+        return self.result.text  # type: ignore[union-attr]

@@ -1,0 +1,104 @@
+"""The one interface every provider implements, and the errors it raises.
+
+A provider turns a resolved request into one wire call and normalises the
+reply. It does no retries, no rate limiting and no caching: the engine owns
+those (see engine/scheduler.py), so every provider module stays small.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.requests import ChatResult, EmbedResult
+
+# Error kinds. The engine retries the RETRYABLE ones with backoff.
+RATE_LIMITED = "rate_limited"      # 429; carries retry_after when the server said so
+OVERLOADED = "overloaded"          # 500/502/503/504, Anthropic 529
+TIMEOUT = "timeout"                # no complete reply within the attempt timeout
+CONNECTION = "connection"          # refused, reset, truncated body
+BAD_REPLY = "bad_reply"            # a 200 whose body is not the expected format
+BAD_REQUEST = "bad_request"        # 400/404/422: the request itself is wrong
+PROMPT_TOO_LONG = "prompt_too_long"  # the prompt does not fit the model's context
+AUTH = "auth"                      # 401/403 or a missing key
+CONTENT_FILTER = "content_filter"  # refused by the provider's safety system
+CONFIG = "config"                  # unknown model, missing model file, ...
+
+RETRYABLE = frozenset({RATE_LIMITED, OVERLOADED, TIMEOUT, CONNECTION, BAD_REPLY})
+
+
+class ProviderError(Exception):
+    """A classified provider failure. `str(err)` is one line, safe to log
+    (never contains a key)."""
+
+    def __init__(self, kind: str, message: str, *, status: int | None = None,
+                 retry_after: float | None = None, request_id: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+        self.request_id = request_id
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+    def __str__(self) -> str:
+        status = f" {self.status}" if self.status else ""
+        return f"{self.kind}{status}: {self.message}".replace("\n", " ")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "status": self.status,
+                "retry_after": self.retry_after, "request_id": self.request_id}
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    """Where and how to reach one provider account/server (from the config)."""
+
+    name: str
+    kind: str                        # "openai" | "anthropic" | "local" | "builtin"
+    base_url: str | None = None
+    key_env: str | None = None       # environment variable holding the API key
+    max_concurrency: int = 16
+    rpm: float | None = None         # requests per minute
+    input_tpm: float | None = None   # input tokens per minute
+    output_tpm: float | None = None  # output tokens per minute
+    timeout: float = 600.0           # per attempt, seconds
+    total_timeout: float | None = None  # per request over all attempts
+    max_attempts: int = 6
+    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific
+
+
+class Provider(abc.ABC):
+    """One endpoint's wire protocol. Subclasses live one per module."""
+
+    kind: str = ""
+    # True when the provider reuses the previous prompt's prefix (llama.cpp):
+    # the scheduler then runs one request at a time and orders requests so that
+    # those sharing a prefix run consecutively.
+    prefers_prefix_order: bool = False
+
+    def __init__(self, spec: EndpointSpec, api_key: str | None = None):
+        self.spec = spec
+        self._api_key = api_key  # never logged, never cached
+
+    @abc.abstractmethod
+    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+                   params: Mapping[str, Any], timeout: float) -> "ChatResult":
+        """One chat call. `params` holds temperature, max_tokens, seed, stop and
+        any extra wire parameters, already merged with the alias defaults; keys
+        whose value is None are absent."""
+
+    async def embed(self, model: str, texts: Sequence[str], *,
+                    timeout: float) -> "EmbedResult":
+        raise ProviderError(BAD_REQUEST, f"{self.kind} endpoints do not serve embeddings")
+
+    async def aclose(self) -> None:
+        """Release connections / model memory."""
+
+    def count_tokens(self, text: str) -> int:
+        """Cheap estimate used to reserve input tokens before a call."""
+        return len(text) // 4 + 1
