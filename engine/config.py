@@ -32,13 +32,14 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from engine.errors import TulvingError
 from providers.base import EndpointSpec
 
 # The settings behind the published numbers: temperature 1.0, 4096 output tokens.
 PAPER_PARAMS = {"temperature": 1.0, "max_tokens": 4096}
 
 
-class ConfigError(Exception):
+class ConfigError(TulvingError):
     """A malformed or inconsistent configuration; the message is one line."""
 
 
