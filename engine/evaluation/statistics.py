@@ -1,0 +1,125 @@
+"""The paper's statistics over per-question F1 scores.
+
+- Average ranks and the critical-difference grouping behind the paper's CD
+  plots: on every question the (model, mode) runs are ranked by F1 (rank 1 =
+  best, ties share the mean rank), ranks are averaged over questions, and each
+  pair of runs is compared with a Wilcoxon signed-rank test on the paired F1s,
+  p-values adjusted by Holm's method (Benavoli et al., 2016).
+- One-sided Mann-Whitney U tests between two samples of F1 (the paper's book
+  ablations: Claude vs GPT book, ordered vs unordered book).
+
+Pure functions over plain Python/numpy data; scipy does the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True, slots=True)
+class PairTest:
+    a: str
+    b: str
+    p_value: float        # raw Wilcoxon p-value
+    p_holm: float         # Holm-adjusted
+    significant: bool     # p_holm < alpha
+
+
+@dataclass(frozen=True, slots=True)
+class RankingResult:
+    average_ranks: dict[str, float]       # run -> mean rank, best (lowest) first
+    pairs: list[PairTest]
+    # Maximal sets of runs, adjacent in rank order, with no significant
+    # difference between any two of them (the CD plot's horizontal bars).
+    cliques: list[list[str]]
+    n_questions: int
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni step-down adjustment, monotone, capped at 1."""
+    p = np.asarray(p_values, dtype=float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    running = 0.0
+    for i, idx in enumerate(order):
+        running = max(running, min(1.0, (m - i) * p[idx]))
+        adjusted[idx] = running
+    return adjusted.tolist()
+
+
+def average_ranks(scores: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Mean rank of each run over questions (higher F1 = better = lower rank)."""
+    names = list(scores)
+    matrix = _matrix(scores)
+    ranks = stats.rankdata(-matrix, axis=0)  # ties get the average rank
+    means = ranks.mean(axis=1)
+    return dict(sorted(zip(names, means.tolist()), key=lambda kv: kv[1]))
+
+
+def wilcoxon_p(x: Sequence[float], y: Sequence[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p-value; 1.0 when the runs never differ."""
+    diff = np.asarray(x, float) - np.asarray(y, float)
+    if not np.any(diff != 0):
+        return 1.0
+    return float(stats.wilcoxon(x, y, zero_method="wilcox").pvalue)
+
+
+def rank_runs(scores: Mapping[str, Sequence[float]], alpha: float = 0.05) -> RankingResult:
+    """Average ranks, Holm-adjusted pairwise Wilcoxon tests and CD cliques.
+
+    `scores` maps a run name (e.g. "gpt-4o / in-context") to its per-question
+    F1, all runs over the same questions in the same order.
+    """
+    _matrix(scores)  # validates shapes
+    ranks = average_ranks(scores)
+    order = list(ranks)
+    pairs_raw = [(a, b, wilcoxon_p(scores[a], scores[b])) for a, b in combinations(order, 2)]
+    adjusted = holm([p for _, _, p in pairs_raw]) if pairs_raw else []
+    pairs = [PairTest(a, b, p, q, q < alpha) for (a, b, p), q in zip(pairs_raw, adjusted)]
+    significant = {frozenset((t.a, t.b)) for t in pairs if t.significant}
+    cliques: list[list[str]] = []
+    for start in range(len(order)):
+        end = start
+        while end + 1 < len(order) and all(
+                frozenset((order[i], order[end + 1])) not in significant for i in range(start, end + 1)):
+            end += 1
+        group = order[start:end + 1]
+        if len(group) > 1 and not any(set(group) <= set(c) for c in cliques):
+            cliques.append(group)
+    return RankingResult(average_ranks=ranks, pairs=pairs, cliques=cliques,
+                         n_questions=len(next(iter(scores.values()))) if scores else 0)
+
+
+def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
+    """One-sided Mann-Whitney U p-value for "x tends to be greater than y"."""
+    if len(x) == 0 or len(y) == 0:
+        raise ValueError("Mann-Whitney needs two non-empty samples")
+    return float(stats.mannwhitneyu(x, y, alternative="greater").pvalue)
+
+
+def _matrix(scores: Mapping[str, Sequence[float]]) -> np.ndarray:
+    if not scores:
+        return np.empty((0, 0))
+    lengths = {len(v) for v in scores.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"every run must be scored on the same questions (lengths {sorted(lengths)})")
+    return np.asarray([list(v) for v in scores.values()], dtype=float)
+
+
+def format_ranking(result: RankingResult) -> str:
+    """Plain-text rendering of a CD analysis (for report.md)."""
+    lines = [f"Average rank over {result.n_questions} questions (1 = best); "
+             "Wilcoxon signed-rank, Holm-adjusted, alpha 0.05", ""]
+    for name, rank in result.average_ranks.items():
+        lines.append(f"  {rank:6.3f}  {name}")
+    if result.cliques:
+        lines.append("")
+        lines.append("Not significantly different:")
+        for group in result.cliques:
+            lines.append("  - " + " | ".join(group))
+    return "\n".join(lines)

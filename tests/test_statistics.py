@@ -1,0 +1,54 @@
+"""The paper's statistics: Holm adjustment, average ranks, Wilcoxon cliques,
+Mann-Whitney — checked against values worked out by hand or by scipy directly."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from engine.evaluation.statistics import (average_ranks, format_ranking, holm, mann_whitney_greater,
+                                          rank_runs, wilcoxon_p)
+
+
+def test_holm_matches_hand_computation():
+    # p sorted: 0.01*3=0.03, 0.02*2=0.04, 0.04*1=0.04 (monotone) -> in input order
+    assert holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    assert holm([0.6, 0.5]) == pytest.approx([1.0, 1.0])
+
+
+def test_average_ranks_ties_share_the_mean_rank():
+    ranks = average_ranks({"a": [1.0, 1.0], "b": [0.0, 1.0], "c": [0.0, 0.0]})
+    # q1: a=1, b=2.5, c=2.5 ; q2: a=1.5, b=1.5, c=3
+    assert ranks == pytest.approx({"a": 1.25, "b": 2.0, "c": 2.75})
+    assert list(ranks) == ["a", "b", "c"]
+
+
+def test_rank_runs_separates_a_clearly_better_run_and_groups_equal_ones():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.6, 200)
+    scores = {"strong": (base + 0.3).tolist(), "weak": base.tolist(),
+              "weak-twin": (base + rng.normal(0, 0.01, 200)).tolist()}
+    result = rank_runs(scores)
+    assert list(result.average_ranks)[0] == "strong"
+    by_pair = {frozenset((t.a, t.b)): t for t in result.pairs}
+    assert by_pair[frozenset(("strong", "weak"))].significant
+    assert not by_pair[frozenset(("weak", "weak-twin"))].significant
+    assert sorted(result.cliques[0]) == ["weak", "weak-twin"]
+    assert "strong" in format_ranking(result)
+
+
+def test_wilcoxon_identical_runs_is_not_significant():
+    assert wilcoxon_p([0.5, 0.7, 1.0], [0.5, 0.7, 1.0]) == 1.0
+    x, y = [0.1, 0.4, 0.9, 0.3, 0.8, 0.6], [0.0, 0.2, 0.5, 0.35, 0.1, 0.2]
+    assert wilcoxon_p(x, y) == pytest.approx(stats.wilcoxon(x, y).pvalue)
+
+
+def test_mann_whitney_one_sided_and_errors():
+    high, low = [0.9, 0.8, 1.0, 0.95, 0.85], [0.1, 0.2, 0.3, 0.15, 0.25]
+    assert mann_whitney_greater(high, low) < 0.01
+    assert mann_whitney_greater(low, high) > 0.99
+    with pytest.raises(ValueError):
+        mann_whitney_greater([], high)
+
+
+def test_runs_must_share_questions():
+    with pytest.raises(ValueError, match="same questions"):
+        rank_runs({"a": [1.0, 0.0], "b": [1.0]})
