@@ -1,8 +1,117 @@
-"""PLACEHOLDER (the cache helper replaces this): canonical request keys."""
+"""Canonical request keys: the sha256 of a canonical serialization of a
+request identity (see engine/resolve.py for what an identity holds).
+
+Canonical means two identities that mean the same request give the same key,
+in any process, on any machine:
+
+* dict keys are sorted; tuples and lists are the same array;
+* numbers are normalised: an integral float whose magnitude is below 2**53
+  becomes the integer (1.0 -> 1, -0.0 -> 0), so `temperature = 1` in a TOML
+  file and `temperature=1.0` in code share one entry; booleans stay booleans;
+* NaN and infinities are refused (JSON cannot say them, and no API takes them).
+
+The serialization is compact JSON (orjson, UTF-8, no spaces) prefixed by a
+format tag, so a future change of these rules can never collide with old
+keys. Python's `hash()` is never used: it is salted per process.
+"""
+from __future__ import annotations
+
 import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
+KEY_FORMAT = b"tulving-cache/1\n"
+_EXACT_INT_LIMIT = 2 ** 53
+_INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 64 - 1  # what orjson can write
 
-def request_key(identity: dict) -> str:
-    return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+def normalize(value: Any) -> Any:
+    """The canonical form of a JSON-like value. Containers that need no change
+    are returned as they are (not copied): keys are computed for every request."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is dict:
+        out = None
+        for k, v in value.items():
+            if type(k) is not str:
+                raise TypeError(f"cannot key a mapping with a non-string key {k!r:.80}")
+            if type(v) is str:
+                continue
+            n = normalize(v)
+            if n is not v:
+                if out is None:
+                    out = dict(value)
+                out[k] = n
+        return value if out is None else out
+    if kind is list:
+        out_list = None
+        for i, v in enumerate(value):
+            if type(v) is str:
+                continue
+            n = normalize(v)
+            if n is not v:
+                if out_list is None:
+                    out_list = list(value)
+                out_list[i] = n
+        return value if out_list is None else out_list
+    if kind is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise ValueError(f"cannot key the integer {value}: outside the 64-bit range")
+        return value
+    if kind is float:
+        if value.is_integer() and -_EXACT_INT_LIMIT < value < _EXACT_INT_LIMIT:
+            return int(value)
+        if not math.isfinite(value):
+            raise ValueError(f"cannot key the non-finite number {value!r}")
+        return value
+    if kind is tuple:
+        return [normalize(v) for v in value]
+    return _normalize_other(value)
+
+
+def _normalize_other(value: Any) -> Any:
+    """Subclasses and other containers (numpy numbers and arrays, MappingProxy, ...)."""
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return normalize(int(value))
+    if isinstance(value, float):
+        return normalize(float(value))
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Mapping):
+        return normalize({_key_str(k): v for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return [normalize(v) for v in value]
+    try:
+        import numpy as np
+
+        if isinstance(value, np.generic):
+            return normalize(value.item())
+        if isinstance(value, np.ndarray):
+            return normalize(value.tolist())
+    except ImportError:  # pragma: no cover
+        pass
+    raise TypeError(f"cannot key a value of type {type(value).__name__}: {value!r:.80}")
+
+
+def _key_str(key: Any) -> str:
+    if type(key) is not str:
+        raise TypeError(f"cannot key a mapping with a non-string key {key!r:.80}")
+    return key
+
+
+def canonical_bytes(identity: Mapping[str, Any]) -> bytes:
+    """The canonical serialization of an identity (what the key hashes)."""
+    return orjson.dumps(normalize(identity), option=orjson.OPT_SORT_KEYS)
+
+
+def request_key(identity: Mapping[str, Any]) -> str:
+    """sha256 hex digest of the canonical identity: the cache key."""
+    digest = hashlib.sha256(KEY_FORMAT)
+    digest.update(canonical_bytes(identity))
+    return digest.hexdigest()

@@ -1,0 +1,127 @@
+"""How identities and responses are written into the cache file and read back.
+
+Identity: the canonical identity (cache/keys.py) as JSON, where every string
+longer than `blob_min_chars` is replaced by `{"$chunks": [sha256, ...]}`, the
+digests of its chunks (cache/chunks.py) kept in the `blobs` table. A real
+dict with a key starting with "$" is wrapped as `{"$literal": {...}}`, so
+decoding is exact whatever the request holds.
+
+Response: the result fields as JSON, except an embedding reply's `vectors`
+(a list of equal-length float lists), which go into a BLOB as little-endian
+float32 when every value survives the float32 round trip exactly (local
+models, OpenAI's base64 embeddings), float64 otherwise -- so the decoded
+floats always equal the stored ones, at 4 (or 8) bytes a number instead of
+~20 characters of JSON.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import orjson
+
+from cache.chunks import split_text
+
+CHUNKS = "$chunks"
+LITERAL = "$literal"
+
+
+# -- identity -------------------------------------------------------------------
+def encode_identity(identity: Any, blob_min_chars: int) -> tuple[Any, dict[str, tuple[str, int]]]:
+    """(encoded identity, {digest: (chunk text, size in UTF-8 bytes)}).
+    `identity` must already be canonical (keys.normalize)."""
+    blobs: dict[str, tuple[str, int]] = {}
+
+    def encode(value: Any) -> Any:
+        kind = type(value)
+        if kind is str:
+            if len(value) <= blob_min_chars:
+                return value
+            digests = []
+            for piece in split_text(value):
+                raw = piece.encode("utf-8")
+                digest = hashlib.sha256(raw).hexdigest()
+                blobs[digest] = (piece, len(raw))
+                digests.append(digest)
+            return {CHUNKS: digests}
+        if kind is dict:
+            out = {k: encode(v) for k, v in value.items()}
+            return {LITERAL: out} if any(k.startswith("$") for k in value) else out
+        if kind is list:
+            return [encode(v) for v in value]
+        return value
+
+    return encode(identity), blobs
+
+
+def chunk_digests(encoded: Any) -> set[str]:
+    """Every blob digest an encoded identity refers to."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if type(value) is dict:
+            if CHUNKS in value and len(value) == 1:
+                found.update(value[CHUNKS])
+                return
+            for v in (value[LITERAL] if LITERAL in value and len(value) == 1 else value).values():
+                walk(v)
+        elif type(value) is list:
+            for v in value:
+                walk(v)
+
+    walk(encoded)
+    return found
+
+
+def decode_identity(encoded: Any, fetch: Callable[[Iterable[str]], dict[str, str]]) -> Any:
+    """The identity, rebuilt exactly. `fetch(digests)` returns {digest: text};
+    a missing chunk raises KeyError (a damaged cache)."""
+    texts = fetch(chunk_digests(encoded))
+
+    def decode(value: Any) -> Any:
+        if type(value) is dict:
+            if len(value) == 1 and CHUNKS in value:
+                return "".join(texts[d] for d in value[CHUNKS])
+            if len(value) == 1 and LITERAL in value:
+                return {k: decode(v) for k, v in value[LITERAL].items()}
+            return {k: decode(v) for k, v in value.items()}
+        if type(value) is list:
+            return [decode(v) for v in value]
+        return value
+
+    return decode(encoded)
+
+
+# -- response -------------------------------------------------------------------
+def encode_response(response: dict[str, Any]) -> tuple[str, bytes | None, str | None, int | None]:
+    """(JSON text, packed vectors or None, dtype "<f4"/"<f8" or None, vector count or None)."""
+    vectors = response.get("vectors")
+    packed = _pack_vectors(vectors) if type(vectors) is list and vectors else None
+    if packed is None:
+        return orjson.dumps(response).decode(), None, None, None
+    rest = {k: v for k, v in response.items() if k != "vectors"}
+    blob, dtype = packed
+    return orjson.dumps(rest).decode(), blob, dtype, len(vectors)
+
+
+def decode_response(text: str, vectors: bytes | None, dtype: str | None, count: int | None) -> dict[str, Any]:
+    response = orjson.loads(text)
+    if vectors is not None:
+        array = np.frombuffer(vectors, dtype=dtype).astype(np.float64)
+        response["vectors"] = array.reshape(count, -1).tolist() if count else []
+    return response
+
+
+def _pack_vectors(vectors: list) -> tuple[bytes, str] | None:
+    try:
+        array = np.asarray(vectors)
+    except ValueError:  # ragged
+        return None
+    if array.ndim != 2 or array.shape[1] == 0 or array.dtype.kind != "f":
+        return None  # not a matrix of floats: keep it in the JSON as it is
+    array = array.astype(np.float64, copy=False)
+    single = array.astype(np.float32)
+    if np.array_equal(single, array):
+        return single.astype("<f4").tobytes(), "<f4"
+    return array.astype("<f8").tobytes(), "<f8"

@@ -1,0 +1,146 @@
+"""`tulving cache stats | explain | prune | export | import`: the cache file
+(global `--cache PATH`) seen from the command line. See cache/admin.py."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from cache import admin
+from engine.errors import TulvingError
+
+_CHAT_FIELDS = {"model", "messages", "temperature", "max_tokens", "seed", "stop", "extra", "draw"}
+_EMBED_FIELDS = {"model", "texts"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("cache", help="inspect and maintain the response cache",
+                                   description="Inspect and maintain the response cache (--cache PATH).")
+    commands = parser.add_subparsers(dest="cache_command", metavar="COMMAND", required=True)
+
+    p = commands.add_parser("stats", help="entries by op and model, chunks, file size, oldest/newest")
+    p.set_defaults(func=_stats)
+
+    p = commands.add_parser("explain", help="why a request misses: the nearest cached entry and what differs",
+                            description='REQUEST is a JSON file (or - for stdin) like {"model": "gpt-4o", '
+                                        '"messages": [...], "temperature": 1.0, "max_tokens": 4096, "draw": 0} '
+                                        'or {"model": "text-embedding-3-small", "texts": [...]}.')
+    p.add_argument("request", nargs="?", help="request JSON file, or - for stdin")
+    p.add_argument("--key", help="show the entry with this key instead")
+    p.add_argument("--full", action="store_true", help="with --key: do not shorten long texts and vectors")
+    p.set_defaults(func=_explain)
+
+    p = commands.add_parser("prune", help="delete old entries or a model's entries, orphaned chunks, then VACUUM")
+    p.add_argument("--older-than", type=float, metavar="DAYS", help="entries cached more than DAYS days ago")
+    p.add_argument("--model", action="append", default=[], metavar="NAME",
+                   help="entries of this model (a config alias or the provider's model name); repeatable")
+    p.set_defaults(func=_prune)
+
+    p = commands.add_parser("export", help="write the cache as JSON Lines (chunks, then entries)")
+    p.add_argument("path", help="output file, or - for stdout")
+    p.set_defaults(func=_export)
+
+    p = commands.add_parser("import", help="merge an export into the cache (existing keys are kept)")
+    p.add_argument("path", help="export file, or - for stdin")
+    p.set_defaults(func=_import)
+
+
+def _cache(args: argparse.Namespace) -> str:
+    path = getattr(args, "cache", None)
+    if not path:
+        raise TulvingError("no cache file given: pass --cache PATH")
+    return str(path)
+
+
+def _stats(args: argparse.Namespace) -> int:
+    print(admin.format_stats(admin.stats(_cache(args))))
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    if args.key:
+        print(admin.show_entry(_cache(args), args.key, full=args.full))
+        return 0
+    if not args.request:
+        raise TulvingError("cache explain needs a REQUEST file (or -), or --key KEY")
+    from engine.config import Config
+    from engine.resolve import resolve
+
+    request = parse_request(_read_json(args.request))
+    resolved = resolve(Config.load(getattr(args, "config", None)), request)
+    print(admin.explain(_cache(args), resolved.identity).format())
+    return 0
+
+
+def parse_request(data: Any):
+    """A ChatRequest or EmbedRequest from the JSON form `explain` takes."""
+    from engine.requests import ChatRequest, EmbedRequest
+
+    if not isinstance(data, dict) or not isinstance(data.get("model"), str):
+        raise TulvingError('a request must be a JSON object with a "model" alias')
+    if "texts" in data:
+        unknown = set(data) - _EMBED_FIELDS
+        if unknown:
+            raise TulvingError(f"unknown field(s) {sorted(unknown)} in an embedding request "
+                               f"(allowed: {sorted(_EMBED_FIELDS)})")
+        texts = data["texts"]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise TulvingError('"texts" must be a list of strings')
+        return EmbedRequest(model=data["model"], texts=texts)
+    unknown = set(data) - _CHAT_FIELDS
+    if unknown:
+        raise TulvingError(f"unknown field(s) {sorted(unknown)} in a chat request (allowed: {sorted(_CHAT_FIELDS)})")
+    messages = data.get("messages")
+    if (not isinstance(messages, list) or not messages
+            or not all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                       for m in messages)):
+        raise TulvingError('"messages" must be a non-empty list of {"role": ..., "content": ...} objects')
+    draw = data.get("draw", 0)
+    if not isinstance(draw, int) or isinstance(draw, bool) or draw < 0:
+        raise TulvingError(f'"draw" must be a non-negative integer, got {draw!r}')
+    return ChatRequest(model=data["model"], messages=messages, temperature=data.get("temperature"),
+                       max_tokens=data.get("max_tokens"), seed=data.get("seed"), stop=data.get("stop"),
+                       extra=data.get("extra"), draw=draw)
+
+
+def _read_json(source: str) -> Any:
+    if source == "-":
+        raw = sys.stdin.buffer.read()
+    else:
+        try:
+            raw = Path(source).read_bytes()
+        except OSError as exc:
+            raise TulvingError(f"cannot read {source}: {exc.strerror}") from None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TulvingError(f"{source} is not valid JSON: {exc}") from None
+
+
+def _prune(args: argparse.Namespace) -> int:
+    models = set(args.model)
+    if args.model:  # an alias stands for its provider model name
+        from engine.config import Config
+
+        config = Config.load(getattr(args, "config", None))
+        models |= {config.models[name].model for name in args.model if name in config.models}
+    report = admin.prune(_cache(args), older_than_days=args.older_than, models=sorted(models))
+    print(report.format())
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    counts = admin.export_jsonl(_cache(args), args.path)
+    if args.path != "-":
+        print(f"exported {counts['entries']:,} entries and {counts['blobs']:,} chunks to {args.path}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    counts = admin.import_jsonl(_cache(args), args.path)
+    print(f"imported {counts['imported']:,} entries ({counts['skipped']:,} already cached, skipped) "
+          f"and {counts['blobs']:,} new chunks")
+    return 0

@@ -1,0 +1,479 @@
+"""The response cache: one SQLite file (WAL mode) of successful replies, keyed
+by the sha256 of the canonical request identity (cache/keys.py).
+
+Only successful responses are cached: the engine calls `put` once a provider
+returned a result; errors are never stored, so a rerun retries them.
+
+Schema (query it with plain SQL, e.g. `sqlite3 runs/cache.sqlite`)::
+
+    meta    (name TEXT PRIMARY KEY, value TEXT)   -- format = 'tulving-cache', version = '1'
+    entries (                                     -- one row per cached request
+      key          TEXT PRIMARY KEY,  -- sha256 hex of the canonical identity
+      op           TEXT NOT NULL,     -- 'chat' | 'embed'
+      model        TEXT NOT NULL,     -- the provider's model name (not the alias)
+      kind         TEXT,              -- provider kind: openai | anthropic | local | builtin ...
+      base_url     TEXT,              -- the alias's first endpoint
+      created_at   TEXT NOT NULL,     -- UTC, ISO 8601: '2026-11-22T16:20:01.123456Z'
+      response     TEXT NOT NULL,     -- JSON: text, finish_reason, input_tokens, output_tokens, ...
+      vectors      BLOB,              -- embed only: the vectors, row-major little-endian floats
+      vector_dtype TEXT,              --   '<f4' (exact float32 values) or '<f8'
+      vector_count INTEGER,           --   number of vectors (rows)
+      identity     TEXT NOT NULL      -- JSON: the request identity (params, messages/texts, draw);
+    )                                 --   long strings as {"$chunks": [blob digest, ...]}
+    blobs   (                         -- chunks of long texts (books inside prompts), stored once
+      digest TEXT PRIMARY KEY,        -- sha256 hex of the chunk's UTF-8 bytes
+      size   INTEGER NOT NULL,        -- bytes
+      text   TEXT NOT NULL
+    )
+
+For example, every reply of one model:
+    SELECT created_at, json_extract(response, '$.text') FROM entries WHERE model = 'gpt-4o-2024-08-06';
+the tokens spent per model:
+    SELECT model, sum(json_extract(response, '$.input_tokens')) FROM entries GROUP BY model;
+and a long prompt put back together from its chunks (`tulving cache explain
+--key KEY` shows an entry with its texts rebuilt):
+    SELECT (SELECT group_concat(text, '') FROM (
+              SELECT b.text FROM json_each(e.identity, '$.messages[1].content."$chunks"') AS j
+              JOIN blobs AS b ON b.digest = j.value ORDER BY j.key))
+    FROM entries AS e WHERE key = '...';
+
+Concurrency: any number of processes may share one file. Writes go through
+one writer thread per cache that commits batches (up to 512 rows or 20 ms) in
+`BEGIN IMMEDIATE` transactions with `INSERT OR IGNORE`, waiting up to 30 s
+for a lock (busy_timeout). A process killed mid-run loses at most its
+uncommitted batch; WAL keeps the file intact. Reads use their own
+connection on a dedicated thread and look keys up in batches of 500.
+"""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import queue
+import sqlite3
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+
+from cache.codec import decode_response, encode_identity, encode_response
+from cache.keys import normalize
+from engine.errors import TulvingError
+
+log = logging.getLogger("tulving.cache")
+
+FORMAT = "tulving-cache"
+VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+READ_BATCH = 500  # keys per `WHERE key IN (...)`; under SQLite's oldest variable limit (999)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    key TEXT PRIMARY KEY,
+    op TEXT NOT NULL,
+    model TEXT NOT NULL,
+    kind TEXT,
+    base_url TEXT,
+    created_at TEXT NOT NULL,
+    response TEXT NOT NULL,
+    vectors BLOB,
+    vector_dtype TEXT,
+    vector_count INTEGER,
+    identity TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_by_model ON entries (op, model);
+CREATE INDEX IF NOT EXISTS entries_by_time ON entries (created_at);
+CREATE TABLE IF NOT EXISTS blobs (
+    digest TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    text TEXT NOT NULL
+);
+"""
+ENTRY_COLUMNS = ("key", "op", "model", "kind", "base_url", "created_at", "response", "vectors",
+                 "vector_dtype", "vector_count", "identity")
+INSERT_ENTRY = (f"INSERT OR IGNORE INTO entries ({', '.join(ENTRY_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(ENTRY_COLUMNS))})")
+INSERT_BLOB = "INSERT OR IGNORE INTO blobs (digest, size, text) VALUES (?, ?, ?)"
+
+
+class CacheError(TulvingError):
+    """The cache file is missing, damaged or not a Tulving cache."""
+
+
+# -- the file -------------------------------------------------------------------
+def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
+    """An autocommit connection to the cache at `path`, checked to be a Tulving
+    cache. With `create`, a missing file (and its parent directories) is made
+    and the schema written; without, a missing file is a CacheError."""
+    path = Path(path)
+    if create:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"cannot create the cache directory {path.parent}: {exc.strerror}") from None
+    elif not path.is_file():
+        raise CacheError(f"no cache file at {path}")
+    try:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise CacheError(f"cannot open the cache {path}: {exc}") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _check_or_create(conn, path, create)
+        conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash never corrupts, commits survive a kill
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise CacheError(f"{path} is not a Tulving cache ({exc})") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _check_or_create(conn: sqlite3.Connection, path: Path, create: bool) -> None:
+    tables = _tables(conn)
+    if not tables and create:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('format', ?), ('version', ?)",
+                         (FORMAT, str(VERSION)))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        tables = _tables(conn)
+    if "meta" not in tables:
+        what = "an empty SQLite database" if not tables else f"a SQLite database with tables {sorted(tables)}"
+        raise CacheError(f"{path} is not a Tulving cache: it is {what}")
+    meta = dict(conn.execute("SELECT name, value FROM meta"))
+    if meta.get("format") != FORMAT:
+        raise CacheError(f"{path} is not a Tulving cache (meta format is {meta.get('format')!r})")
+    try:
+        version = int(meta.get("version", ""))
+    except ValueError:
+        raise CacheError(f"{path} is not a Tulving cache (bad version {meta.get('version')!r})") from None
+    if version > VERSION:
+        raise CacheError(f"{path} was written by a newer Tulving (cache format {version}, this one reads {VERSION})")
+    if create and conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+
+
+def iso_utc(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def read_entries(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """{key: response} for the keys present, looked up `READ_BATCH` at a time."""
+    found: dict[str, dict[str, Any]] = {}
+    loads = orjson.loads
+    for i in range(0, len(keys), READ_BATCH):
+        batch = keys[i:i + READ_BATCH]
+        sql = ("SELECT key, response, vectors, vector_dtype, vector_count FROM entries "
+               f"WHERE key IN ({','.join('?' * len(batch))})")
+        for key, text, vectors, dtype, count in conn.execute(sql, batch):
+            found[key] = loads(text) if vectors is None else decode_response(text, vectors, dtype, count)
+    return found
+
+
+# -- the async cache ------------------------------------------------------------
+class _Flush:
+    __slots__ = ("loop", "future", "event")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, future: asyncio.Future | None):
+        self.loop, self.future, self.event = loop, future, threading.Event()
+
+    def done(self) -> None:
+        self.event.set()
+        if self.loop is not None and self.future is not None:
+            try:
+                self.loop.call_soon_threadsafe(_resolve, self.future)
+            except RuntimeError:  # the loop is closed
+                pass
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+_STOP = object()
+_OPEN_CACHES: "weakref.WeakSet[ResponseCache]" = weakref.WeakSet()
+
+
+@atexit.register
+def _commit_at_exit() -> None:
+    """A cache left open at interpreter exit still commits what it was given."""
+    for cache in list(_OPEN_CACHES):
+        cache._stop_writer(timeout=30)
+
+
+class ResponseCache:
+    """Async cache of successful replies in one SQLite file.
+
+        async with ResponseCache("runs/cache.sqlite") as cache:
+            found = await cache.get_many(keys)      # {key: response} for the hits
+            cache.put(key, identity, response)      # queued; committed in batches
+            await cache.flush()                     # everything put so far is on disk
+
+    `key` must be `cache.keys.request_key(identity)`; `response` is a JSON-able
+    dict (the ChatResult/EmbedResult fields). `put` takes ownership of both:
+    do not change them afterwards. A key put and not yet committed is already
+    returned by `get`/`get_many` (from memory).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, blob_min_chars: int = 4096,
+                 batch_rows: int = 512, batch_seconds: float = 0.02):
+        self.path = Path(path)
+        self.blob_min_chars = blob_min_chars
+        self.batch_rows = batch_rows
+        self.batch_seconds = batch_seconds
+        self.write_errors = 0  # rows that could not be written (logged)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._pending: dict[str, dict[str, Any]] = {}  # put, not yet committed
+        self._known_blobs: set[str] = set()  # digests committed by this writer (writer thread only)
+        self._writer: threading.Thread | None = None
+        self._write_conn: sqlite3.Connection | None = None
+        self._read_conn: sqlite3.Connection | None = None
+        self._reader: ThreadPoolExecutor | None = None
+        self._get_waiters: dict[str, list[asyncio.Future]] = {}
+        self._get_tasks: set[asyncio.Task] = set()
+        self._open = False
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------------
+    async def open(self) -> "ResponseCache":
+        """Create the file (and parent directories) and schema if needed; start
+        the reader and the writer. Raises CacheError for a file that is not a cache."""
+        if self._open:
+            return self
+        loop = asyncio.get_running_loop()
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="tulving-cache-read")
+        try:
+            self._write_conn = await loop.run_in_executor(self._reader, lambda: connect(self.path, create=True))
+            self._read_conn = await loop.run_in_executor(self._reader, self._open_reader)
+        except BaseException:
+            if self._write_conn is not None:
+                self._write_conn.close()
+            self._reader.shutdown(wait=False)
+            raise
+        self._writer = threading.Thread(target=self._writer_main, name="tulving-cache-write", daemon=True)
+        self._writer.start()
+        self._open = True
+        _OPEN_CACHES.add(self)
+        return self
+
+    def _open_reader(self) -> sqlite3.Connection:
+        conn = connect(self.path, create=False)
+        conn.execute("PRAGMA query_only = 1")
+        conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of pages for lookups
+        return conn
+
+    async def __aenter__(self) -> "ResponseCache":
+        return await self.open()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def flush(self) -> None:
+        """Wait until everything put so far is committed."""
+        if not self._open or self._closed and self._writer is None:
+            return
+        loop = asyncio.get_running_loop()
+        marker = _Flush(loop, loop.create_future())
+        self._queue.put(marker)
+        await marker.future
+
+    async def close(self) -> None:
+        """Flush, stop the writer, close both connections. Idempotent."""
+        if not self._open or self._closed:
+            return
+        await self.flush()
+        self._closed = True
+        await asyncio.to_thread(self._stop_writer)
+        _OPEN_CACHES.discard(self)
+        loop = asyncio.get_running_loop()
+        if self._read_conn is not None:
+            await loop.run_in_executor(self._reader, self._read_conn.close)
+        self._reader.shutdown(wait=True)
+
+    def _stop_writer(self, timeout: float | None = None) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        self._closed = True
+        self._queue.put(_STOP)
+        writer.join(timeout)
+        self._writer = None
+
+    # -- reads ----------------------------------------------------------------------
+    async def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """{key: response} for the keys that are cached (misses are absent)."""
+        self._check_open()
+        found: dict[str, dict[str, Any]] = {}
+        if self._pending:
+            missing = []
+            for key in keys:
+                response = self._pending.get(key)
+                if response is None:
+                    missing.append(key)
+                else:
+                    found[key] = dict(response)
+        else:
+            missing = list(keys)
+        if missing:
+            loop = asyncio.get_running_loop()
+            found.update(await loop.run_in_executor(self._reader, read_entries, self._read_conn, missing))
+        return found
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        """The response for `key` or None. Concurrent calls are looked up together."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        first = not self._get_waiters
+        self._get_waiters.setdefault(key, []).append(future)
+        if first:
+            loop.call_soon(self._dispatch_gets)
+        return await future
+
+    def _dispatch_gets(self) -> None:
+        waiters, self._get_waiters = self._get_waiters, {}
+        task = asyncio.ensure_future(self._answer_gets(waiters))
+        self._get_tasks.add(task)
+        task.add_done_callback(self._get_tasks.discard)
+
+    async def _answer_gets(self, waiters: dict[str, list[asyncio.Future]]) -> None:
+        try:
+            found = await self.get_many(list(waiters))
+        except BaseException as exc:
+            for futures in waiters.values():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(exc)
+            return
+        for key, futures in waiters.items():
+            response = found.get(key)
+            for i, future in enumerate(futures):
+                if not future.done():
+                    future.set_result(response if i == 0 or response is None else dict(response))
+
+    # -- writes ---------------------------------------------------------------------
+    def put(self, key: str, identity: dict[str, Any], response: dict[str, Any]) -> None:
+        """Queue a successful response for the writer; returns at once."""
+        self._check_open()
+        self._pending[key] = response
+        self._queue.put((key, identity, response, time.time()))
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise RuntimeError("ResponseCache is not open: use `async with` or `await cache.open()`")
+        if self._closed:
+            raise RuntimeError("ResponseCache is closed")
+
+    def _writer_main(self) -> None:
+        conn = self._write_conn
+        assert conn is not None
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            rows: list[tuple] = []
+            flushes: list[_Flush] = []
+            deadline = None
+            while True:
+                if item is _STOP:
+                    stopping = True
+                    break
+                if isinstance(item, _Flush):
+                    flushes.append(item)
+                    break  # commit now
+                rows.append(item)
+                if len(rows) >= self.batch_rows:
+                    break
+                if deadline is None:
+                    deadline = time.monotonic() + self.batch_seconds
+                remaining = deadline - time.monotonic()
+                try:
+                    item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if rows:
+                try:
+                    self._commit(conn, rows)
+                except Exception:  # never let the writer die: flushes would wait forever
+                    self.write_errors += len(rows)
+                    log.exception("cache: could not write %d responses to %s", len(rows), self.path)
+            for flush in flushes:
+                flush.done()
+        conn.close()
+        # Flush markers that raced with the stop still get their answer.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Flush):
+                item.done()
+
+    def _commit(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
+        entries: list[tuple] = []
+        blobs: dict[str, tuple[str, int]] = {}
+        for key, identity, response, created in rows:
+            try:
+                canonical = normalize(identity)
+                stored = orjson.dumps(canonical)
+                if len(stored) > self.blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
+                    encoded, chunks = encode_identity(canonical, self.blob_min_chars)
+                    stored = orjson.dumps(encoded)
+                else:
+                    chunks = {}
+                text, vectors, dtype, count = encode_response(response)
+                entries.append((key, str(canonical.get("op", "chat")), str(canonical.get("model", "")),
+                                canonical.get("kind"), canonical.get("base_url"), iso_utc(created), text,
+                                vectors, dtype, count, stored.decode()))
+            except Exception as exc:  # a value JSON cannot hold, a non-dict identity, ...
+                self.write_errors += 1
+                log.error("cache: cannot store the response for key %s: %s", key, exc)
+                continue
+            for digest, chunk in chunks.items():
+                if digest not in self._known_blobs:
+                    blobs[digest] = chunk
+        for attempt in range(3):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany(INSERT_BLOB, [(d, size, text) for d, (text, size) in blobs.items()])
+                conn.executemany(INSERT_ENTRY, entries)
+                conn.execute("COMMIT")
+                break
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                busy = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+                if busy and attempt < 2:
+                    continue
+                self.write_errors += len(entries)
+                log.error("cache: could not write %d responses to %s: %s", len(entries), self.path, exc)
+                blobs = {}
+                break
+        if len(self._known_blobs) > 1_000_000:
+            self._known_blobs.clear()
+        self._known_blobs.update(blobs)
+        pending = self._pending
+        for key, _identity, response, _created in rows:
+            if pending.get(key) is response:
+                pending.pop(key, None)

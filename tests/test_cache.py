@@ -1,0 +1,412 @@
+"""The response cache through real SQLite files: keys, hits and misses,
+chunked long texts, vectors, explain, prune, export/import, bad files."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sqlite3
+
+import numpy as np
+import orjson
+import pytest
+
+from cache import admin, command
+from cache.chunks import split_text
+from cache.keys import request_key
+from cache.store import CacheError, ResponseCache
+from engine.config import Config
+from engine.errors import TulvingError
+from engine.requests import ChatRequest, EmbedRequest
+from engine.resolve import resolve
+
+CONFIG = Config.load(None)
+SYSTEM = {"role": "system", "content": "You are an expert in memory tests."}
+
+
+def chat_identity(**changes):
+    identity = {"op": "chat", "kind": "openai", "base_url": "https://api.openai.com/v1", "model": "gpt-4o",
+                "params": {"temperature": 1.0, "max_tokens": 4096},
+                "messages": [SYSTEM, {"role": "user", "content": "Where was Jackson Ramos?"}], "draw": 0}
+    identity.update(changes)
+    return identity
+
+
+def make_book(seed: int = 0, chapters: int = 120) -> str:
+    """~500 KB in the protocol's book layout: chapters of paragraphs."""
+    rng = random.Random(seed)
+    words = "the of memory chapter event witnessed london paris garden museum storm quiet letter".split()
+    return "\n\n\n".join(f"Chapter {k}\n\n" + "\n\n".join(" ".join(rng.choices(words, k=rng.randint(60, 160)))
+                                                          for _ in range(rng.randint(3, 8)))
+                         for k in range(1, chapters + 1))
+
+
+def cli(cache_path, *argv, config=None):
+    parser = argparse.ArgumentParser(prog="tulving")
+    parser.add_argument("--cache")
+    parser.add_argument("--config")
+    command.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["--cache", str(cache_path), *(["--config", str(config)] if config else []), *argv])
+    return args.func(args)
+
+
+# -- keys -------------------------------------------------------------------------
+def test_key_normalises_numbers_and_containers():
+    base = request_key(chat_identity())
+    assert request_key(chat_identity(params={"temperature": 1, "max_tokens": 4096.0})) == base
+    assert request_key(chat_identity(params={"max_tokens": 4096, "temperature": 1.0})) == base  # key order
+    assert request_key(chat_identity(messages=(SYSTEM, {"content": "Where was Jackson Ramos?", "role": "user"}))) == base
+    assert request_key(chat_identity(params={"temperature": 0.0, "max_tokens": 1})) == \
+        request_key(chat_identity(params={"temperature": -0.0, "max_tokens": 1}))
+    assert request_key(chat_identity(params={"temperature": 1.5, "max_tokens": 4096})) != base
+    assert request_key(chat_identity(draw=True)) != request_key(chat_identity(draw=1))  # booleans stay booleans
+    with pytest.raises(ValueError):
+        request_key(chat_identity(params={"temperature": float("nan")}))
+
+
+def test_key_changes_with_every_field():
+    variants = [
+        chat_identity(),
+        chat_identity(kind="anthropic"),
+        chat_identity(base_url="http://gpu-a:8000/v1"),
+        chat_identity(model="gpt-4o-mini"),
+        chat_identity(params={"temperature": 0.7, "max_tokens": 4096}),
+        chat_identity(params={"temperature": 1.0, "max_tokens": 256}),
+        chat_identity(params={"temperature": 1.0, "max_tokens": 4096, "seed": 1}),
+        chat_identity(messages=[SYSTEM, {"role": "user", "content": "Where was Jackson Ramos!"}]),
+        chat_identity(messages=[SYSTEM, {"role": "assistant", "content": "Where was Jackson Ramos?"}]),
+        chat_identity(messages=[{"role": "user", "content": "Where was Jackson Ramos?"}, SYSTEM]),
+        chat_identity(draw=1),
+        chat_identity(op="embed"),
+    ]
+    assert len({request_key(v) for v in variants}) == len(variants)
+
+
+def test_key_ignores_credentials_timeouts_and_retries():
+    def key_with(**endpoint):
+        config = Config.from_dicts(
+            {"vllm": {"kind": "openai", "base_url": "http://gpu:8000/v1", **endpoint}},
+            {"llama": {"endpoint": "vllm", "model": "llama-70b", "params": {"temperature": 1.0}}})
+        return resolve(config, ChatRequest(model="llama", messages=[SYSTEM])).key
+
+    assert key_with() == key_with(key_env="SECRET_KEY", timeout=5, max_attempts=2, max_concurrency=3, rpm=10)
+
+
+# -- store ------------------------------------------------------------------------
+async def test_hits_and_misses_persist_across_instances(tmp_path):
+    path = tmp_path / "deep" / "dir" / "cache.sqlite"
+    identities = [chat_identity(draw=i) for i in range(1200)]
+    keys = [request_key(i) for i in identities]
+    async with ResponseCache(path) as cache:
+        for i, (key, identity) in enumerate(zip(keys, identities)):
+            if i % 3:  # every third one is never cached
+                cache.put(key, identity, {"text": f"reply {i}", "input_tokens": i, "finish_reason": "stop"})
+        await cache.flush()
+    async with ResponseCache(path) as cache:
+        found = await cache.get_many(keys + ["0" * 64])
+        assert set(found) == {k for i, k in enumerate(keys) if i % 3}
+        assert found[keys[4]] == {"text": "reply 4", "input_tokens": 4, "finish_reason": "stop"}
+        assert await cache.get(keys[0]) is None
+        assert await cache.get(keys[5]) == {"text": "reply 5", "input_tokens": 5, "finish_reason": "stop"}
+        together = await asyncio.gather(*(cache.get(k) for k in keys[:30] + keys[:3]))  # looked up in one batch
+        assert [r is not None for r in together] == [i % 3 != 0 for i in list(range(30)) + [0, 1, 2]]
+        assert together[1] == together[31] and together[1] is not together[31]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("SELECT count(*) FROM entries WHERE op = 'chat' AND model = 'gpt-4o'").fetchone()[0] == 800
+
+
+async def test_put_is_visible_before_the_commit_and_flush_commits(tmp_path):
+    path = tmp_path / "cache.sqlite"
+    async with ResponseCache(path, batch_seconds=60, batch_rows=10_000) as cache:
+        key = request_key(chat_identity())
+        cache.put(key, chat_identity(), {"text": "hello"})
+        assert await cache.get(key) == {"text": "hello"}
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 0
+        await cache.flush()
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("SELECT json_extract(response, '$.text') FROM entries").fetchone()[0] == "hello"
+
+
+async def test_embedding_vectors_round_trip_exactly_and_compactly(tmp_path):
+    rng = np.random.default_rng(0)
+    single = rng.standard_normal((3, 384)).astype(np.float32).astype(float).tolist()  # float32 values
+    double = rng.standard_normal((2, 1536)).tolist()
+    ident_single = {"op": "embed", "kind": "local-embed", "base_url": None, "model": "minilm", "texts": ["a", "b", "c"]}
+    ident_double = {**ident_single, "model": "text-embedding-3-small", "texts": ["a", "b"]}
+    path = tmp_path / "cache.sqlite"
+    async with ResponseCache(path) as cache:
+        cache.put(request_key(ident_single), ident_single, {"vectors": single, "input_tokens": 3})
+        cache.put(request_key(ident_double), ident_double, {"vectors": double, "input_tokens": 2})
+    async with ResponseCache(path) as cache:
+        found = await cache.get_many([request_key(ident_single), request_key(ident_double)])
+    assert found[request_key(ident_single)] == {"vectors": single, "input_tokens": 3}
+    assert found[request_key(ident_double)] == {"vectors": double, "input_tokens": 2}
+    with sqlite3.connect(path) as conn:
+        rows = dict(conn.execute("SELECT model, vector_dtype || ':' || length(vectors) FROM entries"))
+    assert rows == {"minilm": f"<f4:{3 * 384 * 4}", "text-embedding-3-small": f"<f8:{2 * 1536 * 8}"}
+
+
+def test_chunks_rebuild_the_text_and_a_shared_prefix_shares_its_chunks():
+    book = make_book()
+    prompts = [book + f"\n\nQuestion {i}: when did the storm reach {'paris ' * i}?" for i in range(40)]
+    chunked = [split_text(p) for p in prompts]
+    for prompt, chunks in zip(prompts, chunked):
+        assert "".join(chunks) == prompt
+    distinct = {c for chunks in chunked for c in chunks}
+    assert sum(len(c) for c in distinct) <= len(book) + sum(len(p) - len(book) for p in prompts) + 20_000
+    assert split_text("no breaks " * 20_000)  # a text without paragraph breaks is cut hard
+    assert "".join(split_text("x" * 200_000)) == "x" * 200_000
+
+
+async def test_a_book_in_686_prompts_is_stored_once(tmp_path):
+    book = make_book(seed=1)
+    assert len(book) > 450_000
+    path = tmp_path / "cache.sqlite"
+    resolved = [resolve(CONFIG, ChatRequest(model="gpt-4o", messages=[
+        SYSTEM, {"role": "user", "content": f"{book}\n\nIn which locations did event {i} happen?"}]))
+        for i in range(686)]
+    async with ResponseCache(path) as cache:
+        for r in resolved:
+            cache.put(r.key, r.identity, {"text": "London"})
+    questions = sum(len(r.identity["messages"][1]["content"]) - len(book) for r in resolved)
+    with sqlite3.connect(path) as conn:
+        blob_bytes = conn.execute("SELECT sum(size) FROM blobs").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 686
+    assert len(book) <= blob_bytes <= len(book) + questions + 20_000, blob_bytes
+    assert path.stat().st_size < 15 * len(book)  # not 686 copies
+    conn = admin.open_existing(path)
+    try:
+        for r in (resolved[0], resolved[685]):
+            assert admin.load_entry(conn, r.key).identity == r.identity  # rebuilt exactly
+    finally:
+        conn.close()
+
+
+async def test_dollar_keys_in_a_request_are_stored_literally(tmp_path):
+    identity = chat_identity(params={"temperature": 1.0, "response_format": {"$chunks": ["not", "a", "digest"]}},
+                             messages=[{"role": "user", "content": "long " * 2000}])
+    key = request_key(identity)
+    async with ResponseCache(tmp_path / "c.sqlite") as cache:
+        cache.put(key, identity, {"text": "ok"})
+    conn = admin.open_existing(tmp_path / "c.sqlite")
+    try:
+        assert admin.load_entry(conn, key).identity == identity
+    finally:
+        conn.close()
+
+
+async def test_unopened_or_closed_cache_refuses_use(tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    with pytest.raises(RuntimeError):
+        cache.put("k", chat_identity(), {"text": "x"})
+    await cache.open()
+    await cache.close()
+    await cache.close()  # idempotent
+    with pytest.raises(RuntimeError):
+        await cache.get_many(["k"])
+
+
+# -- bad files --------------------------------------------------------------------
+@pytest.mark.parametrize("content", [b"this is a text file, not a cache\n" * 40, b'{"a": 1}', b"\x00" * 4096])
+async def test_a_file_that_is_not_a_cache_gives_a_one_line_error(tmp_path, content):
+    path = tmp_path / "notes.sqlite"
+    path.write_bytes(content)
+    with pytest.raises(CacheError) as err:
+        await ResponseCache(path).open()
+    assert "not a Tulving cache" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(TulvingError) as err:
+        cli(path, "cache", "stats")
+    assert "\n" not in str(err.value)
+
+
+async def test_another_sqlite_database_is_not_taken_over(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE logs (id INTEGER)")
+    with pytest.raises(CacheError, match="not a Tulving cache.*logs"):
+        await ResponseCache(path).open()
+    with sqlite3.connect(path) as conn:  # untouched
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["logs"]
+
+
+def test_a_missing_cache_file_is_a_one_line_error(tmp_path):
+    with pytest.raises(TulvingError, match="no cache file"):
+        cli(tmp_path / "nope.sqlite", "cache", "stats")
+    assert not (tmp_path / "nope.sqlite").exists()
+
+
+# -- admin and CLI ----------------------------------------------------------------
+async def fill(path, requests, response=lambda i: {"text": f"answer {i}"}):
+    resolved = [resolve(CONFIG, r) for r in requests]
+    async with ResponseCache(path) as cache:
+        for i, r in enumerate(resolved):
+            cache.put(r.key, r.identity, response(i))
+    return resolved
+
+
+def question(i, book="", model="gpt-4o", **kw):
+    return ChatRequest(model=model, messages=[SYSTEM, {"role": "user", "content": f"{book}Question {i}?"}], **kw)
+
+
+async def test_stats_counts_entries_by_op_and_model(tmp_path, capsys):
+    path = tmp_path / "c.sqlite"
+    await fill(path, [question(i) for i in range(5)] + [question(i, model="gpt-4o-mini") for i in range(2)]
+               + [EmbedRequest(model="text-embedding-3-small", texts=["a", "b"])],
+               response=lambda i: {"text": "x"} if i < 7 else {"vectors": [[0.5, 0.25], [1.0, 2.0]]})
+    s = admin.stats(path)
+    assert s["entries"] == 8 and s["oldest"] <= s["newest"]
+    assert {(m["op"], m["model"]): m["entries"] for m in s["by_model"]} == {
+        ("chat", "gpt-4o-2024-08-06"): 5, ("chat", "gpt-4o-mini-2024-07-18"): 2, ("embed", "text-embedding-3-small"): 1}
+    assert cli(path, "cache", "stats") == 0
+    out = capsys.readouterr().out
+    assert "entries: 8" in out and "gpt-4o-mini-2024-07-18" in out
+
+
+async def test_explain_names_the_differing_parameter_and_message(tmp_path, capsys):
+    path = tmp_path / "c.sqlite"
+    book = make_book(chapters=30) + "\n\n"
+    await fill(path, [question(i, book) for i in range(20)])
+    request = tmp_path / "request.json"
+
+    request.write_text(json.dumps({"model": "gpt-4o", "messages": [SYSTEM, {"role": "user", "content": f"{book}Question 7?"}]}))
+    cli(path, "cache", "explain", str(request))
+    assert capsys.readouterr().out.startswith("hit: key ")
+
+    request.write_text(json.dumps({"model": "gpt-4o", "temperature": 0.2,
+                                   "messages": [SYSTEM, {"role": "user", "content": f"{book}Question 7?"}]}))
+    cli(path, "cache", "explain", str(request))
+    out = capsys.readouterr().out
+    assert out.startswith("miss: key ")
+    assert "params.temperature: cached 1, request 0.2" in out
+    assert "messages" not in out  # the nearest entry has the same question 7
+
+    request.write_text(json.dumps({"model": "gpt-4o", "draw": 2,
+                                   "messages": [SYSTEM, {"role": "user", "content": f"{book}Question 7!"}]}))
+    cli(path, "cache", "explain", str(request))
+    out = capsys.readouterr().out
+    assert f"messages[1].content: differs at character {len(book) + 10:,}" in out
+    assert "draw: cached 0, request 2" in out
+    assert "Question 7?'" in out and "Question 7!'" in out
+
+
+async def test_explain_key_shows_one_entry(tmp_path, capsys):
+    path = tmp_path / "c.sqlite"
+    (r,) = await fill(path, [question(3)])
+    cli(path, "cache", "explain", "--key", r.key)
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["response"] == {"text": "answer 0"} and shown["identity"] == r.identity
+    with pytest.raises(TulvingError, match="no entry with key"):
+        cli(path, "cache", "explain", "--key", "f" * 64)
+
+
+async def test_explain_rejects_malformed_requests(tmp_path):
+    path = tmp_path / "c.sqlite"
+    await fill(path, [question(1)])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(TulvingError, match="not valid JSON"):
+        cli(path, "cache", "explain", str(bad))
+    bad.write_text(json.dumps({"model": "gpt-4o", "messages": [SYSTEM], "temprature": 1}))
+    with pytest.raises(TulvingError, match="unknown field"):
+        cli(path, "cache", "explain", str(bad))
+    bad.write_text(json.dumps({"model": "no-such-model", "messages": [SYSTEM]}))
+    with pytest.raises(TulvingError, match="unknown model"):
+        cli(path, "cache", "explain", str(bad))
+
+
+async def test_export_import_round_trip_reproduces_keys_and_responses(tmp_path, capsys):
+    source, target = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    book = make_book(chapters=20) + "\n\n"
+    chats = await fill(source, [question(i, book) for i in range(30)])
+    embeds = await fill(source, [EmbedRequest(model="local:minilm", texts=[f"text {i}", "x" * 6000])
+                                 for i in range(3)],
+                        response=lambda i: {"vectors": [[0.1 * i, 0.2], [0.3, 1e-7]], "input_tokens": 4})
+    export = tmp_path / "export.jsonl"
+    cli(source, "cache", "export", str(export))
+    assert "exported 33 entries" in capsys.readouterr().out
+    lines = export.read_bytes().splitlines()
+    assert orjson.loads(lines[0])["format"] == "tulving-cache-export"
+
+    cli(target, "cache", "import", str(export))
+    assert "imported 33 entries (0 already cached" in capsys.readouterr().out
+    keys = [r.key for r in chats + embeds]
+    async with ResponseCache(source) as a, ResponseCache(target) as b:
+        assert await a.get_many(keys) == await b.get_many(keys)
+        assert len(await b.get_many(keys)) == 33
+    conn = admin.open_existing(target)
+    try:
+        for r in chats[:2] + embeds[:1]:
+            entry = admin.load_entry(conn, r.key)
+            assert entry.identity == r.identity and request_key(entry.identity) == r.key
+    finally:
+        conn.close()
+
+    cli(target, "cache", "import", str(export))
+    assert "imported 0 entries (33 already cached" in capsys.readouterr().out
+
+
+async def test_import_rejects_a_tampered_or_foreign_file_and_imports_nothing(tmp_path):
+    source, target = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    await fill(source, [question(i, make_book(chapters=10) + "\n\n") for i in range(3)])
+    export = tmp_path / "export.jsonl"
+    admin.export_jsonl(source, export)
+    lines = export.read_bytes().splitlines()
+    blob_line = next(i for i, line in enumerate(lines) if b'"blob"' in line)
+    item = orjson.loads(lines[blob_line])
+    item["text"] = item["text"].replace("the", "THE", 1)
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_bytes(b"\n".join(lines[:blob_line] + [orjson.dumps(item)] + lines[blob_line + 1:]))
+    with pytest.raises(TulvingError, match="does not match its digest"):
+        admin.import_jsonl(target, tampered)
+    entry = orjson.loads(lines[-1])
+    entry["response"] = {"text": "forged"}
+    entry["identity"]["draw"] = 5
+    forged = tmp_path / "forged.jsonl"
+    forged.write_bytes(b"\n".join(lines[:-1] + [orjson.dumps(entry)]))
+    with pytest.raises(TulvingError, match="does not match its identity"):
+        admin.import_jsonl(target, forged)
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_text('{"hello": "world"}\n')
+    with pytest.raises(TulvingError, match="not a Tulving cache export"):
+        cli(target, "cache", "import", str(foreign))
+    with sqlite3.connect(target) as conn:
+        assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 0
+
+
+async def test_prune_by_model_and_age_removes_orphaned_chunks(tmp_path, capsys):
+    path = tmp_path / "c.sqlite"
+    book_a, book_b = make_book(seed=2, chapters=40) + "\n\n", make_book(seed=3, chapters=40) + "\n\n"
+    await fill(path, [question(i, book_a) for i in range(5)]
+               + [question(i, book_b, model="gpt-4o-mini") for i in range(5)])
+    before = admin.stats(path)
+    cli(path, "cache", "prune", "--model", "gpt-4o-mini")  # an alias: its provider model name is stored
+    out = capsys.readouterr().out
+    assert "removed entries: 5 chat" in out
+    after = admin.stats(path)
+    assert [m["model"] for m in after["by_model"]] == ["gpt-4o-2024-08-06"]
+    assert len(book_a) <= after["blob_bytes"] < before["blob_bytes"] - len(book_b) + 10_000
+    assert after["file_bytes"] < before["file_bytes"]
+    async with ResponseCache(path) as cache:  # the rest still reads back whole
+        r = resolve(CONFIG, question(2, book_a))
+        assert await cache.get(r.key) == {"text": "answer 2"}
+
+    report = admin.prune(path, older_than_days=1)  # nothing is a day old
+    assert report.entries == {} and report.blobs == 0
+    report = admin.prune(path, older_than_days=1, now=__import__("time").time() + 2 * 86400)
+    assert report.entries == {"chat": 5} and report.blob_bytes >= len(book_a)
+    assert admin.stats(path)["entries"] == 0
+
+
+async def test_a_response_json_cannot_hold_is_skipped_and_logged_not_fatal(tmp_path, caplog):
+    good, bad = chat_identity(draw=1), chat_identity(draw=2)
+    async with ResponseCache(tmp_path / "c.sqlite") as cache:
+        cache.put(request_key(bad), bad, {"text": {"a", "set"}})
+        cache.put(request_key(good), good, {"text": "fine"})
+        await cache.flush()
+        assert cache.write_errors == 1
+    async with ResponseCache(tmp_path / "c.sqlite") as cache:
+        assert await cache.get_many([request_key(good), request_key(bad)]) == {request_key(good): {"text": "fine"}}
+    assert "cannot store the response" in caplog.text
