@@ -1,0 +1,211 @@
+"""Scores of the benchmark, as pure functions (protocol.md, "Judging and scores").
+
+Per question:
+- `lenient_f1(identified, ground_truth, scores)`: the paper's lenient F1.
+- `chrono_match(indices, n_ground_truth)`: from the chronological judge's
+  indices to the kept indices, Kendall's tau-b and exact match.
+
+Per run (rows = one per question):
+- `simple_recall(rows)`: the Simple Recall Score and its per-bin means.
+- `chronological_awareness(rows)`: the Chronological Awareness Score and its parts.
+- `agreement(a, b)`: how far two judges' F1 agree (built-in vs LLM judge).
+
+A row is a mapping or an object with these fields (results.jsonl lines and
+`ResultRecord` both fit):
+    get            "all" | "latest" | "chronological"
+    bin            "0" | "1" | "2" | "3-5" | "6+"
+    f1             float, or None when the judgment failed (left out)
+    correct_answer list of ground-truth items (chronological rows: its length
+                   decides whether the question is considered)
+    tau            float or None (chronological rows)
+    exact_match    bool, or None when the chronological judgment failed (left out)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+BINS = ("0", "1", "2", "3-5", "6+")
+LATEST_BINS = ("2", "3-5", "6+")
+
+
+def _round_like_pandas(x: float, decimals: int) -> float:
+    """The published tables rounded their final scores with pandas (numpy:
+    scale, then round half to even), which differs from Python's `round` on
+    halves such as 0.9075 (numpy 0.908, Python 0.907)."""
+    return float(np.round(x, decimals))
+
+
+# -- one question ------------------------------------------------------------------------
+def lenient_f1(identified: Sequence[str], ground_truth: Sequence[str], scores: Sequence[float]) -> float:
+    """Lenient F1 of one judged answer.
+
+    Ground truth and identified items are de-duplicated (first occurrence of a
+    repeated ground-truth item keeps its score); S = sum of the scores;
+    #pred = min(#identified, #gt) if #gt > 0 else #identified; P = S/#pred,
+    R = S/#gt. F1 = 2PR/(P+R); 0 if P = R = 0; 1 if both are undefined (no
+    ground truth and nothing identified); 0 if only one is undefined.
+    """
+    if len(scores) != len(ground_truth):
+        raise ValueError(f"{len(scores)} scores for {len(ground_truth)} ground-truth items")
+    first: dict[str, float] = {}
+    for item, score in zip(ground_truth, scores):
+        first.setdefault(item, float(score))
+    n_gt = len(first)
+    n_identified = len(dict.fromkeys(identified))
+    total = sum(first.values())
+    n_pred = min(n_identified, n_gt) if n_gt > 0 else n_identified
+    precision = total / n_pred if n_pred > 0 else None
+    recall = total / n_gt if n_gt > 0 else None
+    if precision is None and recall is None:
+        return 1.0
+    if precision is None or recall is None:
+        return 0.0
+    if precision == 0 and recall == 0:
+        return 0.0
+    return 2 * precision * recall / (precision + recall)
+
+
+def kendall_tau(kept: Sequence[int]) -> float | None:
+    """Kendall's tau-b (scipy's default) between the order in which the
+    answer gives the matched ground-truth indices and their true order;
+    None with fewer than 2 indices."""
+    if len(kept) < 2:
+        return None
+    tau = stats.kendalltau(list(range(len(kept))), list(kept)).statistic
+    return None if math.isnan(tau) else float(tau)
+
+
+@dataclass(frozen=True, slots=True)
+class ChronoMatch:
+    kept: list[int]          # matched ground-truth indices, answer order, -1 and repeats dropped
+    tau: float | None        # Kendall tau-b over `kept` (None with fewer than 2)
+    exact_match: bool        # every ground-truth index was found
+    considered: bool         # the ground truth has at least 2 items (an order to judge)
+
+
+def chrono_match(indices: Sequence[int], n_ground_truth: int) -> ChronoMatch:
+    """From the chronological judge's index per identified item."""
+    seen: set[int] = set()
+    kept = []
+    for i in indices:
+        if 0 <= i < n_ground_truth and i not in seen:
+            seen.add(i)
+            kept.append(i)
+    return ChronoMatch(kept=kept, tau=kendall_tau(kept), exact_match=len(seen) == n_ground_truth,
+                       considered=n_ground_truth >= 2)
+
+
+# -- a run -----------------------------------------------------------------------------------
+def _get(row: Any, name: str, default: Any = None) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name, default)
+    return getattr(row, name, default)
+
+
+def _bin_means(rows: Iterable[Any], get: str, bins: Sequence[str]) -> dict[str, tuple[float, int]]:
+    """Per bin: (mean F1 rounded to 2 decimals, number of questions)."""
+    values: dict[str, list[float]] = {b: [] for b in bins}
+    for row in rows:
+        f1 = _get(row, "f1")
+        if _get(row, "get") == get and _get(row, "bin") in values and f1 is not None:
+            values[_get(row, "bin")].append(float(f1))
+    return {b: (round(float(np.mean(v)), 2), len(v)) for b, v in values.items() if v}
+
+
+def simple_recall(rows: Iterable[Any]) -> tuple[float, dict[str, float]]:
+    """Simple Recall Score: the mean F1 of 'all' questions per bin, each
+    rounded to 2 decimals, then the mean of those bin means rounded to 3
+    decimals (bins without questions are left out: 4 bins on the short book;
+    the final rounding is pandas', see `_round_like_pandas`).
+    Returns (score, {bin: rounded mean}); score is nan without any row."""
+    means = _bin_means(rows, "all", BINS)
+    bin_means = {b: m for b, (m, _) in means.items()}
+    if not bin_means:
+        return float("nan"), {}
+    return _round_like_pandas(float(np.mean(list(bin_means.values()))), 3), bin_means
+
+
+@dataclass(frozen=True, slots=True)
+class ChronoParts:
+    latest: float                 # count-weighted mean of the rounded latest bin means (bins 2, 3-5, 6+),
+                                  # to 4 decimals (2 as a percentage) as published
+    latest_bins: dict[str, float]
+    latest_counts: dict[str, int]
+    considered: int               # chronological questions with >= 2 ground-truth items (judged)
+    exact_matches: int
+    all: float                    # exact_matches / considered, rounded to 2 decimals
+    tau: float                    # mean tau over exact matches, rounded to 2 decimals (0 if none)
+    order: float                  # max(0, all * tau)
+
+
+def chronological_awareness(rows: Iterable[Any]) -> tuple[float, ChronoParts]:
+    """Chronological Awareness Score: the mean of (a) Latest, the count-weighted
+    mean of the rounded per-bin mean F1 of 'latest' questions over bins 2,
+    3-5, 6+, and (b) Order = max(0, All x tau) with All the share of exact
+    matches among the considered chronological questions and tau the mean
+    Kendall tau over the exact matches (0 if none), each rounded to 2
+    decimals; the result rounded to 3 decimals. (Latest is kept to 4
+    decimals, as the published table held it as a percentage with 2.)"""
+    rows = list(rows)
+    means = _bin_means(rows, "latest", LATEST_BINS)
+    counted = sum(n for _, n in means.values())
+    # As a percentage with 2 decimals, as the published table held it.
+    latest = round(100 * sum(m * n for m, n in means.values()) / counted, 2) / 100 if counted else 0.0
+    considered = [r for r in rows if _get(r, "get") == "chronological"
+                  and len(_get(r, "correct_answer") or []) >= 2 and _get(r, "exact_match") is not None]
+    exact = [r for r in considered if _get(r, "exact_match")]
+    share = round(len(exact) / len(considered), 2) if considered else 0.0
+    taus = [float(_get(r, "tau")) for r in exact if _get(r, "tau") is not None]
+    tau = round(float(np.mean(taus)), 2) if taus else 0.0
+    order = max(0.0, share * tau)
+    parts = ChronoParts(latest=latest, latest_bins={b: m for b, (m, _) in means.items()},
+                        latest_counts={b: n for b, (_, n) in means.items()}, considered=len(considered),
+                        exact_matches=len(exact), all=share, tau=tau, order=order)
+    return _round_like_pandas((latest + order) / 2, 3), parts
+
+
+# -- judge agreement ---------------------------------------------------------------------------
+def _f1(value: Any) -> float | None:
+    if value is None or isinstance(value, (int, float)):
+        return None if value is None else float(value)
+    f1 = _get(value, "f1")  # a row
+    return None if f1 is None else float(f1)
+
+
+def _f1_by_key(verdicts: Any) -> dict[Any, float | None]:
+    if isinstance(verdicts, Mapping):
+        return {k: _f1(v) for k, v in verdicts.items()}
+    out: dict[Any, float | None] = {}
+    for i, v in enumerate(verdicts):
+        key = i if v is None or isinstance(v, (int, float)) else _get(v, "q_idx", i)  # rows: by question
+        out[key] = _f1(v)
+    return out
+
+
+def agreement(verdicts_a: Any, verdicts_b: Any) -> dict[str, Any]:
+    """How two judges' per-question F1 agree. Each side is a sequence of F1
+    values (None: no verdict), a mapping question -> F1, or rows with q_idx
+    and f1. Questions judged by both are compared: count, mean absolute
+    difference, share of identical F1 (within 1e-9), share within 0.25,
+    Pearson and Spearman correlations (None when undefined), both means."""
+    a, b = _f1_by_key(verdicts_a), _f1_by_key(verdicts_b)
+    keys = [k for k in a if k in b and a[k] is not None and b[k] is not None]
+    x = np.array([a[k] for k in keys], dtype=float)
+    y = np.array([b[k] for k in keys], dtype=float)
+    out: dict[str, Any] = {"n": len(keys), "mean_abs_diff": None, "identical": None, "within_0.25": None,
+                           "pearson": None, "spearman": None, "mean_a": None, "mean_b": None}
+    if not keys:
+        return out
+    diff = np.abs(x - y)
+    out.update(mean_abs_diff=float(diff.mean()), identical=float((diff < 1e-9).mean()),
+               **{"within_0.25": float((diff <= 0.25 + 1e-12).mean())},
+               mean_a=float(x.mean()), mean_b=float(y.mean()))
+    if len(keys) >= 2 and x.std() > 0 and y.std() > 0:
+        out["pearson"] = float(stats.pearsonr(x, y).statistic)
+        out["spearman"] = float(stats.spearmanr(x, y).statistic)
+    return out
