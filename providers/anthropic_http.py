@@ -1,0 +1,90 @@
+"""Anthropic Messages API over raw HTTP (kind "anthropic").
+
+POST `{base_url}/v1/messages` with `x-api-key` and `anthropic-version`.
+Differences from the OpenAI format handled here:
+- system messages go to the top-level `system` field (several are joined by a
+  blank line);
+- `max_tokens` is required: 4096 when the request and alias give none;
+- `stop` becomes `stop_sequences`; `seed` is dropped (the API has none and
+  rejects unknown fields); `max_completion_tokens` is read as `max_tokens`;
+- the reply text is the concatenation of the `text` content blocks;
+  stop_reason end_turn/stop_sequence -> "stop", max_tokens -> "length",
+  refusal -> "content_filter", others kept as they are.
+Anthropic serves no embeddings (the base class raises).
+
+Endpoint options: `anthropic_version` (default "2023-06-01"), `headers`
+(extra headers, e.g. `anthropic-beta`), `trust_env`, `drop_params` (parameter
+names never sent: newer models may reject e.g. "temperature"; the anthropic SDK
+2.x no longer exposes temperature/top_p/top_k).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from engine.requests import ChatResult
+from providers.base import EndpointSpec, Provider
+from providers.http_client import JsonHttpClient
+from providers.http_errors import bad_reply
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_MAX_TOKENS = 4096
+API_VERSION = "2023-06-01"
+
+_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+           "refusal": "content_filter", "tool_use": "tool_calls"}
+_DROPPED = frozenset({"seed", "stop", "max_completion_tokens"})
+
+
+def messages_body(model: str, messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The /v1/messages request body for OpenAI-style messages and params."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    turns = [m for m in messages if m["role"] != "system"]
+    body: dict[str, Any] = {"model": model, "messages": turns}
+    if system:
+        body["system"] = "\n\n".join(system)
+    body.update((k, v) for k, v in params.items() if k not in _DROPPED)
+    if "max_tokens" not in body:
+        body["max_tokens"] = params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
+    stop = params.get("stop")
+    if stop:
+        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    return body
+
+
+class AnthropicProvider(Provider):
+    kind = "anthropic"
+
+    def __init__(self, spec: EndpointSpec, api_key: str | None = None):
+        super().__init__(spec, api_key)
+        base = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._url = f"{base}/v1/messages"
+        headers = {"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION)),
+                   **(spec.options.get("headers") or {})}
+        if api_key:
+            headers["x-api-key"] = api_key
+        self._http = JsonHttpClient(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers,
+                                    secret=api_key, request_id_header="request-id",
+                                    trust_env=bool(spec.options.get("trust_env", False)))
+        self._drop = frozenset(spec.options.get("drop_params") or ())
+
+    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+                   params: Mapping[str, Any], timeout: float) -> ChatResult:
+        if self._drop:
+            params = {k: v for k, v in params.items() if k not in self._drop}
+        data, headers, latency = await self._http.post(self._url, messages_body(model, messages, params), timeout)
+        request_id = headers.get("request-id") or data.get("id")
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise bad_reply(self.spec.name, "messages reply has no content list",
+                            secret=self._api_key, request_id=request_id)
+        text = "".join(block.get("text") or "" for block in content
+                       if isinstance(block, dict) and block.get("type") == "text")
+        stop_reason = data.get("stop_reason") or "unknown"
+        usage = data.get("usage") or {}
+        return ChatResult(text=text, finish_reason=_FINISH.get(stop_reason, stop_reason),
+                          input_tokens=usage.get("input_tokens") or 0,
+                          output_tokens=usage.get("output_tokens") or 0,
+                          latency=latency, request_id=request_id)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

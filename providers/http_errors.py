@@ -1,0 +1,221 @@
+"""Turning HTTP failures into `providers.base` error kinds.
+
+Shared by the OpenAI-format and Anthropic-format providers:
+
+- `status_error(status, body, headers, ...)`: a non-2xx reply -> ProviderError
+  (429 -> rate_limited with the server's wait, 5xx/529 -> overloaded, 401/403 ->
+  auth, 400/404/422 -> bad_request unless the body says the prompt is too long
+  or the content policy refused it, 413 -> prompt_too_long, 408 -> timeout).
+  One exception to "429 is retryable": OpenAI's 429 `insufficient_quota` (no
+  credit left) is classified auth, since waiting cannot fix it.
+- `exception_error(exc, ...)`: an exception raised by aiohttp or asyncio while
+  calling -> ProviderError (timeouts -> timeout, resets / truncated bodies ->
+  connection).
+- `retry_after(headers)`: how long the server asked us to wait, from
+  `retry-after[-ms]` or, failing that, the OpenAI / Anthropic rate-limit reset
+  headers.
+
+Every message is one line, length-capped and scrubbed of the API key, even when
+the server echoes the key back (`redact`).
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Mapping
+
+import aiohttp
+import orjson
+
+from providers.base import (AUTH, BAD_REPLY, BAD_REQUEST, CONFIG, CONNECTION, CONTENT_FILTER, OVERLOADED,
+                            PROMPT_TOO_LONG, RATE_LIMITED, TIMEOUT, ProviderError)
+
+_MAX_MESSAGE = 300
+
+# Codes / phrases by which OpenAI, Anthropic and the common OpenAI-compatible
+# servers (vLLM, llama.cpp, Ollama, OpenRouter) say "the prompt does not fit".
+_CONTEXT_CODES = {"context_length_exceeded", "string_above_max_length", "exceed_context_size_error"}
+_CONTEXT_PHRASES = re.compile(
+    r"prompt is too long|maximum context length|context length|context window|context size|exceeds the context"
+    r"|too many tokens|input is too long|reduce the length of the messages", re.IGNORECASE)
+_FILTER_CODES = {"content_filter", "content_policy_violation", "content_policy", "safety", "responsible_ai_policy_violation"}
+
+# Key-looking strings scrubbed from messages in addition to the exact key.
+_SECRET_PATTERNS = re.compile(
+    r"(?i)\bBearer\s+\S+|\bsk-[A-Za-z0-9_\-*.]{6,}|\bx-api-key\W+\S+")
+
+
+def redact(text: str, secret: str | None) -> str:
+    """`text` on one line, capped, with `secret` and key-like tokens removed."""
+    if secret:
+        text = text.replace(secret, "***")
+    text = _SECRET_PATTERNS.sub("***", text)
+    text = " ".join(text.split())
+    if len(text) > _MAX_MESSAGE:
+        text = text[:_MAX_MESSAGE - 3] + "..."
+    return text
+
+
+# -- retry-after -----------------------------------------------------------------
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_duration(value: str) -> float | None:
+    """OpenAI's reset durations ("1s", "6m0s", "20ms", "1h2m3.5s") -> seconds."""
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))  # a bare number of seconds
+    except ValueError:
+        pass
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != pos:
+            return None
+        number, unit = float(match.group(1)), match.group(2)
+        total += number * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+        pos = match.end()
+    return total if pos == len(value) else None
+
+
+def _seconds_until(when: datetime, now: float | None) -> float:
+    now = time.time() if now is None else now
+    return max(0.0, when.timestamp() - now)
+
+
+def _parse_retry_after(value: str, now: float | None) -> float | None:
+    """A `retry-after` value: delay seconds or an HTTP date."""
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return None if when is None else _seconds_until(when, now)
+
+
+def _parse_rfc3339(value: str, now: float | None) -> float | None:
+    try:
+        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return _seconds_until(when, now)
+
+
+def _exhausted_first(resets: list[tuple[float, bool]]) -> float | None:
+    """The wait for the limit that is exhausted (remaining == 0); when the
+    server did not say which one, the longest wait."""
+    if not resets:
+        return None
+    exhausted = [wait for wait, empty in resets if empty]
+    return max(exhausted) if exhausted else max(wait for wait, _ in resets)
+
+
+def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds the server asked us to wait, or None when it did not say."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is not None:
+        parsed = _parse_retry_after(value, now)
+        if parsed is not None:
+            return parsed
+    resets: list[tuple[float, bool]] = []
+    for kind in ("requests", "tokens"):  # OpenAI style
+        value = headers.get(f"x-ratelimit-reset-{kind}")
+        wait = parse_duration(value) if value else None
+        if wait is not None:
+            resets.append((wait, headers.get(f"x-ratelimit-remaining-{kind}") == "0"))
+    for kind in ("requests", "tokens", "input-tokens", "output-tokens"):  # Anthropic style
+        value = headers.get(f"anthropic-ratelimit-{kind}-reset")
+        wait = _parse_rfc3339(value, now) if value else None
+        if wait is not None:
+            resets.append((wait, headers.get(f"anthropic-ratelimit-{kind}-remaining") == "0"))
+    return _exhausted_first(resets)
+
+
+# -- error bodies -----------------------------------------------------------------
+
+def _error_fields(body: bytes) -> tuple[str, str, str]:
+    """(message, type, code) from an OpenAI-, Anthropic- or vLLM-shaped error
+    body; falls back to the raw text."""
+    try:
+        data: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:_MAX_MESSAGE * 2].decode("utf-8", "replace"), "", ""
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, str):  # {"error": "message"} (Ollama, llama.cpp)
+        return error, "", ""
+    if not isinstance(error, dict):
+        return str(error), "", ""
+    message = error.get("message") or error.get("detail") or ""
+    code = error.get("code")
+    return str(message), str(error.get("type") or ""), "" if code is None else str(code)
+
+
+def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoint: str,
+                 secret: str | None, request_id: str | None = None) -> ProviderError:
+    """Classify a non-2xx HTTP reply."""
+    message, etype, code = _error_fields(body)
+    detail = message or f"HTTP {status}"
+    if code and code not in detail and not code.isdigit():
+        detail = f"{detail} [{code}]"
+    elif etype and etype not in detail:
+        detail = f"{detail} [{etype}]"
+    text = redact(f"{endpoint}: {detail}", secret)
+    lowered = {code.lower(), etype.lower()}
+
+    def error(kind: str, wait: float | None = None) -> ProviderError:
+        return ProviderError(kind, text, status=status, retry_after=wait, request_id=request_id)
+
+    if status == 429:
+        if "insufficient_quota" in lowered:  # billing, not pacing: retrying cannot help
+            return error(AUTH)
+        return error(RATE_LIMITED, retry_after(headers))
+    if status in (401, 403):
+        return error(AUTH)
+    if status == 413:  # Anthropic request_too_large
+        return error(PROMPT_TOO_LONG)
+    if status == 408:
+        return error(TIMEOUT)
+    if status >= 500:  # 500/502/503/504 and Anthropic's 529 overloaded
+        return error(OVERLOADED, retry_after(headers))
+    if lowered & _CONTEXT_CODES or _CONTEXT_PHRASES.search(message):
+        return error(PROMPT_TOO_LONG)
+    if lowered & _FILTER_CODES:
+        return error(CONTENT_FILTER)
+    return error(BAD_REQUEST)
+
+
+def exception_error(exc: BaseException, *, endpoint: str, timeout: float, secret: str | None) -> ProviderError:
+    """Classify an exception raised while sending or reading a call."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return ProviderError(TIMEOUT, f"{endpoint}: no complete reply within {timeout:g} s")
+    if isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
+        return ProviderError(CONFIG, redact(f"{endpoint}: invalid URL {exc}", secret))
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return ProviderError(CONNECTION, redact(f"{endpoint}: reply body cut short ({exc})", secret))
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
+        what = type(exc).__name__
+        return ProviderError(CONNECTION, redact(f"{endpoint}: {what}: {exc}", secret))
+    return ProviderError(BAD_REPLY, redact(f"{endpoint}: {type(exc).__name__}: {exc}", secret))
+
+
+def bad_reply(endpoint: str, what: str, *, secret: str | None, request_id: str | None = None,
+              status: int | None = None) -> ProviderError:
+    """A 2xx reply whose body is not what the API promises."""
+    return ProviderError(BAD_REPLY, redact(f"{endpoint}: {what}", secret), status=status, request_id=request_id)

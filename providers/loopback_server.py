@@ -1,0 +1,898 @@
+"""A loopback server speaking the OpenAI and Anthropic HTTP APIs, for tests and
+benchmarks (no real LLM API is needed, and none is called).
+
+One aiohttp server, one port:
+- OpenAI (base URL `http://HOST:PORT/v1`): POST /v1/chat/completions,
+  POST /v1/embeddings, POST /v1/files (multipart), POST /v1/fine_tuning/jobs,
+  GET /v1/fine_tuning/jobs/{id};
+- Anthropic (base URL `http://HOST:PORT`): POST /v1/messages.
+Replies are close enough to the real ones that the official `openai` and
+`anthropic` SDK clients accept them (tests/test_sdk_compat.py).
+
+Behaviour, all configurable:
+- reply text: `reply(api, body) -> str` ("openai" | "anthropic"; may return
+  `(text, finish_reason)` to force a finish reason such as "content_filter");
+  the default derives a short deterministic text from the last user message.
+  `max_tokens` and `stop` are honoured (finish "length" / stop sequence).
+- embeddings: hashed bag of words, L2-normalised, `embed_dim` wide (or the
+  request's `dimensions`), so texts sharing words are close; float or base64.
+- usage tokens: `tokens="cheap"` (ceil(len/4)), "cl100k" (engine.tokens) or a
+  callable; `context_tokens` rejects longer prompts the way each API does.
+- latency: a callable returning seconds per accepted call (`constant`,
+  `uniform`, `lognormal` below).
+- rate limits, enforced like the real APIs: token buckets for requests (rpm),
+  input tokens (input_tpm) and output tokens (output_tpm) that refill
+  continuously. Both OpenAI and Anthropic document that a per-minute limit is
+  enforced over shorter intervals ("60 RPM may be enforced as 1 request per
+  second"), so each bucket holds `burst_seconds` worth of its rate (default 1 s,
+  at least one request). A call whose input exceeds the bucket is admitted when
+  the bucket is full and leaves it in debt (so big prompts can pass, at the
+  average rate). The output bucket must be positive to admit a call and is
+  charged with the tokens actually generated (Anthropic estimates at start and
+  corrects; the average is the same). Over a limit -> 429 with `retry-after`
+  (integer seconds, rounded up, as the real APIs send) plus `retry-after-ms`.
+  Every reply of a limited endpoint carries the rate-limit headers of its API
+  (`x-ratelimit-*` / `anthropic-ratelimit-*`); "remaining" is what the bucket
+  would admit right now, "reset" the time until it is full again.
+- faults (`Faults`): a deterministic schedule and/or seeded per-request
+  probabilities of 500/502/503/504/529 errors, stalls past the client's
+  timeout, connection resets, truncated bodies, non-JSON 200s and content
+  policy refusals.
+- auth: with `api_keys`, calls without one of them get the API's 401 (echoing
+  the presented key in full, on purpose: clients must scrub it).
+- `stats`: requests, per status, per path, 429s, faults, max in flight,
+  accepted-request timestamps (to check limits), token totals; also served as
+  JSON at GET /loopback/stats for benchmarks running the server elsewhere.
+
+Standalone, for benchmarks in another process:
+    python -m providers.loopback_server --port 8080 --rpm 3000 --latency-ms 50
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import itertools
+import math
+import random
+import re
+import signal
+import socket
+import struct
+import sys
+import time
+from array import array
+from bisect import bisect_right
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Sequence
+
+import orjson
+from aiohttp import web
+
+ReplyFn = Callable[[str, dict], "str | tuple[str, str]"]
+LatencyFn = Callable[[], float]
+
+FAULT_KINDS = frozenset({"500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
+                         "content_filter"})
+_FAULTABLE = frozenset({"/v1/chat/completions", "/v1/embeddings", "/v1/messages"})
+
+
+# -- latency distributions ----------------------------------------------------------
+
+def constant(seconds: float) -> LatencyFn:
+    return lambda: seconds
+
+
+def uniform(low: float, high: float, seed: int = 0) -> LatencyFn:
+    rng = random.Random(seed)
+    return lambda: rng.uniform(low, high)
+
+
+def lognormal(median: float, sigma: float = 0.5, seed: int = 0) -> LatencyFn:
+    """Heavy-tailed latency, as real APIs show: median `median` seconds."""
+    rng = random.Random(seed)
+    mu = math.log(median)
+    return lambda: rng.lognormvariate(mu, sigma)
+
+
+# -- faults ---------------------------------------------------------------------------
+
+@dataclass
+class Faults:
+    """Which chat/embeddings/messages calls fail, and how.
+
+    `schedule[i]` is the fault of the i-th such call (None: serve normally);
+    after the schedule, each call draws from `rates` (fault -> probability)
+    with a RNG seeded by `seed`. Kinds: "500" "502" "503" "504" "529" (HTTP
+    errors in the API's error shape), "stall" (no reply for `stall_seconds`),
+    "reset" (connection reset mid-request), "truncate" (headers promise the
+    full body, half is sent, then the connection closes), "bad_json" (a 200
+    whose body is not JSON), "content_filter" (OpenAI: 400
+    content_policy_violation; Anthropic: a reply with stop_reason "refusal").
+    """
+
+    schedule: Sequence[str | None] = ()
+    rates: Mapping[str, float] = field(default_factory=dict)
+    seed: int = 0
+    stall_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        unknown = {k for k in itertools.chain(self.schedule, self.rates) if k is not None} - FAULT_KINDS
+        if unknown:
+            raise ValueError(f"unknown fault kind(s) {sorted(unknown)} (known: {', '.join(sorted(FAULT_KINDS))})")
+        if sum(self.rates.values()) > 1.0 or any(p < 0 for p in self.rates.values()):
+            raise ValueError("fault rates must be >= 0 and sum to at most 1")
+        self._rng = random.Random(self.seed)
+        self._index = 0
+        self._cumulative = list(itertools.accumulate(self.rates.values()))
+        self._kinds = list(self.rates)
+
+    @classmethod
+    def first(cls, n: int, kind: str, **kwargs: Any) -> "Faults":
+        """Fail the first `n` calls with `kind`, then serve normally."""
+        return cls(schedule=[kind] * n, **kwargs)
+
+    def pick(self) -> str | None:
+        index, self._index = self._index, self._index + 1
+        if index < len(self.schedule):
+            return self.schedule[index]
+        if not self._kinds:
+            return None
+        pos = bisect_right(self._cumulative, self._rng.random())  # first kind whose share covers the draw
+        return self._kinds[pos] if pos < len(self._kinds) else None
+
+
+# -- rate limits ----------------------------------------------------------------------
+
+class TokenBucket:
+    """Refills continuously at `per_minute / 60` per second up to `capacity`."""
+
+    def __init__(self, per_minute: float, burst_seconds: float, minimum: float = 1.0):
+        self.limit = per_minute
+        self.rate = per_minute / 60.0
+        self.capacity = max(minimum, self.rate * burst_seconds)
+        self.level = self.capacity
+        self._updated = time.monotonic()
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self._updated) * self.rate)
+        self._updated = now
+
+    def wait(self, needed: float) -> float:
+        """Seconds until `needed` (capped at capacity) is available; 0 if now."""
+        needed = min(needed, self.capacity)
+        return 0.0 if self.level >= needed else (needed - self.level) / self.rate
+
+    def until_full(self) -> float:
+        return max(0.0, (self.capacity - self.level) / self.rate)
+
+    def remaining(self) -> int:
+        return max(0, int(self.level))
+
+
+class RateLimits:
+    def __init__(self, rpm: float | None, input_tpm: float | None, output_tpm: float | None, burst_seconds: float):
+        self.requests = TokenBucket(rpm, burst_seconds) if rpm else None
+        self.input = TokenBucket(input_tpm, burst_seconds) if input_tpm else None
+        self.output = TokenBucket(output_tpm, burst_seconds) if output_tpm else None
+        self.active = any((self.requests, self.input, self.output))
+
+    def _buckets(self, now: float):
+        for bucket in (self.requests, self.input, self.output):
+            if bucket is not None:
+                bucket.refill(now)
+
+    def admit(self, input_tokens: int, now: float) -> tuple[float, str]:
+        """(0, "") and charge the buckets if the call may run now, else
+        (seconds to wait, which limit)."""
+        self._buckets(now)
+        waits = []
+        if self.requests is not None:
+            waits.append((self.requests.wait(1.0), "requests"))
+        if self.input is not None:
+            waits.append((self.input.wait(input_tokens), "input tokens"))
+        if self.output is not None and self.output.level <= 0:
+            waits.append((-self.output.level / self.output.rate + 1e-3, "output tokens"))
+        wait, which = max(waits, default=(0.0, ""))
+        if wait > 0:
+            return wait, which
+        if self.requests is not None:
+            self.requests.level -= 1.0
+        if self.input is not None:
+            self.input.level -= input_tokens
+        return 0.0, ""
+
+    def charge_output(self, output_tokens: int, now: float) -> None:
+        if self.output is not None:
+            self.output.refill(now)
+            self.output.level -= output_tokens
+
+    def openai_headers(self, now: float) -> dict[str, str]:
+        self._buckets(now)
+        headers: dict[str, str] = {}
+        for name, bucket in (("requests", self.requests), ("tokens", self.input)):
+            if bucket is not None:
+                headers[f"x-ratelimit-limit-{name}"] = str(int(bucket.limit))
+                headers[f"x-ratelimit-remaining-{name}"] = str(bucket.remaining())
+                headers[f"x-ratelimit-reset-{name}"] = go_duration(bucket.until_full())
+        return headers
+
+    def anthropic_headers(self, now: float) -> dict[str, str]:
+        self._buckets(now)
+        wall = time.time()
+        headers: dict[str, str] = {}
+        for name, bucket in (("requests", self.requests), ("input-tokens", self.input),
+                             ("output-tokens", self.output)):
+            if bucket is not None:
+                headers[f"anthropic-ratelimit-{name}-limit"] = str(int(bucket.limit))
+                headers[f"anthropic-ratelimit-{name}-remaining"] = str(bucket.remaining())
+                headers[f"anthropic-ratelimit-{name}-reset"] = rfc3339(wall + bucket.until_full())
+        return headers
+
+
+def go_duration(seconds: float) -> str:
+    """Seconds in OpenAI's reset format: "20ms", "1.5s", "6m0s"."""
+    if seconds < 1.0:
+        return f"{int(round(seconds * 1000))}ms"
+    minutes, rest = divmod(seconds, 60.0)
+    if minutes < 1:
+        return f"{rest:.3g}s"
+    return f"{int(minutes)}m{rest:.3g}s"
+
+
+def rfc3339(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# -- replies, tokens, embeddings -----------------------------------------------------------
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a content-block list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def last_user_text(body: Mapping[str, Any]) -> str:
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _content_text(message.get("content"))
+    return ""
+
+
+def default_reply(api: str, body: dict) -> str:
+    """Short, deterministic, derived from the last user message."""
+    text = last_user_text(body)
+    digest = hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
+    words = text.split()
+    return f"Reply {digest}: " + " ".join(words[:12])
+
+
+def cheap_tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def _token_counter(tokens: str | Callable[[str], int]) -> Callable[[str], int]:
+    if callable(tokens):
+        return tokens
+    if tokens == "cheap":
+        return cheap_tokens
+    if tokens == "cl100k":
+        from engine.tokens import count_tokens
+        return count_tokens
+    raise ValueError(f"tokens must be 'cheap', 'cl100k' or a callable, not {tokens!r}")
+
+
+_WORD = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=65536)
+def _word_slot(word: str, dim: int) -> tuple[int, float]:
+    value = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+    return value % dim, (1.0 if (value >> 32) & 1 else -1.0)
+
+
+def hashed_embedding(text: str, dim: int) -> list[float]:
+    """Bag of lower-cased words hashed into `dim` signed slots, L2-normalised:
+    deterministic, and texts sharing words get a high cosine."""
+    vector = [0.0] * dim
+    for word in _WORD.findall(text.lower()):
+        slot, sign = _word_slot(word, dim)
+        vector[slot] += sign
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm else vector
+
+
+# -- stats ----------------------------------------------------------------------------------
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    by_status: Counter = field(default_factory=Counter)   # HTTP status -> count
+    by_path: Counter = field(default_factory=Counter)
+    rate_limited: int = 0
+    faults: Counter = field(default_factory=Counter)      # fault kind -> count injected
+    in_flight: int = 0
+    max_in_flight: int = 0
+    accepted_times: list[float] = field(default_factory=list)  # time.monotonic() of calls past the limits
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "by_status": {str(k): v for k, v in self.by_status.items()},
+                "by_path": dict(self.by_path), "rate_limited": self.rate_limited, "faults": dict(self.faults),
+                "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
+                "accepted": len(self.accepted_times), "max_accepted_per_second": self.max_accepted_in(1.0),
+                "max_accepted_per_minute": self.max_accepted_in(60.0),
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+
+    def max_accepted_in(self, window: float) -> int:
+        """The most accepted calls in any `window`-second interval."""
+        times, best, lo = self.accepted_times, 0, 0
+        for hi, t in enumerate(times):
+            while t - times[lo] >= window:
+                lo += 1
+            best = max(best, hi - lo + 1)
+        return best
+
+
+# -- error bodies ---------------------------------------------------------------------------
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    500: "api_error", 502: "api_error", 503: "api_error", 504: "api_error",
+                    529: "overloaded_error"}
+
+
+def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, headers=headers, content_type="application/json")
+
+
+def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: Mapping[str, str] | None = None) -> web.Response:
+    if status >= 500 and type == "invalid_request_error":
+        type = "server_error"
+    return _json({"error": {"message": message, "type": type, "param": param, "code": code}}, status, headers)
+
+
+def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error")
+    return _json({"type": "error", "error": {"type": kind, "message": message}}, status, headers)
+
+
+class _Reject(Exception):
+    """Raised inside a handler to send an error reply in the API's shape."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+        self.status, self.message, self.code, self.param = status, message, code, param
+
+
+# -- the server -----------------------------------------------------------------------------
+
+class LoopbackServer:
+    """Async context manager: `async with LoopbackServer(rpm=600) as server:`."""
+
+    def __init__(self, *, reply: ReplyFn | None = None, latency: LatencyFn | None = None,
+                 rpm: float | None = None, input_tpm: float | None = None, output_tpm: float | None = None,
+                 burst_seconds: float = 1.0, faults: Faults | None = None, embed_dim: int = 64,
+                 tokens: str | Callable[[str], int] = "cheap", context_tokens: int | None = None,
+                 api_keys: Sequence[str] | None = None, finetune_polls: int = 2, finetune_min_examples: int = 10,
+                 host: str = "127.0.0.1", port: int = 0):
+        if burst_seconds <= 0:
+            raise ValueError("burst_seconds must be > 0")
+        self.reply = reply or default_reply
+        self.latency = latency
+        self.limits = RateLimits(rpm, input_tpm, output_tpm, burst_seconds)
+        self.faults = faults or Faults()
+        self.embed_dim = embed_dim
+        self.count_tokens = _token_counter(tokens)
+        self.context_tokens = context_tokens
+        self.api_keys = frozenset(api_keys) if api_keys else None
+        self.finetune_polls = finetune_polls
+        self.finetune_min_examples = finetune_min_examples
+        self.host, self.port = host, port
+        self.stats = ServerStats()
+        self.files: dict[str, dict[str, Any]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._closing: asyncio.Event | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> "LoopbackServer":
+        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/files", self._control(self._upload))
+        app.router.add_post("/v1/fine_tuning/jobs", self._control(self._create_job))
+        app.router.add_get("/v1/fine_tuning/jobs/{job_id}", self._control(self._get_job))
+        app.router.add_get("/loopback/stats", self._stats)
+        # Cancel a handler when its client goes away (stalled calls end with the client).
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self._closing = asyncio.Event()
+        return self
+
+    async def close(self) -> None:
+        if self._closing is not None:
+            self._closing.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> "LoopbackServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def reset_stats(self) -> None:
+        """Start counting afresh (e.g. after a benchmark's warm-up)."""
+        self.stats = ServerStats()
+
+    def _next_id(self) -> str:
+        return f"{next(self._ids):012x}"
+
+    # -- shared request flow ----------------------------------------------------------------
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "openai", self._openai_chat)
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "openai", self._openai_embeddings)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "anthropic", self._anthropic_messages)
+
+    async def _serve(self, request: web.Request, api: str, build: Callable) -> web.StreamResponse:
+        """Count, authenticate, inject faults, rate-limit, wait, reply."""
+        stats = self.stats
+        stats.requests += 1
+        stats.by_path[request.path] += 1
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        status: Any = "client_gone"  # cancelled: the client left (e.g. timed out on a stall)
+        try:
+            response = await self._respond(request, api, build)
+            status = response.status
+            return response
+        except _Aborted as aborted:
+            status = aborted.kind
+            raise
+        finally:
+            stats.in_flight -= 1
+            stats.by_status[status] += 1
+
+    async def _respond(self, request: web.Request, api: str, build: Callable) -> web.StreamResponse:
+        error = openai_error if api == "openai" else anthropic_error
+        denied = self._check_auth(request, api)
+        if denied is not None:
+            return denied
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return self._reject(api, _Reject(400, "We could not parse the JSON body of your request."))
+        if not isinstance(body, dict):
+            return self._reject(api, _Reject(400, "The request body must be a JSON object."))
+        fault = self.faults.pick() if request.path in _FAULTABLE else None
+        if fault is not None:
+            self.stats.faults[fault] += 1
+            if fault.isdigit():
+                return error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."))
+            if fault == "stall":
+                await self._stall()
+            elif fault == "content_filter" and api == "openai":
+                return openai_error(400, "Your request was rejected as a result of our safety system.",
+                                    code="content_policy_violation", param="messages")
+        try:
+            prepared = self._prepare(api, request.path, body)
+            now = time.monotonic()
+            if self.limits.active:
+                wait, which = self.limits.admit(prepared["input_tokens"], now)
+                if wait > 0:
+                    self.stats.rate_limited += 1
+                    return self._too_many(api, wait, which, now)
+            self.stats.accepted_times.append(now)
+            if self.latency is not None:
+                delay = self.latency()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            data, output_tokens = build(body, prepared, fault)
+        except _Reject as reject:
+            return self._reject(api, reject)
+        now = time.monotonic()
+        self.limits.charge_output(output_tokens, now)
+        self.stats.input_tokens += prepared["input_tokens"]
+        self.stats.output_tokens += output_tokens
+        headers = self._limit_headers(api, now)
+        headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
+        if fault == "truncate":
+            return await self._truncated(request, orjson.dumps(data), headers)
+        if fault == "reset":
+            self._reset(request)
+        if fault == "bad_json":
+            return web.Response(body=b"<html>502 Bad Gateway</html>", headers=headers, content_type="text/html")
+        return _json(data, 200, headers)
+
+    def _limit_headers(self, api: str, now: float) -> dict[str, str]:
+        if not self.limits.active:
+            return {}
+        return self.limits.openai_headers(now) if api == "openai" else self.limits.anthropic_headers(now)
+
+    def _reject(self, api: str, reject: _Reject) -> web.Response:
+        if api == "openai":
+            return openai_error(reject.status, reject.message, code=reject.code, param=reject.param)
+        return anthropic_error(reject.status, reject.message)
+
+    def _too_many(self, api: str, wait: float, which: str, now: float) -> web.Response:
+        headers = self._limit_headers(api, now)
+        headers["retry-after"] = str(max(1, math.ceil(wait)))
+        headers["retry-after-ms"] = str(int(math.ceil(wait * 1000)))
+        if api == "openai":
+            return openai_error(429, f"Rate limit reached for {which} per min. Please try again in "
+                                     f"{go_duration(wait)}.", type="requests" if which == "requests" else "tokens", code="rate_limit_exceeded",
+                                headers=headers)
+        return anthropic_error(429, f"This request would exceed your organization's rate limit of "
+                                    f"{which} per minute. Please retry after the retry-after header's delay.",
+                               headers=headers)
+
+    def _check_auth(self, request: web.Request, api: str) -> web.Response | None:
+        if self.api_keys is None:
+            return None
+        authorization = request.headers.get("Authorization", "")
+        bearer = authorization[7:] if authorization.startswith("Bearer ") else None
+        presented = request.headers.get("x-api-key") if api == "anthropic" else None
+        presented = presented or bearer
+        if presented in self.api_keys:
+            return None
+        # Echo the key in full (real APIs mask it) so tests prove clients scrub it.
+        if api == "openai":
+            return openai_error(401, f"Incorrect API key provided: {presented}. Header was "
+                                     f"'Authorization: {authorization}'.", code="invalid_api_key")
+        return anthropic_error(401, f"invalid x-api-key: {presented}")
+
+    async def _stall(self) -> None:
+        assert self._closing is not None
+        try:
+            await asyncio.wait_for(self._closing.wait(), self.faults.stall_seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    @staticmethod
+    def _reset(request: web.Request) -> None:
+        """Abort the connection with a TCP RST instead of replying."""
+        transport = request.transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        raise _Aborted("reset")
+
+    @staticmethod
+    async def _truncated(request: web.Request, body: bytes, headers: Mapping[str, str]) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers=headers)
+        response.content_type = "application/json"
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[: len(body) // 2])
+        if request.transport is not None:
+            request.transport.close()
+        raise _Aborted("truncate")
+
+    # -- request parsing ------------------------------------------------------------------
+    def _prepare(self, api: str, path: str, body: dict) -> dict[str, Any]:
+        """Validate the body; count input tokens; apply the context limit."""
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            raise _Reject(400, "you must provide a model parameter", param="model")
+        if body.get("stream"):
+            raise _Reject(400, "the loopback server does not stream; send stream=false", param="stream")
+        if path == "/v1/embeddings":
+            texts = body.get("input")
+            if isinstance(texts, str):
+                texts = [texts]
+            if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+                raise _Reject(400, "'input' must be a string or a non-empty list of strings", param="input")
+            return {"texts": texts, "input_tokens": sum(self.count_tokens(t) for t in texts)}
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _Reject(400, "'messages' must be a non-empty list", param="messages")
+        parts = [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
+        if api == "anthropic":
+            if not isinstance(body.get("max_tokens"), int):
+                raise _Reject(400, "max_tokens: Field required")
+            if any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+                raise _Reject(400, "messages: Unexpected role \"system\". The Messages API accepts a top-level "
+                                   "`system` parameter, not \"system\" as an input message role.")
+            system = body.get("system")
+            parts.append(system if isinstance(system, str) else _content_text(system))
+        input_tokens = sum(self.count_tokens(p) for p in parts if p)
+        if self.context_tokens is not None and input_tokens > self.context_tokens:
+            if api == "openai":
+                raise _Reject(400, f"This model's maximum context length is {self.context_tokens} tokens. "
+                                   f"However, your messages resulted in {input_tokens} tokens. Please reduce the "
+                                   f"length of the messages.", code="context_length_exceeded", param="messages")
+            raise _Reject(400, f"prompt is too long: {input_tokens} tokens > {self.context_tokens} maximum")
+        return {"input_tokens": input_tokens}
+
+    def _generate(self, api: str, body: dict, max_tokens: int | None, stops: Sequence[str]
+                  ) -> tuple[str, str, str | None, int]:
+        """(text, finish, matched stop sequence, output tokens) under max_tokens/stop."""
+        produced = self.reply(api, body)
+        text, finish = (produced, "stop") if isinstance(produced, str) else produced
+        matched = None
+        for stop in stops:
+            cut = text.find(stop)
+            if cut >= 0:
+                text, finish, matched = text[:cut], "stop", stop
+                break
+        tokens = self.count_tokens(text)
+        if max_tokens is not None and tokens > max_tokens:
+            finish, matched = "length", None
+            while tokens > max_tokens:  # cut in proportion until it fits (one pass for "cheap")
+                text = text[: len(text) * max_tokens // tokens]
+                tokens = self.count_tokens(text)
+        return text, finish, matched, tokens
+
+    # -- OpenAI ---------------------------------------------------------------------------
+    def _openai_chat(self, body: dict, prepared: dict, fault: str | None) -> tuple[dict, int]:
+        stop = body.get("stop") or []
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        text, finish, _, output_tokens = self._generate("openai", body, limit, stops)
+        ident = self._next_id()
+        data = {
+            "id": f"chatcmpl-{ident}", "object": "chat.completion", "created": int(time.time()),
+            "model": body["model"], "system_fingerprint": "fp_loopback", "service_tier": "default",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None,
+                                                 "annotations": []},
+                         "logprobs": None, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prepared["input_tokens"], "completion_tokens": output_tokens,
+                      "total_tokens": prepared["input_tokens"] + output_tokens},
+        }
+        return data, output_tokens
+
+    def _openai_embeddings(self, body: dict, prepared: dict, fault: str | None) -> tuple[dict, int]:
+        dim = body.get("dimensions") or self.embed_dim
+        if not isinstance(dim, int) or dim < 1:
+            raise _Reject(400, "'dimensions' must be a positive integer", param="dimensions")
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for index, text in enumerate(prepared["texts"]):
+            vector = hashed_embedding(text, dim)
+            if as_base64:  # what the openai SDK asks for by default: little-endian float32
+                packed = array("f", vector)
+                if sys.byteorder != "little":
+                    packed.byteswap()
+                embedding: Any = base64.b64encode(packed.tobytes()).decode()
+            else:
+                embedding = vector
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        usage = {"prompt_tokens": prepared["input_tokens"], "total_tokens": prepared["input_tokens"]}
+        return {"object": "list", "data": data, "model": body["model"], "usage": usage}, 0
+
+    # -- Anthropic ------------------------------------------------------------------------
+    def _anthropic_messages(self, body: dict, prepared: dict, fault: str | None) -> tuple[dict, int]:
+        stops = list(body.get("stop_sequences") or [])
+        text, finish, matched, output_tokens = self._generate("anthropic", body, body["max_tokens"], stops)
+        if fault == "content_filter":
+            finish = "refusal"
+        stop_reason = {"stop": "stop_sequence" if matched else "end_turn", "length": "max_tokens",
+                       "content_filter": "refusal"}.get(finish, finish)
+        data = {
+            "id": f"msg_{self._next_id()}", "type": "message", "role": "assistant", "model": body["model"],
+            "content": [{"type": "text", "text": text}], "stop_reason": stop_reason, "stop_sequence": matched,
+            "usage": {"input_tokens": prepared["input_tokens"], "output_tokens": output_tokens,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        }
+        return data, output_tokens
+
+    # -- files and fine-tuning (OpenAI) ---------------------------------------------------------
+    def _control(self, handler: Callable) -> Callable:
+        """Count, authenticate and serve a control-plane call (no limits, no faults)."""
+        async def serve(request: web.Request) -> web.Response:
+            route = request.match_info.route.resource
+            path = route.canonical if route is not None else request.path  # one entry per job route
+            self.stats.requests += 1
+            self.stats.by_path[path] += 1
+            response = self._check_auth(request, "openai")
+            if response is None:  # (not `or`: a response is an empty mapping, hence falsy)
+                response = await handler(request)
+            self.stats.by_status[response.status] += 1
+            return response
+        return serve
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        """Counters as JSON, for benchmarks running the server in another process."""
+        return _json(self.stats.to_dict())
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        upload, purpose = form.get("file"), form.get("purpose")
+        if not hasattr(upload, "file") or not isinstance(purpose, str):
+            return openai_error(400, "multipart fields 'file' and 'purpose' are required", param="file")
+        content = upload.file.read()
+        file_id = f"file-{self._next_id()}"
+        self.files[file_id] = {"content": content, "filename": upload.filename, "purpose": purpose}
+        return _json({"id": file_id, "object": "file", "bytes": len(content), "created_at": int(time.time()),
+                      "filename": upload.filename, "purpose": purpose, "status": "processed",
+                      "status_details": None})
+
+    async def _create_job(self, request: web.Request) -> web.Response:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            return openai_error(400, "'model' and 'training_file' are required", param="model")
+        training_file = body.get("training_file")
+        if training_file not in self.files:
+            return openai_error(400, f"invalid training_file: {training_file}", param="training_file",
+                                code="invalid_training_file")
+        job_id = f"ftjob-{self._next_id()}"
+        suffix = body.get("suffix")
+        job = {
+            "object": "fine_tuning.job", "id": job_id, "model": body["model"], "created_at": int(time.time()),
+            "finished_at": None, "fine_tuned_model": None, "organization_id": "org-tulving",
+            "result_files": [], "status": "queued", "validation_file": body.get("validation_file"),
+            "training_file": training_file, "hyperparameters": {"n_epochs": "auto", "batch_size": "auto",
+                                                                "learning_rate_multiplier": "auto"},
+            "trained_tokens": None, "error": None, "seed": body.get("seed") or 42, "user_provided_suffix": suffix,
+            "estimated_finish": None, "integrations": [], "metadata": body.get("metadata"),
+            "method": {"type": "supervised"},
+        }
+        self.jobs[job_id] = {"job": job, "polls": 0, "problem": self._training_problem(training_file)}
+        return _json(job)
+
+    def _training_problem(self, file_id: str) -> str | None:
+        """Why the training file would fail validation, as OpenAI words it."""
+        lines = [line for line in self.files[file_id]["content"].splitlines() if line.strip()]
+        for number, line in enumerate(lines, 1):
+            try:
+                example = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return f"Invalid file format. Line {number} is not valid JSON."
+            if not isinstance(example, dict) or not isinstance(example.get("messages"), list):
+                return f"Invalid file format. Line {number}, key \"messages\": missing or not a list."
+        if len(lines) < self.finetune_min_examples:
+            return (f"Training file has {len(lines)} example(s), but must have at least "
+                    f"{self.finetune_min_examples} examples")
+        return None
+
+    async def _get_job(self, request: web.Request) -> web.Response:
+        entry = self.jobs.get(request.match_info["job_id"])
+        if entry is None:
+            return openai_error(404, f"Could not find fine tune: {request.match_info['job_id']}",
+                                code="fine_tune_not_found", param="id")
+        entry["polls"] += 1
+        job = entry["job"]
+        if job["status"] in ("queued", "running") and entry["polls"] >= self.finetune_polls:
+            job["finished_at"] = int(time.time())
+            if entry["problem"]:
+                job["status"] = "failed"
+                job["error"] = {"code": "invalid_training_file", "message": entry["problem"],
+                                "param": "training_file"}
+            else:
+                job["status"] = "succeeded"
+                job["fine_tuned_model"] = f"ft:{job['model']}:tulving:{job['user_provided_suffix'] or ''}:{job['id']}"
+                job["trained_tokens"] = cheap_tokens(self.files[job["training_file"]]["content"].decode("utf-8",
+                                                                                                        "replace"))
+        elif job["status"] == "queued":
+            job["status"] = "running"
+        return _json(job)
+
+
+class _Aborted(web.HTTPInternalServerError):
+    """The handler dropped the connection on purpose (reset / truncate).
+    An HTTPException, so aiohttp finds the transport closed and moves on
+    without logging an error."""
+
+    def __init__(self, kind: str):
+        super().__init__(reason=kind)
+        self.kind = kind
+
+
+_FAULT_MESSAGES = {
+    "500": "The server had an error while processing your request. Sorry about that!",
+    "502": "Bad gateway.",
+    "503": "The engine is currently overloaded, please try again later.",
+    "504": "Gateway timeout.",
+    "529": "Overloaded",
+}
+
+
+# -- standalone -----------------------------------------------------------------------------
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m providers.loopback_server",
+                                     description="Serve the OpenAI and Anthropic HTTP APIs on loopback "
+                                                 "(tests and benchmarks).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
+    parser.add_argument("--rpm", type=float)
+    parser.add_argument("--input-tpm", type=float)
+    parser.add_argument("--output-tpm", type=float)
+    parser.add_argument("--burst-seconds", type=float, default=1.0)
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="median latency per call")
+    parser.add_argument("--latency", choices=["constant", "uniform", "lognormal"], default="constant",
+                        help="distribution around --latency-ms (uniform: 0..2x; lognormal: sigma 0.5)")
+    parser.add_argument("--embed-dim", type=int, default=64)
+    parser.add_argument("--tokens", choices=["cheap", "cl100k"], default="cheap")
+    parser.add_argument("--context-tokens", type=int)
+    parser.add_argument("--fault", action="append", default=[], metavar="KIND=P",
+                        help=f"per-call fault probability, e.g. 503=0.01 (kinds: {', '.join(sorted(FAULT_KINDS))})")
+    parser.add_argument("--fail-first", metavar="N:KIND", help="fail the first N calls with KIND, e.g. 5:503")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    return parser.parse_args(argv)
+
+
+def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
+    median = args.latency_ms / 1000.0
+    latency = None
+    if median > 0:
+        latency = {"constant": lambda: constant(median), "uniform": lambda: uniform(0.0, 2 * median, args.seed),
+                   "lognormal": lambda: lognormal(median, 0.5, args.seed)}[args.latency]()
+    rates = {}
+    for item in args.fault:
+        kind, _, p = item.partition("=")
+        rates[kind] = float(p)
+    schedule: list[str] = []
+    if args.fail_first:
+        n, _, kind = args.fail_first.partition(":")
+        schedule = [kind] * int(n)
+    return LoopbackServer(latency=latency, rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
+                          burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
+                                                                          seed=args.seed),
+                          embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
+                          host=args.host, port=args.port)
+
+
+async def _serve_forever(server: LoopbackServer) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        print(f"openai_base_url={server.openai_base_url}", flush=True)
+        print(f"anthropic_base_url={server.anthropic_base_url}", flush=True)
+        await stop.wait()
+        stats = server.stats
+        print(f"served {stats.requests} calls, status {dict(stats.by_status)}, "
+              f"max in flight {stats.max_in_flight}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parse_args(argv)
+        server = _server_from_args(args)
+    except ValueError as exc:
+        print(f"loopback_server: error: {exc}", file=sys.stderr)
+        return 2
+    if args.uvloop:
+        import uvloop
+        uvloop.run(_serve_forever(server))
+    else:
+        asyncio.run(_serve_forever(server))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+"""The loopback provider server itself: its limits hold, its faults fire as
+scheduled, its replies and fine-tuning flow follow the real formats."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from multidict import CIMultiDict
+
+from engine.tokens import count_tokens
+from providers.http_errors import retry_after
+from providers.loopback_server import (Faults, LoopbackServer, constant, go_duration, hashed_embedding, lognormal,
+                                       uniform)
+
+REPO = Path(__file__).resolve().parents[1]
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+MESSAGES = {"model": "c", "max_tokens": 100, "messages": [{"role": "user", "content": "hello"}]}
+
+
+async def post(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict, CIMultiDict]:
+    async with session.post(url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}) as resp:
+        return resp.status, orjson.loads(await resp.read()), resp.headers.copy()
+
+
+async def hammer(url: str, body: dict, seconds: float, workers: int = 8) -> list[int]:
+    """Send calls back to back (no waiting on 429) for `seconds`; statuses."""
+    statuses: list[int] = []
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as session:
+        async def worker():
+            while time.monotonic() < deadline:
+                status, _, _ = await post(session, url, body)
+                statuses.append(status)
+                if status == 429:
+                    await asyncio.sleep(0.002)
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    return statuses
+
+
+# -- rate limits --------------------------------------------------------------------------
+
+async def test_rpm_limit_holds_over_any_window():
+    rpm, seconds = 1200, 1.5  # 20 calls/s; the bucket holds one second: 20
+    async with LoopbackServer(rpm=rpm) as server:
+        statuses = await hammer(server.openai_base_url + "/chat/completions", CHAT, seconds)
+        stats = server.stats
+    accepted = len(stats.accepted_times)
+    assert statuses.count(200) == accepted and statuses.count(429) == stats.rate_limited > 0
+    for window in (0.25, 0.5, 1.0):
+        assert stats.max_accepted_in(window) <= 20 + rpm / 60 * window + 1, window
+    # ...and it does not starve either: the full burst plus the refill got through.
+    assert accepted >= 20 + rpm / 60 * seconds * 0.8
+
+
+async def test_input_tpm_limit_holds_and_big_prompts_leave_a_debt():
+    body = {"model": "m", "messages": [{"role": "user", "content": "x" * 160}]}  # 40 tokens
+    async with LoopbackServer(input_tpm=6000) as server:  # 100 tokens/s
+        await hammer(server.openai_base_url + "/chat/completions", body, 1.0)
+        stats = server.stats
+    assert stats.max_accepted_in(1.0) * 40 <= 100 + 100 * 1.0 + 40
+    assert len(stats.accepted_times) >= 3
+
+    big = {"model": "m", "messages": [{"role": "user", "content": "x" * 400}]}  # 100 tokens > bucket of 10
+    async with LoopbackServer(input_tpm=600) as server, aiohttp.ClientSession() as session:
+        first, _, _ = await post(session, server.openai_base_url + "/chat/completions", big)
+        second, error, headers = await post(session, server.openai_base_url + "/chat/completions", big)
+    assert (first, second) == (200, 429)
+    assert error["error"]["code"] == "rate_limit_exceeded" and error["error"]["type"] == "tokens"
+    assert retry_after(headers) == pytest.approx(10.0, abs=0.1)  # 90 tokens of debt + 10 at 10/s
+    assert headers["retry-after"] == "10"
+
+
+async def test_output_tpm_is_charged_with_generated_tokens():
+    async with LoopbackServer(output_tpm=600, reply=lambda api, body: "y" * 160) as server:  # 10 tok/s, 40/reply
+        async with aiohttp.ClientSession() as session:
+            url = server.anthropic_base_url + "/v1/messages"
+            first, reply, _ = await post(session, url, MESSAGES)
+            second, error, headers = await post(session, url, MESSAGES)
+    assert first == 200 and reply["usage"]["output_tokens"] == 40
+    assert second == 429 and error == {"type": "error", "error": {"type": "rate_limit_error",
+                                                                  "message": error["error"]["message"]}}
+    assert 2.5 < retry_after(headers) <= 3.1  # 30 tokens of debt at 10/s
+    assert headers["anthropic-ratelimit-output-tokens-remaining"] == "0"
+
+
+async def test_every_reply_carries_its_apis_rate_limit_headers():
+    async with LoopbackServer(rpm=600, input_tpm=60_000, output_tpm=6000) as server:
+        async with aiohttp.ClientSession() as session:
+            _, _, openai_headers = await post(session, server.openai_base_url + "/chat/completions", CHAT)
+            _, _, embed_headers = await post(session, server.openai_base_url + "/embeddings",
+                                             {"model": "e", "input": "hi"})
+            _, _, anthropic_headers = await post(session, server.anthropic_base_url + "/v1/messages", MESSAGES)
+    for headers, calls_so_far in ((openai_headers, 1), (embed_headers, 2)):
+        assert headers["x-ratelimit-limit-requests"] == "600" and headers["x-ratelimit-limit-tokens"] == "60000"
+        assert int(headers["x-ratelimit-remaining-requests"]) == 10 - calls_so_far  # the bucket holds 10
+        assert headers["x-ratelimit-reset-requests"].endswith("ms") and "x-request-id" in headers
+    assert anthropic_headers["anthropic-ratelimit-requests-limit"] == "600"
+    assert anthropic_headers["anthropic-ratelimit-input-tokens-limit"] == "60000"
+    assert anthropic_headers["anthropic-ratelimit-output-tokens-limit"] == "6000"
+    assert anthropic_headers["anthropic-ratelimit-requests-reset"].endswith("Z")
+    assert "request-id" in anthropic_headers and "x-ratelimit-limit-requests" not in anthropic_headers
+
+
+def test_go_duration_format():
+    assert [go_duration(s) for s in (0.02, 1.5, 360.0, 61.25)] == ["20ms", "1.5s", "6m0s", "1m1.25s"]
+
+
+# -- faults and latency -------------------------------------------------------------------
+
+def test_faults_follow_the_schedule_then_the_seeded_rates():
+    def draws(seed):
+        faults = Faults(schedule=["503", None, "reset"], rates={"500": 0.2, "stall": 0.1}, seed=seed)
+        return [faults.pick() for _ in range(2003)]
+
+    first = draws(1)
+    assert first[:3] == ["503", None, "reset"]
+    assert first == draws(1) and first != draws(2)
+    assert 0.15 < first[3:].count("500") / 2000 < 0.25 and 0.06 < first[3:].count("stall") / 2000 < 0.14
+    assert Faults.first(2, "529").schedule == ["529", "529"]
+    with pytest.raises(ValueError, match="unknown fault"):
+        Faults(schedule=["418"])
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        Faults(rates={"500": 0.7, "503": 0.6})
+
+
+async def test_first_n_calls_fail_in_each_apis_error_shape():
+    async with LoopbackServer(faults=Faults.first(2, "529")) as server, aiohttp.ClientSession() as session:
+        status1, body1, _ = await post(session, server.openai_base_url + "/chat/completions", CHAT)
+        status2, body2, _ = await post(session, server.anthropic_base_url + "/v1/messages", MESSAGES)
+        status3, _, _ = await post(session, server.anthropic_base_url + "/v1/messages", MESSAGES)
+        stats = server.stats
+    assert (status1, status2, status3) == (529, 529, 200)
+    assert body1["error"]["type"] == "server_error" and body1["error"]["message"]
+    assert body2 == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    assert stats.by_status == {529: 2, 200: 1} and stats.faults == {"529": 2}
+    assert stats.by_path == {"/v1/chat/completions": 1, "/v1/messages": 2}
+
+
+async def test_a_stalled_call_ends_when_its_client_leaves():
+    async with LoopbackServer(faults=Faults.first(1, "stall")) as server:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2)) as session:
+            with pytest.raises(asyncio.TimeoutError):
+                await post(session, server.openai_base_url + "/chat/completions", CHAT)
+        for _ in range(50):
+            if server.stats.in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert server.stats.in_flight == 0 and server.stats.faults["stall"] == 1
+        start = time.perf_counter()
+    assert time.perf_counter() - start < 1.5  # closing does not wait for stalls
+
+
+def test_latency_helpers_are_seeded():
+    assert constant(0.05)() == 0.05
+    a, b = uniform(0.1, 0.2, seed=3), uniform(0.1, 0.2, seed=3)
+    values = [a() for _ in range(100)]
+    assert values == [b() for _ in range(100)] and all(0.1 <= v <= 0.2 for v in values)
+    latency = lognormal(0.05, 0.5, seed=1)
+    draws = sorted(latency() for _ in range(2001))
+    assert 0.04 < draws[1000] < 0.06 and draws[-1] > 0.1
+
+
+async def test_latency_delays_replies_and_calls_overlap():
+    async with LoopbackServer(latency=constant(0.1)) as server, aiohttp.ClientSession() as session:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(post(session, server.openai_base_url + "/chat/completions", CHAT)
+                                         for _ in range(10)))
+        elapsed = time.perf_counter() - start
+        assert server.stats.max_in_flight == 10
+    assert [r[0] for r in results] == [200] * 10 and 0.1 <= elapsed < 0.9  # serially: 1 s
+
+
+# -- replies --------------------------------------------------------------------------------
+
+async def test_embeddings_float_and_base64_agree():
+    texts = ["the cat sat", "a dog ran"]
+    async with LoopbackServer(embed_dim=16) as server, aiohttp.ClientSession() as session:
+        url = server.openai_base_url + "/embeddings"
+        _, floats, _ = await post(session, url, {"model": "e", "input": texts})
+        _, packed, _ = await post(session, url, {"model": "e", "input": texts, "encoding_format": "base64"})
+        _, wide, _ = await post(session, url, {"model": "e", "input": "the cat", "dimensions": 128})
+        status, error, _ = await post(session, url, {"model": "e", "input": []})
+    assert [d["embedding"] for d in floats["data"]] == [hashed_embedding(t, 16) for t in texts]
+    for item, text in zip(packed["data"], texts):
+        decoded = struct.unpack("<16f", base64.b64decode(item["embedding"]))
+        assert decoded == pytest.approx(hashed_embedding(text, 16), abs=1e-6)
+    assert len(wide["data"][0]["embedding"]) == 128
+    assert math.isclose(sum(x * x for x in floats["data"][0]["embedding"]), 1.0)
+    assert status == 400 and error["error"]["param"] == "input"
+
+
+async def test_anthropic_requests_are_validated_like_the_real_api():
+    async with LoopbackServer() as server, aiohttp.ClientSession() as session:
+        url = server.anthropic_base_url + "/v1/messages"
+        no_max, body1, _ = await post(session, url, {"model": "c", "messages": MESSAGES["messages"]})
+        system_role, body2, _ = await post(session, url, {**MESSAGES, "messages": [
+            {"role": "system", "content": "s"}, *MESSAGES["messages"]]})
+        ok, reply, _ = await post(session, url, {**MESSAGES, "system": "be short"})
+    assert (no_max, system_role, ok) == (400, 400, 200)
+    assert body1["error"]["type"] == body2["error"]["type"] == "invalid_request_error"
+    assert reply["type"] == "message" and reply["content"][0]["type"] == "text"
+    assert reply["usage"]["input_tokens"] == math.ceil(len("hello") / 4) + math.ceil(len("be short") / 4)
+
+
+async def test_cl100k_token_counting():
+    text = "Episodic memory lets us recall events in time and space."
+    async with LoopbackServer(tokens="cl100k") as server, aiohttp.ClientSession() as session:
+        _, reply, _ = await post(session, server.openai_base_url + "/chat/completions",
+                                 {"model": "m", "messages": [{"role": "user", "content": text}]})
+    assert reply["usage"]["prompt_tokens"] == count_tokens(text)
+    assert reply["usage"]["completion_tokens"] == count_tokens(reply["choices"][0]["message"]["content"])
+    with pytest.raises(ValueError):
+        LoopbackServer(tokens="words")
+
+
+# -- fine-tuning ----------------------------------------------------------------------------
+
+def training_jsonl(n: int) -> bytes:
+    line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    return b"\n".join(orjson.dumps(line) for _ in range(n)) + b"\n"
+
+
+async def finetune_over_http(server: LoopbackServer, content: bytes) -> list[dict]:
+    async with aiohttp.ClientSession() as session:
+        form = aiohttp.FormData()
+        form.add_field("purpose", "fine-tune")
+        form.add_field("file", content, filename="train.jsonl", content_type="application/jsonl")
+        async with session.post(server.openai_base_url + "/files", data=form) as resp:
+            uploaded = await resp.json()
+        status, job, _ = await post(session, server.openai_base_url + "/fine_tuning/jobs",
+                                    {"model": "gpt-4o-mini", "training_file": uploaded["id"]})
+        assert status == 200 and uploaded["bytes"] == len(content)
+        states = [job]
+        for _ in range(3):
+            async with session.get(f"{server.openai_base_url}/fine_tuning/jobs/{job['id']}") as resp:
+                states.append(await resp.json())
+        return states
+
+
+async def test_finetune_job_goes_queued_running_succeeded():
+    async with LoopbackServer(finetune_polls=2) as server:
+        states = await finetune_over_http(server, training_jsonl(10))
+    assert [s["status"] for s in states] == ["queued", "running", "succeeded", "succeeded"]
+    assert states[-1]["fine_tuned_model"] == f"ft:gpt-4o-mini:tulving::{states[0]['id']}"
+
+
+async def test_finetune_job_with_too_few_examples_fails():
+    async with LoopbackServer(finetune_polls=1) as server:
+        states = await finetune_over_http(server, training_jsonl(3))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(server.openai_base_url + "/fine_tuning/jobs/ftjob-nope") as resp:
+                missing = resp.status
+    assert states[1]["status"] == "failed" and states[1]["fine_tuned_model"] is None
+    assert "at least 10 examples" in states[1]["error"]["message"] and missing == 404
+
+
+# -- standalone ------------------------------------------------------------------------------
+
+def test_standalone_server_serves_until_terminated():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "providers.loopback_server", "--port", "0", "--rpm", "60", "--fail-first", "1:503"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        urls = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
+
+        async def calls():
+            async with aiohttp.ClientSession() as session:
+                statuses = [(await post(session, urls["openai_base_url"] + "/chat/completions", CHAT))[0]
+                            for _ in range(3)]
+                async with session.get(urls["anthropic_base_url"] + "/loopback/stats") as resp:
+                    return statuses, await resp.json()
+
+        statuses, stats = asyncio.run(calls())
+        assert statuses == [503, 200, 429]
+        assert stats["by_status"] == {"503": 1, "200": 1, "429": 1} and stats["rate_limited"] == 1
+        assert stats["accepted"] == stats["max_accepted_per_second"] == 1
+        assert urls["anthropic_base_url"] + "/v1" == urls["openai_base_url"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        tail = process.communicate(timeout=10)[0]
+    assert process.returncode == 0 and "served 3 calls" in tail
+
+
+def test_standalone_rejects_bad_arguments():
+    out = subprocess.run([sys.executable, "-m", "providers.loopback_server", "--fault", "teapot=0.5"],
+                         cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 2 and "unknown fault kind" in out.stderr and "\n" == out.stderr[-1]
