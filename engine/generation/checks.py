@@ -1,0 +1,118 @@
+"""Chapter verification: the exact checks (protocol "Chapters") and the parsing
+of the LLM check's reply.
+
+`exact_check(candidate, event, meta)` runs on a raw candidate (numbered
+paragraphs, `$entity_X` placeholders) and returns None when it passes, else a
+short reason. `check_assembled_chapter` is the same check adapted to a chapter
+as it stands in book.txt (numbering removed, secondary names filled in).
+
+"entity" is matched anywhere, also inside a word: a candidate saying
+"identity" fails, as in the reference (no published chapter holds the string
+"entity" outside a placeholder; a content detail containing "identity" can
+therefore never pass).
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Mapping
+
+from engine.generation.prompts import lower_first
+
+_PARAGRAPH_SPLIT = re.compile(r"\n+")
+_NUMBERING = re.compile(r"^\((\d+)\)\s*")
+_ENTITY_WORD = re.compile(r"entity", re.IGNORECASE)
+_PLACEHOLDER = re.compile(r"\$entity_\d+")
+_ITEMS = ("date", "location", "entity", "content")
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """Paragraphs: the text split on runs of newlines, blank pieces dropped."""
+    return [p for p in _PARAGRAPH_SPLIT.split(text.strip()) if p.strip()]
+
+
+def strip_numbering(paragraph: str) -> str:
+    return _NUMBERING.sub("", paragraph, count=1)
+
+
+def item_values(event: Mapping[str, str]) -> dict[str, str]:
+    """The four strings the checks look for, keyed like idx_paragraph."""
+    return {"date": event["date"], "location": event["location"], "entity": event["entity"],
+            "content": lower_first(event["detail"])}
+
+
+def _placement_problem(paragraphs: list[str], event: Mapping[str, str], meta: Mapping) -> str | None:
+    lowered = [p.lower() for p in paragraphs]
+    for key, value in item_values(event).items():
+        target = meta["idx_paragraph"][key]
+        needle = value.lower()
+        where = [i for i, p in enumerate(lowered, start=1) if needle in p]
+        if target not in where:
+            return f"{key} {value!r} missing from paragraph {target}"
+        others = [i for i in where if i != target]
+        if others:
+            return f"{key} {value!r} also in paragraph {others[0]} (expected only {target})"
+    return None
+
+
+def exact_check(candidate: str, event: Mapping[str, str], meta: Mapping) -> str | None:
+    """None if the raw candidate passes every exact check, else the reason."""
+    paragraphs = split_paragraphs(candidate)
+    nb = meta["nb_paragraphs"]
+    if len(paragraphs) != nb:
+        return f"{len(paragraphs)} paragraphs instead of {nb}"
+    for i, paragraph in enumerate(paragraphs, start=1):
+        match = _NUMBERING.match(paragraph)
+        if match is None:
+            return f"paragraph {i} does not start with ({i})"
+        if int(match.group(1)) != i:
+            return f"paragraph {i} is numbered ({match.group(1)})"
+    # every "entity" must belong to a $entity_<digits> placeholder
+    n_words = len(_ENTITY_WORD.findall(candidate))
+    n_placeholders = len(_PLACEHOLDER.findall(candidate))
+    if n_words != n_placeholders:
+        return "the word 'entity' appears outside a $entity_X placeholder"
+    return _placement_problem([strip_numbering(p) for p in paragraphs], event, meta)
+
+
+def check_assembled_chapter(text: str, chapter: Mapping) -> str | None:
+    """The exact checks on a chapter of book.txt against its ground truth."""
+    paragraphs = text.split("\n\n")
+    nb = chapter["nb_paragraphs"]
+    if len(paragraphs) != nb or any(not p.strip() for p in paragraphs):
+        return f"{len(paragraphs)} paragraphs instead of {nb}"
+    if any(_NUMBERING.match(p) for p in paragraphs):
+        return "a paragraph still carries its (i) numbering"
+    if _ENTITY_WORD.search(text):
+        return "an $entity_X placeholder (or the word 'entity') is left in the text"
+    for name in chapter.get("secondary_entities", []):
+        if name not in text:
+            return f"secondary entity {name!r} does not appear"
+    return _placement_problem(paragraphs, chapter, {"idx_paragraph": chapter["paragraph_of"]})
+
+
+# -- the LLM check -----------------------------------------------------------------------
+_OBJECT = re.compile(r"\{.*?\}", re.DOTALL)
+
+
+def parse_llm_check(reply: str) -> tuple[bool, str | None]:
+    """(passed, reason). The reply must hold a JSON object with exactly the four
+    keys "1".."4", each a boolean, all true."""
+    for blob in _OBJECT.findall(reply):
+        try:
+            data = json.loads(blob)
+        except json.JSONDecodeError:
+            try:  # a model writing Python-style True/False
+                data = json.loads(re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", blob)))
+            except json.JSONDecodeError:
+                continue
+        if not isinstance(data, dict):
+            continue
+        values = [data.get(k) for k in ("1", "2", "3", "4")]
+        if len(data) != 4 or not all(isinstance(v, bool) for v in values):
+            return False, "the check reply does not hold exactly four booleans"
+        false = [str(i) for i, v in enumerate(values, start=1) if not v]
+        if false:
+            return False, f"LLM check answered false to question(s) {', '.join(false)}"
+        return True, None
+    return False, "the check reply holds no JSON object"

@@ -1,0 +1,237 @@
+"""`tulving generate` and `tulving book {stats,chrono,realism}`.
+
+    tulving generate --universe default --events 200 --seed 0 --model claude-3-5-sonnet --out books/mine
+                     [--itermax 10] [--uniform] [--events-only] [--dry-run]
+
+Every call goes through the engine's cache (global --cache), so a killed run
+resumes where it stopped and a rerun rebuilds the identical book with zero
+calls. `--events-only` writes events.json and meta_events.json without any
+model call; `--dry-run` prints the plan and the first prompt and calls nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.errors import TulvingError
+from engine.generation.assemble import book_tokens, build_book
+from engine.generation.bookdir import write_book_dir, write_events
+from engine.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests
+from engine.generation.events import sample_events, sample_meta_events
+from engine.generation.prompts import chapter_messages
+from engine.generation.published import load_book
+from engine.generation.secondary import secondary_names
+from engine.generation.stats import write_stats
+from engine.generation.universe import PUBLISHED_UNIVERSES, load_universe
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("generate", help="generate a benchmark book (events, chapters, ground truth)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--universe", default="default",
+                   help="default, news, scifi, or a universe JSON file (default %(default)s)")
+    p.add_argument("--events", type=_positive_int, default=200, help="number of events (default %(default)s)")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="events seed (default %(default)s)")
+    p.add_argument("--universe-seed", type=_non_negative_int, default=0,
+                   help="static universe seed (default %(default)s)")
+    p.add_argument("--model", help="model alias writing and checking the chapters (e.g. builtin:writer)")
+    p.add_argument("--out", help="book folder to write")
+    p.add_argument("--name", help="book name (default: the folder name)")
+    p.add_argument("--itermax", type=_positive_int, default=DEFAULT_ITERMAX,
+                   help="candidates per event (default %(default)s)")
+    p.add_argument("--uniform", action="store_true", help="uniform instead of geometric item sampling")
+    p.add_argument("--events-only", action="store_true", help="write events and meta-events only; no model call")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the first prompt; call nothing")
+    p.set_defaults(func=generate_handler)
+
+    book = subparsers.add_parser("book", help="inspect or derive books")
+    book_sub = book.add_subparsers(dest="book_command", metavar="ACTION")
+    s = book_sub.add_parser("stats", help="generation statistics of a book (printed, saved as stats.json)")
+    s.add_argument("book", help="published book name or book folder")
+    s.add_argument("--out", help="folder for stats.json (default: the book folder)")
+    s.set_defaults(func=stats_handler)
+    c = book_sub.add_parser("chrono", help="write the chronologically ordered variant of a book")
+    c.add_argument("book", help="published book name or book folder")
+    c.add_argument("--out", required=True, help="folder of the new book")
+    c.set_defaults(func=chrono_handler)
+    r = book_sub.add_parser("realism", help="rate each event's realism with an LLM judge (realism.json)")
+    r.add_argument("book", help="published book name or book folder")
+    r.add_argument("--model", required=True, help="judge model alias")
+    r.add_argument("--out", help="file to write (default: <book folder>/realism.json)")
+    r.set_defaults(func=realism_handler)
+
+    def book_usage(args: argparse.Namespace) -> int:
+        book.print_help(sys.stderr)
+        return 2
+
+    book.set_defaults(func=book_usage)
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+def _open_engine(args: argparse.Namespace):
+    from engine.cli import open_engine
+
+    return open_engine(args)
+
+
+
+# -- generate ----------------------------------------------------------------------------------
+def generate_handler(args: argparse.Namespace) -> int:
+    universe = load_universe(args.universe, seed=args.universe_seed)
+    distribution = "uniform" if args.uniform else "geometric"
+    events = sample_events(universe, args.events, seed_events=args.seed, distribution=distribution)
+    metas = sample_meta_events(universe, len(events), seed_events=args.seed)
+    if len(events) < args.events:
+        _say(args, f"note: only {len(events)} distinct events could be sampled")
+    styles = universe.spec.styles
+    if args.dry_run:
+        messages = chapter_messages(events[0], metas[0], styles[metas[0]["style"]], universe.name)
+        print(f"universe {universe.name}, seed {args.seed}, {len(events)} events ({distribution})")
+        if args.model:
+            from engine.cli import dry_run_report, load_config
+
+            config = load_config(args)
+            first = ChapterRequests(config, events, metas, styles, model=args.model, universe=universe.name)
+            total, cached = asyncio.run(dry_run_report(config, getattr(args, "cache", None),
+                                                       (first.write(i, 0) for i in range(len(events)))))
+            print(f"model {args.model}: {total} first-candidate chapter calls ({cached} already cached), "
+                  f"at most {2 * args.itermax * len(events)} calls in all (itermax {args.itermax})")
+        print("first chapter prompt:\n")
+        for m in messages:
+            print(f"[{m['role']}]\n{m['content']}\n")
+        return 0
+    if not args.out:
+        raise TulvingError("generate needs --out (the book folder to write)")
+    out = Path(args.out)
+    if args.events_only:
+        write_events(out, events, metas)
+        print(f"wrote {len(events)} events and meta-events to {out}")
+        return 0
+    if not args.model:
+        raise TulvingError("generate needs --model (or --events-only / --dry-run)")
+    return asyncio.run(_generate(args, universe, events, metas, distribution, out))
+
+
+async def _generate(args, universe, events, metas, distribution, out: Path) -> int:
+    from tqdm import tqdm
+
+    from engine.cli import load_config
+    from engine.scheduler import Engine
+
+    start = time.perf_counter()
+    # One progress bar over events (the engine's per-stream bars would be one per batch).
+    bar = tqdm(total=len(events), desc="events", unit="ev", file=sys.stderr, disable=args.quiet,
+               dynamic_ncols=True)
+
+    def progress(run) -> None:
+        delta = run.done_events - bar.n
+        if delta:
+            bar.set_postfix_str(f"calls={run.calls} cached={run.cache_hits} dropped={len(run.failed_events)}",
+                                refresh=False)
+            bar.update(delta)
+
+    engine = Engine(load_config(args), cache_path=getattr(args, "cache", None) or None, progress=False,
+                    max_cost=getattr(args, "max_cost", None))
+    try:
+        async with engine:
+            generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,
+                                         universe=universe.name, itermax=args.itermax)
+            run = await generator.run(progress)
+    finally:
+        bar.close()
+    valid = {i: text for i, (_, text) in run.valid.items()}
+    names = secondary_names(universe.spec.secondary_first_names, universe.spec.secondary_last_names)
+    text, chapters = build_book(valid, events, metas, names)
+    # a published universe by name, a user's universe by absolute path: load_universe(book.universe) works
+    source = args.universe if args.universe in PUBLISHED_UNIVERSES else str(Path(args.universe).resolve())
+    metadata = {"name": args.name or out.name, "universe": source, "universe_name": universe.name,
+                "seed": args.seed,
+                "universe_seed": args.universe_seed, "n_events": len(events), "distribution": distribution,
+                "model": args.model, "itermax": args.itermax, "n_chapters": len(chapters),
+                "n_tokens": book_tokens(text), "failed_events": run.failed_events}
+    write_book_dir(out, text=text, chapters=chapters, events=events, meta_events=metas, metadata=metadata,
+                   log=run.log)
+    book = load_book(out)  # re-reads and re-checks what was written
+    _, report = write_stats(book, out)
+    elapsed = time.perf_counter() - start
+    _say(args, report)
+    print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
+          f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
+          f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
+    return 0
+
+
+# -- book ... --------------------------------------------------------------------------------------
+def stats_handler(args: argparse.Namespace) -> int:
+    book = load_book(args.book)
+    folder = Path(args.out) if args.out else book.path
+    if folder is None:
+        raise TulvingError(f"{args.book} is a published book: give --out for stats.json")
+    folder.mkdir(parents=True, exist_ok=True)
+    stats, report = write_stats(book, folder)
+    print(report)
+    print(f"saved {folder / 'stats.json'}")
+    return 0
+
+
+def chrono_handler(args: argparse.Namespace) -> int:
+    from engine.generation.derived import chronological_book
+
+    book = chronological_book(load_book(args.book))
+    out = Path(args.out)
+    write_book_dir(out, text=book.text, chapters=book.chapters, events=book.events,
+                   meta_events=book.meta_events,
+                   metadata={**book.metadata, "name": out.name, "n_chapters": book.n_chapters,
+                             "n_tokens": book_tokens(book.text)})
+    load_book(out)
+    print(f"wrote {out}: {book.n_chapters} chapters in story order")
+    return 0
+
+
+def realism_handler(args: argparse.Namespace) -> int:
+    from engine.generation.derived import rate_realism
+
+    book = load_book(args.book)
+
+    async def run():
+        async with _open_engine(args) as engine:
+            return await rate_realism(engine, book, args.model)
+
+    rows = asyncio.run(run())
+    target = Path(args.out) if args.out else (book.path / "realism.json" if book.path else None)
+    if target is None:
+        raise TulvingError(f"{args.book} is a published book: give --out for realism.json")
+    target.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    rated = [r["realism"] for r in rows if r["realism"] is not None]
+    mean = sum(rated) / len(rated) if rated else float("nan")
+    print(f"wrote {target}: {len(rated)}/{len(rows)} events rated, mean realism {mean:.2f}")
+    return 0

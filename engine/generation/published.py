@@ -1,0 +1,80 @@
+"""Books by name or folder: `load_book("synaptic-echoes")`, `load_book(path)`.
+
+Published books:
+- `synaptic-echoes`: the default long book (200 events, 196 chapters).
+- `synaptic-echoes-short`: its first 19 chapters, i.e. the 20-event run
+  (event 16 failed), with the first 20 events and meta-events.
+
+Loading checks the book: every chapter passes the exact checks against its
+ground truth (adapted to the assembled text), the ground truth agrees with
+events.json / meta_events.json, and book.txt has one chunk per chapter.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.datadir import published_book_dir
+from engine.generation.assemble import book_tokens
+from engine.generation.bookdir import CHAPTER_SEPARATOR, Book, BookError, read_book_dir, split_chapters
+from engine.generation.checks import check_assembled_chapter
+
+LONG = "synaptic-echoes"
+SHORT = "synaptic-echoes-short"
+# name -> (folder, number of events kept)
+PUBLISHED = {LONG: (LONG, 200), SHORT: (LONG, 20)}
+PUBLISHED_META = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
+                  "distribution": "geometric"}
+
+
+def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
+    """A published book by name, or a book folder (see engine/generation/bookdir.py)."""
+    key = str(name_or_path)
+    if key in PUBLISHED:
+        folder_name, n_events = PUBLISHED[key]
+        raw = read_book_dir(published_book_dir(folder_name))
+        events = raw["events"][:n_events]
+        metas = raw["meta_events"][:n_events]
+        chapters = [c for c in raw["chapters"] if c["event_index"] < n_events]
+        text = CHAPTER_SEPARATOR.join(raw["text"].split(CHAPTER_SEPARATOR)[:len(chapters)])
+        metadata = {"name": key, "n_events": n_events, **PUBLISHED_META}
+        name, path = key, None
+    else:
+        path = Path(key)
+        if not path.is_dir():
+            raise BookError(f"no book named {key!r} (published: {', '.join(PUBLISHED)}) and no such folder")
+        raw = read_book_dir(path)
+        events, metas, chapters, text = raw["events"], raw["meta_events"], raw["chapters"], raw["text"]
+        metadata = raw["metadata"]
+        name = metadata.get("name", path.name)
+    chapter_texts = split_chapters(text)
+    source = key
+    if len(chapter_texts) != len(chapters):
+        raise BookError(f"book {source}: book.txt has {len(chapter_texts)} chapters, chapters.json {len(chapters)}")
+    if len(metas) != len(events):
+        raise BookError(f"book {source}: {len(events)} events but {len(metas)} meta-events")
+    if verify:
+        verify_chapters(source, chapter_texts, chapters, events, metas)
+    n_tokens = book_tokens(text)
+    return Book(name=name, text=text, chapters=chapters, events=events, meta_events=metas,
+                universe=metadata.get("universe", "default"), n_tokens=n_tokens, metadata=metadata,
+                path=path, chapter_texts=chapter_texts)
+
+
+def verify_chapters(source: str, chapter_texts: list[str], chapters: list[dict], events: list[dict],
+                    metas: list[dict]) -> None:
+    for k, (body, chapter) in enumerate(zip(chapter_texts, chapters), start=1):
+        if chapter.get("chapter") != k:
+            raise BookError(f"book {source}: chapters.json entry {k} has chapter number {chapter.get('chapter')}")
+        index = chapter.get("event_index")
+        if not isinstance(index, int) or not 0 <= index < len(events):
+            raise BookError(f"book {source}: chapter {k} has event_index {index!r} outside events.json")
+        event, meta = events[index], metas[index]
+        for field in ("date", "location", "entity", "content", "detail"):
+            if chapter.get(field) != event[field]:
+                raise BookError(f"book {source}: chapter {k} {field} differs from event {index}")
+        if chapter.get("nb_paragraphs") != meta["nb_paragraphs"] or chapter.get("style") != meta["style"] \
+                or chapter.get("paragraph_of") != {key: meta["idx_paragraph"][key] for key in chapter["paragraph_of"]}:
+            raise BookError(f"book {source}: chapter {k} meta-data differs from meta-event {index}")
+        problem = check_assembled_chapter(body, chapter)
+        if problem:
+            raise BookError(f"book {source}: chapter {k} fails the exact checks: {problem}")
