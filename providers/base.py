@@ -24,6 +24,7 @@ PROMPT_TOO_LONG = "prompt_too_long"  # the prompt does not fit the model's conte
 AUTH = "auth"                      # 401/403 or a missing key
 CONTENT_FILTER = "content_filter"  # refused by the provider's safety system
 CONFIG = "config"                  # unknown model, missing model file, ...
+BUDGET = "budget"                  # not sent: the run's max_cost would be exceeded
 
 RETRYABLE = frozenset({RATE_LIMITED, OVERLOADED, TIMEOUT, CONNECTION, BAD_REPLY})
 

@@ -1,0 +1,202 @@
+"""Engine benchmark against the loopback server, each figure next to its baseline.
+
+    python benchmarks/engine_bench.py [--quick]
+
+The server runs in a separate process (python -m providers.loopback_server,
+on uvloop), so the CPU figures are the client's alone (`time.process_time`,
+which includes the cache's writer and reader threads). The client runs on
+uvloop.
+
+1. Throughput at zero latency and client CPU per call: the engine (cache
+   writes on) vs a bare aiohttp + orjson loop at the same concurrency.
+   Targets: >= 5,000 calls/s, CPU per call <= 2x the bare loop's.
+2. Limit utilisation: the server enforces 3,000 RPM and 1.2M input TPM with 50 ms
+   latency; 5,000 requests of mixed sizes; the client is configured with the
+   same limits. Targets: >= 97% of the binding limit, 0 lost requests, <= 1%
+   of calls answered 429.
+3. Cached rerun of 10,000 requests. Target: >= 20,000 requests/s.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.config import Config  # noqa: E402
+from engine.requests import ChatRequest  # noqa: E402
+from engine.scheduler import Engine  # noqa: E402
+
+
+class ServerProcess:
+    """providers.loopback_server in a child process."""
+
+    def __init__(self, *args: str):
+        self.args = ["--port", "0", "--uvloop", *args]
+
+    def __enter__(self) -> "ServerProcess":
+        self.proc = subprocess.Popen([sys.executable, "-m", "providers.loopback_server", *self.args],
+                                     cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("openai_base_url="):
+            self.proc.kill()
+            raise RuntimeError(f"loopback server did not start: {line!r}")
+        self.base_url = line.partition("=")[2]
+        self.proc.stdout.readline()  # anthropic_base_url
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        self.summary = out.strip()
+
+
+def config_for(base_url: str, concurrency: int, **limits) -> Config:
+    # The base URL is part of every cache key (resolve.py): a rerun must use the same.
+    endpoint = {"kind": "openai", "base_url": base_url, "max_concurrency": concurrency, "timeout": 60.0,
+                **limits}
+    return Config.from_dicts({"loop": endpoint},
+                             {"m": {"endpoint": "loop", "model": "bench", "params": {"temperature": 0.0,
+                                                                                   "max_tokens": 64}}})
+
+
+def requests(n: int, sizes: list[int] | None = None, offset: int = 0):
+    for i in range(offset, offset + n):
+        filler = " lorem" * sizes[i % len(sizes)] if sizes else ""
+        yield ChatRequest(model="m", messages=[{"role": "user", "content": f"question {i}{filler}"}], tag=i)
+
+
+# -- 1. throughput -------------------------------------------------------------------------
+
+async def bare_loop(base_url: str, n: int, concurrency: int) -> tuple[float, float]:
+    """The floor: aiohttp + orjson, one session, `concurrency` workers."""
+    url = f"{base_url}/chat/completions"
+    headers = {"Content-Type": "application/json"}
+    counter = iter(range(n))
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def worker():
+            for i in counter:
+                body = {"model": "bench", "temperature": 0.0, "max_tokens": 64,
+                        "messages": [{"role": "user", "content": f"bare question {i}"}]}
+                async with session.post(url, data=orjson.dumps(body), headers=headers) as resp:
+                    data = orjson.loads(await resp.read())
+                    assert data["choices"][0]["message"]["content"]
+
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+
+async def engine_run(config: Config, cache_path: str | None, reqs, total: int
+                     ) -> tuple[float, float, Engine, list]:
+    async with Engine(config, cache_path=cache_path) as engine:
+        cpu, wall = time.process_time(), time.perf_counter()
+        errors = []
+        async for outcome in engine.stream(reqs, total=total):
+            if not outcome.ok:
+                errors.append(outcome)
+        if engine._cache is not None:
+            await engine._cache.flush()  # count the cache writes in the figures
+        return time.perf_counter() - wall, time.process_time() - cpu, engine, errors
+
+
+async def bench_throughput(n: int, concurrency: int, cache_path: str) -> str:
+    with ServerProcess() as server:
+        await bare_loop(server.base_url, min(n, 1000), concurrency)  # warm up both sides
+        bare_wall, bare_cpu = await bare_loop(server.base_url, n, concurrency)
+        config = config_for(server.base_url, concurrency)
+        wall, cpu, engine, errors = await engine_run(config, cache_path, requests(n), n)
+        # The same without a cache, to show what the cache writes cost.
+        bare_engine = await engine_run(config, None, requests(n, offset=10 * n), n)
+    assert not errors and not bare_engine[3], (errors + bare_engine[3])[:3]
+    print(f"1. zero-latency throughput, {n:,} calls, concurrency {concurrency} (server in its own process)")
+    print(f"   engine (cache writes on): {n / wall:8,.0f} calls/s  {cpu / n * 1e6:6.0f} us CPU/call"
+          f"   [target >= 5,000 calls/s]")
+    print(f"   engine (no cache):        {n / bare_engine[0]:8,.0f} calls/s  {bare_engine[1] / n * 1e6:6.0f} us CPU/call")
+    print(f"   bare aiohttp+orjson loop: {n / bare_wall:8,.0f} calls/s  {bare_cpu / n * 1e6:6.0f} us CPU/call")
+    print(f"   CPU per call, engine / bare loop: {cpu / bare_cpu:.2f}x   [target <= 2x]")
+    return server.base_url
+
+
+# -- 2. limit utilisation ------------------------------------------------------------------
+
+async def bench_limits(n: int) -> None:
+    # Prompts average ~400 tokens, so at 3,000 RPM they need ~1.2M TPM: both
+    # limits bind in turn as the sizes vary.
+    rpm, input_tpm, latency_ms = 3000, 1_200_000, 50
+    rng = random.Random(7)
+    sizes = [rng.choice([10, 50, 150, 300, 800]) for _ in range(997)]  # words of 1.5 tokens
+    with ServerProcess("--rpm", str(rpm), "--input-tpm", str(input_tpm), "--latency-ms", str(latency_ms)) as server:
+        config = config_for(server.base_url, 256, rpm=rpm, input_tpm=input_tpm)
+        async with Engine(config) as engine:
+            wall = time.perf_counter()
+            ok = 0
+            async for outcome in engine.stream(requests(n, sizes), total=n):
+                ok += outcome.ok
+            wall = time.perf_counter() - wall
+            stats = engine.stats
+    rpm_used = stats.succeeded / wall * 60 / rpm
+    tpm_used = stats.tokens_in / wall * 60 / input_tpm
+    share_429 = stats.rate_limited / max(1, stats.calls)
+    print(f"2. limit utilisation: server and client at {rpm:,} RPM and {input_tpm:,} input TPM, "
+          f"{latency_ms} ms latency, {n:,} requests of mixed sizes, {wall:.1f} s")
+    print(f"   requests/min {stats.succeeded / wall * 60:8,.0f} = {rpm_used:6.1%} of the RPM limit")
+    print(f"   input tokens/min {stats.tokens_in / wall * 60:8,.0f} = {tpm_used:6.1%} of the TPM limit")
+    print(f"   binding limit used (the larger share): {max(rpm_used, tpm_used):.1%}   [target >= 97%]")
+    print(f"   lost requests: {n - ok}   [target 0]")
+    print(f"   calls answered 429: {stats.rate_limited} of {stats.calls} = {share_429:.2%}   [target <= 1%]")
+    print(f"   server: {server.summary}")
+
+
+# -- 3. cached rerun -----------------------------------------------------------------------
+
+async def bench_cached(n: int, cache_path: str, base_url: str) -> None:
+    # The server that filled the cache is gone: a miss would fail, not call.
+    config = config_for(base_url, 64, max_attempts=1)
+    wall, cpu, engine, errors = await engine_run(config, cache_path, requests(n), n)
+    assert not errors and engine.stats.cache_hits == n and engine.stats.calls == 0
+    print(f"3. cached rerun of {n:,} requests: {n / wall:8,.0f} requests/s  ({cpu / n * 1e6:.0f} us CPU each)"
+          f"   [target >= 20,000/s]")
+
+
+async def main(args: argparse.Namespace) -> None:
+    n_calls = 4_000 if args.quick else 20_000
+    n_limits = 1_000 if args.quick else 5_000
+    n_cached = 4_000 if args.quick else 10_000
+    with tempfile.TemporaryDirectory() as tmp:
+        cache_path = os.path.join(tmp, "cache.sqlite")
+        base_url = None
+        if "1" in args.parts:
+            base_url = await bench_throughput(n_calls, args.concurrency, cache_path)
+        if "3" in args.parts:
+            if base_url is None:  # fill the cache first
+                with ServerProcess() as server:
+                    await engine_run(config_for(server.base_url, args.concurrency), cache_path,
+                                     requests(n_cached), n_cached)
+                    base_url = server.base_url
+            await bench_cached(n_cached, cache_path, base_url)
+        if "2" in args.parts:
+            await bench_limits(n_limits)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller runs (about 30 s in all)")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--parts", default="123", help="which benchmarks to run, e.g. 13")
+    args = parser.parse_args()
+    import uvloop
+
+    uvloop.run(main(args))

@@ -1,0 +1,297 @@
+"""Per-endpoint dispatch: which waiting call an endpoint starts next, and when.
+
+Waiting calls sit in a `Pool`, one per set of endpoints that can serve them (a
+model alias's replicas). Each endpoint runs one dispatcher task that pulls from
+every pool it serves: it starts the oldest waiting call as soon as it has a free
+concurrency slot, is not paused after a 429, and its rate limits admit the call
+(see engine/limiter.py). With replicas, every endpoint of the pool races for the
+same head call and the one that can start it soonest takes it, so traffic
+spreads by free capacity. Dispatchers sleep on an event plus a timer set to the
+exact time capacity frees; nothing polls.
+
+After a 429 an endpoint pauses until the server's retry-after, halves its
+effective rate and concurrency, and recovers linearly over RECOVERY_SECONDS
+(see `EndpointState.on_rate_limited`, also for endpoints without a set RPM).
+
+Endpoints whose provider `prefers_prefix_order` (llama.cpp keeps only the
+previous prompt's KV cache) run one call at a time and pick, among the waiting
+calls, the one sharing the longest prompt prefix with the previous call.
+"""
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.limiter import EndpointLimits
+from engine.resolve import Resolved
+from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PAUSE = 1.0          # seconds to pause after a 429 that names no wait
+RECOVERY_SECONDS = 30.0      # from half rate back to full rate after a 429
+MIN_FACTOR = 1 / 16
+INFERRED_DOUBLING = 20.0     # seconds for an inferred request rate to double
+MAX_INFERRED_FACTOR = 1e6
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    """One distinct uncached call, shared by every identical request waiting on it."""
+
+    resolved: Resolved
+    seq: int
+    input_estimate: int
+    output_estimate: int
+    prompt: tuple[str, ...] | None = None       # roles and contents, for prefix ordering
+    waiters: list[tuple[Any, Any]] = field(default_factory=list)  # (request, sink)
+    pool: "Pool | None" = None
+    attempts: int = 0
+    deadline: float | None = None
+    cost_reserved: float = 0.0
+    cancelled: bool = False
+    task: asyncio.Task | None = None
+    last_error: ProviderError | None = None
+
+    def __lt__(self, other: "Job") -> bool:  # heap order: oldest first
+        return self.seq < other.seq
+
+
+class Pool:
+    """Calls waiting for any endpoint of one replica set, oldest first."""
+
+    __slots__ = ("heap", "endpoints")
+
+    def __init__(self, endpoints: list["EndpointState"]):
+        self.heap: list[Job] = []
+        self.endpoints = endpoints
+        for ep in endpoints:
+            ep.pools.append(self)
+
+    def push(self, job: Job) -> None:
+        heapq.heappush(self.heap, job)
+        for ep in self.endpoints:
+            ep.wake()
+
+    def head(self) -> Job | None:
+        heap = self.heap
+        while heap and heap[0].cancelled:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def remove(self, job: Job) -> None:
+        heap = self.heap
+        if heap and heap[0] is job:
+            heapq.heappop(heap)
+        else:
+            heap.remove(job)
+            heapq.heapify(heap)
+
+
+def shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """Characters of prompt prefix two prompts share. Whole-string equality
+    and slice comparisons run in C, so a 4 MB book costs microseconds."""
+    total = 0
+    for x, y in zip(a, b):
+        if x is y or x == y:
+            total += len(x)
+            continue
+        lo, hi = 0, min(len(x), len(y))
+        while lo < hi:  # longest common prefix of x and y, by bisection
+            mid = (lo + hi + 1) // 2
+            if x[:mid] == y[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        return total + lo
+    return total
+
+
+class EndpointState:
+    """One endpoint's provider, limits, in-flight count and dispatcher task.
+
+    `owner` is the engine: `owner.admit(job) -> bool` refuses calls over
+    budget (settling them), `owner.launch(endpoint, job)` starts a call,
+    `owner.fail(job, error)` settles a call that cannot be made.
+    """
+
+    def __init__(self, spec: EndpointSpec, provider: Provider, owner: Any):
+        self.spec = spec
+        self.name = spec.name
+        self.provider = provider
+        self.owner = owner
+        self.prefix_order = bool(getattr(provider, "prefers_prefix_order", False))
+        self.max_concurrency = 1 if self.prefix_order else max(1, int(spec.max_concurrency))
+        now = time.monotonic()
+        self.limits = EndpointLimits(spec, now=now)
+        self.pools: list[Pool] = []
+        self.in_flight = 0
+        self.paused_until = 0.0
+        self.last_prompt: tuple[str, ...] | None = None
+        self.calls = 0
+        self.rate_limited = 0
+        self._factor = 1.0
+        self._factor_since = now
+        self._inferred = False      # the request rate was inferred after a 429
+        self.succeeded = 0
+        self._mark_time, self._mark_done = now, 0
+        self._last_slowdown = -math.inf
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    # -- signals -------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch:{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def on_rate_limited(self, retry_after: float | None, now: float, sent_at: float | None = None) -> None:
+        """A 429: pause dispatch until the server's wait, and slow down once
+        per episode: a 429 to a call sent before the last slow-down belongs to
+        that episode (it was sent too fast already).
+
+        With a configured RPM the effective rate and concurrency halve. An
+        endpoint configured without one gets a request rate inferred from what
+        it achieved since the previous episode (concurrency alone cannot slow
+        fast calls down), which then grows exponentially until the next 429."""
+        self.rate_limited += 1
+        wait = retry_after if retry_after is not None else DEFAULT_PAUSE
+        self.paused_until = max(self.paused_until, now + wait)
+        if sent_at is None or sent_at >= self._last_slowdown:
+            if self.limits.requests is None or self._inferred:
+                self._infer_rate(now)
+                self._factor = 0.9
+            else:
+                self._factor = max(MIN_FACTOR, self.factor(now) * 0.5)
+            self._last_slowdown = now
+        self._factor_since = self.paused_until  # no recovery while paused
+
+    def _infer_rate(self, now: float) -> None:
+        elapsed = now - self._mark_time
+        done = self.succeeded - self._mark_done
+        per_second = done / elapsed if elapsed > 0 and done > 0 else 1.0
+        self.limits.set_request_rate(max(1.0, per_second * 60.0), now)
+        self._inferred = True
+        self._mark_time, self._mark_done = now, self.succeeded
+
+    def factor(self, now: float) -> float:
+        """Share of the configured (or inferred) rate currently used: back to
+        1.0 linearly over RECOVERY_SECONDS after a halving; an inferred rate
+        doubles every INFERRED_DOUBLING seconds, probing for the real limit."""
+        if now > self._factor_since:
+            if self._inferred:
+                if self._factor < MAX_INFERRED_FACTOR:
+                    self._factor = min(MAX_INFERRED_FACTOR, self._factor * 2.0 ** min(
+                        64.0, (now - self._factor_since) / INFERRED_DOUBLING))
+            elif self._factor < 1.0:
+                self._factor = min(1.0, self._factor + (now - self._factor_since) / RECOVERY_SECONDS)
+            self._factor_since = now
+        return self._factor
+
+    # -- picking -----------------------------------------------------------------
+    def _pick(self) -> tuple[Job, Pool] | None:
+        if self.prefix_order and self.last_prompt is not None:
+            return self._pick_by_prefix()
+        best: tuple[Job, Pool] | None = None
+        for pool in self.pools:
+            job = pool.head()
+            if job is not None and (best is None or job.seq < best[0].seq):
+                best = (job, pool)
+        return best
+
+    def _pick_by_prefix(self) -> tuple[Job, Pool] | None:
+        """The waiting call sharing the longest prefix with the previous one
+        (ties: oldest). O(waiting calls), bounded by the engine's window."""
+        best: tuple[int, int, Job, Pool] | None = None
+        last = self.last_prompt
+        for pool in self.pools:
+            if any(job.cancelled for job in pool.heap):
+                pool.heap = [job for job in pool.heap if not job.cancelled]
+                heapq.heapify(pool.heap)
+            for job in pool.heap:
+                score = shared_prefix(job.prompt or (), last)
+                if best is None or score > best[0] or (score == best[0] and job.seq < best[1]):
+                    best = (score, job.seq, job, pool)
+        return None if best is None else (best[2], best[3])
+
+    # -- the dispatcher ----------------------------------------------------------
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        wake = self._wake
+        while True:
+            wake.clear()
+            try:
+                delay = self._dispatch_ready()
+            except Exception as exc:  # a bug here must not hang every stream
+                log.exception("dispatcher of endpoint %s failed", self.name)
+                self._fail_waiting(ProviderError(CONFIG, f"engine dispatcher failed: {type(exc).__name__}: {exc}"))
+                delay = None
+            if delay is None:
+                await wake.wait()
+            else:
+                timer = loop.call_later(delay, wake.set)
+                await wake.wait()
+                timer.cancel()
+
+    def _dispatch_ready(self) -> float | None:
+        """Start every call that may start now. Returns None to wait for a
+        signal (a new call, a free slot), or the seconds until capacity frees."""
+        while True:
+            now = time.monotonic()
+            if now < self.paused_until:
+                return self.paused_until - now
+            factor = self.factor(now)
+            if self.in_flight >= max(1, math.floor(self.max_concurrency * min(1.0, factor))):
+                return None
+            picked = self._pick()
+            if picked is None:
+                return None
+            job, pool = picked
+            if not self.owner.admit(job):  # over budget: settled without a call
+                pool.remove(job)
+                continue
+            if self.limits.limited:
+                self.limits.set_scale(factor, now)
+                delay = self.limits.delay(job.input_estimate, job.output_estimate, now)
+                if delay > 0.0:
+                    return delay
+                self.limits.reserve(job.input_estimate, job.output_estimate, now)
+            pool.remove(job)
+            if self.prefix_order:
+                self.last_prompt = job.prompt
+            self.in_flight += 1
+            self.calls += 1
+            self.owner.launch(self, job)
+
+    def _fail_waiting(self, error: ProviderError) -> None:
+        for pool in self.pools:
+            jobs, pool.heap = pool.heap, []
+            for job in jobs:
+                if not job.cancelled:
+                    self.owner.fail(job, error)
+
+    def release(self, job: Job, usage: tuple[int, int] | None) -> None:
+        """A call ended: free its slot and correct (or refund) its tokens."""
+        self.in_flight -= 1
+        if usage is not None:
+            self.succeeded += 1
+        if self.limits.limited:
+            self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic())
+        self._wake.set()
+

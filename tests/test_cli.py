@@ -1,0 +1,161 @@
+"""The `tulving` command line, run as a real subprocess (`python -m engine.cli`)."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.cli import dry_run_report, open_engine
+from engine.config import Config
+from engine.requests import ChatRequest
+from engine.scheduler import Engine
+from providers.loopback_server import LoopbackServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TULVING")}
+    env.update(extra)
+    return env
+
+
+def tulving(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, env=_env(**env),
+                          capture_output=True, text=True, timeout=60)
+
+
+async def atulving(*args: str, **env: str) -> tuple[int, str, str]:
+    """The CLI in a subprocess while this event loop serves a loopback server."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "engine.cli", *args, cwd=ROOT,
+                                                env=_env(**env), stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def loopback_config(path: Path, base_url: str, key_env: str | None = None) -> Path:
+    key = f'key_env = "{key_env}"\n' if key_env else ""
+    path.write_text(f"""
+[endpoints.loop]
+kind = "openai"
+base_url = "{base_url}"
+{key}max_concurrency = 4
+
+[models.m]
+endpoint = "loop"
+model = "loop-model"
+params = {{ temperature = 0.0, max_tokens = 8 }}
+price_in = 1.0
+""")
+    return path
+
+
+def one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("tulving: error: ")
+    return lines[0]
+
+
+def test_malformed_config_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[endpoints.x\nkind = 'openai'\n")
+    result = tulving("--config", str(bad), "models")
+    assert result.returncode == 2
+    assert "not valid TOML" in one_error_line(result.stderr) and str(bad) in result.stderr
+
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text("[endpoints.x]\nkind = 'openai'\nrpm_limit = 5\n")
+    result = tulving("config", "check", TULVING_CONFIG=str(unknown))  # the config from the environment
+    assert result.returncode == 2
+    assert "rpm_limit" in one_error_line(result.stderr)
+
+
+def test_missing_config_file(tmp_path):
+    result = tulving("--config", str(tmp_path / "nope.toml"), "models")
+    assert result.returncode == 2 and "not found" in one_error_line(result.stderr)
+
+
+def test_missing_api_key_names_the_variable(tmp_path):
+    config = loopback_config(tmp_path / "c.toml", "http://127.0.0.1:9/v1", key_env="TULVING_TEST_KEY")
+    result = tulving("--config", str(config), "--quiet", "bench-latency", "--model", "m", "-n", "3")
+    assert result.returncode == 2
+    line = one_error_line(result.stderr)
+    assert "TULVING_TEST_KEY" in line and "endpoint 'loop'" in line
+
+
+def test_unknown_model_is_one_line():
+    result = tulving("--quiet", "bench-latency", "--model", "no-such-model", "-n", "2")
+    assert result.returncode == 2
+    assert "unknown model 'no-such-model'" in one_error_line(result.stderr)
+
+
+def test_no_command_prints_usage():
+    result = tulving()
+    assert result.returncode == 2 and "usage: tulving" in result.stderr
+
+
+def test_models_lists_aliases_and_whether_keys_are_set(tmp_path):
+    result = tulving("models", OPENAI_API_KEY="sk-test-secret-value")
+    assert result.returncode == 0
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert "gpt-4o-2024-08-06" in rows["gpt-4o"] and rows["gpt-4o"].rstrip().endswith("yes")
+    assert "no (ANTHROPIC_API_KEY)" in rows["claude-sonnet-4"]
+    assert "sk-test-secret-value" not in result.stdout
+
+
+def test_config_check_prints_the_merged_config_without_secrets(tmp_path):
+    config = loopback_config(tmp_path / "c.toml", "http://127.0.0.1:9/v1", key_env="TULVING_TEST_KEY")
+    result = tulving("--config", str(config), "config", "check", TULVING_TEST_KEY="very-secret-123")
+    assert result.returncode == 0, result.stderr
+    assert "[endpoints.loop]" in result.stdout and "[models.gpt-4o]" in result.stdout
+    assert "TULVING_TEST_KEY (set)" in result.stdout
+    assert "very-secret-123" not in result.stdout + result.stderr
+
+
+async def test_bench_latency_against_a_loopback_server(tmp_path):
+    async with LoopbackServer() as server:
+        config = loopback_config(tmp_path / "c.toml", server.openai_base_url)
+        code, out, err = await atulving("--config", str(config), "--quiet", "bench-latency", "--model", "m",
+                                        "-n", "12", "-c", "3")
+    assert code == 0, err
+    assert server.stats.requests == 12
+    assert "latency p50" in out and "p99" in out and "errors 0" in out
+    assert server.stats.max_in_flight <= 3
+
+
+def test_serve_loopback_starts_a_server():
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve-loopback", "--port", "0"], cwd=ROOT,
+                            env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("openai_base_url=http://127.0.0.1:")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_dry_run_report_counts_cached_requests_without_calling(tmp_path):
+    cache = str(tmp_path / "cache.sqlite")
+    async with LoopbackServer() as server:
+        config = Config.load(loopback_config(tmp_path / "c.toml", server.openai_base_url))
+        requests = [ChatRequest(model="m", messages=[{"role": "user", "content": f"q{i}"}]) for i in range(10)]
+        assert await dry_run_report(config, cache, requests) == (10, 0)  # no cache file yet
+        async with Engine(config, cache_path=cache) as engine:
+            await engine.run(requests[:4])
+        calls = server.stats.requests
+        assert await dry_run_report(config, cache, iter(requests)) == (10, 4)
+        assert server.stats.requests == calls == 4
+
+
+async def test_open_engine_uses_the_global_options(tmp_path):
+    config = loopback_config(tmp_path / "c.toml", "http://127.0.0.1:9/v1")
+    args = argparse.Namespace(config=str(config), cache=str(tmp_path / "c.sqlite"), quiet=True, max_cost=1.5)
+    async with open_engine(args) as engine:
+        assert engine.max_cost == 1.5 and not engine.progress
+        assert "m" in engine.config.models
+    assert (tmp_path / "c.sqlite").exists()

@@ -1,0 +1,114 @@
+"""Leaky buckets with reservations and refunds, backoff, and the 429 response
+of an endpoint (pause, slow down, recover). Time is passed explicitly."""
+from __future__ import annotations
+
+import pytest
+
+from engine.dispatch import INFERRED_DOUBLING, RECOVERY_SECONDS, EndpointState
+from engine.limiter import EndpointLimits, LeakyBucket
+from engine.retry import RetryPolicy
+from providers.base import EndpointSpec
+from providers.builtin import BuiltinProvider
+
+
+def test_bucket_admits_its_burst_then_spaces_requests_at_the_rate():
+    bucket = LeakyBucket(600, burst_seconds=0.5, now=0.0)  # 10/s, burst 5
+    for _ in range(5):
+        assert bucket.delay(1, 0.0) == 0.0
+        bucket.reserve(1, 0.0)
+    assert bucket.delay(1, 0.0) == pytest.approx(0.1)
+    assert bucket.delay(1, 0.1) == 0.0  # one unit drained
+    bucket.reserve(1, 0.1)
+    assert bucket.delay(1, 0.1) == pytest.approx(0.1)
+    assert bucket.delay(3, 0.1) == pytest.approx(0.3)
+
+
+def test_a_reservation_larger_than_the_bucket_waits_for_empty_then_leaves_debt():
+    bucket = LeakyBucket(60_000, burst_seconds=0.5, now=0.0)  # 1,000 tokens/s, capacity 500
+    bucket.reserve(100, 0.0)
+    assert bucket.delay(5_000, 0.0) == pytest.approx(0.1)  # admitted once empty
+    bucket.reserve(5_000, 0.1)
+    assert bucket.delay(1, 0.1) == pytest.approx(4.501)  # the debt drains at the rate
+    assert bucket.delay(1, 4.7) == 0.0
+
+
+def test_refund_and_correction_from_reported_usage():
+    bucket = LeakyBucket(60_000, burst_seconds=1.0, now=0.0)  # 1,000/s, capacity 1,000
+    bucket.reserve(900, 0.0)
+    assert bucket.delay(500, 0.0) == pytest.approx(0.4)
+    bucket.correct(900, 200, 0.0)  # the call used less than reserved
+    assert bucket.level == pytest.approx(200)
+    assert bucket.delay(500, 0.0) == 0.0
+    bucket.correct(200, 1_200, 0.0)  # ... or more
+    assert bucket.level == pytest.approx(1_200)
+    bucket.refund(5_000, 0.0)
+    assert bucket.level == 0.0
+
+
+def test_scale_slows_the_drain():
+    bucket = LeakyBucket(600, burst_seconds=0.1, now=0.0)  # 10/s, capacity 1
+    bucket.reserve(1, 0.0)
+    bucket.set_scale(0.5, 0.0)
+    assert bucket.delay(1, 0.0) == pytest.approx(0.2)
+
+
+def test_endpoint_limits_take_the_longest_wait_and_keep_failed_requests_counted():
+    spec = EndpointSpec(name="e", kind="openai", rpm=600, input_tpm=60_000, output_tpm=6_000)
+    limits = EndpointLimits(spec, burst_seconds=1.0, now=0.0)  # 10 req/s, 1,000 in/s, 100 out/s
+    assert limits.limited
+    limits.reserve(800, 100, 0.0)
+    assert limits.delay(400, 10, 0.0) == pytest.approx(0.2)   # input tokens bind
+    assert limits.delay(10, 50, 0.0) == pytest.approx(0.5)    # output tokens bind
+    limits.settle((800, 100), None, 0.0)  # failed: tokens refunded
+    assert limits.delay(400, 50, 0.0) == 0.0
+    assert limits.requests.level == pytest.approx(1.0)  # the request still counts
+    limits.reserve(800, 100, 0.0)
+    limits.settle((800, 100), (300, 20), 0.0)
+    assert limits.input_tokens.level == pytest.approx(300)
+    assert limits.output_tokens.level == pytest.approx(20)
+
+
+def test_an_endpoint_without_limits_never_waits():
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    assert not limits.limited
+    limits.reserve(10**9, 10**9, 0.0)
+    assert limits.delay(10**9, 10**9, 0.0) == 0.0
+
+
+def test_retry_policy_honours_retry_after_and_backs_off_exponentially():
+    policy = RetryPolicy(base=0.5, cap=8.0, jitter=0.5)
+    for _ in range(200):
+        assert 1.0 <= policy.delay(1, retry_after=1.0) <= 1.15
+        assert 0.25 <= policy.delay(1) <= 0.5
+        assert 1.0 <= policy.delay(3) <= 2.0
+        assert 4.0 <= policy.delay(10) <= 8.0  # capped
+    assert len({policy.delay(2) for _ in range(20)}) > 1  # jittered
+
+
+async def test_a_429_pauses_the_endpoint_halves_its_rate_once_and_recovers():
+    spec = EndpointSpec(name="e", kind="builtin", rpm=600, max_concurrency=8)
+    ep = EndpointState(spec, BuiltinProvider(spec), owner=None)
+    ep.on_rate_limited(2.0, now=100.0, sent_at=99.9)
+    ep.on_rate_limited(None, now=100.1, sent_at=99.95)  # sent before the slow-down: same episode
+    assert ep.paused_until == pytest.approx(102.0)
+    assert ep.factor(101.0) == 0.5
+    assert ep.factor(102.0 + RECOVERY_SECONDS / 4) == pytest.approx(0.75)
+    assert ep.factor(102.0 + RECOVERY_SECONDS) == 1.0
+    ep.on_rate_limited(None, now=200.0, sent_at=150.0)  # a new episode, default pause
+    assert ep.paused_until == pytest.approx(201.0)
+    assert ep.factor(200.5) == 0.5
+    ep.on_rate_limited(None, now=200.6, sent_at=200.2)  # sent after the slow-down: still too fast
+    assert ep.factor(200.7) == 0.25
+
+
+async def test_without_a_set_rpm_a_429_installs_the_achieved_rate_then_probes_upwards():
+    spec = EndpointSpec(name="e", kind="builtin", max_concurrency=8)
+    ep = EndpointState(spec, BuiltinProvider(spec), owner=None)
+    assert ep.limits.requests is None
+    ep._mark_time = 0.0
+    ep.succeeded = 100  # 100 calls in 10 s
+    ep.on_rate_limited(0.5, now=10.0)
+    assert ep.limits.requests.rate * 60 == pytest.approx(600)
+    assert ep.factor(10.5) == pytest.approx(0.9)
+    assert ep.factor(10.5 + INFERRED_DOUBLING) == pytest.approx(1.8)
+    assert ep.limits.delay(0, 0, 10.0) == pytest.approx(0.1)  # no burst right after the 429
