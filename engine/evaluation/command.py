@@ -1,0 +1,360 @@
+"""CLI: `tulving run`, `tulving questions`, `tulving finetune`, `tulving report`.
+
+    tulving run [--book B] [--models M1,M2] [--modes in-context,rag-paragraph]
+                [--judge J] [--embed-model E] [--out DIR] [--local-sample N] [--dry-run]
+    tulving questions --book B --out questions.jsonl
+    tulving finetune --book B --model gpt-4o-mini-2024-07-18 --endpoint openai [--data-out F]
+    tulving report RUN_DIR
+
+`tulving run` with no model or mode is the built-in offline default: the
+published short book, `builtin:reader` in-context and (when the offline
+MiniLM embedder works) on rag-paragraph, judged by `builtin:judge`; plus the
+local SmolLM2 on rag-paragraph over a sample of questions when
+llama-cpp-python is installed. SmolLM2 took 10 to 40 s a question on 2 shared
+cores (its ~1,300-token RAG prompts), so the default run gives it only
+DEFAULT_LOCAL_SAMPLE (2) questions spread over the set -- `--local-sample N`
+for more -- and the leaderboard marks such runs as samples, listed last. The
+whole default run took 33 s (machine load ~2) to 112 s (load ~3+) here.
+
+A run folder holds:
+- results.jsonl: one line per (model, mode, question) -- see results.py;
+  identical bytes when the same run is replayed from the cache;
+- scores.json: per (model, mode) the scores, bin means, counts, judge
+  failures, calls, cache hits and cost (see report.py);
+- report.md: the leaderboard and the paper's F1-by-bin table;
+- run.json: what is specific to this execution (wall time, calls made, cache hits).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine.errors import TulvingError
+from engine.evaluation import answers as A
+from engine.evaluation import pipeline, rag
+from engine.evaluation.report import leaderboard_text, render_markdown, summarize
+from engine.evaluation.results import RESULTS_FILE, load_results, write_results
+
+DEFAULT_BOOK = "synaptic-echoes-short"
+DEFAULT_JUDGE = "builtin:judge"
+DEFAULT_EMBED = "text-embedding-3-small"  # the paper's
+OFFLINE_EMBED = "local:minilm"
+DEFAULT_READER = "builtin:reader"
+LOCAL_LLM = "local:smollm2"
+# Questions the local LLM answers in the default run: it took 10 s (idle) to
+# 40 s (loaded) a question on 2 cores, and the default run must finish within
+# a minute.
+DEFAULT_LOCAL_SAMPLE = 2
+
+
+def _csv(text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run", help="evaluate models on a book: answers, judgments, scores, report",
+        description="Answer every question of a book with each model and memory mode, judge the answers, "
+                    "score them and write results.jsonl, scores.json, report.md and run.json to --out. "
+                    "Without --models/--modes: the offline built-in default (builtin:reader, builtin:judge, "
+                    "local models when installed).")
+    p.add_argument("--book", default=DEFAULT_BOOK,
+                   help="published book name (synaptic-echoes, synaptic-echoes-short) or book folder "
+                        "(default %(default)s)")
+    p.add_argument("--questions", metavar="FILE", help="questions JSONL (default: built from the book)")
+    p.add_argument("--models", type=_csv, help="comma-separated model aliases")
+    p.add_argument("--modes", type=_csv, help=f"comma-separated memory modes: {', '.join(A.MODES)} "
+                                              "(default in-context)")
+    p.add_argument("--judge", default=DEFAULT_JUDGE, help="judge model alias (default %(default)s)")
+    p.add_argument("--embed-model", help=f"embedding model alias for RAG modes (default {DEFAULT_EMBED}; "
+                                         f"{OFFLINE_EMBED} offline)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default runs/<book>)")
+    p.add_argument("--local-sample", type=_positive_int, metavar="N",
+                   help=f"run {LOCAL_LLM} on N questions spread over the set "
+                        f"(default run: {DEFAULT_LOCAL_SAMPLE}; else all)")
+    p.add_argument("--sample", type=_positive_int, metavar="N",
+                   help="run every model on N questions spread over the set")
+    p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
+                                                         "the cache holds; call nothing")
+    p.set_defaults(func=cmd_run)
+
+    p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
+    p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
+    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl)")
+    p.set_defaults(func=cmd_questions)
+
+    p = subparsers.add_parser(
+        "finetune", help="write a book's fine-tuning data and fine-tune a model on it (OpenAI API)",
+        description="Write the single-event question/answer pairs as chat JSONL, submit an OpenAI "
+                    "fine-tuning job, wait for it, record the fine-tuned model id and print the config "
+                    "snippet that declares it as a model alias (use it with --modes finetuned).")
+    p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
+    p.add_argument("--model", required=True, help="base model to fine-tune, e.g. gpt-4o-mini-2024-07-18")
+    p.add_argument("--endpoint", default="openai", help="OpenAI-compatible endpoint from the config "
+                                                        "(default %(default)s)")
+    p.add_argument("--data-out", metavar="FILE", help="training data file (default runs/finetune/<book>.jsonl)")
+    p.add_argument("--record", metavar="FILE", help="JSON file recording the job and model id "
+                                                     "(default: next to the data, .model.json)")
+    p.add_argument("--alias", help="alias name for the fine-tuned model (default ft:<book>)")
+    p.add_argument("--suffix", help="model name suffix sent to the API")
+    p.add_argument("--data-only", action="store_true", help="write the training data, submit nothing")
+    p.add_argument("--poll-interval", type=float, default=30.0, help="seconds between job polls")
+    p.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
+    p.set_defaults(func=cmd_finetune)
+
+    p = subparsers.add_parser("report", help="re-render scores.json and report.md from a run folder")
+    p.add_argument("run_dir", help="run folder holding results.jsonl")
+    p.set_defaults(func=cmd_report)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+def _load_book(name: str) -> Any:
+    from engine.generation.published import load_book
+
+    return load_book(name)
+
+
+def _questions(args: argparse.Namespace, book: Any) -> list[Any]:
+    from engine.evaluation.questions import build_questions, read_questions
+
+    if getattr(args, "questions", None):
+        return read_questions(args.questions)
+    return build_questions(book)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from engine.cli import load_config
+
+    return load_config(args)
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+# -- run ----------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    default_run = args.models is None and args.modes is None
+    models = args.models or [DEFAULT_READER]
+    modes = args.modes or [A.IN_CONTEXT]
+    for mode in modes:
+        A.check_mode(mode)
+    for model in models + [args.judge]:
+        config.alias(model)  # unknown model: one-line error before any work
+    if args.embed_model:
+        config.alias(args.embed_model)
+    book = _load_book(args.book)
+    questions = _questions(args, book)
+    out = Path(args.out or Path("runs") / str(book.name))
+    return asyncio.run(_run(args, config, book, questions, models, modes, default_run, out))
+
+
+def _minilm_installed() -> bool:
+    from providers.local_models import MINILM_PACKAGE, package_dir
+
+    return package_dir(MINILM_PACKAGE) is not None
+
+
+async def _embedder_works(engine: Any, model: str) -> str | None:
+    """None if `model` embeds a probe text, else why not."""
+    from engine.requests import EmbedRequest
+
+    try:
+        [outcome] = await engine.run([EmbedRequest(model=model, texts=["probe"])])
+    except TulvingError as exc:
+        return str(exc)
+    return None if outcome.ok else str(outcome.error)
+
+
+def _default_plan(args: argparse.Namespace, questions: list[Any], rag_ok: bool) -> list[pipeline.Job]:
+    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
+    if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
+        n = args.local_sample or DEFAULT_LOCAL_SAMPLE
+        jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
+    elif rag_ok:
+        _note(f"llama-cpp-python is not installed: {LOCAL_LLM} is left out (pip install 'tulving[local]')")
+    return jobs
+
+
+def _plan(args: argparse.Namespace, questions: list[Any], models: list[str], modes: list[str]
+          ) -> list[pipeline.Job]:
+    samples: dict[tuple[str, str], int] = {}
+    for model in models:
+        for mode in modes:
+            if args.sample:
+                samples[(model, mode)] = args.sample
+            if args.local_sample and model.startswith("local:"):
+                samples[(model, mode)] = args.local_sample
+    return pipeline.plan_jobs(questions, models, modes, samples)
+
+
+async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list[Any], models: list[str],
+               modes: list[str], default_run: bool, out: Path) -> int:
+    from engine.cli import open_engine
+
+    started = time.perf_counter()
+    embed_model = args.embed_model or (OFFLINE_EMBED if default_run else DEFAULT_EMBED)
+    if args.dry_run:
+        if default_run:
+            jobs = _default_plan(args, questions, rag_ok=_minilm_installed())
+        else:
+            jobs = _plan(args, questions, models, modes)
+        return await _dry_run(args, config, book, questions, jobs, embed_model)
+    async with open_engine(args) as engine:
+        if default_run:
+            problem = await _embedder_works(engine, embed_model)
+            if problem:
+                _note(f"{embed_model} is unavailable ({problem}): running in-context only")
+            jobs = _default_plan(args, questions, rag_ok=problem is None)
+        else:
+            jobs = _plan(args, questions, models, modes)
+        evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
+                                             embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
+                                             else None)
+        engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
+    wall = time.perf_counter() - started
+    run = _run_record(book, questions, evaluation, wall, engine_stats)
+    summary = write_run(out, evaluation.records, run)
+    print(leaderboard_text(summary))
+    print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
+    return 0
+
+
+def _run_record(book: Any, questions: list[Any], ev: pipeline.Evaluation, wall: float,
+                engine_stats: dict[str, Any]) -> dict[str, Any]:
+    jobs = []
+    for job in ev.jobs:
+        st = ev.stats[(job.model, job.mode)]
+        jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
+                     "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
+                     "wall_seconds": round(st.wall, 3)})
+    return {"book": str(book.name), "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
+            "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
+                          "wall_seconds": round(ev.retrieval_seconds, 3)},
+            "wall_seconds": round(wall, 3), "engine": engine_stats}
+
+
+def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(out / RESULTS_FILE, records)
+    summary = summarize(records, run)
+    (out / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "report.md").write_text(render_markdown(summary))
+    (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
+    return summary
+
+
+async def _dry_run(args: argparse.Namespace, config: Any, book: Any, questions: list[Any],
+                   jobs: list[pipeline.Job], embed_model: str) -> int:
+    from engine.cli import dry_run_report
+    from engine.requests import EmbedRequest
+
+    pipeline.check_jobs(config, book, jobs, args.judge, embed_model)
+    rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
+    texts = list(dict.fromkeys(q.question for q in questions))
+
+    def embed_requests():
+        for mode in rag_modes:
+            for batch in (rag.chunks_for_mode(book.text, mode), texts):
+                for i in range(0, len(batch), rag.EMBED_BATCH):
+                    yield EmbedRequest(model=embed_model, texts=batch[i:i + rag.EMBED_BATCH])
+
+    def direct_answers():  # prompts known without retrieval
+        for job in jobs:
+            if job.mode not in A.RAG_MODES:
+                yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
+
+    total, cached = await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()))
+    n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES)
+    n_answers = sum(len(j.questions) for j in jobs)
+    n_chrono = sum(1 for j in jobs for q in j.questions if q.get == "chronological" and q.correct_answer)
+    print(f"jobs: {', '.join(j.name + (f' (sample {j.sample})' if j.sample else '') for j in jobs)}")
+    print(f"embedding and answering calls known now: {total}, of which the cache holds {cached}")
+    if n_rag:
+        print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
+    print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
+          f"made for answers not already judged in the cache")
+    return 0
+
+
+# -- questions, finetune, report ------------------------------------------------------------
+
+def cmd_questions(args: argparse.Namespace) -> int:
+    from engine.evaluation.questions import build_questions, write_questions
+
+    book = _load_book(args.book)
+    questions = build_questions(book)
+    path = write_questions(args.out, questions)
+    counts = {g: sum(1 for q in questions if q.get == g) for g in ("all", "latest", "chronological")}
+    print(f"{len(questions)} questions ({', '.join(f'{n} {g}' for g, n in counts.items())}) -> {path}")
+    return 0
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from engine.evaluation import finetune
+    from engine.evaluation.questions import single_event_questions
+
+    config = _config(args)
+    book = _load_book(args.book)
+    data_path = Path(args.data_out or Path("runs") / "finetune" / f"{book.name}.jsonl")
+    examples = finetune.training_examples(book, single_event_questions(book))
+    finetune.write_training_file(data_path, examples)
+    print(f"{len(examples)} training examples -> {data_path}")
+    if args.data_only:
+        return 0
+    started = time.perf_counter()
+    job = asyncio.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
+                                            training_file=data_path, suffix=args.suffix,
+                                            poll_interval=args.poll_interval, timeout=args.timeout))
+    model_id = job.get("fine_tuned_model")
+    if not model_id:
+        raise TulvingError(f"fine-tuning job {job.get('job_id')} ended {job.get('status')} without a model")
+    alias = args.alias or f"ft:{book.name}"
+    base = config.models.get(args.model) or next((m for m in config.models.values() if m.model == args.model),
+                                                 None)
+    snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base)
+    record_path = Path(args.record or data_path.with_suffix(".model.json"))
+    record = {"book": str(book.name), "base_model": args.model, "endpoint": args.endpoint, "alias": alias,
+              "training_data": str(data_path), "examples": len(examples), **job,
+              "seconds": round(time.perf_counter() - started, 1), "config_snippet": snippet}
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"fine-tuned model {model_id} (job {job.get('job_id')}) -> {record_path}")
+    print("Add to your config to evaluate it (tulving run --models "
+          f"{alias} --modes finetuned):\n\n{snippet}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    records = load_results(run_dir)
+    run_path = run_dir / "run.json"
+    run = json.loads(run_path.read_text()) if run_path.is_file() else None
+    summary = summarize(records, run)
+    (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (run_dir / "report.md").write_text(render_markdown(summary))
+    print(leaderboard_text(summary))
+    return 0

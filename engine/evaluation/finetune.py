@@ -1,0 +1,82 @@
+"""`tulving finetune`: the fine-tuning data of a book, and an OpenAI job on it.
+
+Training data (protocol.md, Answers; paper, appendix "Selection of the
+fine-tuning questions"): one chat example per single-event question (a cue
+matching exactly one chapter), `{"messages": [system, user, assistant]}`,
+where the user turn is exactly the prompt the `finetuned` memory mode sends
+(engine/evaluation/answers.py) and the assistant turn lists the ground-truth
+items ("a, b, and c"), or is the chapter text for full-detail questions.
+
+The job goes through the OpenAI fine-tuning API (providers/openai_finetune.py,
+official SDK); the resulting model id is recorded in a JSON file, with the
+config snippet that declares it as a model alias for `--modes finetuned`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from engine.config import Config
+from engine.errors import TulvingError
+from engine.evaluation.answers import SYSTEM_PROMPT, book_title, finetuned_prompt
+from engine.evaluation.templates import FULL_DETAILS
+
+
+def format_items(items: list[str]) -> str:
+    """"a", "a, and b", "a, b, and c" -- as the published training answers."""
+    if not items:
+        return ""
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + f", and {items[-1]}"
+
+
+def training_examples(book: Any, questions: Iterable[Any]) -> list[dict[str, Any]]:
+    title = book_title(book)
+    examples = []
+    for q in questions:
+        if q.retrieval_type == FULL_DETAILS:
+            answer = book.chapter_texts[q.chapters[0] - 1]
+        else:
+            answer = format_items(list(q.correct_answer))
+        examples.append({"messages": [{"role": "system", "content": SYSTEM_PROMPT},
+                                      {"role": "user", "content": finetuned_prompt(q.question, title)},
+                                      {"role": "assistant", "content": answer}]})
+    return examples
+
+
+def write_training_file(path: str | os.PathLike, examples: Iterable[dict[str, Any]]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for example in examples:
+            fh.write(json.dumps(example, ensure_ascii=False) + "\n")
+    return path
+
+
+def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: Any | None = None) -> str:
+    """TOML declaring the fine-tuned model as an alias (prices of its base model)."""
+    lines = [f'[models."{alias_name}"]', f'endpoint = "{endpoint}"', f'model = "{model_id}"',
+             "params = { temperature = 1.0, max_tokens = 4096 }"]
+    if base_alias is not None:
+        for attr in ("price_in", "price_out", "context_tokens"):
+            value = getattr(base_alias, attr, None)
+            if value is not None:
+                lines.append(f"{attr} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+async def run_finetune(config: Config, *, endpoint: str, model: str, training_file: Path,
+                       suffix: str | None, poll_interval: float, timeout: float) -> dict[str, Any]:
+    from providers.openai_finetune import submit_finetune
+
+    spec = config.endpoints.get(endpoint)
+    if spec is None:
+        raise TulvingError(f"unknown endpoint {endpoint!r} (known: {', '.join(sorted(config.endpoints))})")
+    if spec.kind != "openai" or not spec.base_url:
+        raise TulvingError(f"endpoint {endpoint!r} is not an OpenAI-compatible endpoint with a base_url")
+    api_key = config.api_key(spec) or "none"
+    return await submit_finetune(base_url=spec.base_url, api_key=api_key, training_file=training_file,
+                                 model=model, suffix=suffix, poll_interval=poll_interval, timeout=timeout)

@@ -1,0 +1,381 @@
+"""The evaluation pipeline: book -> questions -> answers -> judgments -> scores.
+
+Every call goes through one Engine, so each answering model shares its
+endpoint's limits (and cache) with the judge and with the other jobs.
+
+A job is one (model, mode). Each job streams its requests through the engine
+from `feed`: the answering requests come from a generator (in-context prompts
+hold the whole book, so only the engine's in-flight window of them exists at a
+time), and each judge request is queued into the same feed as soon as its
+answer completes -- judging never waits for all answers. Judge requests queued
+after the answers ran out (the last judgments, re-draws, chronological calls)
+go out in a further round of the same kind. Jobs run concurrently.
+
+Judging (protocol.md, Judging and scores): a judge reply that cannot be parsed
+is asked again as a new draw (draw 1, 2, 3); after that the question is a
+judge failure: counted and reported, left out of the scores, never a crash.
+Chronological questions get the second (chronological) judge call once the
+first is parsed (skipped when there is nothing to order: no ground truth or
+no identified item, which can only give "no index found").
+
+RAG retrieval (rag.py) runs first, once per RAG mode, shared by all models.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+from engine.config import Config
+from engine.errors import TulvingError
+from engine.evaluation import answers as A
+from engine.evaluation import rag
+from engine.evaluation.results import ResultRecord
+from engine.requests import ChatRequest, Outcome, Request
+
+JUDGE_REDRAWS = 3  # unparsable judge replies are asked again this many times
+
+
+# -- the feed: answers from a generator, judge follow-ups as answers complete ------
+
+def feed(followups: deque, initial: Iterator[Request]) -> Iterator[Request]:
+    """The requests of one `engine.stream` round: follow-ups (judgments) queued
+    while outcomes are handled go out first, then further answers. It never
+    waits (the engine pulls sources inline): when both are empty it ends, and
+    follow-ups queued after that go to the next round."""
+    while True:
+        if followups:
+            yield followups.popleft()
+            continue
+        request = next(initial, None)
+        if request is None:
+            return
+        yield request
+
+
+# -- what a run evaluates ----------------------------------------------------------
+
+@dataclass(slots=True)
+class Job:
+    model: str
+    mode: str
+    questions: list[Any]
+    sample: int | None = None  # the number of questions when run on a sample
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} / {self.mode}"
+
+
+@dataclass(slots=True)
+class JobStats:
+    calls: int = 0          # outcomes received (answers + judge draws)
+    cache_hits: int = 0
+    spent: float = 0.0      # USD spent by this run (0 for cached calls)
+    wall: float = 0.0       # seconds
+
+
+@dataclass(slots=True)
+class Evaluation:
+    records: list[ResultRecord]
+    stats: dict[tuple[str, str], JobStats]
+    jobs: list[Job]
+    judge: str
+    embed_model: str | None
+    retrieval_calls: int = 0
+    retrieval_cache_hits: int = 0
+    retrieval_seconds: float = 0.0
+
+
+def sample_questions(questions: Sequence[Any], n: int | None) -> list[Any]:
+    """`n` questions spread evenly over the set (which is ordered by template,
+    bin and cue), so that every part of the benchmark is represented."""
+    if n is None or n >= len(questions):
+        return list(questions)
+    if n <= 0:
+        raise TulvingError("the sample size must be positive")
+    step = len(questions) / n
+    return [questions[int(i * step)] for i in range(n)]
+
+
+def plan_jobs(questions: Sequence[Any], models: Sequence[str], modes: Sequence[str],
+              samples: dict[tuple[str, str], int] | None = None) -> list[Job]:
+    jobs = []
+    for model in models:
+        for mode in modes:
+            A.check_mode(mode)
+            n = (samples or {}).get((model, mode))
+            chosen = sample_questions(questions, n)
+            jobs.append(Job(model=model, mode=mode, questions=chosen,
+                            sample=len(chosen) if n is not None and len(chosen) < len(questions) else None))
+    return jobs
+
+
+def check_jobs(config: Config, book: Any, jobs: Sequence[Job], judge: str, embed_model: str | None) -> None:
+    """Everything that can be refused before a single call: unknown models,
+    a book too long for a model's context, a RAG mode without embedder."""
+    aliases = [config.alias(judge)]
+    for job in jobs:
+        alias = config.alias(job.model)
+        aliases.append(alias)
+        indices = [q.q_idx for q in job.questions]
+        if len(set(indices)) != len(indices):
+            raise TulvingError("the questions' q_idx values are not unique: renumber the questions file")
+        if job.mode == A.IN_CONTEXT:
+            rag.check_in_context_fits(alias, book_tokens(book))
+        if job.mode in A.RAG_MODES:
+            if not embed_model:
+                raise TulvingError(f"mode {job.mode} needs an embedding model (--embed-model)")
+            aliases.append(config.alias(embed_model))
+    for alias in aliases:  # a missing API key: one clear error before any call
+        for endpoint in config.endpoints_of(alias):
+            config.api_key(endpoint)
+
+
+def book_tokens(book: Any) -> int:
+    n = getattr(book, "n_tokens", None)
+    if n:
+        return int(n)
+    from engine.tokens import count_tokens
+
+    return count_tokens(book.text)
+
+
+# -- judging -----------------------------------------------------------------------
+
+def _judge_api():
+    from engine.evaluation import judge, judge_parse, scores
+
+    return judge, judge_parse, scores
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One question of one job, while it is being answered and judged."""
+
+    question: Any
+    record: ResultRecord
+    verdict: Any = None
+
+
+def _error_text(outcome: Outcome) -> str:
+    return str(outcome.error) if outcome.error is not None else "no result"
+
+
+class JobRunner:
+    """Runs one job's stream: answers in, judge requests out, records filled."""
+
+    def __init__(self, engine: Any, config: Config, book: Any, job: Job, judge_model: str,
+                 retrieval: rag.Retrieval | None):
+        self.engine = engine
+        self.config = config
+        self.book = book
+        self.job = job
+        self.judge_model = judge_model
+        self.retrieval = retrieval
+        self.alias = config.alias(job.model)
+        self.judge_alias = config.alias(judge_model)
+        self.pending: dict[int, _Pending] = {}
+        self.records: list[ResultRecord] = []
+        self.stats = JobStats()
+        self.judge, self.parse, self.scores = _judge_api()
+
+    # requests -------------------------------------------------------------------
+    def _chunks_for(self, question: Any) -> list[str]:
+        assert self.retrieval is not None
+        chunks = self.retrieval.chunks_for(question.question)
+        max_out = int(self.alias.params.get("max_tokens") or 0)
+        kept = rag.fit_chunks(chunks, question.question, context_tokens=self.alias.context_tokens,
+                              max_output_tokens=max_out, model=self.job.model)
+        self.pending[question.q_idx].record.n_chunks = len(kept)
+        return kept
+
+    def _answer_requests(self) -> Iterator[ChatRequest]:
+        for q in self.job.questions:
+            self.pending[q.q_idx] = _Pending(question=q, record=self._new_record(q))
+        chunks_for = self._chunks_for if self.job.mode in A.RAG_MODES else None
+        for request in A.answer_requests(self.job.questions, model=self.job.model, mode=self.job.mode,
+                                         book=self.book, chunks_for=chunks_for,
+                                         tag=lambda q: ("answer", q.q_idx, 0)):
+            yield request
+
+    def _new_record(self, q: Any) -> ResultRecord:
+        data = q.to_json()
+        record = ResultRecord.from_json(data)
+        record.model, record.mode, record.judge = self.job.model, self.job.mode, self.judge_model
+        return record
+
+    # outcomes -------------------------------------------------------------------
+    async def run(self) -> list[ResultRecord]:
+        start = time.perf_counter()
+        initial = self._answer_requests()
+        followups: deque[Request] = deque()
+        rounds = 0
+        while rounds == 0 or followups:
+            rounds += 1
+            label = f"{self.job.name}" + (f" (round {rounds})" if rounds > 1 else "")
+            async for outcome in self.engine.stream(feed(followups, initial), label=label):
+                self._count(outcome)
+                kind, q_idx, draw = outcome.tag
+                item = self.pending[q_idx]
+                if kind == "answer":
+                    follow = self._on_answer(item, outcome)
+                elif kind == "judge":
+                    follow = self._on_judge(item, outcome, draw)
+                else:
+                    follow = self._on_chrono(item, outcome, draw)
+                if follow is not None:
+                    followups.append(follow)
+                else:  # this question's chain of calls is over
+                    self._finish(item)
+        self.stats.wall = time.perf_counter() - start
+        # Questions whose chain ended without _finish (should not happen) are kept too.
+        for item in list(self.pending.values()):
+            self._finish(item)
+        return self.records
+
+    def _count(self, outcome: Outcome) -> None:
+        self.stats.calls += 1
+        self.stats.cache_hits += bool(outcome.cached)
+        self.stats.spent += outcome.cost or 0.0
+
+    def _finish(self, item: _Pending) -> None:
+        if self.pending.pop(item.question.q_idx, None) is not None:
+            self.records.append(item.record)
+
+    def _on_answer(self, item: _Pending, outcome: Outcome) -> ChatRequest | None:
+        rec = item.record
+        if not outcome.ok:
+            rec.answer_error = _error_text(outcome)
+            return None
+        result = outcome.result
+        rec.answer = result.text
+        rec.input_tokens, rec.output_tokens = result.input_tokens, result.output_tokens
+        rec.latency = round(float(result.latency or 0.0), 3)
+        rec.cost = round(self.alias.cost(result.input_tokens, result.output_tokens), 8)
+        return self._judge_request(item, 0)
+
+    def _judge_request(self, item: _Pending, draw: int) -> ChatRequest:
+        return self.judge.judge_request(item.question, item.record.answer, book=self.book,
+                                        model=self.judge_model, draw=draw,
+                                        tag=("judge", item.question.q_idx, draw))
+
+    def _chrono_request(self, item: _Pending, draw: int) -> ChatRequest:
+        return self.judge.chrono_judge_request(item.question, item.record.answer,
+                                               list(item.verdict.identified_items), model=self.judge_model,
+                                               draw=draw, tag=("chrono", item.question.q_idx, draw))
+
+    def _judge_cost(self, outcome: Outcome) -> float:
+        if not outcome.ok:
+            return 0.0
+        return self.judge_alias.cost(outcome.result.input_tokens, outcome.result.output_tokens)
+
+    def _on_judge(self, item: _Pending, outcome: Outcome, draw: int) -> ChatRequest | None:
+        rec = item.record
+        rec.judge_draws = draw + 1
+        rec.judge_cost = round(rec.judge_cost + self._judge_cost(outcome), 8)
+        if not outcome.ok:
+            rec.judge_failed, rec.judge_error = True, f"judge call failed: {_error_text(outcome)}"
+            return None
+        rec.judge_reply = outcome.result.text
+        ground_truth = list(item.question.correct_answer)
+        try:
+            verdict = self.parse.parse_judge_reply(rec.judge_reply, ground_truth)
+        except self.parse.JudgeReplyError as exc:
+            if draw < JUDGE_REDRAWS:
+                return self._judge_request(item, draw + 1)
+            rec.judge_failed, rec.judge_error = True, f"unparsable judge reply after {draw + 1} draws: {exc}"
+            return None
+        item.verdict = verdict
+        rec.identified_items = list(verdict.identified_items)
+        rec.matching_scores = list(verdict.scores)
+        rec.f1 = _round(self.scores.lenient_f1(verdict.identified_items, ground_truth, verdict.scores))
+        if item.question.get == "chronological":
+            if ground_truth and rec.identified_items:
+                return self._chrono_request(item, 0)
+            # Nothing to order: no call, the outcome is known (no index found).
+            self._set_chrono(rec, [], len(ground_truth))
+        return None
+
+    def _set_chrono(self, rec: ResultRecord, indices: list[int], n_gt: int) -> None:
+        match = self.scores.chrono_match(indices, n_gt)
+        rec.chrono_indices = list(indices)
+        rec.exact_match = bool(match.exact_match)
+        rec.tau = _round(match.tau)
+
+    def _on_chrono(self, item: _Pending, outcome: Outcome, draw: int) -> ChatRequest | None:
+        rec = item.record
+        rec.judge_cost = round(rec.judge_cost + self._judge_cost(outcome), 8)
+        if not outcome.ok:
+            rec.judge_failed, rec.judge_error = True, f"chronological judge call failed: {_error_text(outcome)}"
+            rec.f1 = None
+            return None
+        rec.chrono_reply = outcome.result.text
+        identified = list(item.verdict.identified_items)
+        n_gt = len(item.question.correct_answer)
+        try:
+            indices = self.parse.parse_chrono_reply(rec.chrono_reply, len(identified), n_gt)
+        except self.parse.JudgeReplyError as exc:
+            if draw < JUDGE_REDRAWS:
+                return self._chrono_request(item, draw + 1)
+            rec.judge_failed = True
+            rec.judge_error = f"unparsable chronological judge reply after {draw + 1} draws: {exc}"
+            rec.f1 = None
+            return None
+        self._set_chrono(rec, list(indices), n_gt)
+        return None
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 6)
+
+
+# -- the whole run -----------------------------------------------------------------
+
+async def build_retrievals(engine: Any, book: Any, questions: Sequence[Any], modes: Iterable[str],
+                           embed_model: str | None) -> tuple[dict[str, rag.Retrieval], JobStats]:
+    """One retrieval per RAG mode in the run (top-K from the full question set)."""
+    out: dict[str, rag.Retrieval] = {}
+    stats = JobStats()
+    counting = _CountingEngine(engine, stats)
+    start = time.perf_counter()
+    for mode in dict.fromkeys(modes):
+        if mode in A.RAG_MODES:
+            out[mode] = await rag.retrieve(counting, book.text, questions, mode, embed_model)  # type: ignore[arg-type]
+    stats.wall = time.perf_counter() - start
+    return out, stats
+
+
+class _CountingEngine:
+    """Counts the calls and cache hits of `run` on the way through."""
+
+    def __init__(self, engine: Any, stats: JobStats):
+        self._engine, self._stats = engine, stats
+
+    async def run(self, requests, **kw):
+        outcomes = await self._engine.run(requests, **kw)
+        for o in outcomes:
+            self._stats.calls += 1
+            self._stats.cache_hits += bool(o.cached)
+            self._stats.spent += o.cost or 0.0
+        return outcomes
+
+
+async def evaluate(engine: Any, config: Config, book: Any, questions: Sequence[Any], jobs: Sequence[Job], *,
+                   judge: str, embed_model: str | None = None) -> Evaluation:
+    """Answer and judge every job's questions (jobs from `plan_jobs`); the
+    records come back sorted as results.jsonl stores them. Retrieval top-K
+    comes from the full question set, also for jobs run on a sample."""
+    check_jobs(config, book, jobs, judge, embed_model)
+    retrievals, retrieval_stats = await build_retrievals(engine, book, questions, [j.mode for j in jobs],
+                                                         embed_model)
+    runners = [JobRunner(engine, config, book, job, judge, retrievals.get(job.mode)) for job in jobs]
+    per_job = await asyncio.gather(*(r.run() for r in runners))
+    records = [rec for recs in per_job for rec in recs]
+    records.sort(key=lambda r: (r.model, r.mode, r.q_idx))
+    return Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in runners},
+                      jobs=list(jobs), judge=judge, embed_model=embed_model if retrievals else None,
+                      retrieval_calls=retrieval_stats.calls, retrieval_cache_hits=retrieval_stats.cache_hits,
+                      retrieval_seconds=retrieval_stats.wall)

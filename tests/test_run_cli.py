@@ -1,0 +1,141 @@
+"""`tulving run / questions / finetune / report` as real subprocesses."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.evaluation.questions import build_questions, single_event_questions, write_questions
+from engine.evaluation.results import load_results
+from engine.generation.published import load_book
+from providers.loopback_server import LoopbackServer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    e.pop("TULVING_CONFIG", None)
+    e.pop("TULVING_CACHE", None)
+    return e
+
+
+def tulving(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+async def atulving(cwd: Path, *args: str) -> tuple[int, str, str]:
+    """The same, without blocking the event loop that serves the loopback server."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "engine.cli", *args, cwd=cwd, env=env(),
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def loop_config(tmp_path: Path, server: LoopbackServer) -> Path:
+    path = tmp_path / "tulving.toml"
+    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+                    '[models.garbage-judge]\nendpoint = "loop"\nmodel = "judge"\n')
+    return path
+
+
+@pytest.fixture(scope="module")
+def short_questions():
+    return build_questions(load_book("synaptic-echoes-short"))
+
+
+def test_run_writes_results_and_a_rerun_replays_them(tmp_path):
+    args = ["--quiet", "--cache", "cache.sqlite", "run", "--book", "synaptic-echoes-short",
+            "--models", "builtin:reader", "--modes", "in-context", "--judge", "builtin:judge", "--out", "out"]
+    first = tulving(tmp_path, *args)
+    assert first.returncode == 0, first.stderr
+    assert "Leaderboard" in first.stdout and "Simple Recall" in first.stdout
+    line = next(l for l in first.stdout.splitlines() if "builtin:reader" in l and "in-context" in l)
+    simple_recall = float(line.split()[3])
+    assert 0 < simple_recall <= 1
+    out = tmp_path / "out"
+    records = load_results(out / "results.jsonl")
+    assert len(records) == 456 and all(r.f1 is not None for r in records)
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["runs"][0]["simple_recall"] == simple_recall
+    assert "| Memory | Model | 0 (150) | 1 (150) | 2 (48) | 3-5 (18) |" in (out / "report.md").read_text()
+    first_bytes = (out / "results.jsonl").read_bytes()
+    first_run = json.loads((out / "run.json").read_text())
+    assert first_run["engine"]["calls"] > 0
+
+    second = tulving(tmp_path, *args)
+    assert second.returncode == 0, second.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["engine"]["calls"] == 0  # everything from the cache
+    assert run["jobs"][0]["cache_hits"] == run["jobs"][0]["calls"] > 0
+    assert (out / "results.jsonl").read_bytes() == first_bytes
+
+    dry = tulving(tmp_path, *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "embedding and answering calls known now: 456, of which the cache holds 456" in dry.stdout
+
+    report = tulving(tmp_path, "report", "out")
+    assert report.returncode == 0 and line.split()[3] in report.stdout
+
+
+async def test_a_judge_that_never_parses_is_reported_not_fatal(tmp_path, short_questions):
+    subset = short_questions[::40]
+    write_questions(tmp_path / "q.jsonl", subset)
+    async with LoopbackServer(reply=lambda api, body: "no json, sorry") as server:
+        config = loop_config(tmp_path, server)
+        code, out, err = await atulving(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite",
+                                        "run", "--questions", "q.jsonl", "--models", "builtin:reader",
+                                        "--modes", "in-context", "--judge", "garbage-judge", "--out", "out")
+    assert code == 0, err
+    row = next(l for l in out.splitlines() if "builtin:reader" in l)
+    assert f"0/{len(subset)}" in row and f"{len(subset)} judge failure(s) left out" in row
+    records = load_results(tmp_path / "out")
+    assert all(r.judge_failed and r.judge_draws == 4 for r in records)
+
+
+async def test_finetune_against_the_loopback_server_records_the_model(tmp_path):
+    async with LoopbackServer() as server:
+        config = loop_config(tmp_path, server)
+        code, out, err = await atulving(tmp_path, "--config", str(config), "finetune", "--book",
+                                        "synaptic-echoes-short", "--model", "gpt-4o-mini-2024-07-18",
+                                        "--endpoint", "loop", "--data-out", "ft/data.jsonl",
+                                        "--poll-interval", "0.05")
+    assert code == 0, err
+    lines = (tmp_path / "ft" / "data.jsonl").read_text().splitlines()
+    assert len(lines) == len(single_event_questions(load_book("synaptic-echoes-short")))
+    example = json.loads(lines[0])
+    assert [m["role"] for m in example["messages"]] == ["system", "user", "assistant"]
+    record = json.loads((tmp_path / "ft" / "data.model.json").read_text())
+    assert record["fine_tuned_model"] and record["status"] == "succeeded"
+    assert record["fine_tuned_model"] in out and "[models." in out
+
+
+def test_questions_command_writes_json_lines(tmp_path):
+    result = tulving(tmp_path, "questions", "--book", "synaptic-echoes-short", "--out", "q.jsonl")
+    assert result.returncode == 0, result.stderr
+    lines = (tmp_path / "q.jsonl").read_text().splitlines()
+    assert len(lines) == 456
+    first = json.loads(lines[0])
+    for key in ("question", "cue", "cue_completed", "retrieval_type", "get", "correct_answer", "n_chapters", "bin"):
+        assert key in first
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--book", "no-such-book", "--models", "builtin:reader"], "no-such-book"),
+    (["run", "--models", "no-such-model"], "unknown model 'no-such-model'"),
+    (["run", "--models", "builtin:reader", "--modes", "telepathy"], "unknown memory mode 'telepathy'"),
+    (["run", "--models", "local:smollm2", "--modes", "in-context"], "8192-token context"),
+    (["report", "nowhere"], "no results"),
+])
+def test_bad_input_is_a_one_line_error(tmp_path, args, message):
+    result = tulving(tmp_path, "--quiet", "--cache", "c.sqlite", *args)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tulving: error:") and message in lines[0]
