@@ -183,7 +183,7 @@ async def _embedder_works(engine: Any, model: str) -> str | None:
     from engine.requests import EmbedRequest
 
     try:
-        [outcome] = await engine.run([EmbedRequest(model=model, texts=["probe"])])
+        [outcome] = await engine.run([EmbedRequest(model=model, texts=["probe"])], label=f"probe {model}")
     except TulvingError as exc:
         return str(exc)
     return None if outcome.ok else str(outcome.error)

@@ -216,7 +216,11 @@ class JobRunner:
         while rounds == 0 or followups:
             rounds += 1
             label = f"{self.job.name}" + (f" (round {rounds})" if rounds > 1 else "")
-            async for outcome in self.engine.stream(feed(followups, initial), label=label):
+            # Expected calls, for the progress ETA: an answer and a judgment per
+            # question, plus the chronological judgments (re-draws come on top).
+            expected = None if rounds > 1 else 2 * len(self.job.questions) + sum(
+                q.get == "chronological" and bool(q.correct_answer) for q in self.job.questions)
+            async for outcome in self.engine.stream(feed(followups, initial), total=expected, label=label):
                 self._count(outcome)
                 kind, q_idx, draw = outcome.tag
                 item = self.pending[q_idx]

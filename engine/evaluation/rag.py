@@ -78,7 +78,7 @@ async def embed_texts(engine: Any, model: str, texts: Sequence[str], *, batch: i
         return np.zeros((0, 0))
     requests = [EmbedRequest(model=model, texts=list(texts[i:i + batch]), tag=i)
                 for i in range(0, len(texts), batch)]
-    outcomes = await engine.run(requests, label=label) if label else await engine.run(requests)
+    outcomes = await engine.run(requests, label=label or f"embeddings ({model})")
     rows: list[list[float]] = []
     for outcome in outcomes:
         if not outcome.ok:
@@ -118,8 +118,8 @@ async def retrieve(engine: Any, book_text: str, questions: Sequence[Any], mode: 
     chunks = chunks_for_mode(book_text, mode)
     k = top_k(questions, mode)
     texts = list(dict.fromkeys(q.question for q in questions))
-    chunk_vectors = await embed_texts(engine, embed_model, chunks)
-    question_vectors = await embed_texts(engine, embed_model, texts)
+    chunk_vectors = await embed_texts(engine, embed_model, chunks, label=f"embed {mode} chunks ({embed_model})")
+    question_vectors = await embed_texts(engine, embed_model, texts, label=f"embed questions ({embed_model})")
     if len(texts) and chunk_vectors.shape[1] != question_vectors.shape[1]:
         raise TulvingError(f"embedding model {embed_model} returned vectors of different sizes")
     similarities = question_vectors @ chunk_vectors.T if texts else np.zeros((0, len(chunks)))
