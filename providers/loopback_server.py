@@ -747,16 +747,18 @@ class LoopbackServer:
             return openai_error(400, f"invalid training_file: {training_file}", param="training_file",
                                 code="invalid_training_file")
         job_id = f"ftjob-{self._next_id()}"
+        method = body.get("method") if isinstance(body.get("method"), dict) else {}
+        hyperparameters = {"n_epochs": "auto", "batch_size": "auto", "learning_rate_multiplier": "auto",
+                           **((method.get("supervised") or {}).get("hyperparameters") or {})}
         suffix = body.get("suffix")
         job = {
             "object": "fine_tuning.job", "id": job_id, "model": body["model"], "created_at": int(time.time()),
             "finished_at": None, "fine_tuned_model": None, "organization_id": "org-tulving",
             "result_files": [], "status": "queued", "validation_file": body.get("validation_file"),
-            "training_file": training_file, "hyperparameters": {"n_epochs": "auto", "batch_size": "auto",
-                                                                "learning_rate_multiplier": "auto"},
+            "training_file": training_file, "hyperparameters": hyperparameters,
             "trained_tokens": None, "error": None, "seed": body.get("seed") or 42, "user_provided_suffix": suffix,
             "estimated_finish": None, "integrations": [], "metadata": body.get("metadata"),
-            "method": {"type": "supervised"},
+            "method": {"type": "supervised", "supervised": {"hyperparameters": hyperparameters}},
         }
         self.jobs[job_id] = {"job": job, "polls": 0, "problem": self._training_problem(training_file)}
         return _json(job)

@@ -31,7 +31,8 @@ def _classify(exc: Exception, api_key: str | None, timeout: float) -> ProviderEr
 
 
 async def submit_finetune(*, base_url: str, api_key: str, training_file: Path, model: str,
-                          suffix: str | None = None, poll_interval: float = 30.0,
+                          suffix: str | None = None, hyperparameters: dict[str, Any] | None = None,
+                          poll_interval: float = 30.0,
                           timeout: float = 24 * 3600.0) -> dict[str, Any]:
     """Upload `training_file` (chat JSONL), fine-tune `model` on it and poll
     every `poll_interval` s until the job ends or `timeout` s have passed.
@@ -55,6 +56,8 @@ async def submit_finetune(*, base_url: str, api_key: str, training_file: Path, m
             create: dict[str, Any] = {"model": model, "training_file": uploaded.id}
             if suffix:
                 create["suffix"] = suffix
+            if hyperparameters:  # the supervised method's settings (the API's current form)
+                create["method"] = {"type": "supervised", "supervised": {"hyperparameters": dict(hyperparameters)}}
             job = await client.fine_tuning.jobs.create(**create)
             while job.status not in _FINAL:
                 if time.monotonic() + poll_interval > deadline:

@@ -115,6 +115,9 @@ async def test_finetune_against_the_loopback_server_records_the_model(tmp_path):
     record = json.loads((tmp_path / "ft" / "data.model.json").read_text())
     assert record["fine_tuned_model"] and record["status"] == "succeeded"
     assert record["fine_tuned_model"] in out and "[models." in out
+    # The paper's settings reached the API: 30 epochs, batch 64, LR multiplier 1.8.
+    [job] = server.jobs.values()
+    assert job["job"]["hyperparameters"] == {"n_epochs": 30, "batch_size": 64, "learning_rate_multiplier": 1.8}
 
 
 def test_questions_command_writes_json_lines(tmp_path):

@@ -118,6 +118,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--alias", help="alias name for the fine-tuned model (default ft:<book>)")
     p.add_argument("--suffix", help="model name suffix sent to the API")
     p.add_argument("--data-only", action="store_true", help="write the training data, submit nothing")
+    p.add_argument("--epochs", type=int, default=30, help="training epochs (paper: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=64, help="batch size (paper: %(default)s)")
+    p.add_argument("--lr-multiplier", type=float, default=1.8, help="learning-rate multiplier (paper: %(default)s)")
     p.add_argument("--poll-interval", type=float, default=30.0, help="seconds between job polls")
     p.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
     p.set_defaults(func=cmd_finetune)
@@ -328,7 +331,9 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     job = asyncio.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
                                             training_file=data_path, suffix=args.suffix,
-                                            poll_interval=args.poll_interval, timeout=args.timeout))
+                                            poll_interval=args.poll_interval, timeout=args.timeout,
+                                            hyperparameters={"n_epochs": args.epochs, "batch_size": args.batch_size,
+                                                             "learning_rate_multiplier": args.lr_multiplier}))
     model_id = job.get("fine_tuned_model")
     if not model_id:
         raise TulvingError(f"fine-tuning job {job.get('job_id')} ended {job.get('status')} without a model")

@@ -68,8 +68,13 @@ def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: Any
     return "\n".join(lines) + "\n"
 
 
+# The paper's fine-tuning settings: 30 epochs, batch size 64, learning-rate multiplier 1.8.
+PAPER_HYPERPARAMETERS = {"n_epochs": 30, "batch_size": 64, "learning_rate_multiplier": 1.8}
+
+
 async def run_finetune(config: Config, *, endpoint: str, model: str, training_file: Path,
-                       suffix: str | None, poll_interval: float, timeout: float) -> dict[str, Any]:
+                       suffix: str | None, poll_interval: float, timeout: float,
+                       hyperparameters: dict[str, Any] | None = None) -> dict[str, Any]:
     from providers.openai_finetune import submit_finetune
 
     spec = config.endpoints.get(endpoint)
@@ -79,4 +84,5 @@ async def run_finetune(config: Config, *, endpoint: str, model: str, training_fi
         raise TulvingError(f"endpoint {endpoint!r} is not an OpenAI-compatible endpoint with a base_url")
     api_key = config.api_key(spec) or "none"
     return await submit_finetune(base_url=spec.base_url, api_key=api_key, training_file=training_file,
-                                 model=model, suffix=suffix, poll_interval=poll_interval, timeout=timeout)
+                                 model=model, suffix=suffix, poll_interval=poll_interval, timeout=timeout,
+                                 hyperparameters=PAPER_HYPERPARAMETERS if hyperparameters is None else hyperparameters)
