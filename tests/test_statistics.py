@@ -52,3 +52,22 @@ def test_mann_whitney_one_sided_and_errors():
 def test_runs_must_share_questions():
     with pytest.raises(ValueError, match="same questions"):
         rank_runs({"a": [1.0, 0.0], "b": [1.0]})
+
+
+def test_report_ranks_full_runs_on_the_questions_all_of_them_scored():
+    from engine.evaluation.report import render_markdown, summarize
+    from engine.evaluation.results import ResultRecord
+
+    def records(model, f1s):
+        return [ResultRecord(q_idx=i, question=f"q{i}", get="all", bin="1", model=model, mode="in-context",
+                             judge="builtin:judge", f1=f) for i, f in enumerate(f1s)]
+
+    good = records("good", [1.0] * 30)
+    bad = records("bad", [0.0, 0.5] * 15)
+    bad[3].f1 = None  # a judge failure: question 3 is left out of the comparison
+    summary = summarize(good + bad)
+    ranking = summary["ranking"]
+    assert ranking["n_questions"] == 29
+    assert list(ranking["average_ranks"]) == ["good / in-context", "bad / in-context"]
+    assert ranking["pairs"][0]["significant"]
+    assert "critical-difference" in render_markdown(summary)

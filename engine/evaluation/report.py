@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.scores import BINS, chronological_awareness, simple_recall
+from engine.evaluation.statistics import format_ranking, rank_runs
 
 BASELINE_NOTES = {
     "builtin:reader": "lexical baseline (string matching, not an LLM)",
@@ -94,7 +95,30 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
     }
     if run and run.get("embed_model"):
         out["embed_model"] = run["embed_model"]
+    ranking = _ranking(groups, rows)
+    if ranking is not None:
+        out["ranking"] = ranking
     return out
+
+
+def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
+             rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The paper's CD analysis over the full runs: average F1 rank per question,
+    Holm-adjusted pairwise Wilcoxon tests, on the questions every run scored."""
+    full = [(row["model"], row["mode"]) for row in rows if row["sample"] is None]
+    if len(full) < 2:
+        return None
+    f1 = {key: {r.q_idx: r.f1 for r in groups[key] if r.f1 is not None} for key in full}
+    common = sorted(set.intersection(*(set(v) for v in f1.values())))
+    if len(common) < 2:
+        return None
+    scores = {f"{model} / {mode}": [f1[(model, mode)][q] for q in common] for model, mode in full}
+    result = rank_runs(scores)
+    return {"n_questions": result.n_questions, "average_ranks": result.average_ranks,
+            "cliques": result.cliques,
+            "pairs": [{"a": t.a, "b": t.b, "p": t.p_value, "p_holm": t.p_holm, "significant": t.significant}
+                      for t in result.pairs],
+            "text": format_ranking(result)}
 
 
 # -- rendering ---------------------------------------------------------------------
@@ -196,6 +220,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
                             str(row["judge_redraws"]), str(row.get("calls", "-")),
                             str(row.get("cache_hits", "-")), f"{row['cost_usd']:.4f}"])
     parts.append("## Chronological awareness and calls\n\n" + _md_table(detail_head, detail_rows))
+    if summary.get("ranking"):
+        parts.append("## Overall comparison (the paper's critical-difference analysis)\n\n```\n"
+                     + summary["ranking"]["text"] + "\n```")
     baselines = sorted({row["model"] for row in summary["runs"] if row["model"] in BASELINE_NOTES})
     if baselines:
         parts.append("## Notes\n\n" + "\n".join(f"- {m}: {BASELINE_NOTES[m]}; its scores measure how much of "
