@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 from engine.config import Config
 from engine.errors import TulvingError
+from engine.argtypes import non_negative_float
 from engine.requests import ChatRequest, EmbedRequest, Request
 from engine.resolve import resolve
 from engine.scheduler import Engine
@@ -186,16 +187,6 @@ def _cmd_bench_latency(args: argparse.Namespace) -> int:
 
 # -- parser and entry point ---------------------------------------------------------------
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tulving",
@@ -208,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE", DEFAULT_CACHE),
                         help="response cache, SQLite (default: $TULVING_CACHE, else %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    parser.add_argument("--max-cost", metavar="USD", type=_positive_float,
+    parser.add_argument("--max-cost", metavar="USD", type=non_negative_float,
                         help="send no new call once the run's spending would exceed this")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

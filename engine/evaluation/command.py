@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 from engine.errors import TulvingError
 from engine.evaluation import answers as A
+from engine.argtypes import csv_list, positive_int
 from engine.evaluation import pipeline, rag
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
@@ -54,23 +55,6 @@ LOCAL_LLM = "local:smollm2"
 DEFAULT_LOCAL_SAMPLE = 1
 
 
-def _csv(text: str) -> list[str]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("expected a comma-separated list")
-    return items
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "run", help="evaluate models on a book: answers, judgments, scores, report",
@@ -82,17 +66,17 @@ def register(subparsers: Any) -> None:
                    help="published book name (synaptic-echoes, synaptic-echoes-short) or book folder "
                         "(default %(default)s)")
     p.add_argument("--questions", metavar="FILE", help="questions JSONL (default: built from the book)")
-    p.add_argument("--models", type=_csv, help="comma-separated model aliases")
-    p.add_argument("--modes", type=_csv, help=f"comma-separated memory modes: {', '.join(A.MODES)} "
+    p.add_argument("--models", type=csv_list, help="comma-separated model aliases")
+    p.add_argument("--modes", type=csv_list, help=f"comma-separated memory modes: {', '.join(A.MODES)} "
                                               "(default in-context)")
     p.add_argument("--judge", default=DEFAULT_JUDGE, help="judge model alias (default %(default)s)")
     p.add_argument("--embed-model", help=f"embedding model alias for RAG modes (default {DEFAULT_EMBED}; "
                                          f"{OFFLINE_EMBED} offline)")
     p.add_argument("--out", metavar="DIR", help="run folder (default runs/<book>)")
-    p.add_argument("--local-sample", type=_positive_int, metavar="N",
+    p.add_argument("--local-sample", type=positive_int, metavar="N",
                    help=f"run {LOCAL_LLM} on N questions spread over the set "
                         f"(default run: {DEFAULT_LOCAL_SAMPLE}; else all)")
-    p.add_argument("--sample", type=_positive_int, metavar="N",
+    p.add_argument("--sample", type=positive_int, metavar="N",
                    help="run every model on N questions spread over the set")
     p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
                                                          "the cache holds; call nothing")

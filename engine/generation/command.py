@@ -28,26 +28,7 @@ from engine.generation.published import load_book
 from engine.generation.secondary import secondary_names
 from engine.generation.stats import write_stats
 from engine.generation.universe import PUBLISHED_UNIVERSES, load_universe
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
-    return value
+from engine.argtypes import non_negative_int, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -55,14 +36,14 @@ def register(subparsers: Any) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--universe", default="default",
                    help="default, news, scifi, or a universe JSON file (default %(default)s)")
-    p.add_argument("--events", type=_positive_int, default=200, help="number of events (default %(default)s)")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="events seed (default %(default)s)")
-    p.add_argument("--universe-seed", type=_non_negative_int, default=0,
+    p.add_argument("--events", type=positive_int, default=200, help="number of events (default %(default)s)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="events seed (default %(default)s)")
+    p.add_argument("--universe-seed", type=non_negative_int, default=0,
                    help="static universe seed (default %(default)s)")
     p.add_argument("--model", help="model alias writing and checking the chapters (e.g. builtin:writer)")
     p.add_argument("--out", help="book folder to write")
     p.add_argument("--name", help="book name (default: the folder name)")
-    p.add_argument("--itermax", type=_positive_int, default=DEFAULT_ITERMAX,
+    p.add_argument("--itermax", type=positive_int, default=DEFAULT_ITERMAX,
                    help="candidates per event (default %(default)s)")
     p.add_argument("--uniform", action="store_true", help="uniform instead of geometric item sampling")
     p.add_argument("--events-only", action="store_true", help="write events and meta-events only; no model call")

@@ -1,0 +1,34 @@
+"""argparse value types shared by the command modules: a bad value is a one-line
+usage error naming the option."""
+from __future__ import annotations
+
+import argparse
+
+
+def _number(text: str, kind: type, minimum: float, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, 1, "an integer")
+
+
+def non_negative_int(text: str) -> int:
+    return _number(text, int, 0, "an integer")
+
+
+def non_negative_float(text: str) -> float:
+    return _number(text, float, 0, "a number")
+
+
+def csv_list(text: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
