@@ -39,7 +39,8 @@ def normalize(value: Any) -> Any:
         for k, v in value.items():
             if type(k) is not str:
                 raise TypeError(f"cannot key a mapping with a non-string key {k!r:.80}")
-            if type(v) is str:
+            kv = type(v)
+            if kv is str or kv is int and _INT_MIN <= v <= _INT_MAX:  # already canonical
                 continue
             n = normalize(v)
             if n is not v:
@@ -50,7 +51,8 @@ def normalize(value: Any) -> Any:
     if kind is list:
         out_list = None
         for i, v in enumerate(value):
-            if type(v) is str:
+            kv = type(v)
+            if kv is str or kv is int and _INT_MIN <= v <= _INT_MAX:  # already canonical
                 continue
             n = normalize(v)
             if n is not v:
@@ -112,6 +114,15 @@ def canonical_bytes(identity: Mapping[str, Any]) -> bytes:
 
 def request_key(identity: Mapping[str, Any]) -> str:
     """sha256 hex digest of the canonical identity: the cache key."""
-    digest = hashlib.sha256(KEY_FORMAT)
-    digest.update(canonical_bytes(identity))
+    return key_of_canonical(canonical_bytes(identity))
+
+
+def key_of_canonical(canonical: bytes) -> str:
+    """The cache key of an identity's `canonical_bytes` (for callers that keep
+    those bytes, e.g. to hand them to the cache's writer)."""
+    digest = _KEY_PREFIX.copy()
+    digest.update(canonical)
     return digest.hexdigest()
+
+
+_KEY_PREFIX = hashlib.sha256(KEY_FORMAT)

@@ -49,12 +49,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import math
 import os
-import queue
 import sqlite3
 import threading
 import time
 import weakref
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,7 +64,7 @@ from typing import Any, Sequence
 import orjson
 
 from cache.codec import decode_response, encode_identity, encode_response
-from cache.keys import normalize
+from cache.keys import canonical_bytes
 from engine.errors import TulvingError
 
 log = logging.getLogger("tulving.cache")
@@ -101,6 +102,25 @@ ENTRY_COLUMNS = ("key", "op", "model", "kind", "base_url", "created_at", "respon
 INSERT_ENTRY = (f"INSERT OR IGNORE INTO entries ({', '.join(ENTRY_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(ENTRY_COLUMNS))})")
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (digest, size, text) VALUES (?, ?, ?)"
+
+
+# Entries go in as multi-row INSERTs: one statement step (during which
+# sqlite3 releases the GIL) per up to ENTRY_ROWS_PER_INSERT rows instead of one
+# per row, so the writer thread takes the GIL back from the event loop once
+# per statement rather than once per row.
+ENTRY_ROWS_PER_INSERT = (999 if sqlite3.sqlite_version_info < (3, 32) else 32766) // len(ENTRY_COLUMNS)
+_ROW_PLACEHOLDERS = f"({', '.join('?' * len(ENTRY_COLUMNS))})"
+
+
+def _insert_entries_sql(rows: int) -> str:
+    return (f"INSERT OR IGNORE INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES "
+            + ", ".join([_ROW_PLACEHOLDERS] * rows))
+
+
+def _insert_entries(conn: sqlite3.Connection, entries: list[tuple]) -> None:
+    for start in range(0, len(entries), ENTRY_ROWS_PER_INSERT):
+        part = entries[start:start + ENTRY_ROWS_PER_INSERT]
+        conn.execute(_insert_entries_sql(len(part)), [value for row in part for value in row])
 
 
 class CacheError(TulvingError):
@@ -174,8 +194,22 @@ def _check_or_create(conn: sqlite3.Connection, path: Path, create: bool) -> None
         conn.execute("PRAGMA journal_mode = WAL")
 
 
+_second_text: tuple[int, str] = (-1, "")  # the last whole second formatted, reused by iso_utc
+
+
 def iso_utc(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """'2026-11-22T16:20:01.123456Z' (what datetime would print, rounding to
+    the microsecond alike), formatting each whole second once."""
+    global _second_text
+    whole = math.floor(timestamp)
+    micros = round((timestamp - whole) * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    second, text = _second_text
+    if second != whole:
+        text = datetime.fromtimestamp(whole, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (whole, text)
+    return f"{text}.{micros:06d}Z"
 
 
 def read_entries(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -244,7 +278,13 @@ class ResponseCache:
         self.batch_rows = batch_rows
         self.batch_seconds = batch_seconds
         self.write_errors = 0  # rows that could not be written (logged)
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # Rows, flush markers and _STOP, in order. The event loop appends; the
+        # writer wakes on `_wake` (set by the first item after it went idle),
+        # gathers for up to batch_seconds unless `_urgent` (a full batch, a
+        # flush, a stop), then takes everything queued at once.
+        self._items: deque = deque()
+        self._wake = threading.Event()
+        self._urgent = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # put, not yet committed
         self._known_blobs: set[str] = set()  # digests committed by this writer (writer thread only)
         self._writer: threading.Thread | None = None
@@ -265,7 +305,7 @@ class ResponseCache:
         loop = asyncio.get_running_loop()
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="tulving-cache-read")
         try:
-            self._write_conn = await loop.run_in_executor(self._reader, lambda: connect(self.path, create=True))
+            self._write_conn = await loop.run_in_executor(self._reader, self._open_writer)
             self._read_conn = await loop.run_in_executor(self._reader, self._open_reader)
         except BaseException:
             if self._write_conn is not None:
@@ -277,6 +317,17 @@ class ResponseCache:
         self._open = True
         _OPEN_CACHES.add(self)
         return self
+
+    def _open_writer(self) -> sqlite3.Connection:
+        conn = connect(self.path, create=True)
+        # Keys are random: every insert touches a random page of the key
+        # index, which the default 2 MB page cache stops holding past ~40k
+        # entries; then each insert reads its page back from the file.
+        conn.execute("PRAGMA cache_size = -65536")
+        # Checkpoint every 32 MB of WAL instead of 4 MB: a page rewritten by
+        # many commits (the key index again) is copied into the file once.
+        conn.execute("PRAGMA wal_autocheckpoint = 8192")
+        return conn
 
     def _open_reader(self) -> sqlite3.Connection:
         conn = connect(self.path, create=False)
@@ -296,7 +347,7 @@ class ResponseCache:
             return
         loop = asyncio.get_running_loop()
         marker = _Flush(loop, loop.create_future())
-        self._queue.put(marker)
+        self._send(marker)
         await marker.future
 
     async def close(self) -> None:
@@ -317,7 +368,7 @@ class ResponseCache:
         if writer is None:
             return
         self._closed = True
-        self._queue.put(_STOP)
+        self._send(_STOP)
         writer.join(timeout)
         self._writer = None
 
@@ -374,11 +425,28 @@ class ResponseCache:
                     future.set_result(response if i == 0 or response is None else dict(response))
 
     # -- writes ---------------------------------------------------------------------
-    def put(self, key: str, identity: dict[str, Any], response: dict[str, Any]) -> None:
-        """Queue a successful response for the writer; returns at once."""
+    def put(self, key: str, identity: dict[str, Any], response: dict[str, Any], *,
+            canonical: bytes | None = None) -> None:
+        """Queue a successful response for the writer; returns at once.
+        `canonical` may pass `cache.keys.canonical_bytes(identity)` when the
+        caller already has it (the engine does: it hashed them for the key),
+        so the writer does not serialise the identity again."""
         self._check_open()
         self._pending[key] = response
-        self._queue.put((key, identity, response, time.time()))
+        items = self._items
+        items.append((key, identity, canonical, response, time.time()))
+        # Wake the writer once per batch, not once per row: a thread switch
+        # per put costs more than the row itself.
+        if not self._wake.is_set():
+            self._wake.set()
+        if len(items) >= self.batch_rows and not self._urgent.is_set():
+            self._urgent.set()
+
+    def _send(self, item: Any) -> None:
+        """A flush marker or _STOP: handled as soon as the writer sees it."""
+        self._items.append(item)
+        self._urgent.set()
+        self._wake.set()
 
     def _check_open(self) -> None:
         if not self._open:
@@ -389,63 +457,66 @@ class ResponseCache:
     def _writer_main(self) -> None:
         conn = self._write_conn
         assert conn is not None
+        items = self._items
         stopping = False
         while not stopping:
-            item = self._queue.get()
+            self._wake.wait()
+            if not self._urgent.is_set():
+                self._urgent.wait(self.batch_seconds)  # gather a batch
+            # Clear before taking: anything appended from here on sets them again.
+            self._wake.clear()
+            self._urgent.clear()
             rows: list[tuple] = []
             flushes: list[_Flush] = []
-            deadline = None
-            while True:
+            while items:
+                item = items.popleft()
                 if item is _STOP:
                     stopping = True
                     break
                 if isinstance(item, _Flush):
-                    flushes.append(item)
-                    break  # commit now
+                    self._commit_rows(conn, rows)
+                    rows = []
+                    item.done()
+                    continue
                 rows.append(item)
                 if len(rows) >= self.batch_rows:
-                    break
-                if deadline is None:
-                    deadline = time.monotonic() + self.batch_seconds
-                remaining = deadline - time.monotonic()
-                try:
-                    item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if rows:
-                try:
-                    self._commit(conn, rows)
-                except Exception:  # never let the writer die: flushes would wait forever
-                    self.write_errors += len(rows)
-                    log.exception("cache: could not write %d responses to %s", len(rows), self.path)
-            for flush in flushes:
-                flush.done()
+                    self._commit_rows(conn, rows)
+                    rows = []
+            self._commit_rows(conn, rows)
         conn.close()
         # Flush markers that raced with the stop still get their answer.
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
+        while items:
+            item = items.popleft()
             if isinstance(item, _Flush):
                 item.done()
+
+    def _commit_rows(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
+        if not rows:
+            return
+        try:
+            self._commit(conn, rows)
+        except Exception:  # never let the writer die: flushes would wait forever
+            self.write_errors += len(rows)
+            log.exception("cache: could not write %d responses to %s", len(rows), self.path)
 
     def _commit(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
         entries: list[tuple] = []
         blobs: dict[str, tuple[str, int]] = {}
-        for key, identity, response, created in rows:
+        for key, identity, canonical, response, created in rows:
             try:
-                canonical = normalize(identity)
-                stored = orjson.dumps(canonical)
+                if canonical is None:
+                    canonical = canonical_bytes(identity)
+                stored = canonical
                 if len(stored) > self.blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
-                    encoded, chunks = encode_identity(canonical, self.blob_min_chars)
+                    encoded, chunks = encode_identity(orjson.loads(stored), self.blob_min_chars)
                     stored = orjson.dumps(encoded)
                 else:
                     chunks = {}
                 text, vectors, dtype, count = encode_response(response)
-                entries.append((key, str(canonical.get("op", "chat")), str(canonical.get("model", "")),
-                                canonical.get("kind"), canonical.get("base_url"), iso_utc(created), text,
-                                vectors, dtype, count, stored.decode()))
+                get = identity.get
+                entries.append((key, str(get("op", "chat")), str(get("model", "")), get("kind"),
+                                get("base_url"), iso_utc(created), text, vectors, dtype, count,
+                                stored.decode()))
             except Exception as exc:  # a value JSON cannot hold, a non-dict identity, ...
                 self.write_errors += 1
                 log.error("cache: cannot store the response for key %s: %s", key, exc)
@@ -457,7 +528,7 @@ class ResponseCache:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(INSERT_BLOB, [(d, size, text) for d, (text, size) in blobs.items()])
-                conn.executemany(INSERT_ENTRY, entries)
+                _insert_entries(conn, entries)
                 conn.execute("COMMIT")
                 break
             except sqlite3.Error as exc:
@@ -474,6 +545,6 @@ class ResponseCache:
             self._known_blobs.clear()
         self._known_blobs.update(blobs)
         pending = self._pending
-        for key, _identity, response, _created in rows:
+        for key, _identity, _canonical, response, _created in rows:
             if pending.get(key) is response:
                 pending.pop(key, None)

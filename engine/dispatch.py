@@ -65,11 +65,12 @@ class Job:
 class Pool:
     """Calls waiting for any endpoint of one replica set, oldest first."""
 
-    __slots__ = ("heap", "endpoints")
+    __slots__ = ("heap", "endpoints", "prefix_order")
 
     def __init__(self, endpoints: list["EndpointState"]):
         self.heap: list[Job] = []
         self.endpoints = endpoints
+        self.prefix_order = any(ep.prefix_order for ep in endpoints)  # calls need their prompt kept
         for ep in endpoints:
             ep.pools.append(self)
 
@@ -126,6 +127,10 @@ class EndpointState:
         self.provider = provider
         self.owner = owner
         self.prefix_order = bool(getattr(provider, "prefers_prefix_order", False))
+        # True when the provider bounds every call by the `timeout` it is given
+        # (the HTTP providers: aiohttp's total timeout covers sending and
+        # reading), so the engine need not wrap the call in a timer of its own.
+        self.enforces_timeout = bool(getattr(provider, "enforces_timeout", False))
         self.max_concurrency = 1 if self.prefix_order else max(1, int(spec.max_concurrency))
         now = time.monotonic()
         self.limits = EndpointLimits(spec, now=now)
@@ -293,5 +298,19 @@ class EndpointState:
             self.succeeded += 1
         if self.limits.limited:
             self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic())
-        self._wake.set()
+        # After a success, start the next waiting call(s) right here rather
+        # than waking the dispatcher task for it (a task step per call at zero
+        # latency). The dispatcher is woken when it has a timer to set (a rate
+        # limit, a pause) or something went wrong; its loop handles both. After
+        # a failure it is woken as before: the caller first records a 429's
+        # pause (on_rate_limited), which must hold back the next call.
+        if usage is None or self._wake.is_set():
+            self._wake.set()
+            return
+        try:
+            delay = self._dispatch_ready()
+        except Exception:  # noqa: BLE001 -- the dispatcher logs it and fails the waiting calls
+            delay = 0.0
+        if delay is not None:
+            self._wake.set()
 

@@ -9,9 +9,9 @@ Credentials, timeouts and retry settings are not part of it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
-from cache.keys import request_key
+from cache.keys import canonical_bytes, key_of_canonical
 from engine.config import Config, ModelAlias
 from engine.requests import ChatRequest, EmbedRequest, Request
 from providers.base import EndpointSpec
@@ -29,6 +29,7 @@ class Resolved:
     messages: list[dict[str, str]] | None
     identity: dict[str, Any]
     key: str
+    canonical: bytes = b""  # canonical_bytes(identity), what `key` hashes (handed to the cache's writer)
 
 
 def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, Any]:
@@ -54,17 +55,51 @@ def chat_messages(alias: ModelAlias, request: ChatRequest) -> list[dict[str, str
 
 def resolve(config: Config, request: Request) -> Resolved:
     """Raises ConfigError for an unknown model alias."""
-    alias = config.alias(request.model)
-    endpoints = config.endpoints_of(alias)
-    first = endpoints[0]
+    return _resolve(_Target(config, request.model), request)
+
+
+def resolve_many(config: Config, requests: Iterable[Request]) -> list[Resolved]:
+    """`resolve` for each request, looking each model alias up once."""
+    targets: dict[str, _Target] = {}
+    out = []
+    for request in requests:
+        target = targets.get(request.model)
+        if target is None:
+            target = targets[request.model] = _Target(config, request.model)
+        out.append(_resolve(target, request))
+    return out
+
+
+class _Target:
+    """What every request for one alias shares."""
+
+    __slots__ = ("alias", "endpoints", "first", "default_params")
+
+    def __init__(self, config: Config, model: str):
+        self.alias = config.alias(model)  # ConfigError: unknown alias
+        self.endpoints = config.endpoints_of(self.alias)
+        self.first = self.endpoints[0]
+        self.default_params: dict[str, Any] | None = None  # chat params of a request that sets none
+
+
+def _resolve(target: _Target, request: Request) -> Resolved:
+    alias, first = target.alias, target.first
     identity: dict[str, Any] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model}
     if isinstance(request, EmbedRequest):
         params: dict[str, Any] = {}
         messages = None
         identity.update(op="embed", texts=list(request.texts))
     else:
-        params = chat_params(alias, request)
+        if (request.temperature is None and request.max_tokens is None and request.seed is None
+                and request.stop is None and not request.extra):
+            # The alias's defaults, shared by the requests of this batch (read only).
+            params = target.default_params
+            if params is None:
+                params = target.default_params = chat_params(alias, request)
+        else:
+            params = chat_params(alias, request)
         messages = chat_messages(alias, request)
         identity.update(op="chat", params=params, messages=messages, draw=request.draw)
-    return Resolved(request=request, alias=alias, endpoints=endpoints, params=params, messages=messages,
-                    identity=identity, key=request_key(identity))
+    canonical = canonical_bytes(identity)
+    return Resolved(request=request, alias=alias, endpoints=target.endpoints, params=params, messages=messages,
+                    identity=identity, key=key_of_canonical(canonical), canonical=canonical)

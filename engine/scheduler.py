@@ -43,7 +43,7 @@ from engine.config import Config
 from engine.dispatch import EndpointState, Job, Pool
 from engine.progress import Progress
 from engine.requests import ChatRequest, ChatResult, EmbedResult, Outcome, Request, Result
-from engine.resolve import Resolved, resolve
+from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from providers import make_provider
 from providers.base import BAD_REPLY, BUDGET, CONNECTION, TIMEOUT, EndpointSpec, ProviderError
@@ -315,7 +315,7 @@ class Engine:
 
     async def _submit(self, chunk: list[Request], sink: asyncio.Queue) -> None:
         config = self.config
-        resolved = [resolve(config, r) for r in chunk]  # ConfigError: unknown alias
+        resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
         for r in resolved:  # missing keys fail before anything is queued
             for spec in r.endpoints:
                 if spec.name not in self._endpoints:
@@ -350,7 +350,7 @@ class Engine:
             input_est = sum(provider.count_tokens(t) for t in r.request.texts)  # type: ignore[union-attr]
             output_est = 0
         prompt = None
-        if any(ep.prefix_order for ep in pool.endpoints) and r.messages is not None:
+        if pool.prefix_order and r.messages is not None:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
                   prompt=prompt, waiters=[(r.request, sink)], pool=pool)
@@ -410,13 +410,11 @@ class Engine:
         usage: tuple[int, int] | None = None
         try:
             try:
-                async with asyncio.timeout(timeout):
-                    if r.messages is not None:
-                        result = await ep.provider.chat(r.alias.model, r.messages, params=r.params,
-                                                        timeout=timeout)
-                    else:
-                        result = await ep.provider.embed(r.alias.model, r.request.texts,  # type: ignore[union-attr]
-                                                         timeout=timeout)
+                if ep.enforces_timeout:  # the provider's own timer bounds the call: no second one
+                    result = await self._call(ep.provider, r, timeout)
+                else:
+                    async with asyncio.timeout(timeout):
+                        result = await self._call(ep.provider, r, timeout)
                 usage = (result.input_tokens, getattr(result, "output_tokens", 0))
             except ProviderError as exc:
                 error = exc
@@ -427,18 +425,20 @@ class Engine:
         finally:
             self._reserved_cost -= job.cost_reserved
             job.cost_reserved = 0.0
+            cost = 0.0
+            if usage is not None:  # spent before release(), which may start the next call under max_cost
+                cost = r.alias.cost(usage[0], usage[1])
+                self._spent += cost
             ep.release(job, usage)
         now = time.monotonic()
         if error is None:
-            cost = r.alias.cost(usage[0], usage[1])
-            self._spent += cost
             stats = self._stats
             stats.succeeded += 1
             stats.tokens_in += usage[0]
             stats.tokens_out += usage[1]
             stats.cost += cost
             if self._cache is not None and not self._closed:  # paid for: keep it even if nobody waits
-                self._cache.put(r.key, r.identity, result_to_record(result))
+                self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
             if not job.cancelled:
                 self._settle(job, result=result, cost=cost, endpoint=ep.name)
             return
@@ -464,6 +464,12 @@ class Engine:
                 self._timers.add(timer)
                 return
         self._settle(job, error=error, endpoint=ep.name)
+
+    @staticmethod
+    def _call(provider: Any, r: Resolved, timeout: float) -> Any:
+        if r.messages is not None:
+            return provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout)
+        return provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
 
     def _settle(self, job: Job, *, result: Result | None = None, error: ProviderError | None = None,
                 cost: float = 0.0, endpoint: str | None = None) -> None:

@@ -53,6 +53,8 @@ def messages_body(model: str, messages: Sequence[Mapping[str, str]], params: Map
 
 class AnthropicProvider(Provider):
     kind = "anthropic"
+    # Every call runs under aiohttp's total timeout (providers/http_client.py).
+    enforces_timeout = True
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)

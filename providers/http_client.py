@@ -71,13 +71,18 @@ class JsonHttpClient:
             _abandon(self._session)
         self._loop = asyncio.get_running_loop()
         connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, keepalive_timeout=30.0)
-        self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env)
+        # The headers are the session's defaults: merged in C-backed multidicts
+        # once per call rather than converted from a dict each time.
+        self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
+                                              headers=self._headers)
         return self._session
 
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         found = self._timeouts.get(seconds)
         if found is None:
-            found = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
+            found = aiohttp.ClientTimeout(total=seconds)
+            if len(self._timeouts) < 64:  # calls under a deadline each get their own value
+                self._timeouts[seconds] = found
         return found
 
     async def post(self, url: str, body: Mapping[str, Any], timeout: float
@@ -89,8 +94,7 @@ class JsonHttpClient:
         payload = orjson.dumps(body, default=_plain)
         start = perf_counter()
         try:
-            async with session.post(url, data=payload, headers=self._headers,
-                                    timeout=self._timeout(timeout)) as resp:
+            async with session.post(url, data=payload, timeout=self._timeout(timeout)) as resp:
                 raw = await resp.read()
                 status = resp.status
                 headers = resp.headers

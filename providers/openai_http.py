@@ -29,6 +29,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 class OpenAIProvider(Provider):
     kind = "openai"
+    # Every call runs under aiohttp's total timeout (providers/http_client.py).
+    enforces_timeout = True
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)

@@ -410,3 +410,19 @@ async def test_a_response_json_cannot_hold_is_skipped_and_logged_not_fatal(tmp_p
     async with ResponseCache(tmp_path / "c.sqlite") as cache:
         assert await cache.get_many([request_key(good), request_key(bad)]) == {request_key(good): {"text": "fine"}}
     assert "cannot store the response" in caplog.text
+
+
+def test_iso_utc_matches_datetime_formatting():
+    """The writer's fast timestamp equals what datetime prints, at second
+    boundaries and at microsecond rounding edges."""
+    import random
+    from datetime import datetime, timezone
+
+    from cache.store import iso_utc
+
+    rng = random.Random(7)
+    stamps = [1_700_000_000.0, 1_700_000_000.9999996, 1_700_000_000.0000004, 1_799_999_999.5]
+    stamps += [rng.uniform(1.6e9, 1.9e9) for _ in range(2000)]
+    for t in stamps:
+        expected = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert iso_utc(t) == expected, t
