@@ -212,6 +212,14 @@ def iso_utc(timestamp: float) -> str:
     return f"{text}.{micros:06d}Z"
 
 
+def _identity_chars(identity: dict[str, Any]) -> int:
+    messages = identity.get("messages")
+    if messages:
+        return sum(len(m.get("content") or "") for m in messages)
+    texts = identity.get("texts")
+    return sum(map(len, texts)) if texts else 0
+
+
 def read_entries(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
     """{key: response} for the keys present, looked up `READ_BATCH` at a time."""
     found: dict[str, dict[str, Any]] = {}
@@ -286,6 +294,11 @@ class ResponseCache:
         self._wake = threading.Event()
         self._urgent = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # put, not yet committed
+        # Request text queued for the writer (back-pressure for the engine: a
+        # slow disk must not let book-sized prompts pile up in memory). Two
+        # counters, each written by one thread only, so no lock is needed.
+        self._queued_chars = 0   # event loop
+        self._written_chars = 0  # writer thread
         self._known_blobs: set[str] = set()  # digests committed by this writer (writer thread only)
         self._writer: threading.Thread | None = None
         self._write_conn: sqlite3.Connection | None = None
@@ -433,14 +446,29 @@ class ResponseCache:
         so the writer does not serialise the identity again."""
         self._check_open()
         self._pending[key] = response
+        size = _identity_chars(identity)
+        self._queued_chars += size
         items = self._items
-        items.append((key, identity, canonical, response, time.time()))
+        items.append((key, identity, canonical, response, time.time(), size))
         # Wake the writer once per batch, not once per row: a thread switch
         # per put costs more than the row itself.
         if not self._wake.is_set():
             self._wake.set()
         if len(items) >= self.batch_rows and not self._urgent.is_set():
             self._urgent.set()
+
+    @property
+    def backlog_chars(self) -> int:
+        """Characters of request text put but not yet written."""
+        return self._queued_chars - self._written_chars
+
+    async def wait_for_room(self, max_chars: int) -> None:
+        """Wait until the writer's backlog holds at most `max_chars` of request
+        text (returns at once when it already does)."""
+        while self.backlog_chars > max_chars and self._writer is not None and self._writer.is_alive():
+            self._urgent.set()
+            self._wake.set()
+            await asyncio.sleep(0.005)
 
     def _send(self, item: Any) -> None:
         """A flush marker or _STOP: handled as soon as the writer sees it."""
@@ -498,13 +526,15 @@ class ResponseCache:
         except Exception:  # never let the writer die: flushes would wait forever
             self.write_errors += len(rows)
             log.exception("cache: could not write %d responses to %s", len(rows), self.path)
+        finally:
+            self._written_chars += sum(row[5] for row in rows)
 
     def _commit(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
         entries: list[tuple] = []
         blobs: dict[str, tuple[str, int]] = {}
-        for key, identity, canonical, response, created in rows:
+        for key, identity, canonical, response, created, _size in rows:
             try:
-                if canonical is None:
+                if not canonical:  # not handed over (None, or b"" for a large request)
                     canonical = canonical_bytes(identity)
                 stored = canonical
                 if len(stored) > self.blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
@@ -545,6 +575,6 @@ class ResponseCache:
             self._known_blobs.clear()
         self._known_blobs.update(blobs)
         pending = self._pending
-        for key, _identity, _canonical, response, _created in rows:
+        for key, _identity, _canonical, response, _created, _size in rows:
             if pending.get(key) is response:
                 pending.pop(key, None)

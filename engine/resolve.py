@@ -17,6 +17,10 @@ from engine.requests import ChatRequest, EmbedRequest, Request
 from providers.base import EndpointSpec
 
 # Parameters a reasoning model (o1/o3 family) is called without.
+# Serialised identities up to this size travel with the request to the cache
+# writer (saves serialising twice on the hot path); larger ones are dropped.
+_KEEP_CANONICAL_BYTES = 64 * 1024
+
 _REASONING_DROPPED = ("temperature", "max_tokens")
 
 
@@ -101,5 +105,8 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         messages = chat_messages(alias, request)
         identity.update(op="chat", params=params, messages=messages, draw=request.draw)
     canonical = canonical_bytes(identity)
+    key = key_of_canonical(canonical)
+    if len(canonical) > _KEEP_CANONICAL_BYTES:
+        canonical = b""  # a book-sized prompt: the cache's writer serialises it again rather than hold a copy
     return Resolved(request=request, alias=alias, endpoints=target.endpoints, params=params, messages=messages,
-                    identity=identity, key=key_of_canonical(canonical), canonical=canonical)
+                    identity=identity, key=key, canonical=canonical)

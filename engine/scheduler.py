@@ -23,7 +23,9 @@ once rather than when the generator is collected.
 
 Memory stays bounded whatever the number of requests: at most `window`
 requests (default 2 x the concurrency of the endpoints in use, 16..4096) and
-MAX_PENDING_CHARS prompt characters are pulled ahead of the outcomes yielded.
+MAX_PENDING_CHARS prompt characters are pulled ahead of the outcomes yielded,
+and no more are pulled while the cache's writer still holds more than
+MAX_CACHE_BACKLOG_CHARS of request text to store.
 Costs: `max_cost` (USD) refuses, with a "budget" error, any uncached call whose
 worst-case cost (prompt estimate + max_tokens) would take spending plus the
 calls in flight past it; cached requests still yield.
@@ -58,7 +60,9 @@ MIN_WINDOW = 16
 MAX_WINDOW = 4096
 # Prompt characters held by pulled-but-not-yielded requests (a book in context
 # is ~4 MB per request): pulling pauses above this, down to one request.
-MAX_PENDING_CHARS = 200_000_000
+MAX_PENDING_CHARS = 64_000_000
+# Request text the cache's writer may have queued before pulling more requests waits for it.
+MAX_CACHE_BACKLOG_CHARS = 64_000_000
 
 
 @dataclass(slots=True)
@@ -242,6 +246,9 @@ class Engine:
                     room = window - pending
                     # Pull in batches (one cache lookup each), not one by one.
                     if room >= max(1, window // 4) and (pending_chars < MAX_PENDING_CHARS or pending == 0):
+                        cache = self._cache
+                        if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
+                            await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
                         chunk, chars, exhausted = await self._pull(source, is_async, room,
                                                                    MAX_PENDING_CHARS - pending_chars)
                         if chunk:

@@ -426,3 +426,19 @@ def test_iso_utc_matches_datetime_formatting():
     for t in stamps:
         expected = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         assert iso_utc(t) == expected, t
+
+
+async def test_writer_backlog_is_counted_and_waited_for(tmp_path):
+    """The cache reports how much request text its writer still holds, and
+    `wait_for_room` returns once the writer has stored enough of it."""
+    book = "A paragraph of the book.\n\n" * 400  # 10,400 characters
+    async with ResponseCache(tmp_path / "c.sqlite") as cache:
+        for i in range(5):
+            identity = {"op": "chat", "kind": "builtin", "base_url": None, "model": "reader", "params": {},
+                        "messages": [{"role": "user", "content": book + f"Question {i}?"}], "draw": 0}
+            cache.put(request_key(identity), identity, {"text": f"answer {i}"})
+        assert cache.backlog_chars == 5 * len(book) + sum(len(f"Question {i}?") for i in range(5))
+        await asyncio.wait_for(cache.wait_for_room(0), timeout=10)
+        assert cache.backlog_chars == 0
+        await cache.flush()
+        assert cache.backlog_chars == 0

@@ -345,3 +345,36 @@ async def test_stopping_a_stream_early_cancels_its_calls():
                     break
             assert engine._inflight == {}
     assert server.stats.requests <= 16
+
+
+async def test_pulling_waits_while_the_cache_writer_is_behind(tmp_path, monkeypatch):
+    """A slow cache disk must not let prompts pile up in memory: once the
+    writer's backlog is over the bound, no further request is pulled until it
+    has caught up."""
+    import cache.store as store
+    import engine.scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "MAX_CACHE_BACKLOG_CHARS", 20_000)
+    real_commit = store.ResponseCache._commit
+
+    def slow_commit(self, conn, rows):  # a slow disk: 50 ms per batch
+        time.sleep(0.05)
+        return real_commit(self, conn, rows)
+
+    monkeypatch.setattr(store.ResponseCache, "_commit", slow_commit)
+    text = "x" * 5_000
+    pulled = 0
+    worst = 0
+
+    def requests():
+        nonlocal pulled
+        for i in range(60):
+            pulled += 1
+            yield ChatRequest("builtin:reader", [{"role": "user", "content": f"{text} question {i}?"}], tag=i)
+
+    async with Engine(Config.load(), cache_path=str(tmp_path / "c.sqlite"), window=16) as engine:
+        async for _ in engine.stream(requests()):
+            worst = max(worst, engine._cache.backlog_chars)
+    # Backlog can pass the bound by at most one pull (window requests), never grow without limit.
+    assert pulled == 60
+    assert worst <= 20_000 + 16 * 5_100, worst
