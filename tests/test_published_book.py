@@ -168,3 +168,15 @@ def test_writing_the_published_book_gives_identical_files(tmp_path, long_book):
                             events=long_book.events, meta_events=long_book.meta_events, metadata={})
     for name in ("book.txt", "chapters.json", "events.json", "meta_events.json"):
         assert (folder / name).read_bytes() == (published_book_dir() / name).read_bytes(), name
+
+
+def test_statistics_are_saved_with_the_positions_plot(tmp_path, long_book):
+    """`tulving book stats` writes stats.json and the paper's position plot
+    (matplotlib comes with the `plots` extra the README installs)."""
+    from engine.generation.stats import write_stats
+
+    stats, text = write_stats(long_book, tmp_path)
+    saved = json.loads((tmp_path / "stats.json").read_text())
+    assert saved["positions_plot"] == "positions.png" and "positions plot: positions.png" in text
+    png = (tmp_path / "positions.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
