@@ -142,3 +142,29 @@ def test_bad_input_is_a_one_line_error(tmp_path, args, message):
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tulving: error:") and message in lines[0]
+
+
+async def test_an_api_key_never_reaches_the_cache_results_report_or_output(tmp_path):
+    """A real keyed endpoint (the loopback server requires the key): the run
+    succeeds, and the key's bytes appear in no file it wrote and no output."""
+    key = "sk-tulving-secret-4f9d2c"
+    async with LoopbackServer(api_keys=[key]) as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.keyed]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+                          'key_env = "TULVING_TEST_SECRET"\n\n'
+                          '[models.keyed-model]\nendpoint = "keyed"\nmodel = "m"\n')
+        os.environ["TULVING_TEST_SECRET"] = key
+        try:
+            code, out, err = await atulving(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run",
+                                            "--book", "synaptic-echoes-short", "--models", "keyed-model",
+                                            "--sample", "5", "--out", "out")
+        finally:
+            del os.environ["TULVING_TEST_SECRET"]
+        served = server.stats.by_status.get(200, 0)
+    assert code == 0, err
+    assert served >= 5  # the calls were made with the key
+    assert key not in out + err
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "tulving.toml"]
+    assert any(p.name == "c.sqlite" for p in written) and any(p.name == "results.jsonl" for p in written)
+    for path in written:
+        assert key.encode() not in path.read_bytes(), path
