@@ -191,7 +191,14 @@ class EndpointState:
         elapsed = now - self._mark_time
         done = self.succeeded - self._mark_done
         per_second = done / elapsed if elapsed > 0 and done > 0 else 1.0
-        self.limits.set_request_rate(max(1.0, per_second * 60.0), now)
+        rpm = max(1.0, per_second * 60.0)
+        if self._inferred and self.limits.requests is not None:
+            # An episode that follows a pause measures few successes: never
+            # fall below half the rate in use (AIMD), or the rate collapses and
+            # takes minutes to double back (seen: 54 s instead of 4 s).
+            in_use = self.limits.requests.rate * 60.0 * self.factor(now)
+            rpm = max(rpm, in_use * 0.5)
+        self.limits.set_request_rate(rpm, now)
         self._inferred = True
         self._mark_time, self._mark_done = now, self.succeeded
 

@@ -117,7 +117,9 @@ async def test_an_endpoint_without_a_set_rate_learns_the_servers_after_429s():
             elapsed = time.monotonic() - start
     assert all(o.ok for o in outcomes)
     assert server.stats.rate_limited <= 50, server.stats.rate_limited  # unthrottled: hundreds
-    assert elapsed < 2 * (200 - 50) / 50  # near the server's rate
+    # Near the server's rate (150 calls past the burst at 50/s = 3 s); a rate
+    # that collapses after a 429 episode takes tens of seconds.
+    assert elapsed < 3 * (200 - 50) / 50, elapsed
 
 
 async def test_injected_faults_lose_no_result():
