@@ -60,13 +60,9 @@ class AnthropicProvider(Provider):
         super().__init__(spec, api_key)
         base = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
         self._url = f"{base}/v1/messages"
-        headers = {"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION)),
-                   **(spec.options.get("headers") or {})}
-        if api_key:
-            headers["x-api-key"] = api_key
-        self._http = JsonHttpClient(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers,
-                                    secret=api_key, request_id_header="request-id",
-                                    trust_env=bool(spec.options.get("trust_env", False)))
+        self._http = JsonHttpClient.for_endpoint(
+            spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
+            base_headers={"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION))})
         self._drop = frozenset(spec.options.get("drop_params") or ())
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,

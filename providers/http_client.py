@@ -64,6 +64,15 @@ class JsonHttpClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
+    @classmethod
+    def for_endpoint(cls, spec: Any, api_key: str | None, *, auth: Mapping[str, str],
+                     base_headers: Mapping[str, str] | None = None, request_id_header: str) -> "JsonHttpClient":
+        """The client of one provider endpoint: its base headers, the
+        endpoint's extra `headers` option, then `auth` (only when a key is set)."""
+        headers = {**(base_headers or {}), **(spec.options.get("headers") or {}), **(auth if api_key else {})}
+        return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
+                   request_id_header=request_id_header, trust_env=bool(spec.options.get("trust_env", False)))
+
     def _open(self) -> aiohttp.ClientSession:
         # A session belongs to the loop it was created in: reopen when called
         # from another loop (e.g. successive asyncio.run calls).

@@ -37,12 +37,8 @@ class OpenAIProvider(Provider):
         base = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
         self._chat_url = f"{base}/chat/completions"
         self._embed_url = f"{base}/embeddings"
-        headers = dict(spec.options.get("headers") or {})
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._http = JsonHttpClient(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers,
-                                    secret=api_key, request_id_header="x-request-id",
-                                    trust_env=bool(spec.options.get("trust_env", False)))
+        self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
+                                                 request_id_header="x-request-id")
         self._drop = frozenset(spec.options.get("drop_params") or ())
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
