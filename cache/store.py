@@ -147,7 +147,7 @@ def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
         raise CacheError(f"cannot open the cache {path}: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _check_or_create(conn, path, create)
+        _check_or_create_retrying(conn, path, create)
         conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash never corrupts, commits survive a kill
     except sqlite3.DatabaseError as exc:
         conn.close()
@@ -160,6 +160,23 @@ def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
     return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _check_or_create_retrying(conn: sqlite3.Connection, path: Path, create: bool) -> None:
+    """Two processes opening a new cache file at the same moment: switching
+    to WAL (and creating the schema) can answer "database is locked" at once,
+    without SQLite's busy handler; wait and look again, as long as a busy
+    timeout would have."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.01
+    while True:
+        try:
+            return _check_or_create(conn, path, create)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def _check_or_create(conn: sqlite3.Connection, path: Path, create: bool) -> None:
