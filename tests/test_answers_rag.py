@@ -15,30 +15,8 @@ from engine.config import Config
 from engine.errors import TulvingError
 from engine.evaluation import answers as A
 from engine.evaluation import rag
-from engine.evaluation.questions import build_questions
-from engine.generation.published import load_book
 from engine.scheduler import Engine
 from providers.loopback_server import LoopbackServer, hashed_embedding
-
-
-@pytest.fixture(scope="module")
-def short_book():
-    return load_book("synaptic-echoes-short")
-
-
-@pytest.fixture(scope="module")
-def long_book():
-    return load_book("synaptic-echoes")
-
-
-@pytest.fixture(scope="module")
-def short_questions(short_book):
-    return build_questions(short_book)
-
-
-@pytest.fixture(scope="module")
-def long_questions(long_book):
-    return build_questions(long_book)
 
 
 # -- prompts ---------------------------------------------------------------------------

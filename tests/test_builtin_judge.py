@@ -9,20 +9,19 @@ import pytest
 from engine.config import Config
 from engine.evaluation.judge import chrono_judge_request, judge_request
 from engine.evaluation.judge_parse import JudgeReplyError, parse_chrono_reply, parse_judge_reply
-from engine.evaluation.questions import as_book, build_questions
 from engine.evaluation.scores import chrono_match, lenient_f1
 from engine.scheduler import Engine
 from providers.builtin_judge import extract_items, find_dates, is_negative, judge, normalise, respond
 
 
 @pytest.fixture(scope="module")
-def book():
-    return as_book("synaptic-echoes")
+def book(long_book):
+    return long_book
 
 
 @pytest.fixture(scope="module")
-def questions(book):
-    return build_questions(book)
+def questions(long_questions):
+    return long_questions
 
 
 def verdict(question, answer, book):

@@ -11,20 +11,19 @@ from engine.evaluation import pipeline
 from engine.evaluation.judge import judge_request
 from engine.evaluation.questions import build_questions
 from engine.evaluation.report import summarize
-from engine.generation.published import load_book
 from engine.scheduler import Engine
 from providers import builtin_judge
 from providers.loopback_server import LoopbackServer
 
 
 @pytest.fixture(scope="module")
-def book():
-    return load_book("synaptic-echoes-short")
+def book(short_book):
+    return short_book
 
 
 @pytest.fixture(scope="module")
-def questions(book):
-    qs = build_questions(book)
+def questions(short_questions):
+    qs = short_questions
     picked = qs[::6]  # spread over templates and bins
     assert any(q.get == "chronological" and len(q.correct_answer) >= 2 for q in picked)
     return picked

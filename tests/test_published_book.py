@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from engine.datadir import published_book_dir
-from engine.generation import Book, BookError, load_book
+from engine.generation import BookError, load_book
 from engine.generation.assemble import build_book
 from engine.generation.checks import exact_check
 from engine.generation.derived import chronological_book, story_date
@@ -17,11 +17,6 @@ from engine.generation.bookdir import write_book_dir
 from engine.generation.secondary import secondary_names
 from engine.generation.stats import compute_stats
 from engine.generation.universe import load_universe_spec
-
-
-@pytest.fixture(scope="module")
-def long_book() -> Book:
-    return load_book("synaptic-echoes")
 
 
 @pytest.fixture(scope="module")

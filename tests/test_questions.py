@@ -9,32 +9,12 @@ from pathlib import Path
 import pytest
 
 from engine.errors import TulvingError
-from engine.evaluation.questions import (BINS, Question, QuestionsError, as_book, bin_of, build_questions,
+from engine.evaluation.questions import (BINS, Question, QuestionsError, bin_of, build_questions,
                                          make_question, read_questions, single_event_questions, write_questions)
 from engine.evaluation.templates import TEMPLATES, cue_parts
 from engine.datadir import published_book_dir
 
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper" / "episodic-memory-benchmark.tex"
-
-
-@pytest.fixture(scope="module")
-def long_book():
-    return as_book("synaptic-echoes")
-
-
-@pytest.fixture(scope="module")
-def short_book():
-    return as_book("synaptic-echoes-short")  # the 20-event run: first 19 chapters, 20 events
-
-
-@pytest.fixture(scope="module")
-def long_questions(long_book):
-    return build_questions(long_book)
-
-
-@pytest.fixture(scope="module")
-def short_questions(short_book):
-    return build_questions(short_book)
 
 
 # -- templates --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluation.questions import build_questions, single_event_questions, write_questions
+from engine.evaluation.questions import single_event_questions, write_questions
 from engine.evaluation.results import load_results
 from engine.generation.published import load_book
 from providers.loopback_server import LoopbackServer
@@ -44,11 +44,6 @@ def loop_config(tmp_path: Path, server: LoopbackServer) -> Path:
     path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
                     '[models.garbage-judge]\nendpoint = "loop"\nmodel = "judge"\n')
     return path
-
-
-@pytest.fixture(scope="module")
-def short_questions():
-    return build_questions(load_book("synaptic-echoes-short"))
 
 
 def test_run_writes_results_and_a_rerun_replays_them(tmp_path):

@@ -11,7 +11,6 @@ import pytest
 from scipy.stats import kendalltau
 
 from engine.datadir import data_dir
-from engine.evaluation.questions import build_questions
 from engine.evaluation.scores import (agreement, chrono_match, chronological_awareness, kendall_tau, lenient_f1,
                                       simple_recall)
 
@@ -148,11 +147,6 @@ def test_simple_recall_short_book_has_four_bins():
 
 
 # -- Chronological Awareness -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def long_questions():
-    return build_questions("synaptic-echoes")
-
-
 def _chrono_rows(questions, n_exact: int, taus: list[float]) -> list[dict]:
     considered = [q for q in questions if q.get == "chronological" and len(q.correct_answer) >= 2]
     rows = []
