@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import time
 from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass, field
@@ -41,6 +42,7 @@ from typing import Any, AsyncIterable, AsyncIterator, Iterable
 
 import aiohttp
 
+from engine import gc_tuning
 from engine.config import Config
 from engine.dispatch import EndpointState, Job, Pool
 from engine.progress import Progress
@@ -116,10 +118,13 @@ def _copy_result(result: Result) -> Result:
     return EmbedResult(result.vectors, result.input_tokens, result.latency, result.request_id)
 
 
+_content = operator.itemgetter("content")
+
+
 def _request_chars(request: Request) -> int:
     if isinstance(request, ChatRequest):
-        return sum(len(m["content"]) for m in request.messages)
-    return sum(len(t) for t in request.texts)
+        return sum(map(len, map(_content, request.messages)))
+    return sum(map(len, request.texts))
 
 
 def _as_provider_error(exc: BaseException, timeout: float) -> ProviderError:
@@ -152,6 +157,7 @@ class Engine:
         self._opened_at = time.monotonic()
         self._closed = False
         self._timers: set[asyncio.TimerHandle] = set()
+        self._gc_tuned = False
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> "Engine":
@@ -162,11 +168,20 @@ class Engine:
         await self.close()
 
     async def open(self) -> None:
+        if not self._gc_tuned and not self._closed:
+            gc_tuning.engine_opened()
+            self._gc_tuned = True
         if self.cache_path is not None and self._cache is None:
             from cache.store import ResponseCache
 
             cache = ResponseCache(self.cache_path)
-            await cache.open()
+            try:
+                await cache.open()
+            except BaseException:  # `async with` will not call close(): undo the tuning here
+                if self._gc_tuned:
+                    self._gc_tuned = False
+                    gc_tuning.engine_closed()
+                raise
             self._cache = cache
 
     async def close(self) -> None:
@@ -190,10 +205,15 @@ class Engine:
                 await ep.provider.aclose()
             except Exception:  # closing must not mask the run's own outcome
                 pass
-        if self._cache is not None:
-            await self._cache.flush()
-            await self._cache.close()
-            self._cache = None
+        try:
+            if self._cache is not None:
+                await self._cache.flush()
+                await self._cache.close()
+                self._cache = None
+        finally:
+            if self._gc_tuned:
+                self._gc_tuned = False
+                gc_tuning.engine_closed()
 
     @property
     def stats(self) -> EngineStats:

@@ -380,3 +380,35 @@ async def test_pulling_waits_while_the_cache_writer_is_behind(tmp_path, monkeypa
     # Backlog can pass the bound by at most one pull (window requests), never grow without limit.
     assert pulled == 60
     assert worst <= 20_000 + 16 * 5_100, worst
+
+
+async def test_an_open_engine_raises_the_young_gc_threshold_and_closing_puts_it_back(tmp_path):
+    import gc
+
+    from engine.gc_tuning import YOUNG_THRESHOLD
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        config = Config.from_dicts({}, {})
+        async with Engine(config) as first:
+            assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+            async with Engine(config, cache_path=str(tmp_path / "c.sqlite")):
+                assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)
+            assert gc.get_threshold() == (YOUNG_THRESHOLD, 10, 10)  # `first` is still open
+        assert gc.get_threshold() == (700, 10, 10)
+        assert first._closed
+
+        # A cache that cannot be opened leaves nothing raised behind.
+        (tmp_path / "not-a-cache.sqlite").write_text("plain text")
+        with pytest.raises(Exception):
+            async with Engine(config, cache_path=str(tmp_path / "not-a-cache.sqlite")):
+                pass
+        assert gc.get_threshold() == (700, 10, 10)
+
+        # A threshold changed by the user while the engine ran is left as they set it.
+        async with Engine(config):
+            gc.set_threshold(500, 5, 5)
+        assert gc.get_threshold() == (500, 5, 5)
+    finally:
+        gc.set_threshold(*before)
