@@ -109,7 +109,14 @@ def _key_str(key: Any) -> str:
 
 def canonical_bytes(identity: Mapping[str, Any]) -> bytes:
     """The canonical serialization of an identity (what the key hashes)."""
-    return orjson.dumps(normalize(identity), option=orjson.OPT_SORT_KEYS)
+    return dumps_normalized(normalize(identity))
+
+
+def dumps_normalized(identity: Any) -> bytes:
+    """`canonical_bytes` of an identity already in canonical form (every value
+    `normalize` would return unchanged): for callers that normalised its parts
+    once (engine/resolve.py normalises an alias's parameters once per batch)."""
+    return orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)
 
 
 def request_key(identity: Mapping[str, Any]) -> str:

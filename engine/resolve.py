@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from cache.keys import canonical_bytes, key_of_canonical
+from cache.keys import dumps_normalized, key_of_canonical, normalize
 from engine.config import Config, ModelAlias
 from engine.requests import ChatRequest, EmbedRequest, Request
 from providers.base import EndpointSpec
@@ -77,13 +77,14 @@ def resolve_many(config: Config, requests: Iterable[Request]) -> list[Resolved]:
 class _Target:
     """What every request for one alias shares."""
 
-    __slots__ = ("alias", "endpoints", "first", "default_params")
+    __slots__ = ("alias", "endpoints", "first", "default_params", "default_params_normalized")
 
     def __init__(self, config: Config, model: str):
         self.alias = config.alias(model)  # ConfigError: unknown alias
         self.endpoints = config.endpoints_of(self.alias)
         self.first = self.endpoints[0]
         self.default_params: dict[str, Any] | None = None  # chat params of a request that sets none
+        self.default_params_normalized: Any = None  # and their canonical form (keys.normalize)
 
 
 def _resolve(target: _Target, request: Request) -> Resolved:
@@ -93,18 +94,31 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         params: dict[str, Any] = {}
         messages = None
         identity.update(op="embed", texts=list(request.texts))
+        normalized = normalize(identity)
     else:
         if (request.temperature is None and request.max_tokens is None and request.seed is None
                 and request.stop is None and not request.extra):
-            # The alias's defaults, shared by the requests of this batch (read only).
+            # The alias's defaults, shared by the requests of this batch (read
+            # only), normalised once for all of them.
             params = target.default_params
             if params is None:
                 params = target.default_params = chat_params(alias, request)
+                target.default_params_normalized = normalize(params)
+            params_normalized = target.default_params_normalized
         else:
             params = chat_params(alias, request)
+            params_normalized = normalize(params)
         messages = chat_messages(alias, request)
         identity.update(op="chat", params=params, messages=messages, draw=request.draw)
-    canonical = canonical_bytes(identity)
+        # Normalising only what may need it: the parameters (done above) and
+        # the draw; messages of str roles and contents are canonical already.
+        # (keys.canonical_bytes(identity) gives the same bytes: a test checks.)
+        draw = request.draw
+        if type(draw) is int and 0 <= draw < 2 ** 63 and all(type(m["role"]) is str and type(m["content"]) is str for m in messages):
+            normalized = {**identity, "params": params_normalized}
+        else:
+            normalized = normalize(identity)
+    canonical = dumps_normalized(normalized)
     key = key_of_canonical(canonical)
     if len(canonical) > _KEEP_CANONICAL_BYTES:
         canonical = b""  # a book-sized prompt: the cache's writer serialises it again rather than hold a copy

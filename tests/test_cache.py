@@ -14,7 +14,7 @@ import pytest
 
 from cache import admin, command
 from cache.chunks import split_text
-from cache.keys import request_key
+from cache.keys import canonical_bytes, request_key
 from cache.store import CacheError, ResponseCache
 from engine.config import Config
 from engine.errors import TulvingError
@@ -91,6 +91,34 @@ def test_key_ignores_credentials_timeouts_and_retries():
         return resolve(config, ChatRequest(model="llama", messages=[SYSTEM])).key
 
     assert key_with() == key_with(key_env="SECRET_KEY", timeout=5, max_attempts=2, max_concurrency=3, rpm=10)
+
+
+def test_resolve_keys_equal_the_keys_of_their_identities():
+    # engine/resolve.py normalises only the parts that may need it; its key
+    # must be the key of the whole identity whatever the request holds.
+    config = Config.from_dicts(
+        {"ep": {"kind": "openai", "base_url": "http://gpu:8000/v1"}},
+        {"plain": {"endpoint": "ep", "model": "m", "params": {"temperature": 1.0, "max_tokens": 64}},
+         "floaty": {"endpoint": "ep", "model": "m", "params": {"temperature": 0.5, "top_p": np.float32(0.5)}}})
+    user = {"role": "user", "content": "Where was Jackson Ramos?"}
+    requests = [
+        ChatRequest(model="plain", messages=[SYSTEM, user]),
+        ChatRequest(model="plain", messages=[SYSTEM, user], draw=3),
+        ChatRequest(model="plain", messages=[user], draw=np.int64(3)),
+        ChatRequest(model="plain", messages=[user], draw=True),
+        ChatRequest(model="plain", messages=[user], temperature=0.0, max_tokens=8.0, stop=("\n",)),
+        ChatRequest(model="plain", messages=[user], extra={"logit_bias": {"42": -1.0}, "n": 1.0}),
+        ChatRequest(model="floaty", messages=[SYSTEM, user]),
+        EmbedRequest(model="plain", texts=("a", "b")),
+    ]
+    keys = set()
+    for request in requests:
+        resolved = resolve(config, request)
+        assert resolved.key == request_key(resolved.identity), request
+        assert resolved.canonical in (b"", canonical_bytes(resolved.identity))
+        keys.add(resolved.key)
+    assert len(keys) == len(requests)
+    assert resolve(config, requests[2]).key == resolve(config, ChatRequest(model="plain", messages=[user], draw=3)).key
 
 
 # -- store ------------------------------------------------------------------------
