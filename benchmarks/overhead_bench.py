@@ -1,0 +1,168 @@
+"""Where the engine's CPU goes, without HTTP: the figures behind README's
+"Where the throughput goes".
+
+    python benchmarks/overhead_bench.py [--calls 20000] [--rounds 5]
+
+1. The engine's own work per call, with an in-process provider that answers
+   at once (one event-loop step): CPU of the event-loop thread per call,
+   without a cache and with one (the writer and reader threads' CPU shown
+   apart), minimum and median over interleaved rounds.
+2. Garbage collection while the engine (cache writes on) makes 20,000 calls
+   to the loopback server at zero latency (benchmark 1 of engine_bench.py),
+   with the collector's default young threshold (700) against the engine's
+   (engine/gc_tuning.py): collections per generation and their time per call.
+3. The cache writer's CPU per row at ~5,000 rows/s arriving in batches of 32,
+   committing every 20 ms (the default) or every 100 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # engine_bench's server process and requests
+
+import providers  # noqa: E402
+from cache.store import ResponseCache  # noqa: E402
+from engine import gc_tuning  # noqa: E402
+from engine.config import Config  # noqa: E402
+from engine.requests import ChatRequest, ChatResult  # noqa: E402
+from engine.resolve import resolve  # noqa: E402
+from engine.scheduler import Engine  # noqa: E402
+from providers.base import Provider  # noqa: E402
+
+
+class InstantProvider(Provider):
+    """Answers after one event-loop step: what is left is the engine's work."""
+
+    kind = "instant"
+
+    async def chat(self, model, messages, *, params, timeout):
+        await asyncio.sleep(0)
+        return ChatResult(text="The answer is London.", finish_reason="stop", input_tokens=40,
+                          output_tokens=9, latency=0.0, request_id="instant")
+
+
+providers.REGISTRY["instant"] = f"{__name__}:InstantProvider"
+CONFIG = Config.from_dicts({"instant": {"kind": "instant", "max_concurrency": 64}},
+                           {"m": {"endpoint": "instant", "model": "x",
+                                  "params": {"temperature": 0.0, "max_tokens": 64}}})
+
+
+def requests(n: int, offset: int):
+    for i in range(offset, offset + n):
+        yield ChatRequest(model="m", messages=[{"role": "user", "content": f"question {i}"}], tag=i)
+
+
+async def one_run(n: int, offset: int, cache_path: str | None) -> tuple[float, float]:
+    """(event-loop thread CPU, whole process CPU) per call, in microseconds."""
+    async with Engine(CONFIG, cache_path=cache_path) as engine:
+        thread, process = time.thread_time(), time.process_time()
+        async for _ in engine.stream(requests(n, offset), total=n):
+            pass
+        if engine._cache is not None:
+            await engine._cache.flush()
+        return (time.thread_time() - thread) / n * 1e6, (time.process_time() - process) / n * 1e6
+
+
+async def engine_work(n: int, rounds: int, tmp: str) -> None:
+    runs: dict[str, list[tuple[float, float]]] = {"no cache": [], "cache": []}
+    for k in range(rounds):
+        runs["no cache"].append(await one_run(n, 2 * k * n, None))
+        runs["cache"].append(await one_run(n, (2 * k + 1) * n, os.path.join(tmp, f"engine{k}.sqlite")))
+    print(f"1. the engine's own work, {n:,} calls to an instant in-process provider, {rounds} rounds")
+    for name, values in runs.items():
+        loop = [v[0] for v in values]
+        other = statistics.median(v[1] for v in values) - statistics.median(loop)
+        print(f"   {name:9s} event-loop thread {min(loop):5.1f} us/call min, {statistics.median(loop):5.1f} median;"
+              f" other threads (cache writer, reader) {max(0.0, other):5.1f} us/call")
+
+
+async def gc_cost(n: int, tmp: str) -> None:
+    from engine_bench import ServerProcess, config_for
+    from engine_bench import requests as bench_requests
+
+    timings: dict[int, list[float]] = {}
+    started = [0.0]
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            timings.setdefault(info["generation"], []).append(time.perf_counter() - started[0])
+
+    print(f"2. garbage collection during {n:,} zero-latency calls to the loopback server (engine with a cache)")
+    saved = gc.get_threshold()
+    young = gc_tuning.YOUNG_THRESHOLD
+    gc.callbacks.append(callback)
+    try:
+        with ServerProcess() as server:
+            config = config_for(server.base_url, 64)
+            for label, threshold in (("default threshold (700)", 700), (f"engine's threshold ({young:,})", young)):
+                gc.collect()
+                gc.set_threshold(threshold, *saved[1:])
+                gc_tuning.YOUNG_THRESHOLD = threshold  # what an opening engine sets
+                timings.clear()
+                async with Engine(config, cache_path=os.path.join(tmp, f"gc{threshold}.sqlite")) as engine:
+                    async for outcome in engine.stream(bench_requests(n, offset=threshold * n), total=n):
+                        assert outcome.ok, outcome.error
+                counts = ", ".join(f"gen{g}: {len(t):,}" for g, t in sorted(timings.items())) or "none"
+                total = sum(sum(t) for t in timings.values())
+                print(f"   {label:27s} collections {counts}; {total / n * 1e6:5.1f} us/call")
+    finally:
+        gc.callbacks.remove(callback)
+        gc_tuning.YOUNG_THRESHOLD = young
+        gc.set_threshold(*saved)
+
+
+async def writer_cost(n: int, tmp: str) -> None:
+    config = Config.from_dicts({"e": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}},
+                               {"m": {"endpoint": "e", "model": "bench", "params": {"max_tokens": 64}}})
+    resolved = [resolve(config, ChatRequest(model="m", messages=[{"role": "user", "content": f"question {i}"}]))
+                for i in range(n)]
+    print(f"3. cache writer CPU per row, {n:,} rows arriving at ~5,000/s in batches of 32")
+    for seconds in (0.02, 0.1):
+        spent = [0.0]
+
+        class TimedCache(ResponseCache):
+            def _commit(self, conn, rows):
+                start = time.thread_time()
+                try:
+                    super()._commit(conn, rows)
+                finally:
+                    spent[0] += time.thread_time() - start
+
+        async with TimedCache(os.path.join(tmp, f"writer{seconds}.sqlite"), batch_seconds=seconds) as cache:
+            for i, r in enumerate(resolved):
+                cache.put(r.key, r.identity, {"text": f"The answer to question {i} is London.",
+                                              "finish_reason": "stop", "input_tokens": 40, "output_tokens": 9,
+                                              "latency": 0.001, "request_id": f"chatcmpl-{i:024d}"},
+                          canonical=r.canonical)
+                if i % 32 == 31:
+                    await asyncio.sleep(32 / 5000)
+            await cache.flush()
+        print(f"   commits every {seconds * 1000:3.0f} ms: {spent[0] / n * 1e6:5.1f} us/row")
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        await engine_work(args.calls, args.rounds, tmp)
+        await gc_cost(args.calls, tmp)
+        await writer_cost(args.calls, tmp)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    import uvloop
+
+    uvloop.run(main(parser.parse_args()))
