@@ -34,9 +34,10 @@ import providers  # noqa: E402
 from cache.store import ResponseCache  # noqa: E402
 from engine import gc_tuning  # noqa: E402
 from engine.config import Config  # noqa: E402
-from engine.requests import ChatRequest, ChatResult  # noqa: E402
+from engine.requests import ChatResult  # noqa: E402
 from engine.resolve import resolve  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
+from engine_bench import ServerProcess, config_for, requests  # noqa: E402
 from providers.base import Provider  # noqa: E402
 
 
@@ -57,16 +58,11 @@ CONFIG = Config.from_dicts({"instant": {"kind": "instant", "max_concurrency": 64
                                   "params": {"temperature": 0.0, "max_tokens": 64}}})
 
 
-def requests(n: int, offset: int):
-    for i in range(offset, offset + n):
-        yield ChatRequest(model="m", messages=[{"role": "user", "content": f"question {i}"}], tag=i)
-
-
 async def one_run(n: int, offset: int, cache_path: str | None) -> tuple[float, float]:
     """(event-loop thread CPU, whole process CPU) per call, in microseconds."""
     async with Engine(CONFIG, cache_path=cache_path) as engine:
         thread, process = time.thread_time(), time.process_time()
-        async for _ in engine.stream(requests(n, offset), total=n):
+        async for _ in engine.stream(requests(n, offset=offset), total=n):
             pass
         if engine._cache is not None:
             await engine._cache.flush()
@@ -87,9 +83,6 @@ async def engine_work(n: int, rounds: int, tmp: str) -> None:
 
 
 async def gc_cost(n: int, tmp: str) -> None:
-    from engine_bench import ServerProcess, config_for
-    from engine_bench import requests as bench_requests
-
     timings: dict[int, list[float]] = {}
     started = [0.0]
 
@@ -108,26 +101,22 @@ async def gc_cost(n: int, tmp: str) -> None:
             config = config_for(server.base_url, 64)
             for label, threshold in (("default threshold (700)", 700), (f"engine's threshold ({young:,})", young)):
                 gc.collect()
-                gc.set_threshold(threshold, *saved[1:])
-                gc_tuning.YOUNG_THRESHOLD = threshold  # what an opening engine sets
-                timings.clear()
                 async with Engine(config, cache_path=os.path.join(tmp, f"gc{threshold}.sqlite")) as engine:
-                    async for outcome in engine.stream(bench_requests(n, offset=threshold * n), total=n):
+                    gc.set_threshold(threshold, *saved[1:])  # over what the engine set as it opened
+                    timings.clear()
+                    async for outcome in engine.stream(requests(n, offset=threshold * n), total=n):
                         assert outcome.ok, outcome.error
                 counts = ", ".join(f"gen{g}: {len(t):,}" for g, t in sorted(timings.items())) or "none"
                 total = sum(sum(t) for t in timings.values())
                 print(f"   {label:27s} collections {counts}; {total / n * 1e6:5.1f} us/call")
     finally:
         gc.callbacks.remove(callback)
-        gc_tuning.YOUNG_THRESHOLD = young
         gc.set_threshold(*saved)
 
 
 async def writer_cost(n: int, tmp: str) -> None:
-    config = Config.from_dicts({"e": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}},
-                               {"m": {"endpoint": "e", "model": "bench", "params": {"max_tokens": 64}}})
-    resolved = [resolve(config, ChatRequest(model="m", messages=[{"role": "user", "content": f"question {i}"}]))
-                for i in range(n)]
+    config = config_for("http://127.0.0.1:9/v1", 64)  # never called: only the keys and identities are used
+    resolved = [resolve(config, r) for r in requests(n)]
     print(f"3. cache writer CPU per row, {n:,} rows arriving at ~5,000/s in batches of 32")
     for seconds in (0.02, 0.1):
         spent = [0.0]

@@ -35,31 +35,11 @@ def normalize(value: Any) -> Any:
     if kind is str or kind is bool or value is None:
         return value
     if kind is dict:
-        out = None
-        for k, v in value.items():
-            if type(k) is not str:
-                raise TypeError(f"cannot key a mapping with a non-string key {k!r:.80}")
-            kv = type(v)
-            if kv is str or kv is int and _INT_MIN <= v <= _INT_MAX:  # already canonical
-                continue
-            n = normalize(v)
-            if n is not v:
-                if out is None:
-                    out = dict(value)
-                out[k] = n
-        return value if out is None else out
+        for k in value:
+            _key_str(k)
+        return _normalize_members(value, value.items(), dict)
     if kind is list:
-        out_list = None
-        for i, v in enumerate(value):
-            kv = type(v)
-            if kv is str or kv is int and _INT_MIN <= v <= _INT_MAX:  # already canonical
-                continue
-            n = normalize(v)
-            if n is not v:
-                if out_list is None:
-                    out_list = list(value)
-                out_list[i] = n
-        return value if out_list is None else out_list
+        return _normalize_members(value, enumerate(value), list)
     if kind is int:
         if not _INT_MIN <= value <= _INT_MAX:
             raise ValueError(f"cannot key the integer {value}: outside the 64-bit range")
@@ -73,6 +53,22 @@ def normalize(value: Any) -> Any:
     if kind is tuple:
         return [normalize(v) for v in value]
     return _normalize_other(value)
+
+
+def _normalize_members(container: Any, members: Any, copy: Any) -> Any:
+    """A dict's or list's canonical form: copied (by `copy`) only when a
+    member changes. `members` yields (key or index, value)."""
+    out = None
+    for k, v in members:
+        kv = type(v)
+        if kv is str or kv is int and _INT_MIN <= v <= _INT_MAX:  # already canonical
+            continue
+        n = normalize(v)
+        if n is not v:
+            if out is None:
+                out = copy(container)
+            out[k] = n
+    return container if out is None else out
 
 
 def _normalize_other(value: Any) -> Any:

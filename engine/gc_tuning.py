@@ -21,30 +21,32 @@ import gc
 YOUNG_THRESHOLD = 10_000
 
 _open_engines = 0
-_saved: tuple[int, ...] | None = None  # the thresholds before the first engine opened
-_ours: tuple[int, ...] | None = None   # the thresholds we set
+_saved: tuple[int, ...] | None = None  # the thresholds before the first engine raised them
+
+
+def _raised(saved: tuple[int, ...]) -> tuple[int, ...]:
+    return (YOUNG_THRESHOLD, *saved[1:])
 
 
 def engine_opened() -> None:
-    global _open_engines, _saved, _ours
+    global _open_engines, _saved
     _open_engines += 1
     if _open_engines > 1:
         return
     current = gc.get_threshold()
     if current[0] == 0 or current[0] >= YOUNG_THRESHOLD:  # collection off, or already high
-        _saved = _ours = None
+        _saved = None
         return
     _saved = current
-    _ours = (YOUNG_THRESHOLD, *current[1:])
-    gc.set_threshold(*_ours)
+    gc.set_threshold(*_raised(current))
 
 
 def engine_closed() -> None:
-    global _open_engines, _saved, _ours
+    global _open_engines, _saved
     if _open_engines == 0:
         return
     _open_engines -= 1
     if _open_engines == 0 and _saved is not None:
-        if gc.get_threshold() == _ours:  # nobody changed it while we ran
+        if gc.get_threshold() == _raised(_saved):  # nobody changed it while we ran
             gc.set_threshold(*_saved)
-        _saved = _ours = None
+        _saved = None

@@ -114,8 +114,9 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         # the draw; messages of str roles and contents are canonical already.
         # (keys.canonical_bytes(identity) gives the same bytes: a test checks.)
         draw = request.draw
-        if type(draw) is int and 0 <= draw < 2 ** 63 and all(type(m["role"]) is str and type(m["content"]) is str for m in messages):
-            normalized = {**identity, "params": params_normalized}
+        if type(draw) is int and 0 <= draw < 2 ** 63 and all(
+                type(m["role"]) is str and type(m["content"]) is str for m in messages):
+            normalized = identity if params_normalized is params else {**identity, "params": params_normalized}
         else:
             normalized = normalize(identity)
     canonical = dumps_normalized(normalized)

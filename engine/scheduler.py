@@ -178,9 +178,7 @@ class Engine:
             try:
                 await cache.open()
             except BaseException:  # `async with` will not call close(): undo the tuning here
-                if self._gc_tuned:
-                    self._gc_tuned = False
-                    gc_tuning.engine_closed()
+                self._untune_gc()
                 raise
             self._cache = cache
 
@@ -211,9 +209,12 @@ class Engine:
                 await self._cache.close()
                 self._cache = None
         finally:
-            if self._gc_tuned:
-                self._gc_tuned = False
-                gc_tuning.engine_closed()
+            self._untune_gc()
+
+    def _untune_gc(self) -> None:
+        if self._gc_tuned:
+            self._gc_tuned = False
+            gc_tuning.engine_closed()
 
     @property
     def stats(self) -> EngineStats:

@@ -22,8 +22,8 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from engine.requests import ChatResult
-from providers.base import EndpointSpec, Provider
-from providers.http_client import JsonHttpClient
+from providers.base import EndpointSpec
+from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -51,14 +51,13 @@ def messages_body(model: str, messages: Sequence[Mapping[str, str]], params: Map
     return body
 
 
-class AnthropicProvider(Provider):
+class AnthropicProvider(HttpProvider):
     kind = "anthropic"
-    # Every call runs under aiohttp's total timeout (providers/http_client.py).
-    enforces_timeout = True
+    default_base_url = DEFAULT_BASE_URL
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
-        base = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
+        base = self.base_url()
         self._url = f"{base}/v1/messages"
         self._http = JsonHttpClient.for_endpoint(
             spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
@@ -83,6 +82,3 @@ class AnthropicProvider(Provider):
                           input_tokens=usage.get("input_tokens") or 0,
                           output_tokens=usage.get("output_tokens") or 0,
                           latency=latency, request_id=request_id)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()

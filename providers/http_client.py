@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import aiohttp
 import orjson
 
+from providers.base import Provider
 from providers.http_errors import bad_reply, exception_error, status_error
 
 _USER_AGENT = "tulving/0.1 (aiohttp)"
@@ -131,3 +132,19 @@ class JsonHttpClient:
                 await session.close()
             except RuntimeError:  # its loop is gone; nothing left to release
                 pass
+
+
+class HttpProvider(Provider):
+    """What the JSON-over-HTTP providers share: a base URL (the endpoint's, or
+    `default_base_url`), one `JsonHttpClient` in `self._http`, and aiohttp's
+    total timeout bounding every call."""
+
+    default_base_url = ""
+    enforces_timeout = True  # the engine need not wrap calls in a timer of its own
+    _http: JsonHttpClient
+
+    def base_url(self) -> str:
+        return (self.spec.base_url or self.default_base_url).rstrip("/")
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -20,21 +20,20 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from engine.requests import ChatResult, EmbedResult
-from providers.base import EndpointSpec, Provider, ProviderError
-from providers.http_client import JsonHttpClient
+from providers.base import EndpointSpec, ProviderError
+from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-class OpenAIProvider(Provider):
+class OpenAIProvider(HttpProvider):
     kind = "openai"
-    # Every call runs under aiohttp's total timeout (providers/http_client.py).
-    enforces_timeout = True
+    default_base_url = DEFAULT_BASE_URL
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
-        base = (spec.base_url or DEFAULT_BASE_URL).rstrip("/")
+        base = self.base_url()
         self._chat_url = f"{base}/chat/completions"
         self._embed_url = f"{base}/embeddings"
         self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
@@ -82,6 +81,3 @@ class OpenAIProvider(Provider):
         if isinstance(error, dict) and error.get("message"):
             what = f"{what}: {error['message']}"
         return bad_reply(self.spec.name, what, secret=self._api_key, request_id=request_id)
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
