@@ -150,9 +150,8 @@ async def bench_throughput(n: int, concurrency: int, cache_path: str, rounds: in
         return _median_and_range([cpu / n * 1e6 for _, cpu in runs], "4.0f")
 
     ratio = statistics.median(c for _, c in cached) / statistics.median(c for _, c in bare)
-    which = "median [min-max] of" if rounds > 1 else "one round of"
-    print(f"1. zero-latency throughput, {n:,} calls, concurrency {concurrency} (server in its own process); "
-          f"{which} {rounds} interleaved rounds")
+    which = f"median [min-max] of {rounds} interleaved rounds" if rounds > 1 else "one round"
+    print(f"1. zero-latency throughput, {n:,} calls, concurrency {concurrency} (server in its own process); {which}")
     print(f"   engine (cache writes on): {rate(cached)} calls/s  {cpu_us(cached)} us CPU/call"
           f"   [target >= 5,000 calls/s]")
     print(f"   engine (no cache):        {rate(uncached)} calls/s  {cpu_us(uncached)} us CPU/call")
