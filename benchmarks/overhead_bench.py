@@ -13,6 +13,10 @@
    (engine/gc_tuning.py): collections per generation and their time per call.
 3. The cache writer's CPU per row at ~5,000 rows/s arriving in batches of 32,
    committing every 20 ms (the default) or every 100 ms.
+4. The providers' HTTP client: CPU per call of `JsonHttpClient.post` over
+   providers/http_pool.py (the default) and over aiohttp.ClientSession
+   (`http_client = "aiohttp"`), the same chat body to the loopback server at
+   concurrency 64, interleaved rounds.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from engine.resolve import resolve  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
 from engine_bench import ServerProcess, config_for, requests  # noqa: E402
 from providers.base import Provider  # noqa: E402
+from providers.http_client import JsonHttpClient  # noqa: E402
 
 
 class InstantProvider(Provider):
@@ -141,11 +146,52 @@ async def writer_cost(n: int, tmp: str) -> None:
         print(f"   commits every {seconds * 1000:3.0f} ms: {spent[0] / n * 1e6:5.1f} us/row")
 
 
+async def http_client_run(client: JsonHttpClient, url: str, n: int, concurrency: int) -> tuple[float, float]:
+    """(calls/s, event-loop thread CPU per call in us)."""
+    counter = iter(range(n))
+
+    async def worker() -> None:
+        for i in counter:
+            body = {"model": "bench", "messages": [{"role": "user", "content": f"question {i}"}],
+                    "temperature": 0.0, "max_tokens": 64}
+            data, _headers, _latency = await client.post(url, body, 60.0)
+            assert data["choices"][0]["message"]["content"]
+
+    thread, wall = time.thread_time(), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return n / (time.perf_counter() - wall), (time.thread_time() - thread) / n * 1e6
+
+
+async def http_client_cost(n: int, rounds: int) -> None:
+    runs: dict[str, list[tuple[float, float]]] = {"pool": [], "aiohttp": []}
+    with ServerProcess() as server:
+        url = f"{server.base_url}/chat/completions"
+        clients = {name: JsonHttpClient(endpoint="bench", max_concurrency=64, headers={}, secret=None,
+                                        request_id_header="x-request-id", http_client=name) for name in runs}
+        try:
+            for name, client in clients.items():  # warm up: connections open
+                await http_client_run(client, url, 1000, 64)
+            for _ in range(rounds):
+                for name, client in clients.items():
+                    runs[name].append(await http_client_run(client, url, n, 64))
+        finally:
+            for client in clients.values():
+                await client.aclose()
+    print(f"4. JsonHttpClient.post, {n:,} chat calls to the loopback server at concurrency 64, {rounds} rounds")
+    for name, values in runs.items():
+        cpu = [v[1] for v in values]
+        print(f"   over {name:8s} event-loop thread {min(cpu):5.1f} us/call min, {statistics.median(cpu):5.1f} median;"
+              f" {statistics.median(v[0] for v in values):6,.0f} calls/s median")
+    ratio = statistics.median(v[1] for v in runs["aiohttp"]) / statistics.median(v[1] for v in runs["pool"])
+    print(f"   aiohttp / pool CPU per call, medians: {ratio:.2f}x")
+
+
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         await engine_work(args.calls, args.rounds, tmp)
         await gc_cost(args.calls, tmp)
         await writer_cost(args.calls, tmp)
+        await http_client_cost(args.calls // 2, args.rounds)
 
 
 if __name__ == "__main__":

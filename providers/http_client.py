@@ -1,10 +1,14 @@
 """The hot path shared by the HTTP providers: POST a JSON body, get a JSON dict.
 
-Raw aiohttp + orjson (the official SDKs cost 10-20x more CPU per call). One
-`aiohttp.ClientSession` per provider instance, opened lazily inside the running
-event loop, with a keep-alive connector capped at the endpoint's
-max_concurrency. No retries here: the engine owns them. Every failure leaves as
-a classified `ProviderError` (see providers/http_errors.py).
+orjson for the bodies; the official SDKs cost 10-20x more CPU per call. The
+HTTP itself goes through `providers.http_pool.HttpPool` (httptools-parsed
+keep-alive connections, a third of aiohttp.ClientSession's CPU per call), or
+through an `aiohttp.ClientSession` for endpoints that need what the pool does
+not do: a proxy from the environment (`trust_env = true`), or
+`http_client = "aiohttp"` in the endpoint's options. Either way at most
+max_concurrency calls are in flight, no retries happen here (the engine owns
+them) and every failure leaves as a classified `ProviderError` (see
+providers/http_errors.py).
 """
 from __future__ import annotations
 
@@ -16,10 +20,12 @@ from typing import Any, Mapping
 import aiohttp
 import orjson
 
-from providers.base import Provider
-from providers.http_errors import bad_reply, exception_error, status_error
+from providers.base import CONFIG, Provider, ProviderError
+from providers.http_errors import bad_reply, exception_error, redact, status_error
+from providers.http_pool import HttpConfigError, HttpPool
 
-_USER_AGENT = "tulving/0.1 (aiohttp)"
+_USER_AGENT = "tulving/0.1"
+HTTP_CLIENTS = ("pool", "aiohttp")
 
 
 def _plain(value: Any) -> Any:
@@ -50,10 +56,16 @@ def _abandon(session: aiohttp.ClientSession) -> None:
 
 class JsonHttpClient:
     """POSTs JSON to one server. `headers` are sent with every call (auth
-    included); `secret` is scrubbed from every error message."""
+    included); `secret` is scrubbed from every error message. `http_client`
+    is "pool" (providers/http_pool.py) or "aiohttp"; `trust_env` (proxies from
+    the environment) needs aiohttp."""
 
     def __init__(self, *, endpoint: str, max_concurrency: int, headers: Mapping[str, str],
-                 secret: str | None, request_id_header: str, trust_env: bool = False):
+                 secret: str | None, request_id_header: str, trust_env: bool = False,
+                 http_client: str = "pool"):
+        if http_client not in HTTP_CLIENTS:
+            raise ProviderError(CONFIG, f"endpoint {endpoint!r}: unknown http_client {http_client!r} "
+                                        f"(known: {', '.join(HTTP_CLIENTS)})")
         self.endpoint = endpoint
         self._limit = max(1, int(max_concurrency))
         self._headers = {"Content-Type": "application/json", "Accept": "application/json",
@@ -61,6 +73,8 @@ class JsonHttpClient:
         self._secret = secret
         self._request_id_header = request_id_header
         self._trust_env = trust_env
+        self.uses_aiohttp = trust_env or http_client == "aiohttp"
+        self._pool: HttpPool | None = None
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
@@ -72,9 +86,52 @@ class JsonHttpClient:
         endpoint's extra `headers` option, then `auth` (only when a key is set)."""
         headers = {**(base_headers or {}), **(spec.options.get("headers") or {}), **(auth if api_key else {})}
         return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
-                   request_id_header=request_id_header, trust_env=bool(spec.options.get("trust_env", False)))
+                   request_id_header=request_id_header, trust_env=bool(spec.options.get("trust_env", False)),
+                   http_client=spec.options.get("http_client", "pool"))
 
-    def _open(self) -> aiohttp.ClientSession:
+    async def post(self, url: str, body: Mapping[str, Any], timeout: float
+                   ) -> tuple[dict[str, Any], Mapping[str, str], float]:
+        """POST `body`; return (parsed JSON object, reply headers, latency in s).
+        Header names are lower-case keys with the pool; look them up lower-case."""
+        payload = orjson.dumps(body, default=_plain)
+        start = perf_counter()
+        try:
+            if self.uses_aiohttp:
+                status, headers, raw = await self._post_aiohttp(url, payload, timeout)
+            else:
+                pool = self._pool
+                if pool is None:
+                    pool = self._pool = HttpPool(limit=self._limit, headers=self._headers)
+                status, headers, raw = await pool.post(url, payload, timeout)
+        except HttpConfigError as exc:
+            raise ProviderError(CONFIG, redact(f"{self.endpoint}: {exc}", self._secret)) from None
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret) from exc
+        latency = perf_counter() - start
+        if not 200 <= status < 300:
+            raise status_error(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
+                               request_id=headers.get(self._request_id_header))
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise bad_reply(self.endpoint, f"HTTP {status} reply is not JSON ({len(raw)} bytes)",
+                            secret=self._secret, status=status,
+                            request_id=headers.get(self._request_id_header)) from None
+        if not isinstance(data, dict):
+            raise bad_reply(self.endpoint, f"HTTP {status} reply is JSON but not an object",
+                            secret=self._secret, status=status)
+        return data, headers, latency
+
+    # -- the aiohttp client -------------------------------------------------------------
+    async def _post_aiohttp(self, url: str, payload: bytes, timeout: float
+                            ) -> tuple[int, Mapping[str, str], bytes]:
+        session = self._session
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            session = self._open_session()
+        async with session.post(url, data=payload, timeout=self._timeout(timeout)) as resp:
+            return resp.status, resp.headers, await resp.read()
+
+    def _open_session(self) -> aiohttp.ClientSession:
         # A session belongs to the loop it was created in: reopen when called
         # from another loop (e.g. successive asyncio.run calls).
         if self._session is not None and not self._session.closed:
@@ -95,37 +152,10 @@ class JsonHttpClient:
                 self._timeouts[seconds] = found
         return found
 
-    async def post(self, url: str, body: Mapping[str, Any], timeout: float
-                   ) -> tuple[dict[str, Any], Mapping[str, str], float]:
-        """POST `body`; return (parsed JSON object, reply headers, latency in s)."""
-        session = self._session
-        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
-            session = self._open()
-        payload = orjson.dumps(body, default=_plain)
-        start = perf_counter()
-        try:
-            async with session.post(url, data=payload, timeout=self._timeout(timeout)) as resp:
-                raw = await resp.read()
-                status = resp.status
-                headers = resp.headers
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret) from exc
-        latency = perf_counter() - start
-        if not 200 <= status < 300:
-            raise status_error(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
-                               request_id=headers.get(self._request_id_header))
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise bad_reply(self.endpoint, f"HTTP {status} reply is not JSON ({len(raw)} bytes)",
-                            secret=self._secret, status=status,
-                            request_id=headers.get(self._request_id_header)) from None
-        if not isinstance(data, dict):
-            raise bad_reply(self.endpoint, f"HTTP {status} reply is JSON but not an object",
-                            secret=self._secret, status=status)
-        return data, headers, latency
-
     async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
         session, self._session = self._session, None
         if session is not None and not session.closed:
             try:
