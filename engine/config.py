@@ -186,6 +186,15 @@ def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
         value = table.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
             raise ConfigError(f"{source}: [endpoints.{name}] {key} must be a positive number, got {value!r}")
+    options = table.get("options") or {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"{source}: [endpoints.{name}] options must be a table, got {options!r}")
+    if "http_client" in options:
+        from providers.http_client import HTTP_CLIENTS
+
+        if options["http_client"] not in HTTP_CLIENTS:
+            raise ConfigError(f"{source}: [endpoints.{name}] options.http_client must be one of "
+                              f"{', '.join(HTTP_CLIENTS)}, got {options['http_client']!r}")
     return EndpointSpec(name=name, **dict(table))
 
 

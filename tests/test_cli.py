@@ -74,6 +74,12 @@ def test_malformed_config_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2
     assert "rpm_limit" in one_error_line(result.stderr)
 
+    client = tmp_path / "client.toml"
+    client.write_text("[endpoints.x]\nkind = 'openai'\noptions = { http_client = 'requests' }\n")
+    result = tulving("--config", str(client), "models")
+    assert result.returncode == 2
+    assert "http_client must be one of pool, aiohttp, got 'requests'" in one_error_line(result.stderr)
+
 
 def test_missing_config_file(tmp_path):
     result = tulving("--config", str(tmp_path / "nope.toml"), "models")
