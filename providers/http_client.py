@@ -22,7 +22,7 @@ import orjson
 
 from providers.base import CONFIG, Provider, ProviderError
 from providers.http_errors import bad_reply, exception_error, redact, status_error
-from providers.http_pool import HttpConfigError, HttpPool
+from providers.http_pool import HttpConfigError, HttpPool, merged_headers
 
 _USER_AGENT = "tulving/0.1"
 HTTP_CLIENTS = ("pool", "aiohttp")
@@ -68,8 +68,8 @@ class JsonHttpClient:
                                         f"(known: {', '.join(HTTP_CLIENTS)})")
         self.endpoint = endpoint
         self._limit = max(1, int(max_concurrency))
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json",
-                         "User-Agent": _USER_AGENT, **headers}
+        self._headers = merged_headers({"Content-Type": "application/json", "Accept": "application/json",
+                                        "User-Agent": _USER_AGENT}, headers)
         self._secret = secret
         self._request_id_header = request_id_header
         self._trust_env = trust_env

@@ -29,6 +29,7 @@ short: `ReplyCutShort`, a reply that is not HTTP: `MalformedReply`) or
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import zlib
 from collections import deque
@@ -137,7 +138,7 @@ class _Connection(asyncio.Protocol):
         waiter = self.waiter
         if waiter is None or waiter.done():
             return
-        if self.headers_done and not self.framed and self.status >= 200:
+        if exc is None and self.headers_done and not self.framed and self.status >= 200:
             self._finish(keep_alive=False)  # a reply without length or chunks ends with the connection
         elif self.headers_done:
             self._fail(ReplyCutShort(f"the server closed the connection in the middle of the reply body"
@@ -226,9 +227,20 @@ class _Target:
         self.head = request_line + b"Host: " + host_header + b"\r\n" + header_block + b"Content-Length: "
 
 
+_FRAMING = {"host", "content-length", "transfer-encoding", "connection"}
+
+
+def merged_headers(defaults: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
+    """`given` over `defaults`, names compared case-insensitively."""
+    names = {name.lower() for name in given}
+    return {**{k: v for k, v in defaults.items() if k.lower() not in names}, **given}
+
+
 def _header_block(headers: Mapping[str, str]) -> bytes:
     lines = []
     for name, value in headers.items():
+        if name.lower() in _FRAMING:
+            raise HttpConfigError(f"the {name!r} header is set by the HTTP client, not by configuration")
         text = f"{name}: {value}"
         if "\r" in text or "\n" in text:
             raise HttpConfigError(f"the {name!r} header contains a line break")
@@ -247,7 +259,7 @@ class HttpPool:
         self.limit = max(1, int(limit))
         self.keepalive_timeout = keepalive_timeout
         self._ssl_context = ssl_context
-        self._headers = {"Accept-Encoding": "gzip, deflate", **(headers or {})}
+        self._headers = merged_headers({"Accept-Encoding": "gzip, deflate"}, headers or {})
         self._header_block: bytes | None = None
         self._targets: dict[str, _Target] = {}
         self._idle: dict[tuple, list[_Connection]] = {}
@@ -376,8 +388,12 @@ class HttpPool:
             for conn in conns:
                 try:
                     conn.abort()
-                except RuntimeError:  # its loop is closed; the socket goes with the transport
-                    pass
+                except RuntimeError:  # its loop is closed: end the TCP connection by hand
+                    sock = conn.transport.get_extra_info("socket")
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except (AttributeError, OSError):
+                        pass
 
     async def aclose(self) -> None:
         """Close the idle connections; calls still running close theirs when they end."""
@@ -391,7 +407,9 @@ class HttpPool:
             for conn in idle:
                 conn.closed = True
                 conn.transport.close()
-            if idle:
-                await asyncio.sleep(0)  # let the transports report connection_lost
+            # Let the transports closed here and those aborted by the last
+            # calls report connection_lost (and close their sockets) before
+            # the caller may close the loop.
+            await asyncio.sleep(0)
         else:
             self._drop_idle()
