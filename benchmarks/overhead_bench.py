@@ -1,5 +1,5 @@
-"""Where the engine's CPU goes, without HTTP: the figures behind README's
-"Where the throughput goes".
+"""Where the engine's CPU goes: the figures behind README's "Where the time
+goes" (after the engine benchmark's table).
 
     python benchmarks/overhead_bench.py [--calls 20000] [--rounds 5]
 

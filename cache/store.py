@@ -273,9 +273,9 @@ def _resolve(future: asyncio.Future) -> None:
 
 class _ReaderThread:
     """One thread running the cache's reads, one at a time, in order.
-    A lighter hand-off than ThreadPoolExecutor.run_in_executor: a SimpleQueue
-    in, `call_soon_threadsafe` out; a third of the event loop's CPU per
-    lookup batch (the engine makes one per batch of requests it pulls)."""
+    A lighter hand-off than ThreadPoolExecutor.run_in_executor (no work item,
+    no idle semaphore): a SimpleQueue in, `call_soon_threadsafe` out. The
+    engine makes one lookup per batch of requests it pulls."""
 
     def __init__(self, name: str):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()

@@ -128,8 +128,9 @@ class EndpointState:
         self.owner = owner
         self.prefix_order = bool(getattr(provider, "prefers_prefix_order", False))
         # True when the provider bounds every call by the `timeout` it is given
-        # (the HTTP providers: aiohttp's total timeout covers sending and
-        # reading), so the engine need not wrap the call in a timer of its own.
+        # (the HTTP providers: their client's total timeout covers waiting for
+        # a connection, sending and reading), so the engine need not wrap the
+        # call in a timer of its own.
         self.enforces_timeout = bool(getattr(provider, "enforces_timeout", False))
         self.max_concurrency = 1 if self.prefix_order else max(1, int(spec.max_concurrency))
         now = time.monotonic()

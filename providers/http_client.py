@@ -2,9 +2,9 @@
 
 orjson for the bodies; the official SDKs cost 10-20x more CPU per call. The
 HTTP itself goes through `providers.http_pool.HttpPool` (httptools-parsed
-keep-alive connections, a third of aiohttp.ClientSession's CPU per call), or
-through an `aiohttp.ClientSession` for endpoints that need what the pool does
-not do: a proxy from the environment (`trust_env = true`), or
+keep-alive connections, less than half of aiohttp.ClientSession's CPU per
+call), or through an `aiohttp.ClientSession` for endpoints that need what the
+pool does not do: a proxy from the environment (`trust_env = true`), or
 `http_client = "aiohttp"` in the endpoint's options. Either way at most
 max_concurrency calls are in flight, no retries happen here (the engine owns
 them) and every failure leaves as a classified `ProviderError` (see

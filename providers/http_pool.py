@@ -2,9 +2,9 @@
 
 Why not `aiohttp.ClientSession` here: per call it builds a request object,
 merges header multidicts, filters cookies, runs a timer context and wraps the
-reply in a stream reader. On this 2-core machine that costs about three times
+reply in a stream reader. On this 2-core machine that costs more than twice
 the CPU of this module for the same call (`python benchmarks/overhead_bench.py`
-prints both, side by side), and the client's CPU is what caps a zero-latency
+prints both, side by side), and the client's CPU is what capped a zero-latency
 run. The hard part, parsing replies, stays in a library: httptools, the Python
 binding of llhttp (Node.js's parser). This module frames requests, keeps
 connections alive, bounds how many calls are in flight, and decodes gzip/deflate.
