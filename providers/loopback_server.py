@@ -40,6 +40,9 @@ Behaviour, all configurable:
   policy refusals.
 - auth: with `api_keys`, calls without one of them get the API's 401 (echoing
   the presented key in full, on purpose: clients must scrub it).
+- TLS: with `ssl_context` (standalone: `--tls-cert`/`--tls-key`) it serves
+  HTTPS, as the public APIs do; clients trust its certificate through
+  `SSL_CERT_FILE` like any OpenSSL program.
 - `stats`: requests, per status, per path, 429s, faults, max in flight,
   accepted-request timestamps (to check limits), token totals; also served as
   JSON at GET /loopback/stats for benchmarks running the server elsewhere.
@@ -59,6 +62,7 @@ import random
 import re
 import signal
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -383,7 +387,7 @@ class LoopbackServer:
                  burst_seconds: float = 1.0, faults: Faults | None = None, embed_dim: int = 64,
                  tokens: str | Callable[[str], int] = "cheap", context_tokens: int | None = None,
                  api_keys: Sequence[str] | None = None, finetune_polls: int = 2, finetune_min_examples: int = 10,
-                 host: str = "127.0.0.1", port: int = 0):
+                 host: str = "127.0.0.1", port: int = 0, ssl_context: "ssl.SSLContext | None" = None):
         if burst_seconds <= 0:
             raise ValueError("burst_seconds must be > 0")
         self.reply = reply or default_reply
@@ -397,6 +401,7 @@ class LoopbackServer:
         self.finetune_polls = finetune_polls
         self.finetune_min_examples = finetune_min_examples
         self.host, self.port = host, port
+        self.ssl_context = ssl_context  # serve HTTPS (the base URLs say https)
         self.stats = ServerStats()
         self.files: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
@@ -417,7 +422,7 @@ class LoopbackServer:
         # Cancel a handler when its client goes away (stalled calls end with the client).
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
+        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, ssl_context=self.ssl_context)
         await site.start()
         self.port = self._runner.addresses[0][1]
         self._closing = asyncio.Event()
@@ -438,11 +443,15 @@ class LoopbackServer:
 
     @property
     def openai_base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"{self._scheme}://{self.host}:{self.port}/v1"
 
     @property
     def anthropic_base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self._scheme}://{self.host}:{self.port}"
+
+    @property
+    def _scheme(self) -> str:
+        return "http" if self.ssl_context is None else "https"
 
     def reset_stats(self) -> None:
         """Start counting afresh (e.g. after a benchmark's warm-up)."""
@@ -843,7 +852,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--fail-first", metavar="N:KIND", help="fail the first N calls with KIND, e.g. 5:503")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
-    return parser.parse_args(argv)
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
+    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    return args
 
 
 def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
@@ -860,11 +874,18 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
     if args.fail_first:
         n, _, kind = args.fail_first.partition(":")
         schedule = [kind] * int(n)
+    ssl_context = None
+    if args.tls_cert:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"cannot load --tls-cert/--tls-key: {exc}") from None
     return LoopbackServer(latency=latency, rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
                           burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
                                                                           seed=args.seed),
                           embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
-                          host=args.host, port=args.port)
+                          host=args.host, port=args.port, ssl_context=ssl_context)
 
 
 async def _serve_forever(server: LoopbackServer) -> None:

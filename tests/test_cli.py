@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import ssl
 import subprocess
 import sys
 from pathlib import Path
+
+import trustme
 
 from engine.cli import dry_run_report, open_engine
 from engine.config import Config
@@ -132,6 +135,28 @@ async def test_bench_latency_against_a_loopback_server(tmp_path):
     assert server.stats.requests == 12
     assert "latency p50" in out and "p99" in out and "errors 0" in out
     assert server.stats.max_in_flight <= 3
+
+
+async def test_https_endpoint_with_a_key_trusted_through_ssl_cert_file(tmp_path):
+    """The path a real provider takes: HTTPS, certificate checked against the
+    trust store (here a throwaway CA named by SSL_CERT_FILE), key in a header."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    async with LoopbackServer(ssl_context=context, api_keys=["sk-tls-1234567890"]) as server:
+        assert server.openai_base_url.startswith("https://")
+        config = loopback_config(tmp_path / "c.toml", server.openai_base_url, key_env="LOOP_KEY")
+        config.write_text(config.read_text().replace("max_concurrency = 4", "max_concurrency = 4\nmax_attempts = 1"))
+        args = ("--config", str(config), "--quiet", "bench-latency", "--model", "m", "-n", "6", "-c", "3")
+        code, out, err = await atulving(*args, LOOP_KEY="sk-tls-1234567890", SSL_CERT_FILE=str(ca_file))
+        assert code == 0, err
+        assert "errors 0" in out and server.stats.by_status == {200: 6}
+        # Without the CA the certificate is refused: nothing reaches the handlers.
+        code, out, err = await atulving(*args, LOOP_KEY="sk-tls-1234567890", SSL_CERT_FILE=str(tmp_path / "none.pem"))
+        assert code == 1 and "errors 6 {'connection': 6}" in out
+        assert server.stats.requests == 6
 
 
 def test_serve_loopback_starts_a_server():
