@@ -1,14 +1,18 @@
 """Response cache throughput on a temporary file: writes with one commit per
 row (the baseline) against the batching writer, lookups one `get` at a time
 through the read thread (the baseline) against `get_many`, and the cache's
-share of a cached rerun (resolve + key + get_many of chat requests).
+share of a cached rerun (resolve + key + get_many of chat requests); and
+blobs: the published long book in context for its 686 questions (one cached
+reply each) against the prompt text those entries stand for.
 
-    python benchmarks/cache_bench.py [--rows 10000]
+    python benchmarks/cache_bench.py [--rows 10000] [--book synaptic-echoes]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sqlite3
 import sys
 import tempfile
 import time
@@ -18,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cache.store import ResponseCache  # noqa: E402
 from engine.config import Config  # noqa: E402
+from engine.evaluation.answers import in_context_prompt, messages  # noqa: E402
+from engine.evaluation.questions import build_questions  # noqa: E402
+from engine.generation.published import load_book  # noqa: E402
 from engine.requests import ChatRequest  # noqa: E402
 from engine.resolve import resolve  # noqa: E402
 
@@ -67,7 +74,27 @@ async def rerun(path: Path, config: Config, reqs: list[ChatRequest]) -> float:
         return len(reqs) / elapsed
 
 
-async def main(rows: int) -> None:
+async def blobs(path: Path, config: Config, book_name: str) -> str:
+    book = load_book(book_name)
+    questions = build_questions(book)
+    prompt_chars = 0
+    async with ResponseCache(path) as cache:
+        for i, q in enumerate(questions):
+            prompt = messages(in_context_prompt(book.text, q.question))
+            prompt_chars += sum(len(m["content"]) for m in prompt)
+            r = resolve(config, ChatRequest(model="gpt-4o", messages=prompt))
+            cache.put(r.key, r.identity, reply(i))
+        await cache.flush()
+    with sqlite3.connect(path) as conn:
+        chunks, chunk_bytes = conn.execute("SELECT count(*), sum(size) FROM blobs").fetchone()
+    conn.close()
+    size = sum(os.path.getsize(f"{path}{suffix}") for suffix in ("", "-wal") if os.path.exists(f"{path}{suffix}"))
+    return (f"  blobs  : {len(questions)} in-context prompts over the {len(book.text.encode()) / 1e3:,.0f} KB book "
+            f"({prompt_chars / 1e6:,.0f} MB of prompt text): {chunks} chunks, {chunk_bytes / 1e3:,.0f} KB, "
+            f"in a {size / 1e6:.1f} MB file")
+
+
+async def main(rows: int, book: str) -> None:
     config = Config.load(None)
     reqs = requests(rows)
     resolved = [resolve(config, r) for r in reqs]
@@ -78,6 +105,7 @@ async def main(rows: int) -> None:
         batched_write = await write(batched_path, resolved, batch_rows=512)
         single_read, batched_read = await read(batched_path, [r.key for r in resolved])
         rerun_rate = await rerun(batched_path, config, reqs)
+        blob_line = await blobs(Path(tmp, "book.sqlite"), config, book)
     print(f"cache benchmark, {rows:,} rows on a temporary file")
     print(f"  writes : one commit per row {single_write:>10,.0f} rows/s  | batched writer {batched_write:>10,.0f} rows/s"
           f"  (x{batched_write / single_write:.1f})")
@@ -85,9 +113,12 @@ async def main(rows: int) -> None:
           f"  (x{batched_read / single_read:.1f})")
     print(f"  rerun  : resolve + key + get_many of {rows:,} chat requests: {rerun_rate:,.0f} requests/s "
           f"(engine target >= 20,000 overall)")
+    print(blob_line)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
-    asyncio.run(main(parser.parse_args().rows))
+    parser.add_argument("--book", default="synaptic-echoes", help="a published book (default %(default)s)")
+    args = parser.parse_args()
+    asyncio.run(main(args.rows, args.book))

@@ -8,6 +8,7 @@ peak resident memory, which shows that book-sized prompts are built lazily
 (686 prompts of the long book would be ~300 MB if held at once).
 
     python benchmarks/pipeline_bench.py [--book synaptic-echoes] [--latency-ms 200] [--concurrency 32]
+        [--http-client pool|aiohttp]
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ async def main(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bench.toml"
             path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
-                            f'max_concurrency = {args.concurrency}\n\n'
+                            f'max_concurrency = {args.concurrency}\n'
+                            f'options = {{ http_client = "{args.http_client}" }}\n\n'
                             '[models.bench-model]\nendpoint = "loop"\nmodel = "bench"\n')
             config = Config.load(path)
             cache = str(Path(tmp) / "cache.sqlite")
@@ -68,4 +70,6 @@ if __name__ == "__main__":
     parser.add_argument("--book", default="synaptic-echoes")
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--http-client", choices=["pool", "aiohttp"], default="pool",
+                        help="the providers' HTTP client (default %(default)s)")
     asyncio.run(main(parser.parse_args()))
