@@ -8,9 +8,10 @@ Shared by the OpenAI-format and Anthropic-format providers:
   or the content policy refused it, 413 -> prompt_too_long, 408 -> timeout).
   One exception to "429 is retryable": OpenAI's 429 `insufficient_quota` (no
   credit left) is classified auth, since waiting cannot fix it.
-- `exception_error(exc, ...)`: an exception raised by aiohttp or asyncio while
-  calling -> ProviderError (timeouts -> timeout, resets / truncated bodies ->
-  connection).
+- `exception_error(exc, ...)`: an exception raised while calling, by
+  providers/http_pool.py, aiohttp or asyncio -> ProviderError (timeouts ->
+  timeout; refused connections, TLS failures, resets, replies cut short or
+  not HTTP -> connection).
 - `retry_after(headers)`: how long the server asked us to wait, from
   `retry-after[-ms]` or, failing that, the OpenAI / Anthropic rate-limit reset
   headers.
