@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sqlite3
 import sys
@@ -85,9 +86,8 @@ async def blobs(path: Path, config: Config, book_name: str) -> str:
             r = resolve(config, ChatRequest(model="gpt-4o", messages=prompt))
             cache.put(r.key, r.identity, reply(i))
         await cache.flush()
-    with sqlite3.connect(path) as conn:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
         chunks, chunk_bytes = conn.execute("SELECT count(*), sum(size) FROM blobs").fetchone()
-    conn.close()
     size = sum(os.path.getsize(f"{path}{suffix}") for suffix in ("", "-wal") if os.path.exists(f"{path}{suffix}"))
     return (f"  blobs  : {len(questions)} in-context prompts over the {len(book.text.encode()) / 1e3:,.0f} KB book "
             f"({prompt_chars / 1e6:,.0f} MB of prompt text): {chunks} chunks, {chunk_bytes / 1e3:,.0f} KB, "

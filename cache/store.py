@@ -261,14 +261,9 @@ class _Flush:
         self.event.set()
         if self.loop is not None and self.future is not None:
             try:
-                self.loop.call_soon_threadsafe(_resolve, self.future)
+                self.loop.call_soon_threadsafe(_settle_future, self.future, None, False)
             except RuntimeError:  # the loop is closed
                 pass
-
-
-def _resolve(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class _ReaderThread:
@@ -555,7 +550,6 @@ class ResponseCache:
             self._wake.clear()
             self._urgent.clear()
             rows: list[tuple] = []
-            flushes: list[_Flush] = []
             while items:
                 item = items.popleft()
                 if item is _STOP:

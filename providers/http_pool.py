@@ -101,7 +101,7 @@ class _Connection(asyncio.Protocol):
 
     def _reset(self) -> None:
         self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers: dict[str, str] = {}  # lower-case names; a repeated header's values joined by ", "
         self.body: list[bytes] = []
         self.headers_done = False
         self.framed = False  # Content-Length or chunked: the reply's end is known without a close
@@ -149,15 +149,16 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers = self.headers
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
         self.headers_done = True
-        for name, value in self.headers:
-            lowered = name.lower()
-            if lowered == b"content-length" or lowered == b"transfer-encoding" and b"chunked" in value.lower():
-                self.framed = True
+        headers = self.headers
+        self.framed = "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
@@ -174,11 +175,7 @@ class _Connection(asyncio.Protocol):
         if waiter is None or waiter.done():  # a reply nobody waits for (timed out, or unasked): drop the connection
             self.abort()
             return
-        headers: dict[str, str] = {}
-        for name, value in self.headers:
-            key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
-            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        headers = self.headers
         body = b"".join(self.body) if len(self.body) != 1 else self.body[0]
         encoding = headers.get("content-encoding")
         if encoding:
