@@ -228,14 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embed", action="store_true", help="probe the embeddings API instead of chat")
     p.set_defaults(func=_cmd_bench_latency)
 
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real missing dependency inside the module
-                raise
-            continue
-        module.register(sub)
+    for name in COMMAND_MODULES:  # every one is part of the CLI: a failed import is a broken install
+        importlib.import_module(name).register(sub)
     return parser
 
 

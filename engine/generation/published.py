@@ -1,9 +1,14 @@
 """Books by name or folder: `load_book("synaptic-echoes")`, `load_book(path)`.
 
-Published books:
+Published books, shipped in the package (engine/data/books/):
 - `synaptic-echoes`: the default long book (200 events, 196 chapters).
 - `synaptic-echoes-short`: its first 19 chapters, i.e. the 20-event run
-  (event 16 failed), with the first 20 events and meta-events.
+  (event 16 failed), with the first 20 events and meta-events
+  (`first_events` derives it from the long book; a test checks the shipped
+  folder equals that derivation).
+
+Any other name is looked up in TULVING_DATA/books/NAME; anything else is a
+folder path.
 
 Loading checks the book: every chapter passes the exact checks against its
 ground truth (adapted to the assembled text), the ground truth agrees with
@@ -12,40 +17,48 @@ events.json / meta_events.json, and book.txt has one chunk per chapter.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from engine.datadir import published_book_dir
+from engine.datadir import book_dir, published_book_dir, published_names, user_data_dir
 from engine.generation.assemble import book_tokens
 from engine.generation.bookdir import CHAPTER_SEPARATOR, Book, BookError, read_book_dir, split_chapters
 from engine.generation.checks import check_assembled_chapter
 
 LONG = "synaptic-echoes"
 SHORT = "synaptic-echoes-short"
-# name -> (folder, number of events kept)
-PUBLISHED = {LONG: (LONG, 200), SHORT: (LONG, 20)}
+PUBLISHED = published_names("books")
 PUBLISHED_META = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
                   "distribution": "geometric"}
 
 
+def first_events(raw: dict[str, Any], n_events: int) -> dict[str, Any]:
+    """The book a run of the first `n_events` events gives (events are sampled
+    so that the first N are the same for any larger run)."""
+    chapters = [c for c in raw["chapters"] if c["event_index"] < n_events]
+    text = CHAPTER_SEPARATOR.join(raw["text"].split(CHAPTER_SEPARATOR)[:len(chapters)])
+    return {"text": text, "chapters": chapters, "events": raw["events"][:n_events],
+            "meta_events": raw["meta_events"][:n_events], "metadata": {}}
+
+
 def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
-    """A published book by name, or a book folder (see engine/generation/bookdir.py)."""
+    """A published book by name, a user's book by name (TULVING_DATA), or a
+    book folder (see engine/generation/bookdir.py)."""
     key = str(name_or_path)
     if key in PUBLISHED:
-        folder_name, n_events = PUBLISHED[key]
-        raw = read_book_dir(published_book_dir(folder_name))
-        events = raw["events"][:n_events]
-        metas = raw["meta_events"][:n_events]
-        chapters = [c for c in raw["chapters"] if c["event_index"] < n_events]
-        text = CHAPTER_SEPARATOR.join(raw["text"].split(CHAPTER_SEPARATOR)[:len(chapters)])
-        metadata = {"name": key, "n_events": n_events, **PUBLISHED_META}
+        raw = read_book_dir(published_book_dir(key))
+        metadata = {"name": key, "n_events": len(raw["events"]), **PUBLISHED_META}
         name, path = key, None
     else:
-        path = Path(key)
+        folder = book_dir(key)
+        path = folder if folder is not None else Path(key)
         if not path.is_dir():
-            raise BookError(f"no book named {key!r} (published: {', '.join(PUBLISHED)}) and no such folder")
+            user = user_data_dir()
+            where = f", none in {user / 'books'}" if user is not None else ""
+            raise BookError(f"no book named {key!r} (published: {', '.join(PUBLISHED)}{where}) and no such folder")
         raw = read_book_dir(path)
-        events, metas, chapters, text = raw["events"], raw["meta_events"], raw["chapters"], raw["text"]
         metadata = raw["metadata"]
         name = metadata.get("name", path.name)
+    events, metas, chapters, text = raw["events"], raw["meta_events"], raw["chapters"], raw["text"]
     chapter_texts = split_chapters(text)
     source = key
     if len(chapter_texts) != len(chapters):

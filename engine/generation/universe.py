@@ -1,7 +1,7 @@
 """Universe files: load and validate the raw materials, build the static universe.
 
 A universe file is JSON with the keys of `REQUIRED_KEYS` (see
-data/universes/default.json). The static universe (protocol, "Universe") holds
+engine/data/universes/default.json). The static universe (protocol, "Universe") holds
 N_universe = 100 dates, full names, locations and contents, built with
 Python's `random` in a fixed order. The Python random stream left after the
 entity draws continues into event generation (the content details); we keep
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from engine.datadir import universe_path
+from engine.datadir import published_names, universe_path, user_data_dir
 from engine.errors import TulvingError
 
 N_UNIVERSE = 100
-PUBLISHED_UNIVERSES = ("default", "news", "scifi")
+PUBLISHED_UNIVERSES = published_names("universes")  # default, news, scifi (packaged)
 REQUIRED_KEYS = ("start_date", "end_date", "first_names", "last_names", "locations", "contents",
                  "content_details", "styles", "nb_paragraphs", "secondary_first_names",
                  "secondary_last_names")
@@ -75,18 +75,23 @@ class Universe:
 
 # -- loading and validation --------------------------------------------------------
 def load_universe_spec(name_or_path: str | Path) -> UniverseSpec:
-    """A published universe by name (default, news, scifi) or a JSON file of the
-    same shape."""
+    """A universe by name (the published default, news, scifi, then a user's
+    TULVING_DATA/universes/NAME.json) or a JSON file of the same shape."""
     text = str(name_or_path)
-    path = universe_path(text) if text in PUBLISHED_UNIVERSES else Path(text)
+    by_name = Path(text).suffix != ".json" and "/" not in text
+    path = universe_path(text) if by_name else Path(text)
+    if by_name and not path.is_file() and Path(text).is_file():
+        path = Path(text)  # a file without the .json suffix, given by path
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        user = user_data_dir()
+        where = f", or in {user / 'universes'}" if user is not None else " (TULVING_DATA names a folder of your own)"
         raise UniverseError(f"universe {text!r}: no such file (published universes: "
-                            f"{', '.join(PUBLISHED_UNIVERSES)})") from None
+                            f"{', '.join(PUBLISHED_UNIVERSES)}{where})") from None
     except json.JSONDecodeError as exc:
         raise UniverseError(f"universe file {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    default_name = text if text in PUBLISHED_UNIVERSES else path.stem
+    default_name = text if by_name else path.stem
     return validate_universe(raw, source=str(path), default_name=default_name)
 
 
