@@ -370,3 +370,4 @@ def test_agreement():
     flat = agreement([1.0, 1.0], [0.0, 1.0])
     assert flat["pearson"] is None  # a constant side has no correlation
     assert agreement([], [])["n"] == 0
+
