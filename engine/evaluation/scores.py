@@ -172,9 +172,8 @@ class ChronoParts:
 
 def _percent_2(numerator: float, denominator: float) -> float:
     """A share as the reference's tables hold it: `round(x * 100, 2)` written
-    with '%' and read back divided by 100 (the float written is read back
-    unchanged). The operations are the
-    reference's, in its order (a last-bit difference can move a tie)."""
+    with '%' and read back (unchanged) divided by 100. The operations are the
+    reference's, in its order: a last-bit difference can move a tie."""
     return round(numerator / denominator * 100, 2) / 100
 
 
