@@ -36,6 +36,8 @@ from typing import Any, Mapping, Sequence
 
 from rapidfuzz import fuzz
 
+from engine.evaluation.judge import groundtruth_text
+
 _MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september",
            "october", "november", "december"]
 _MONTH_RE = (r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
@@ -271,9 +273,10 @@ def _judge_from_prompt(content: str) -> dict[str, Any]:
     template = json.loads(content[scores_at + len('"matching_score": '):].split("\n", 1)[0])
     ground_truth = [next(iter(entry)) for entry in template]
     answer = content[answer_at + len("\nAI-generated answer: "):end]
-    chapter = None
-    if "The matching score should be of length 1" in content:
-        chapter = content[gt_at + len("\nGroundtruth: "):answer_at]
+    # The Groundtruth line holds the items (as judge.groundtruth_text writes
+    # them) or, for full-detail questions, the chapter text.
+    shown = content[gt_at + len("\nGroundtruth: "):answer_at]
+    chapter = None if shown == groundtruth_text(ground_truth) else shown
     return judge(kind.group(1).strip(), ground_truth, answer, chapter)
 
 

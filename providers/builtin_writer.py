@@ -76,7 +76,8 @@ def _field(pattern: str, text: str) -> re.Match:
 
 def parse_chapter_prompt(prompt: str) -> ChapterSpec:
     """Read the event and meta-data back out of a chapter prompt."""
-    head = _field(r"^Write a detailed (\w+) excerpt in a (.+?) style about .+ (?:attending|witnessing) a (.+)\.$", prompt)
+    head = _field(r"^Write a detailed (\w+) excerpt in a (.+?) style about .+? (?:attending|witnessing) a (.+?)\. "
+                  r"The story takes place on ", prompt)
     if "Write a single paragraph." in prompt:
         nb = 1
     else:
@@ -169,8 +170,9 @@ def write_chapter(spec: ChapterSpec, dice: _Dice, flaw: str | None) -> str:
 
 def answer_verification(text: str) -> str:
     # the markers are also named in the prompt's first sentence: take the block
+    # (the reference's prompt indents the block's lines by 4 spaces)
     start = text.rfind("[TEXT START]\n")
-    end = text.rfind("\n[TEXT END]")
+    end = text.rfind("[TEXT END]")
     body = text[start + len("[TEXT START]\n"):end].lower() if 0 <= start < end else text.lower()
     single_place = not any(m in body for m in PLACE_SHIFT_MARKERS)
     single_day = not any(m in body for m in DAY_SHIFT_MARKERS)

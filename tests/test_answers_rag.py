@@ -72,7 +72,7 @@ def test_rag_prompt_is_the_papers():
 def test_finetuned_prompt_is_the_question_only(short_book):
     expected = ('This question is about the book "Synaptic Echoes 2026: The Neuro-Temporal Paradox of Episodic '
                 'Precognition". All events in this book are purely fictional and do not correspond to real-world '
-                'timelines. Please answer based solely on the content of this fictional story.\n\nQuestion: Who?')
+                'timelines. Please answer based solely on the content of this fictional story./n/n Question: Who?')
     assert A.finetuned_prompt("Who?", A.book_title(short_book)) == expected
 
 

@@ -9,7 +9,7 @@ import pytest
 from engine.config import Config
 from engine.evaluation.judge import chrono_judge_request, judge_request
 from engine.evaluation.judge_parse import JudgeReplyError, parse_chrono_reply, parse_judge_reply
-from engine.evaluation.scores import chrono_match, lenient_f1
+from engine.evaluation.scores import chrono_match, distinct, lenient_f1
 from engine.scheduler import Engine
 from providers.builtin_judge import extract_items, find_dates, is_negative, judge, normalise, respond
 
@@ -158,7 +158,9 @@ def test_full_details(questions, book):
 
 def chrono_indices(question, identified):
     request = chrono_judge_request(question, "unused", identified, model="builtin:judge")
-    return parse_chrono_reply(respond(request.messages, {}), len(identified), len(question.correct_answer))
+    # the chronological judge sees both lists de-duplicated (the reference's remove_duplicates policy)
+    return parse_chrono_reply(respond(request.messages, {}), len(distinct(identified)),
+                              len(distinct(question.correct_answer)))
 
 
 def test_chronological_judge(questions, book):
@@ -177,12 +179,16 @@ def test_chronological_judge(questions, book):
 
 
 def test_chronological_judge_with_repeated_items(questions):
+    """A repeated ground-truth item is sent once: both mentions of it are one
+    identified item, matched to its single index."""
     q = next(q for q in questions if q.get == "chronological" and len(set(q.correct_answer)) < len(q.correct_answer))
     item = next(x for x in q.correct_answer if q.correct_answer.count(x) > 1)
-    positions = [i for i, x in enumerate(q.correct_answer) if x == item]
-    # each mention takes the earliest unused index of that item
-    assert chrono_indices(q, [item, item]) == positions[:2]
-    assert chrono_indices(q, [item, "Nothing like it"]) == [positions[0], -1]
+    position = distinct(q.correct_answer).index(item)
+    assert chrono_indices(q, [item, item]) == [position]
+    assert chrono_indices(q, [item, "Nothing like it"]) == [position, -1]
+    everything = chrono_indices(q, list(q.correct_answer))
+    assert everything == list(range(len(distinct(q.correct_answer))))
+    assert chrono_match(everything, len(distinct(q.correct_answer))).exact_match
 
 
 def test_other_prompts_get_an_unparsable_reply():
@@ -202,3 +208,19 @@ async def test_through_the_engine(questions, book):
         assert outcome.ok and outcome.tag == q.q_idx
         v = parse_judge_reply(outcome.text, q.correct_answer)
         assert lenient_f1(v.identified_items, q.correct_answer, v.scores) == pytest.approx(1.0)
+
+
+def test_perfect_answers_match_all_39_considered_questions(questions, book):
+    """The whole chronological path on the long book, repeats included: a
+    perfect answer, the built-in judge's identified items, the chronological
+    prompt on the de-duplicated lists, then the exact match. 39 of the 39
+    considered questions match (sending the repeats would leave 27)."""
+    considered = exact = 0
+    for q in questions:
+        if q.get != "chronological" or len(distinct(q.correct_answer)) < 2:
+            continue
+        considered += 1
+        v, _ = verdict(q, "\n".join(f"- {x}" for x in q.correct_answer), book)
+        match = chrono_match(chrono_indices(q, v.identified_items), len(distinct(q.correct_answer)))
+        exact += match.exact_match and match.tau == pytest.approx(1.0)
+    assert (considered, exact) == (39, 39)

@@ -15,15 +15,15 @@ from engine.scheduler import Engine
 from providers import builtin_writer
 from providers.loopback_server import LoopbackServer
 
-# The paper's template (Listing lst:chapter_generation_prompts) filled by hand for
-# event 0 / meta-event 0 (Listings lst:events, lst:metaevents, lst:styles), with the
-# protocol's details: content and detail lower-cased, 4th restriction.
-EXPECTED_EVENT0 = """Write a detailed novel excerpt in a thriller style about Ezra Edwards attending a parkour workshop.
-The story takes place on September 13, 2025, at Bethpage Black Course, where Ezra Edwards demonstrated cat leaps.
+# The reference's template (epbench/src/generation/prompts.py, complete_prompt_func) filled
+# by hand for event 0 / meta-event 0: one opening line, "paragraphs", trailing newline
+# (protocol.md, Chapters); content and detail lower-cased, 4th restriction.
+EXPECTED_EVENT0 = """Write a detailed novel excerpt in a thriller style about Ezra Edwards attending a parkour workshop. \
+The story takes place on September 13, 2025, at Bethpage Black Course, where Ezra Edwards demonstrated cat leaps. \
 Follow these guidelines:
 
 Structure and Information Reveal:
-1. Divide the text into 7 paragraph(s). Number each paragraph (1), (2), etc., while maintaining novel-appropriate paragraph lengths.
+1. Divide the text into 7 paragraphs. Number each paragraph (1), (2), etc., while maintaining novel-appropriate paragraph lengths.
 2. Gradually reveal key information:
 - Full location 'Bethpage Black Course': must appear verbatim in paragraph 2 only and nowhere else in the text
 - Full date 'September 13, 2025': must appear verbatim in paragraph 7 only and nowhere else in the text
@@ -52,7 +52,8 @@ Restrictions:
 3. Focus exclusively on the events of this particular parkour workshop.
 4. Do not use a too common starting sentence.
 
-Craft a seamless narrative that gradually reveals information while maintaining reader engagement throughout the excerpt."""
+Craft a seamless narrative that gradually reveals information while maintaining reader engagement throughout the excerpt.
+"""
 
 EXPECTED_SYSTEM = ("You are a creative fiction writer specializing in detailed, atmospheric novel excerpts. "
                    "Your task is to generate vivid, immersive scenes based on specific prompts.")
@@ -82,7 +83,8 @@ def test_chapter_prompt_of_event_0_is_the_papers_template(universe, events):
 
 def test_single_paragraph_prompt(universe, events):
     user = _prompt(universe, events, 2)[1]["content"]  # event 2 has one paragraph
-    assert "\n1. Write a single paragraph. Number (1) before this single paragraph\n" in user
+    assert ("\n1. Write a single paragraph. Number (1) before this single paragraph, while maintaining "
+            "novel-appropriate paragraph lengths.\n") in user
     assert "Divide the text" not in user
     assert "Full detail that 'Henry explained post-processing techniques'" in user
 
@@ -100,21 +102,22 @@ def test_news_and_scifi_prompts():
             assert "news-appropriate paragraph lengths" in user
             assert "3. Maintain a consistent news voice throughout the excerpt." in user
             assert "\n5. Do not put any title\n" in user
-            assert user.endswith("Craft a seamless news excerpt that gradually reveals information while "
-                                 "maintaining reader engagement throughout the excerpt.")
+            assert user.endswith("Craft a seamless news that gradually reveals information while "
+                                 "maintaining reader engagement throughout the excerpt.\n")
         else:
             assert "5. Do not put any title" not in user
 
 
-def test_verification_prompt_is_the_papers_listing():
-    system, user = verification_messages("(1) Some chapter.")
+def test_verification_prompt_is_the_reference_string():
+    system, user = verification_messages("(1) Some chapter.\n\n(2) More.")
     assert system["content"] == CHECKER_SYSTEM_PROMPT
     assert CHECKER_SYSTEM_PROMPT.startswith("You are a content checker AI. Your tasks:\n1. Read the given text")
-    assert "[TEXT START]\n(1) Some chapter.\n[TEXT END]" in user["content"]
-    assert "4. Does the following text has a single main event happening at that location that day " \
+    # the body is indented by 4 spaces: only the chapter's first line is
+    assert "\n\n    [TEXT START]\n    (1) Some chapter.\n\n(2) More.\n    [TEXT END]\n" in user["content"]
+    assert "    4. Does the following text has a single main event happening at that location that day " \
            "(further cut into the events of the day)?" in user["content"]
-    assert user["content"].endswith('{\n    "1": [boolean],\n    "2": [boolean],\n    "3": [boolean],\n'
-                                    '    "4": [boolean]\n}')
+    assert user["content"].endswith('    {\n        "1": [boolean],\n        "2": [boolean],\n'
+                                    '        "3": [boolean],\n        "4": [boolean]\n    }\n    ')
 
 
 @pytest.mark.parametrize("reply, passed", [

@@ -160,10 +160,12 @@ def _listing(label: str) -> str:
 
 
 def test_chrono_prompt_is_the_papers():
-    gt, predicted = ["Carnival", "Ghost Tour", "Carnival"], ["ghost tour", "carnival"]
+    """The paper's listing, on the de-duplicated lists (the reference's
+    remove_duplicates policy: a repeated item is sent once)."""
+    gt, predicted = ["Carnival", "Ghost Tour", "Carnival"], ["ghost tour", "carnival", "ghost tour"]
     expected = (_listing("lst:evaluation_prompt_chrono").replace("{{", "{").replace("}}", "}")
-                .replace("{groundtruth_items}", str(gt)).replace("{groundtruth_indexes}", "[0, 1, 2]")
-                .replace("{predicted_items}", str(predicted)))
+                .replace("{groundtruth_items}", str(["Carnival", "Ghost Tour"])).replace("{groundtruth_indexes}", "[0, 1]")
+                .replace("{predicted_items}", str(["ghost tour", "carnival"])))
     assert chrono_prompt(gt, predicted).rstrip() == expected.rstrip()
 
 
@@ -172,12 +174,15 @@ def test_judge_prompt_holds_the_papers_instructions():
     for line in _listing("lst:evaluation_prompt").splitlines():
         if line.startswith(("You are an expert judge", "- ", "Your task:", "Provide your evaluation in")):
             assert line in prompt.splitlines(), line
-    assert "\nQuestion type: Spaces\nGroundtruth: ['Central Park', 'High Line']\nAI-generated answer: Central Park.\n" \
+    # the ground truth as the reference held it once read back from disk: str(numpy.array(items))
+    assert "\nQuestion type: Spaces\nGroundtruth: ['Central Park' 'High Line']\nAI-generated answer: Central Park.\n" \
         in prompt
-    scores_line = next(line for line in prompt.splitlines() if '"matching_score":' in line)
+    scores_line = next(line for line in prompt.splitlines() if line.startswith('    "matching_score":'))
     assert json.loads(scores_line.split(": ", 1)[1]) == [{"Central Park": "score_between_0_and_1"},
                                                          {"High Line": "score_between_0_and_1"}]
-    assert "length 1" not in prompt
+    # evaluate_answer passes the ground truth as the long answer: the length line is in every prompt
+    assert ('\n- The matching score should be of length 1, only "matching_score": '
+            '[{"Central Park": "score_between_0_and_1"}, {"High Line": "score_between_0_and_1"}]\n') in prompt
 
 
 def _question(**changes) -> Question:

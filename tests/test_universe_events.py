@@ -176,4 +176,49 @@ def _naive_indices(seed: int) -> list[int]:
 def test_batched_draws_equal_one_call_per_value(seed):
     state = np.random.RandomState()
     state.seed(seed)
-    assert list(_draw_indices(state, "geometric")) == _naive_indices(seed)
+    assert list(_draw_indices(state)) == _naive_indices(seed)
+
+
+def _reference_uniform(universe, n: int, seed_events: int) -> list[dict]:
+    """The reference's uniform sampler restated (issue "fidelity", point 11):
+    the global `random` reseeded with each candidate seed, then
+    random.choice of t, e, s, c and of the detail; the (t, e) then (t, s)
+    filters; the first n."""
+    state = random.getstate()
+    try:
+        candidates = []
+        for k in range(3 * n):
+            random.seed(10_000_000 * seed_events + k)
+            t, e = random.choice(universe.dates), random.choice(universe.entities)
+            s, c = random.choice(universe.locations), random.choice(universe.contents)
+            candidates.append((t, s, e, c, random.choice(universe.spec.content_details[c])))
+    finally:
+        random.setstate(state)
+    kept, seen_te, seen_ts = [], set(), set()
+    for t, s, e, c, d in candidates:
+        if (t, e) not in seen_te:
+            seen_te.add((t, e))
+            kept.append((t, s, e, c, d))
+    out = []
+    for t, s, e, c, d in kept:
+        if (t, s) not in seen_ts:
+            seen_ts.add((t, s))
+            out.append({"date": t, "location": s, "entity": e, "content": c, "detail": d})
+    return out[:n]
+
+
+# the reference's first uniform event of the default universe, seed 0
+FIRST_UNIFORM_EVENT = {"date": "October 17, 2025", "location": "Whitney Museum of American Art",
+                       "entity": "Daniel Hall", "content": "Photography Exhibition",
+                       "detail": "Explained conceptual photography"}
+
+
+@pytest.mark.parametrize("name, seed_events", [("default", 0), ("default", 1), ("news", 0), ("scifi", 7)])
+def test_uniform_is_the_reference_sampler(name, seed_events):
+    universe = load_universe(name)
+    assert sample_events(universe, 200, seed_events, distribution="uniform") == \
+        _reference_uniform(universe, 200, seed_events)
+
+
+def test_first_uniform_event_is_pinned(default_universe):
+    assert sample_events(default_universe, 1, distribution="uniform") == [FIRST_UNIFORM_EVENT]

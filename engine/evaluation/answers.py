@@ -9,8 +9,9 @@ Modes:
 - ``in-context``: the whole book, then the question.
 - ``rag-paragraph`` / ``rag-chapter``: the top-K retrieved chunks (see rag.py),
   most similar first, each as ``\\n\\n\"\"\"\\n{chunk}\\n\"\"\"``.
-- ``finetuned``: the question only, behind the fine-tuning preamble; the model
-  is expected to hold the book in its weights (see finetune.py).
+- ``finetuned``: the question only, behind the fine-tuning preamble (the
+  reference's string, literal "/n/n " included); the model is expected to
+  hold the book in its weights (see finetune.py).
 
 In-context prompts are book-sized: `answer_requests` is a generator so that at
 most the engine's in-flight window of them exists at any time.
@@ -64,11 +65,19 @@ You are participating in an episodic memory test, based on the data below, which
 Please answer the question to the best of your ability, based only on the information provided in the relevant chunks above. If you are unsure about an answer, it's okay to say so. Do not invent or assume information that was not explicitly stated in the text.
 """
 
+# reference: epbench/src/generation/benchmark_generation_wrapper.py,
+# get_user_prompt_for_finetuning, verbatim: f"{preprompt}/n/n Question: {question}", with a
+# literal "/n/n " (not newlines) -- the string the published fine-tuned models were
+# trained on and queried with (protocol.md, Answers).
 _FINETUNED_TEMPLATE = (
     'This question is about the book "{title}". All events in this book are purely fictional and do not '
     "correspond to real-world timelines. Please answer based solely on the content of this fictional story."
-    "\n\nQuestion: {question}"
+    "/n/n Question: {question}"
 )
+
+# reference: benchmark_generation_wrapper.py, fine_tuning_system_prompt (training data only:
+# answering calls keep SYSTEM_PROMPT, as the reference's generate_answers_func does).
+_FINETUNING_SYSTEM_TEMPLATE = 'You are an expert in memory tests regarding the fictional book "{title}".'
 
 
 def check_mode(mode: str) -> str:
@@ -102,7 +111,13 @@ def book_title(book: Any) -> str:
 
 
 def finetuned_prompt(question: str, title: str = PUBLISHED_TITLE) -> str:
+    """The user turn of a fine-tuning example, and of a `finetuned` answering call."""
     return _FINETUNED_TEMPLATE.format(title=title, question=question)
+
+
+def finetuning_system_prompt(title: str = PUBLISHED_TITLE) -> str:
+    """The system turn of the fine-tuning examples (it names the book)."""
+    return _FINETUNING_SYSTEM_TEMPLATE.format(title=title)
 
 
 def messages(user_prompt: str) -> list[dict[str, str]]:

@@ -3,9 +3,12 @@
 Training data (protocol.md, Answers; paper, appendix "Selection of the
 fine-tuning questions"): one chat example per single-event question (a cue
 matching exactly one chapter), `{"messages": [system, user, assistant]}`,
-where the user turn is exactly the prompt the `finetuned` memory mode sends
-(engine/evaluation/answers.py) and the assistant turn lists the ground-truth
-items ("a, b, and c"), or is the chapter text for full-detail questions.
+with the reference's strings (benchmark_generation_wrapper.py): the system
+turn names the book ('You are an expert in memory tests regarding the
+fictional book "<title>".'), the user turn is exactly the prompt the
+`finetuned` memory mode sends (engine/evaluation/answers.py, literal "/n/n "
+included) and the assistant turn lists the ground-truth items ("a, b, and
+c"), or is the chapter text for full-detail questions.
 
 The job goes through the OpenAI fine-tuning API (providers/openai_finetune.py,
 official SDK); the resulting model id is recorded in a JSON file, with the
@@ -20,7 +23,7 @@ from typing import Any, Iterable
 
 from engine.config import Config
 from engine.errors import TulvingError
-from engine.evaluation.answers import SYSTEM_PROMPT, book_title, finetuned_prompt
+from engine.evaluation.answers import book_title, finetuned_prompt, finetuning_system_prompt
 from engine.evaluation.templates import FULL_DETAILS
 
 
@@ -35,13 +38,14 @@ def format_items(items: list[str]) -> str:
 
 def training_examples(book: Any, questions: Iterable[Any]) -> list[dict[str, Any]]:
     title = book_title(book)
+    system = finetuning_system_prompt(title)
     examples = []
     for q in questions:
         if q.retrieval_type == FULL_DETAILS:
             answer = book.chapter_texts[q.chapters[0] - 1]
         else:
             answer = format_items(list(q.correct_answer))
-        examples.append({"messages": [{"role": "system", "content": SYSTEM_PROMPT},
+        examples.append({"messages": [{"role": "system", "content": system},
                                       {"role": "user", "content": finetuned_prompt(q.question, title)},
                                       {"role": "assistant", "content": answer}]})
     return examples

@@ -1,19 +1,25 @@
 """The judge prompts, and the judge requests built from a question and an answer.
 
-Two prompts (paper, appendix "Evaluation strategy"; protocol.md, "Judging and
-scores"), character for character as the published scores were judged with
-them:
+Two prompts (protocol.md, "Judging and scores"), character for character as
+the reference implementation sent them (ahstat/episodic-memory-benchmark, MIT,
+`epbench/src/evaluation/scoring_answers.py`):
 
-- the main judge prompt: the judge lists the items it identifies in the
-  answer and gives a 0..1 score to each ground-truth item. The ground truth is
-  shown as a list and `matching_score` as a JSON list of one-key objects in
-  ground-truth order. For 'Full event details' the chapter text stands in the
-  Groundtruth line and the judge is told the score list has length 1. (The
-  published prompt has no comma after the `matching_score` line of its JSON
-  example; it is kept, since it is the prompt the published numbers come
-  from, and judge_parse.py repairs replies that copy it.)
-- the chronological prompt: the judge maps each identified item to the first
-  unused ground-truth index, or -1.
+- the main judge prompt (`judge_prompt_func` as `evaluate_answer` calls it):
+  the judge lists the items it identifies in the answer and gives a 0..1
+  score to each ground-truth item. `evaluate_answer` passes the ground truth
+  as the "long" answer when there is no chapter text, so the line
+  `- The matching score should be of length 1, only "matching_score": [...]`
+  is in every prompt. `matching_score` is a JSON list of one-key objects in
+  ground-truth order (repeats kept). The Groundtruth line shows the items as
+  the reference held them once its question set was read back from disk:
+  `str(numpy.array(items))`; for 'Full event details' the chapter text stands
+  there. (The prompt's JSON example has no comma after the `matching_score`
+  line; it is kept, and judge_parse.py repairs replies that copy it.)
+- the chronological prompt (`judge_prompt_chronological_func`, system prompt
+  of `evaluate_chronological`): the judge maps each identified item to the
+  first unused ground-truth index, or -1. Both lists are de-duplicated first
+  (first occurrence kept, order kept), the reference's default
+  `remove_duplicates` policy.
 
 Replies are parsed by judge_parse.py; the built-in judge
 (providers/builtin_judge.py) reads these exact prompts back.
@@ -23,15 +29,18 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
+import numpy as np
+
+from engine.evaluation.scores import distinct
 from engine.evaluation.templates import FULL_DETAILS
 from engine.requests import ChatRequest
 
 JUDGE_SYSTEM_PROMPT = "You are an expert in memory tests."
-# protocol.md: "answering and judging: 'You are an expert in memory tests.'"
-# (the reference code base also carries an alternative chronological-judge
-# system prompt; the protocol pins the one behind the published numbers).
-CHRONO_SYSTEM_PROMPT = JUDGE_SYSTEM_PROMPT
+# reference: scoring_answers.py, evaluate_chronological's system_prompt
+CHRONO_SYSTEM_PROMPT = ("You are an expert judge evaluating the alignment between an AI-generated list and a known "
+                        "groundtruth list.")
 
+# reference: scoring_answers.py, judge_prompt_func (prompt 3), verbatim
 _JUDGE_TEMPLATE = """
 You are an expert judge evaluating the accuracy of an AI-generated answer against a known groundtruth. Questions can probe for different types or aspects, like what actions or events took place, what people were involved, what were the dates, or what were the locations or spaces.
 
@@ -55,6 +64,7 @@ Provide your evaluation in the following JSON format:
 }}
 """
 
+# reference: scoring_answers.py, judge_prompt_chronological_func, verbatim
 _CHRONO_TEMPLATE = """You are an expert judge evaluating the alignment between an AI-generated list and a known groundtruth list. Your task is to match items from the predicted list to the groundtruth list, considering their order and uniqueness.
 
     Given:
@@ -116,21 +126,28 @@ def _chapter_text(book: Any, k: int) -> str:
     return book.chapter_texts[k - 1]
 
 
+def groundtruth_text(ground_truth: Sequence[str]) -> str:
+    """The Groundtruth line's items: `str(numpy.array(items))` under numpy's
+    default print options (no commas, wrapped at 75 columns), e.g.
+    "['Brooklyn Museum' 'American Museum of Natural History' 'High Line'\\n 'One World Trade Center']"."""
+    with np.printoptions(linewidth=75, threshold=1000, edgeitems=3, legacy=False):
+        return str(np.array(list(ground_truth)))
+
+
 def judge_prompt(retrieval_type: str, ground_truth: Sequence[str], answer: str,
                  chapter_text: str | None = None) -> str:
     """The main judge prompt. `chapter_text` (full-detail questions) is shown
-    in place of the ground-truth list."""
+    in place of the ground-truth items."""
     scores = score_template(ground_truth)
-    if chapter_text is None:
-        groundtruth, note = str(list(ground_truth)), ""
-    else:
-        groundtruth = chapter_text
-        note = f'- The matching score should be of length 1, only "matching_score": {scores}'
+    groundtruth = groundtruth_text(ground_truth) if chapter_text is None else chapter_text
+    note = f'- The matching score should be of length 1, only "matching_score": {scores}'
     return _JUDGE_TEMPLATE.format(retrieval_type=retrieval_type, groundtruth=groundtruth, answer=answer,
                                   length_note=note, score_template=scores)
 
 
 def chrono_prompt(ground_truth: Sequence[str], identified_items: Sequence[str]) -> str:
+    """The chronological prompt, on the de-duplicated lists."""
+    ground_truth, identified_items = distinct(ground_truth), distinct(identified_items)
     return _CHRONO_TEMPLATE.format(groundtruth_items=list(ground_truth),
                                    groundtruth_indexes=list(range(len(ground_truth))),
                                    predicted_items=list(identified_items))
@@ -156,7 +173,9 @@ def chrono_judge_request(question: Any, answer_text: str, identified_items: Sequ
     """The second judge call of a chronological question: the items the main
     judge identified in the answer, matched to ground-truth indexes.
     `answer_text` is accepted for symmetry with `judge_request` but is not
-    shown: this judge sees the identified items only, as published."""
+    shown: this judge sees the identified items only, as published. Both
+    lists are de-duplicated: the reply holds one index per distinct
+    identified item, each an index of the distinct ground-truth items."""
     del answer_text
     prompt = chrono_prompt(list(_field(question, "correct_answer")), list(identified_items))
     return ChatRequest(model=model, draw=draw, tag=tag, messages=(

@@ -300,7 +300,7 @@ class JobRunner:
             if ground_truth and rec.identified_items:
                 return self._chrono_request(item, 0)
             # Nothing to order: no call, the outcome is known (no index found).
-            self._set_chrono(rec, [], len(ground_truth))
+            self._set_chrono(rec, [], len(self.scores.distinct(ground_truth)))
         return None
 
     def _set_chrono(self, rec: ResultRecord, indices: list[int], n_gt: int) -> None:
@@ -317,8 +317,9 @@ class JobRunner:
             rec.f1 = None
             return None
         rec.chrono_reply = outcome.result.text
-        identified = list(item.verdict.identified_items)
-        n_gt = len(item.question.correct_answer)
+        # The chronological judge sees both lists de-duplicated (judge.py).
+        identified = self.scores.distinct(item.verdict.identified_items)
+        n_gt = len(self.scores.distinct(item.question.correct_answer))
         try:
             indices = self.parse.parse_chrono_reply(rec.chrono_reply, len(identified), n_gt)
         except self.parse.JudgeReplyError as exc:
@@ -333,7 +334,9 @@ class JobRunner:
 
 
 def _round(x: float | None) -> float | None:
-    return None if x is None else round(float(x), 6)
+    # Full precision: rounding per-question F1 or tau can move a bin mean of
+    # exactly x.xx5 across its 2-decimal rounding (scores.bin_mean).
+    return None if x is None else float(x)
 
 
 # -- the whole run -----------------------------------------------------------------

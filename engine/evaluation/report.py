@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from engine.evaluation.results import ResultRecord
-from engine.evaluation.scores import BINS, chronological_awareness, simple_recall
+from engine.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
 from engine.evaluation.statistics import format_ranking, rank_runs
 
 BASELINE_NOTES = {
@@ -36,7 +36,7 @@ def _bin_table(records: Sequence[ResultRecord], get: str) -> dict[str, dict[str,
         if not asked:
             continue
         arr = np.asarray(values, dtype=float)
-        out[b] = {"mean": round(float(arr.mean()), 2) if len(arr) else None,
+        out[b] = {"mean": bin_mean(values) if len(arr) else None,  # as the scores use it
                   "sd": round(float(arr.std(ddof=1)), 2) if len(arr) > 1 else (0.0 if len(arr) else None),
                   "count": len(values), "asked": asked}
     return out
@@ -54,11 +54,14 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
         "questions": len(records),
         "sample": (job or {}).get("sample"),
         "simple_recall": _nan_to_none(sr),
-        "chronological_awareness": ca if (any_latest or any_chrono) else None,
+        # undefined parts (nan) are null, never 0
+        "chronological_awareness": _nan_to_none(ca) if (any_latest or any_chrono) else None,
         "bins": _bin_table(records, "all"),
-        "latest": {"score": round(parts.latest, 4), "bins": parts.latest_bins, "counts": parts.latest_counts},
-        "order": {"considered": parts.considered, "exact_matches": parts.exact_matches, "all": parts.all,
-                  "tau": parts.tau, "score": round(parts.order, 4)},
+        "latest": {"score": _nan_to_none(round(parts.latest, 4)), "bins": parts.latest_bins,
+                   "counts": parts.latest_counts},
+        "order": {"considered": parts.considered, "exact_matches": parts.exact_matches,
+                  "all": _nan_to_none(parts.all), "tau": _nan_to_none(parts.tau),
+                  "score": _nan_to_none(round(parts.order, 4))},
         "scored": sum(1 for r in records if r.f1 is not None),
         "answer_errors": sum(1 for r in records if r.answer_error),
         "judge_failures": sum(1 for r in records if r.judge_failed),

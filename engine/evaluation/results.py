@@ -6,7 +6,7 @@ evaluation against the cache writes the same bytes. Nothing specific to one
 run (wall time, whether a call came from the cache) is stored here: that goes
 to `run.json`.
 
-Keys of a line:
+Keys of a line (besides `results_version`, see RESULTS_VERSION):
 
 Question (as `Question.to_json()` of engine/evaluation/questions.py):
     q_idx, question, template, cue, cue_completed, retrieval_type,
@@ -52,6 +52,11 @@ import orjson
 from engine.errors import TulvingError
 
 RESULTS_FILE = "results.jsonl"
+# Written on every line as "results_version"; lines of another version are refused, so
+# results made with other prompts or another scoring are never mixed silently.
+# 2: the reference's prompt strings, chronological de-duplication and full-precision
+#    F1/tau (issue "fidelity"); lines without the key are version 1.
+RESULTS_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -111,7 +116,8 @@ def sort_key(record: ResultRecord) -> tuple:
 
 
 def dumps(records: Iterable[ResultRecord]) -> bytes:
-    lines = [orjson.dumps(r.to_json(), option=orjson.OPT_SORT_KEYS) for r in sorted(records, key=sort_key)]
+    lines = [orjson.dumps({**r.to_json(), "results_version": RESULTS_VERSION}, option=orjson.OPT_SORT_KEYS)
+             for r in sorted(records, key=sort_key)]
     return b"".join(line + b"\n" for line in lines)
 
 
@@ -137,7 +143,12 @@ def load_results(path: str | os.PathLike) -> list[ResultRecord]:
         if not line.strip():
             continue
         try:
-            records.append(ResultRecord.from_json(orjson.loads(line)))
-        except (orjson.JSONDecodeError, TypeError) as exc:
+            data = orjson.loads(line)
+            version = data.get("results_version", 1)
+            records.append(ResultRecord.from_json(data))
+        except (orjson.JSONDecodeError, TypeError, AttributeError) as exc:
             raise TulvingError(f"{path}:{n}: not a result record ({exc})") from None
+        if version != RESULTS_VERSION:
+            raise TulvingError(f"{path}:{n}: results version {version}, this Tulving reads version "
+                               f"{RESULTS_VERSION} (prompts and scoring changed: run the evaluation again)")
     return records

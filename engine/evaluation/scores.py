@@ -3,7 +3,9 @@
 Per question:
 - `lenient_f1(identified, ground_truth, scores)`: the paper's lenient F1.
 - `chrono_match(indices, n_ground_truth)`: from the chronological judge's
-  indices to the kept indices, Kendall's tau-b and exact match.
+  indices to the kept indices, Kendall's tau-b and exact match. The
+  chronological judge sees the *distinct* ground-truth items (`distinct`):
+  `n_ground_truth` is their number.
 
 Per run (rows = one per question):
 - `simple_recall(rows)`: the Simple Recall Score and its per-bin means.
@@ -14,9 +16,9 @@ A row is a mapping or an object with these fields (results.jsonl lines and
 `ResultRecord` both fit):
     get            "all" | "latest" | "chronological"
     bin            "0" | "1" | "2" | "3-5" | "6+"
-    f1             float, or None when the judgment failed (left out)
-    correct_answer list of ground-truth items (chronological rows: its length
-                   decides whether the question is considered)
+    f1             float at full precision, or None when the judgment failed (left out)
+    correct_answer list of ground-truth items (chronological rows: the number
+                   of distinct items decides whether the question is considered)
     tau            float or None (chronological rows)
     exact_match    bool, or None when the chronological judgment failed (left out)
 """
@@ -85,7 +87,7 @@ class ChronoMatch:
     kept: list[int]          # matched ground-truth indices, answer order, -1 and repeats dropped
     tau: float | None        # Kendall tau-b over `kept` (None with fewer than 2)
     exact_match: bool        # every ground-truth index was found
-    considered: bool         # the ground truth has at least 2 items (an order to judge)
+    considered: bool         # at least 2 (distinct) ground-truth items: an order to judge
 
 
 def chrono_match(indices: Sequence[int], n_ground_truth: int) -> ChronoMatch:
@@ -107,21 +109,30 @@ def _get(row: Any, name: str, default: Any = None) -> Any:
     return getattr(row, name, default)
 
 
+def bin_mean(values: Sequence[float]) -> float:
+    """One bin's mean F1 as the published tables hold it: pandas' group mean
+    (a compensated sum; `math.fsum` gives the same float) printed with
+    `'%.2f'` and read back. Per-question F1 must come at full precision: an
+    exact mean of x.xx5 may round either way, exactly as the reference's did,
+    and F1 rounded beforehand can move it across."""
+    return float("%.2f" % (math.fsum(values) / len(values)))
+
+
 def _bin_means(rows: Iterable[Any], get: str, bins: Sequence[str]) -> dict[str, tuple[float, int]]:
-    """Per bin: (mean F1 rounded to 2 decimals, number of questions)."""
+    """Per bin: (mean F1 as `bin_mean` gives it, number of questions)."""
     values: dict[str, list[float]] = {b: [] for b in bins}
     for row in rows:
         f1 = _get(row, "f1")
         if _get(row, "get") == get and _get(row, "bin") in values and f1 is not None:
             values[_get(row, "bin")].append(float(f1))
-    return {b: (round(float(np.mean(v)), 2), len(v)) for b, v in values.items() if v}
+    return {b: (bin_mean(v), len(v)) for b, v in values.items() if v}
 
 
 def simple_recall(rows: Iterable[Any]) -> tuple[float, dict[str, float]]:
-    """Simple Recall Score: the mean F1 of 'all' questions per bin, each
-    rounded to 2 decimals, then the mean of those bin means rounded to 3
-    decimals (bins without questions are left out: 4 bins on the short book;
-    the final rounding is pandas', see `_round_like_pandas`).
+    """Simple Recall Score: the mean F1 of 'all' questions per bin (`bin_mean`:
+    2 decimals), then the mean of those bin means rounded to 3 decimals (bins
+    without questions are left out: 4 bins on the short book; the final
+    rounding is pandas', see `_round_like_pandas`).
     Returns (score, {bin: rounded mean}); score is nan without any row."""
     means = _bin_means(rows, "all", BINS)
     bin_means = {b: m for b, (m, _) in means.items()}
@@ -130,42 +141,83 @@ def simple_recall(rows: Iterable[Any]) -> tuple[float, dict[str, float]]:
     return _round_like_pandas(float(np.mean(list(bin_means.values()))), 3), bin_means
 
 
+def distinct(items: Iterable[Any]) -> list[Any]:
+    """Items without repeats, first occurrence kept, order kept (the
+    reference's default `remove_duplicates` policy)."""
+    return list(dict.fromkeys(items))
+
+
+def is_considered(ground_truth: Sequence[str]) -> bool:
+    """A chronological question has an order to judge: two or more distinct
+    ground-truth items (a repeated item counts once)."""
+    return len(distinct(ground_truth)) >= 2
+
+
+UNDEFINED = float("nan")
+
+
 @dataclass(frozen=True, slots=True)
 class ChronoParts:
-    latest: float                 # count-weighted mean of the rounded latest bin means (bins 2, 3-5, 6+),
-                                  # to 4 decimals (2 as a percentage) as published
+    latest: float                 # count-weighted mean of the latest bin means (bins 2, 3-5, 6+), kept
+                                  # as the reference keeps it (a percentage with 2 decimals: 4 decimals);
+                                  # nan (undefined) when no 'latest' question falls in bins 2+
     latest_bins: dict[str, float]
     latest_counts: dict[str, int]
-    considered: int               # chronological questions with >= 2 ground-truth items (judged)
+    considered: int               # chronological questions with >= 2 distinct ground-truth items (judged)
     exact_matches: int
-    all: float                    # exact_matches / considered, rounded to 2 decimals
-    tau: float                    # mean tau over exact matches, rounded to 2 decimals (0 if none)
-    order: float                  # max(0, all * tau)
+    all: float                    # exact_matches / considered, 4 decimals (nan when none is considered)
+    tau: float                    # mean tau over exact matches, 2 decimals (0 if none; nan when none considered)
+    order: float                  # max(0, all * tau) (nan when no question is considered)
+
+
+def _percent_2(numerator: float, denominator: float) -> float:
+    """A share as the reference's tables hold it: `round(x * 100, 2)` written
+    with '%' and read back (unchanged) divided by 100. The operations are the
+    reference's, in its order: a last-bit difference can move a tie."""
+    return round(numerator / denominator * 100, 2) / 100
 
 
 def chronological_awareness(rows: Iterable[Any]) -> tuple[float, ChronoParts]:
-    """Chronological Awareness Score: the mean of (a) Latest, the count-weighted
-    mean of the rounded per-bin mean F1 of 'latest' questions over bins 2,
-    3-5, 6+, and (b) Order = max(0, All x tau) with All the share of exact
-    matches among the considered chronological questions and tau the mean
-    Kendall tau over the exact matches (0 if none), each rounded to 2
-    decimals; the result rounded to 3 decimals. (Latest is kept to 4
-    decimals, as the published table held it as a percentage with 2.)"""
+    """Chronological Awareness Score (protocol.md, Judging and scores): the
+    mean of (a) Latest, the count-weighted mean of the per-bin mean F1 of
+    'latest' questions over bins 2, 3-5, 6+ (4 decimals), and (b) Order =
+    max(0, All x tau), with All the share of exact matches among the
+    considered chronological questions (4 decimals) and tau the mean Kendall
+    tau over the exact matches (2 decimals; 0 if none); the result rounded
+    to 3 decimals.
+
+    Undefined parts are nan, never 0: without a 'latest' question in bins 2+
+    the score is Order alone (the reference's NaN-skipping mean); without a
+    considered chronological question Order is undefined, and so is the score
+    (the reference has no figure for it: it divides by zero)."""
     rows = list(rows)
     means = _bin_means(rows, "latest", LATEST_BINS)
     counted = sum(n for _, n in means.values())
-    # As a percentage with 2 decimals, as the published table held it.
-    latest = round(100 * sum(m * n for m, n in means.values()) / counted, 2) / 100 if counted else 0.0
+    if counted:
+        weighted = 0.0
+        for m, n in means.values():
+            weighted += m * n
+        # reference: round(100*(mean*count).sum()/count.sum(), 2), as '%', read back / 100
+        latest = round(100 * weighted / counted, 2) / 100
+    else:
+        latest = UNDEFINED
     considered = [r for r in rows if _get(r, "get") == "chronological"
-                  and len(_get(r, "correct_answer") or []) >= 2 and _get(r, "exact_match") is not None]
+                  and is_considered(_get(r, "correct_answer") or []) and _get(r, "exact_match") is not None]
     exact = [r for r in considered if _get(r, "exact_match")]
-    share = round(len(exact) / len(considered), 2) if considered else 0.0
-    taus = [float(_get(r, "tau")) for r in exact if _get(r, "tau") is not None]
-    tau = round(float(np.mean(taus)), 2) if taus else 0.0
-    order = max(0.0, share * tau)
+    if considered:
+        share = _percent_2(len(exact), len(considered))
+        taus = [float(_get(r, "tau")) for r in exact if _get(r, "tau") is not None]
+        tau = round(float(np.mean(taus)), 2) if taus else 0.0
+        order = 0.0 if share == 0 or tau == 0 else max(0.0, share * tau)
+    else:
+        share = tau = order = UNDEFINED
     parts = ChronoParts(latest=latest, latest_bins={b: m for b, (m, _) in means.items()},
                         latest_counts={b: n for b, (_, n) in means.items()}, considered=len(considered),
                         exact_matches=len(exact), all=share, tau=tau, order=order)
+    if math.isnan(order):
+        return UNDEFINED, parts
+    if math.isnan(latest):
+        return _round_like_pandas(order, 3), parts
     return _round_like_pandas((latest + order) / 2, 3), parts
 
 

@@ -3,8 +3,18 @@ of the LLM check's reply.
 
 `exact_check(candidate, event, meta)` runs on a raw candidate (numbered
 paragraphs, `$entity_X` placeholders) and returns None when it passes, else a
-short reason. `check_assembled_chapter` is the same check adapted to a chapter
-as it stands in book.txt (numbering removed, secondary names filled in).
+short reason. It keeps exactly the candidates the reference implementation
+keeps (ahstat/episodic-memory-benchmark, `epbench/src/generation/`, direct
+verification), and rejects the others:
+- paragraphs are the text split on runs of "\n" only: a whitespace-only line
+  or a "\r" stays part of a piece, so such a candidate has the wrong count;
+- every paragraph starts with exactly "(i) " -- parenthesis, the number
+  without leading zero, one space -- numbered 1, 2, ... in order: "(1)text",
+  "(1)  text", "(1)\ttext" and "(01) text" fail;
+- every "entity" (any case) is the "entity" of a "$entity_" (as written, one
+  character either side), and every "$entity_" is followed by digits.
+`check_assembled_chapter` is the same check adapted to a chapter as it
+stands in book.txt (numbering removed, secondary names filled in).
 
 "entity" is matched anywhere, also inside a word: a candidate saying
 "identity" fails, as in the reference (no published chapter holds the string
@@ -20,19 +30,39 @@ from typing import Mapping
 from engine.generation.prompts import lower_first
 
 _PARAGRAPH_SPLIT = re.compile(r"\n+")
-_NUMBERING = re.compile(r"^\((\d+)\)\s*")
+_NUMBERING = re.compile(r"^\(\d+\)\s*")  # what is removed before the placement checks
 _ENTITY_WORD = re.compile(r"entity", re.IGNORECASE)
+_PLACEHOLDER_PREFIX = re.compile(r"\$entity_\w*")
 _PLACEHOLDER = re.compile(r"\$entity_\d+")
 _ITEMS = ("date", "location", "entity", "content")
 
 
 def split_paragraphs(text: str) -> list[str]:
-    """Paragraphs: the text split on runs of newlines, blank pieces dropped."""
-    return [p for p in _PARAGRAPH_SPLIT.split(text.strip()) if p.strip()]
+    """Paragraphs: the stripped text split on runs of "\n", empty pieces
+    dropped (a whitespace-only piece is kept: it is a paragraph that fails)."""
+    return [p for p in _PARAGRAPH_SPLIT.split(text.strip()) if p]
 
 
 def strip_numbering(paragraph: str) -> str:
     return _NUMBERING.sub("", paragraph, count=1)
+
+
+def numbering_of(paragraph: str) -> str:
+    """The paragraph's leading "(digits)" and the whitespace after it ("" if none)."""
+    match = _NUMBERING.match(paragraph)
+    return match.group(0) if match else ""
+
+
+def placeholders_problem(text: str) -> str | None:
+    """Every "entity" must be written "$entity_" (the character before it a
+    "$", the one after it a "_") and every "$entity_" followed by digits."""
+    # found in the lower-cased text, read in the text as written (the reference's way)
+    for match in re.finditer("entity", text.lower()):
+        if text[max(0, match.start() - 1):match.end() + 1] != "$entity_":
+            return "the word 'entity' appears outside a $entity_X placeholder"
+    if len(_PLACEHOLDER.findall(text)) != len(_PLACEHOLDER_PREFIX.findall(text)):
+        return "a $entity_ placeholder is not followed by a number"
+    return None
 
 
 def item_values(event: Mapping[str, str]) -> dict[str, str]:
@@ -62,16 +92,17 @@ def exact_check(candidate: str, event: Mapping[str, str], meta: Mapping) -> str 
     if len(paragraphs) != nb:
         return f"{len(paragraphs)} paragraphs instead of {nb}"
     for i, paragraph in enumerate(paragraphs, start=1):
-        match = _NUMBERING.match(paragraph)
-        if match is None:
+        numbering = numbering_of(paragraph)
+        if not numbering:
             return f"paragraph {i} does not start with ({i})"
-        if int(match.group(1)) != i:
-            return f"paragraph {i} is numbered ({match.group(1)})"
-    # every "entity" must belong to a $entity_<digits> placeholder
-    n_words = len(_ENTITY_WORD.findall(candidate))
-    n_placeholders = len(_PLACEHOLDER.findall(candidate))
-    if n_words != n_placeholders:
-        return "the word 'entity' appears outside a $entity_X placeholder"
+        if numbering != f"({i}) ":
+            number = numbering.strip()
+            if numbering == number + " " and number[1:-1] == str(int(number[1:-1])):
+                return f"paragraph {i} is numbered {number}"
+            return f"paragraph {i} starts with {numbering!r} instead of '({i}) '"
+    problem = placeholders_problem(candidate)
+    if problem is not None:
+        return problem
     return _placement_problem([strip_numbering(p) for p in paragraphs], event, meta)
 
 

@@ -7,6 +7,10 @@ comes from the Python stream the universe left. Candidates with a repeated
 (t, e), then a repeated (t, s), are dropped; the first N remain, so the first
 N1 events are the same for every N2 > N1.
 
+The uniform variant (the paper's sampler ablation) is the reference's too:
+candidate k seeds Python's `random` with the same candidate seed and
+chooses t, e, s, c and the detail from it (`_uniform_candidate`).
+
 `numpy.random.RandomState(s)` is the legacy global generator's class: seeding
 one instance gives the numbers `numpy.random.seed(s)` gives, without touching
 the global state.
@@ -44,14 +48,12 @@ def n_candidates(n_events: int) -> int:
     return 3000 * n_events
 
 
-def _draw_indices(state: np.random.RandomState, distribution: str) -> tuple[int, int, int, int]:
-    """The universe indices of t, e, s, c for one freshly seeded candidate.
+def _draw_indices(state: np.random.RandomState) -> tuple[int, int, int, int]:
+    """The universe indices of t, e, s, c for one freshly seeded geometric candidate.
 
     Geometric values are drawn in a batch: the legacy generator gives the same
     sequence as one call per value, and a value >= N_universe is replaced by
     the next one in the sequence, exactly as redrawing it would."""
-    if distribution == "uniform":
-        return tuple(state.randint(N_UNIVERSE, size=4).tolist())  # type: ignore[return-value]
     values = state.geometric(p=GEOMETRIC_P, size=_BATCH).tolist()
     out: list[int] = []
     redraws = 0
@@ -72,13 +74,25 @@ def _draw_indices(state: np.random.RandomState, distribution: str) -> tuple[int,
     return out[0], out[1], out[2], out[3]
 
 
+def _uniform_candidate(universe: Universe, seed: int) -> tuple[int, int, int, int, str]:
+    """Indices of t, e, s, c and the detail of one uniform candidate: the
+    reference seeds the global `random` with the candidate seed and calls
+    `random.choice` on the dates, entities, locations, contents, then on the
+    chosen content's details (a private `Random` gives the same numbers)."""
+    rng = random.Random(seed)
+    # choice over range(n) draws exactly as choice over an n-item list, and gives the index
+    t, e, s, c = (rng.choice(range(len(items))) for items in
+                  (universe.dates, universe.entities, universe.locations, universe.contents))
+    return t, e, s, c, rng.choice(universe.spec.content_details[universe.contents[c]])
+
+
 def sample_events(universe: Universe, n_events: int, seed_events: int = 0,
                   distribution: str = "geometric") -> list[dict[str, str]]:
     """The first `n_events` events (fewer only if the candidates run out).
 
-    `uniform` draws the four indices with `RandomState.randint(100, size=4)`
-    under the same seeding; it is an option of ours, not used by the
-    published books.
+    `uniform` (the paper's sampler ablation) is the reference's: candidate k
+    seeds Python's `random` with the same candidate seed, then chooses t, e,
+    s, c (in that order) and the content detail from that one stream.
     """
     if n_events < 1:
         raise EventsError(f"the number of events must be at least 1, got {n_events}")
@@ -92,10 +106,14 @@ def sample_events(universe: Universe, n_events: int, seed_events: int = 0,
     # Filtering is a streaming pass over the candidates in order, so stopping at
     # N kept events gives the reference's first N of the full candidate list.
     for k in range(n_candidates(n_events)):
-        state.seed(10_000_000 * seed_events + k)
-        t, e, s, c = _draw_indices(state, distribution)
+        seed = 10_000_000 * seed_events + k
+        if distribution == "uniform":
+            t, e, s, c, detail = _uniform_candidate(universe, seed)
+        else:
+            state.seed(seed)
+            t, e, s, c = _draw_indices(state)
+            detail = details_rng.choice(universe.spec.content_details[universe.contents[c]])
         content = universe.contents[c]
-        detail = details_rng.choice(universe.spec.content_details[content])
         if (t, e) in seen_te:
             continue
         seen_te.add((t, e))
