@@ -12,14 +12,13 @@ from the reference (the rendering code is ours).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).parent
-# the published data, as Tulving finds it (engine/datadir.py): TULVING_DATA, else ../shared/data
-DATA = Path(os.environ.get("TULVING_DATA") or Path(__file__).resolve().parents[4] / "shared" / "data")
+# the published data as the package ships it (engine/data; equal to ../shared/data, tested)
+DATA = Path(__file__).resolve().parents[3] / "engine" / "data"
 
 
 # -- epbench/src/generation/prompts.py: complete_prompt_func (three variants) ------------------
