@@ -77,6 +77,10 @@ from typing import Any, Callable, Mapping, Sequence
 import orjson
 from aiohttp import web
 
+from providers.loopback_batches import BatchKnobs, Batches
+from providers.loopback_cache import NO_CACHE, CacheError, PromptCache
+from providers.loopback_stream import Progress, anthropic_frames, openai_frames, write_stream
+
 ReplyFn = Callable[[str, dict], "str | tuple[str, str]"]
 LatencyFn = Callable[[], float]
 
@@ -229,23 +233,33 @@ class RateLimits:
         self._buckets(now)
         wall = time.time()
         headers: dict[str, str] = {}
-        for name, bucket in (("requests", self.requests), ("input-tokens", self.input),
+        # "tokens": the most restrictive token limit in force (the lesser share left).
+        token_buckets = [b for b in (self.input, self.output) if b is not None]
+        tightest = min(token_buckets, key=lambda b: b.level / b.capacity, default=None)
+        for name, bucket in (("requests", self.requests), ("tokens", tightest), ("input-tokens", self.input),
                              ("output-tokens", self.output)):
             if bucket is not None:
                 headers[f"anthropic-ratelimit-{name}-limit"] = str(int(bucket.limit))
                 headers[f"anthropic-ratelimit-{name}-remaining"] = str(bucket.remaining())
-                headers[f"anthropic-ratelimit-{name}-reset"] = rfc3339(wall + bucket.until_full())
+                # Whole seconds, rounded up: the bucket is full by then, never before.
+                headers[f"anthropic-ratelimit-{name}-reset"] = rfc3339(math.ceil(wall + bucket.until_full()))
         return headers
 
 
 def go_duration(seconds: float) -> str:
-    """Seconds in OpenAI's reset format: "20ms", "1.5s", "6m0s"."""
-    if seconds < 1.0:
-        return f"{int(round(seconds * 1000))}ms"
-    minutes, rest = divmod(seconds, 60.0)
-    if minutes < 1:
-        return f"{rest:.3g}s"
-    return f"{int(minutes)}m{rest:.3g}s"
+    """Seconds in OpenAI's reset format (Go's time.Duration, to the
+    millisecond): "0s", "20ms", "1.5s", "6m0s", "1h0m0s"."""
+    ms = max(0, int(round(seconds * 1000)))
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{secs}"
+    return f"{minutes}m{secs}" if minutes else secs
 
 
 def rfc3339(timestamp: float) -> str:
@@ -327,6 +341,13 @@ class ServerStats:
     accepted_times: list[float] = field(default_factory=list)  # time.monotonic() of calls past the limits
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0    # prompt tokens served from the provider prompt cache
+    cache_write_tokens: int = 0   # ...and written to it (Anthropic)
+    streams: int = 0              # streamed replies started
+    streams_cancelled: int = 0    # ...whose client left before the end
+    batch_requests: Counter = field(default_factory=Counter)  # batch lines by outcome
+    batch_input_tokens: int = 0
+    batch_output_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "by_status": {str(k): v for k, v in self.by_status.items()},
@@ -334,7 +355,11 @@ class ServerStats:
                 "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
                 "accepted": len(self.accepted_times), "max_accepted_per_second": self.max_accepted_in(1.0),
                 "max_accepted_per_minute": self.max_accepted_in(60.0),
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
+                "streams": self.streams, "streams_cancelled": self.streams_cancelled,
+                "batch_requests": dict(self.batch_requests), "batch_input_tokens": self.batch_input_tokens,
+                "batch_output_tokens": self.batch_output_tokens}
 
     def max_accepted_in(self, window: float) -> int:
         """The most accepted calls in any `window`-second interval."""
@@ -370,6 +395,13 @@ def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None
     return _json({"type": "error", "error": {"type": kind, "message": message}}, status, headers)
 
 
+def _error_response(api: str, status: int, message: str, code: str | None = None,
+                    param: str | None = None) -> web.Response:
+    if api == "openai":
+        return openai_error(status, message, code=code, param=param)
+    return anthropic_error(status, message)
+
+
 class _Reject(Exception):
     """Raised inside a handler to send an error reply in the API's shape."""
 
@@ -387,11 +419,16 @@ class LoopbackServer:
                  burst_seconds: float = 1.0, faults: Faults | None = None, embed_dim: int = 64,
                  tokens: str | Callable[[str], int] = "cheap", context_tokens: int | None = None,
                  api_keys: Sequence[str] | None = None, finetune_polls: int = 2, finetune_min_examples: int = 10,
+                 ttft: LatencyFn | None = None, token_delay: LatencyFn | None = None,
+                 cache_min_tokens: int = 1024, cache_ttl: float = 300.0,
+                 batch: BatchKnobs | None = None,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: "ssl.SSLContext | None" = None):
         if burst_seconds <= 0:
             raise ValueError("burst_seconds must be > 0")
         self.reply = reply or default_reply
         self.latency = latency
+        self.ttft, self.token_delay = ttft, token_delay
+        self.prompt_cache = PromptCache(cache_min_tokens, cache_ttl)
         self.limits = RateLimits(rpm, input_tpm, output_tpm, burst_seconds)
         self.faults = faults or Faults()
         self.embed_dim = embed_dim
@@ -405,6 +442,7 @@ class LoopbackServer:
         self.stats = ServerStats()
         self.files: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.batches = Batches(self, batch or BatchKnobs())
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
@@ -418,6 +456,9 @@ class LoopbackServer:
         app.router.add_post("/v1/files", self._control(self._upload))
         app.router.add_post("/v1/fine_tuning/jobs", self._control(self._create_job))
         app.router.add_get("/v1/fine_tuning/jobs/{job_id}", self._control(self._get_job))
+        app.router.add_get("/v1/files/{file_id}", self._control(self._get_file))
+        app.router.add_get("/v1/files/{file_id}/content", self._control(self._file_content))
+        self.batches.add_routes(app.router)
         app.router.add_get("/loopback/stats", self._stats)
         # Cancel a handler when its client goes away (stalled calls end with the client).
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
@@ -510,28 +551,27 @@ class LoopbackServer:
             elif fault == "content_filter" and api == "openai":
                 return openai_error(400, "Your request was rejected as a result of our safety system.",
                                     code="content_policy_violation", param="messages")
+        streaming = body.get("stream") is True and request.path != "/v1/embeddings"
         try:
             prepared = self._prepare(api, request.path, body)
             now = time.monotonic()
             if self.limits.active:
-                wait, which = self.limits.admit(prepared["input_tokens"], now)
+                # Anthropic's input-token limit does not count cache reads.
+                charged = prepared["input_tokens"] - (prepared["cache"].read if api == "anthropic" else 0)
+                wait, which = self.limits.admit(charged, now)
                 if wait > 0:
                     self.stats.rate_limited += 1
                     return self._too_many(api, wait, which, now)
             self.stats.accepted_times.append(now)
-            if self.latency is not None:
-                delay = self.latency()
-                if delay > 0:
-                    await asyncio.sleep(delay)
             data, output_tokens = build(body, prepared, fault)
         except _Reject as reject:
             return self._reject(api, reject)
-        now = time.monotonic()
-        self.limits.charge_output(output_tokens, now)
-        self.stats.input_tokens += prepared["input_tokens"]
-        self.stats.output_tokens += output_tokens
-        headers = self._limit_headers(api, now)
-        headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
+        if streaming and fault != "bad_json":
+            return await self._stream(request, api, body, prepared, data, output_tokens, fault)
+        delay = self._reply_delay(output_tokens)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        headers = self._finish(api, prepared, output_tokens)
         if fault == "truncate":
             return await self._truncated(request, orjson.dumps(data), headers)
         if fault == "reset":
@@ -540,15 +580,83 @@ class LoopbackServer:
             return web.Response(body=b"<html>502 Bad Gateway</html>", headers=headers, content_type="text/html")
         return _json(data, 200, headers)
 
+    def _reply_delay(self, output_tokens: int) -> float:
+        """A whole reply's latency: `latency`, else time to first token plus
+        the gaps between tokens (the same generation a stream would show)."""
+        if self.latency is not None:
+            return self.latency()
+        delay = self.ttft() if self.ttft is not None else 0.0
+        if self.token_delay is not None:
+            delay += sum(self.token_delay() for _ in range(output_tokens - 1))
+        return delay
+
+    def _finish(self, api: str, prepared: dict, output_tokens: int) -> dict[str, str]:
+        """Account a served reply (limits, stats, prompt cache); its headers."""
+        now = time.monotonic()
+        self.limits.charge_output(output_tokens, now)
+        self._account(prepared, output_tokens)
+        headers = self._limit_headers(api, now)
+        headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
+        if api == "openai":
+            headers["openai-processing-ms"] = str(int((now - prepared["start"]) * 1000))
+        return headers
+
+    def _account(self, prepared: dict, output_tokens: int, batch: bool = False) -> None:
+        cache = prepared["cache"]
+        self.prompt_cache.commit(cache)
+        stats = self.stats
+        stats.cache_read_tokens += cache.read
+        stats.cache_write_tokens += cache.write
+        if batch:
+            stats.batch_input_tokens += prepared["input_tokens"]
+            stats.batch_output_tokens += output_tokens
+        else:
+            stats.input_tokens += prepared["input_tokens"]
+            stats.output_tokens += output_tokens
+
+    async def _stream(self, request: web.Request, api: str, body: dict, prepared: dict, data: dict,
+                      output_tokens: int, fault: str | None) -> web.StreamResponse:
+        """Send the reply as server-sent events (loopback_stream)."""
+        if api == "openai":
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            frames = openai_frames(data, include_usage)
+        else:
+            frames = anthropic_frames(data)
+        headers = self._limit_headers(api, time.monotonic())
+        headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
+        self.stats.streams += 1
+        cut = fault if fault in ("reset", "truncate") else None
+        progress, finished = Progress(), False
+        try:
+            response = await write_stream(request, headers, frames, self.ttft or self.latency, self.token_delay,
+                                          cut, progress)
+            finished = True
+            return response
+        except ConnectionResetError:
+            if cut:
+                raise _Aborted(cut) from None
+            self.stats.streams_cancelled += 1
+            raise _Aborted("client_gone") from None
+        except asyncio.CancelledError:  # the client left while we waited (handler cancellation)
+            self.stats.streams_cancelled += 1
+            raise
+        finally:
+            # What was generated is charged; the cache is written only by a finished reply.
+            charged = output_tokens if finished else min(progress.sent, output_tokens)
+            self.limits.charge_output(charged, time.monotonic())
+            if finished:
+                self._account(prepared, charged)
+            else:
+                self.stats.input_tokens += prepared["input_tokens"]
+                self.stats.output_tokens += charged
+
     def _limit_headers(self, api: str, now: float) -> dict[str, str]:
         if not self.limits.active:
             return {}
         return self.limits.openai_headers(now) if api == "openai" else self.limits.anthropic_headers(now)
 
     def _reject(self, api: str, reject: _Reject) -> web.Response:
-        if api == "openai":
-            return openai_error(reject.status, reject.message, code=reject.code, param=reject.param)
-        return anthropic_error(reject.status, reject.message)
+        return _error_response(api, reject.status, reject.message, reject.code, reject.param)
 
     def _too_many(self, api: str, wait: float, which: str, now: float) -> web.Response:
         headers = self._limit_headers(api, now)
@@ -611,15 +719,18 @@ class LoopbackServer:
         """Validate the body; count input tokens; apply the context limit."""
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise _Reject(400, "you must provide a model parameter", param="model")
-        if body.get("stream"):
-            raise _Reject(400, "the loopback server does not stream; send stream=false", param="stream")
+        if body.get("stream_options") is not None and body.get("stream") is not True and api == "openai":
+            raise _Reject(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                          param="stream_options")
+        start = time.monotonic()
         if path == "/v1/embeddings":
             texts = body.get("input")
             if isinstance(texts, str):
                 texts = [texts]
             if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
                 raise _Reject(400, "'input' must be a string or a non-empty list of strings", param="input")
-            return {"texts": texts, "input_tokens": sum(self.count_tokens(t) for t in texts)}
+            return {"texts": texts, "input_tokens": sum(self.count_tokens(t) for t in texts), "cache": NO_CACHE,
+                    "start": start}
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _Reject(400, "'messages' must be a non-empty list", param="messages")
@@ -639,7 +750,12 @@ class LoopbackServer:
                                    f"However, your messages resulted in {input_tokens} tokens. Please reduce the "
                                    f"length of the messages.", code="context_length_exceeded", param="messages")
             raise _Reject(400, f"prompt is too long: {input_tokens} tokens > {self.context_tokens} maximum")
-        return {"input_tokens": input_tokens}
+        try:
+            cache = (self.prompt_cache.anthropic(body, self.count_tokens) if api == "anthropic"
+                     else self.prompt_cache.openai(body, self.count_tokens, input_tokens))
+        except CacheError as exc:
+            raise _Reject(400, str(exc)) from None
+        return {"input_tokens": input_tokens, "cache": cache, "start": start}
 
     def _generate(self, api: str, body: dict, max_tokens: int | None, stops: Sequence[str]
                   ) -> tuple[str, str, str | None, int]:
@@ -674,7 +790,11 @@ class LoopbackServer:
                                                  "annotations": []},
                          "logprobs": None, "finish_reason": finish}],
             "usage": {"prompt_tokens": prepared["input_tokens"], "completion_tokens": output_tokens,
-                      "total_tokens": prepared["input_tokens"] + output_tokens},
+                      "total_tokens": prepared["input_tokens"] + output_tokens,
+                      "prompt_tokens_details": {"cached_tokens": prepared["cache"].read, "audio_tokens": 0},
+                      "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                                    "accepted_prediction_tokens": 0,
+                                                    "rejected_prediction_tokens": 0}},
         }
         return data, output_tokens
 
@@ -705,23 +825,28 @@ class LoopbackServer:
             finish = "refusal"
         stop_reason = {"stop": "stop_sequence" if matched else "end_turn", "length": "max_tokens",
                        "content_filter": "refusal"}.get(finish, finish)
+        cache = prepared["cache"]  # input_tokens counts only what is neither read from nor written to it
         data = {
             "id": f"msg_{self._next_id()}", "type": "message", "role": "assistant", "model": body["model"],
             "content": [{"type": "text", "text": text}], "stop_reason": stop_reason, "stop_sequence": matched,
-            "usage": {"input_tokens": prepared["input_tokens"], "output_tokens": output_tokens,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "usage": {"input_tokens": prepared["input_tokens"] - cache.read - cache.write,
+                      "output_tokens": output_tokens, "cache_creation_input_tokens": cache.write,
+                      "cache_read_input_tokens": cache.read,
+                      "cache_creation": {"ephemeral_5m_input_tokens": cache.write - cache.write_1h,
+                                         "ephemeral_1h_input_tokens": cache.write_1h},
+                      "service_tier": "standard"},
         }
         return data, output_tokens
 
     # -- files and fine-tuning (OpenAI) ---------------------------------------------------------
-    def _control(self, handler: Callable) -> Callable:
+    def _control(self, handler: Callable, api: str = "openai") -> Callable:
         """Count, authenticate and serve a control-plane call (no limits, no faults)."""
         async def serve(request: web.Request) -> web.Response:
             route = request.match_info.route.resource
             path = route.canonical if route is not None else request.path  # one entry per job route
             self.stats.requests += 1
             self.stats.by_path[path] += 1
-            response = self._check_auth(request, "openai")
+            response = self._check_auth(request, api)
             if response is None:  # (not `or`: a response is an empty mapping, hence falsy)
                 response = await handler(request)
             self.stats.by_status[response.status] += 1
@@ -739,10 +864,52 @@ class LoopbackServer:
             return openai_error(400, "multipart fields 'file' and 'purpose' are required", param="file")
         content = upload.file.read()
         file_id = f"file-{self._next_id()}"
-        self.files[file_id] = {"content": content, "filename": upload.filename, "purpose": purpose}
-        return _json({"id": file_id, "object": "file", "bytes": len(content), "created_at": int(time.time()),
-                      "filename": upload.filename, "purpose": purpose, "status": "processed",
-                      "status_details": None})
+        self.files[file_id] = {"content": content, "filename": upload.filename, "purpose": purpose,
+                               "created_at": int(time.time())}
+        return _json(self._file_object(file_id))
+
+    def _file_object(self, file_id: str) -> dict:
+        entry = self.files[file_id]
+        return {"id": file_id, "object": "file", "bytes": len(entry["content"]), "created_at": entry["created_at"],
+                "filename": entry["filename"], "purpose": entry["purpose"], "status": "processed",
+                "status_details": None}
+
+    async def _get_file(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["file_id"]
+        if file_id not in self.files:
+            return openai_error(404, f"No such File object: {file_id}", param="id")
+        return _json(self._file_object(file_id))
+
+    async def _file_content(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["file_id"]
+        if file_id not in self.files:
+            return openai_error(404, f"No such File object: {file_id}", param="id")
+        return web.Response(body=self.files[file_id]["content"], content_type="application/octet-stream")
+
+    # -- batches (loopback_batches) ------------------------------------------------------------
+    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict]:
+        """(status, body) of one batch request, built exactly as the direct
+        endpoint would (same text and usage; no limits, faults or latency)."""
+        builders = {"/v1/chat/completions": self._openai_chat, "/v1/embeddings": self._openai_embeddings,
+                    "/v1/messages": self._anthropic_messages}
+        try:
+            if not isinstance(body, dict):
+                raise _Reject(400, "The request body must be a JSON object.")
+            if body.get("stream"):
+                raise _Reject(400, "stream: batch requests cannot be streamed", param="stream")
+            prepared = self._prepare(api, path, body)
+            data, output_tokens = builders[path](body, prepared, None)
+        except _Reject as reject:
+            return reject.status, self.error_body(api, reject.status, reject.message, reject.code, reject.param)
+        if api == "anthropic":
+            data["usage"]["service_tier"] = "batch"
+        self._account(prepared, output_tokens, batch=True)
+        return 200, data
+
+    @staticmethod
+    def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
+        """An error in the API's shape, as a JSON object (the body of its error reply)."""
+        return orjson.loads(_error_response(api, status, message, code, param).body)
 
     async def _create_job(self, request: web.Request) -> web.Response:
         try:
