@@ -1010,7 +1010,19 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--burst-seconds", type=float, default=1.0)
     parser.add_argument("--latency-ms", type=float, default=0.0, help="median latency per call")
     parser.add_argument("--latency", choices=["constant", "uniform", "lognormal"], default="constant",
-                        help="distribution around --latency-ms (uniform: 0..2x; lognormal: sigma 0.5)")
+                        help="distribution around --latency-ms, --ttft-ms and --token-delay-ms "
+                             "(uniform: 0..2x; lognormal: sigma 0.5)")
+    parser.add_argument("--ttft-ms", type=float, default=0.0,
+                        help="median time to first token (streams; else a whole reply's wait with --token-delay-ms)")
+    parser.add_argument("--token-delay-ms", type=float, default=0.0, help="median gap between streamed tokens")
+    parser.add_argument("--cache-min-tokens", type=int, default=1024,
+                        help="shortest prompt prefix the provider prompt caches keep")
+    parser.add_argument("--cache-ttl", type=float, default=300.0, help="prompt cache lifetime (s)")
+    parser.add_argument("--batch-polls", type=int, default=3, help="status polls until a batch ends")
+    parser.add_argument("--batch-fail-share", type=float, default=0.0, help="share of batch lines failing (500)")
+    parser.add_argument("--batch-expire-after", type=float, metavar="SHARE",
+                        help="batches expire with this share of their lines done")
+    parser.add_argument("--batch-in-order", action="store_true", help="batch results in input order")
     parser.add_argument("--embed-dim", type=int, default=64)
     parser.add_argument("--tokens", choices=["cheap", "cl100k"], default="cheap")
     parser.add_argument("--context-tokens", type=int)
@@ -1027,12 +1039,16 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _distribution(kind: str, milliseconds: float, seed: int) -> LatencyFn | None:
+    median = milliseconds / 1000.0
+    if median <= 0:
+        return None
+    return {"constant": lambda: constant(median), "uniform": lambda: uniform(0.0, 2 * median, seed),
+            "lognormal": lambda: lognormal(median, 0.5, seed)}[kind]()
+
+
 def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
-    median = args.latency_ms / 1000.0
-    latency = None
-    if median > 0:
-        latency = {"constant": lambda: constant(median), "uniform": lambda: uniform(0.0, 2 * median, args.seed),
-                   "lognormal": lambda: lognormal(median, 0.5, args.seed)}[args.latency]()
+    latency = _distribution(args.latency, args.latency_ms, args.seed)
     rates = {}
     for item in args.fault:
         kind, _, p = item.partition("=")
@@ -1048,7 +1064,12 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
             ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"cannot load --tls-cert/--tls-key: {exc}") from None
-    return LoopbackServer(latency=latency, rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
+    batch = BatchKnobs(polls=args.batch_polls, fail_share=args.batch_fail_share, expire_after=args.batch_expire_after,
+                       shuffle=not args.batch_in_order, seed=args.seed)
+    return LoopbackServer(latency=latency, ttft=_distribution(args.latency, args.ttft_ms, args.seed),
+                          token_delay=_distribution(args.latency, args.token_delay_ms, args.seed + 1),
+                          cache_min_tokens=args.cache_min_tokens, cache_ttl=args.cache_ttl, batch=batch,
+                          rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
                           burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
                                                                           seed=args.seed),
                           embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,

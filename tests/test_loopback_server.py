@@ -330,3 +330,44 @@ def test_standalone_rejects_bad_arguments():
     out = subprocess.run([sys.executable, "-m", "providers.loopback_server", "--fault", "teapot=0.5"],
                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 2 and "unknown fault kind" in out.stderr and "\n" == out.stderr[-1]
+
+
+def test_standalone_knobs_for_streams_caches_and_batches():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "providers.loopback_server", "--ttft-ms", "200", "--token-delay-ms", "1",
+         "--cache-min-tokens", "8", "--batch-polls", "1", "--batch-fail-share", "1", "--batch-in-order"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        urls = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
+
+        async def calls():
+            async with aiohttp.ClientSession() as session:
+                start = time.perf_counter()
+                async with session.post(urls["openai_base_url"] + "/chat/completions",
+                                        json={**CHAT, "stream": True}) as resp:
+                    first = None
+                    async for line in resp.content:
+                        if b'"content":"' in line and b'"content":""' not in line:
+                            first = first or time.perf_counter() - start
+                system = [{"type": "text", "text": "word " * 20, "cache_control": {"type": "ephemeral"}}]
+                replies = [await post(session, urls["anthropic_base_url"] + "/v1/messages",
+                                      {**MESSAGES, "system": system}) for _ in range(2)]
+                requests = [{"custom_id": f"r{i}", "params": MESSAGES} for i in range(3)]
+                _, batch, _ = await post(session, urls["anthropic_base_url"] + "/v1/messages/batches",
+                                         {"requests": requests})
+                async with session.get(f"{urls['anthropic_base_url']}/v1/messages/batches/{batch['id']}") as resp:
+                    ended = await resp.json()
+                async with session.get(ended["results_url"]) as resp:
+                    results = [orjson.loads(line) for line in (await resp.read()).splitlines()]
+                return first, replies, ended, results
+
+        first, replies, ended, results = asyncio.run(calls())
+        assert 0.2 <= first < 0.5
+        assert replies[0][1]["usage"]["cache_creation_input_tokens"] == 25
+        assert replies[1][1]["usage"]["cache_read_input_tokens"] == 25
+        assert ended["processing_status"] == "ended" and ended["request_counts"]["errored"] == 3
+        assert [r["custom_id"] for r in results] == ["r0", "r1", "r2"]  # --batch-in-order
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert process.returncode == 0
