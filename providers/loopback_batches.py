@@ -43,7 +43,6 @@ Contract:
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import re
@@ -54,6 +53,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
+
+from providers.loopback_errors import _json, anthropic_error, openai_error
 
 if TYPE_CHECKING:
     from providers.loopback_server import LoopbackServer
@@ -160,7 +161,6 @@ class Batches:
 
     # -- OpenAI ---------------------------------------------------------------------------
     async def _openai_create(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json, openai_error
         body = await self._json_body(request)
         if not isinstance(body, dict):
             return openai_error(400, "The request body must be a JSON object.")
@@ -245,7 +245,6 @@ class Batches:
         return self.openai.get(request.match_info["batch_id"])
 
     async def _openai_get(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json
         entry = self._openai_entry(request)
         if entry is None:
             return self._openai_missing(request)
@@ -323,7 +322,6 @@ class Batches:
         return file_id
 
     async def _openai_cancel(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json, openai_error
         entry = self._openai_entry(request)
         if entry is None:
             return self._openai_missing(request)
@@ -334,7 +332,6 @@ class Batches:
         return _json(batch)
 
     async def _openai_list(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json
         batches = [entry["batch"] for entry in reversed(self.openai.values())]  # newest first
         after = request.query.get("after")
         if after is not None:
@@ -347,12 +344,10 @@ class Batches:
 
     @staticmethod
     def _openai_missing(request: web.Request) -> web.Response:
-        from providers.loopback_server import openai_error
         return openai_error(404, f"No batch found with id '{request.match_info['batch_id']}'.", param="batch_id")
 
     # -- Anthropic ------------------------------------------------------------------------
     async def _anthropic_create(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json, anthropic_error
         body = await self._json_body(request)
         requests = body.get("requests") if isinstance(body, dict) else None
         if not isinstance(requests, list) or not requests:
@@ -409,7 +404,6 @@ class Batches:
         return results
 
     async def _anthropic_get(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json
         batch_id = request.match_info["batch_id"]
         entry = self.anthropic.get(batch_id)
         if entry is None:
@@ -427,7 +421,6 @@ class Batches:
         return _json(self._anthropic_object(batch_id, entry))
 
     async def _anthropic_cancel(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json, anthropic_error
         batch_id = request.match_info["batch_id"]
         entry = self.anthropic.get(batch_id)
         if entry is None:
@@ -439,7 +432,6 @@ class Batches:
         return _json(self._anthropic_object(batch_id, entry))
 
     async def _anthropic_delete(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json, anthropic_error
         batch_id = request.match_info["batch_id"]
         entry = self.anthropic.get(batch_id)
         if entry is None:
@@ -451,7 +443,6 @@ class Batches:
         return _json({"id": batch_id, "type": "message_batch_deleted"})
 
     async def _anthropic_results(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import anthropic_error
         batch_id = request.match_info["batch_id"]
         entry = self.anthropic.get(batch_id)
         if entry is None:
@@ -463,7 +454,6 @@ class Batches:
         return web.Response(body=content, content_type="application/x-jsonl")
 
     async def _anthropic_list(self, request: web.Request) -> web.Response:
-        from providers.loopback_server import _json
         ids = list(reversed(self.anthropic))  # newest first
         after, before = request.query.get("after_id"), request.query.get("before_id")
         if after in ids:
@@ -477,5 +467,4 @@ class Batches:
 
     @staticmethod
     def _anthropic_missing(batch_id: str) -> web.Response:
-        from providers.loopback_server import anthropic_error
         return anthropic_error(404, f"No message batch found with id {batch_id}")

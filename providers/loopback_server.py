@@ -52,7 +52,6 @@ Standalone, for benchmarks in another process:
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
@@ -60,7 +59,6 @@ import itertools
 import math
 import random
 import re
-import signal
 import socket
 import ssl
 import struct
@@ -70,7 +68,6 @@ from array import array
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
@@ -79,6 +76,8 @@ from aiohttp import web
 
 from providers.loopback_batches import BatchKnobs, Batches
 from providers.loopback_cache import NO_CACHE, CacheError, PromptCache
+from providers.loopback_errors import _json, _Reject, anthropic_error, error_response, openai_error
+from providers.loopback_limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
 from providers.loopback_stream import Progress, anthropic_frames, openai_frames, write_stream
 
 ReplyFn = Callable[[str, dict], "str | tuple[str, str]"]
@@ -152,118 +151,6 @@ class Faults:
             return None
         pos = bisect_right(self._cumulative, self._rng.random())  # first kind whose share covers the draw
         return self._kinds[pos] if pos < len(self._kinds) else None
-
-
-# -- rate limits ----------------------------------------------------------------------
-
-class TokenBucket:
-    """Refills continuously at `per_minute / 60` per second up to `capacity`."""
-
-    def __init__(self, per_minute: float, burst_seconds: float, minimum: float = 1.0):
-        self.limit = per_minute
-        self.rate = per_minute / 60.0
-        self.capacity = max(minimum, self.rate * burst_seconds)
-        self.level = self.capacity
-        self._updated = time.monotonic()
-
-    def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self._updated) * self.rate)
-        self._updated = now
-
-    def wait(self, needed: float) -> float:
-        """Seconds until `needed` (capped at capacity) is available; 0 if now."""
-        needed = min(needed, self.capacity)
-        return 0.0 if self.level >= needed else (needed - self.level) / self.rate
-
-    def until_full(self) -> float:
-        return max(0.0, (self.capacity - self.level) / self.rate)
-
-    def remaining(self) -> int:
-        return max(0, int(self.level))
-
-
-class RateLimits:
-    def __init__(self, rpm: float | None, input_tpm: float | None, output_tpm: float | None, burst_seconds: float):
-        self.requests = TokenBucket(rpm, burst_seconds) if rpm else None
-        self.input = TokenBucket(input_tpm, burst_seconds) if input_tpm else None
-        self.output = TokenBucket(output_tpm, burst_seconds) if output_tpm else None
-        self.active = any((self.requests, self.input, self.output))
-
-    def _buckets(self, now: float):
-        for bucket in (self.requests, self.input, self.output):
-            if bucket is not None:
-                bucket.refill(now)
-
-    def admit(self, input_tokens: int, now: float) -> tuple[float, str]:
-        """(0, "") and charge the buckets if the call may run now, else
-        (seconds to wait, which limit)."""
-        self._buckets(now)
-        waits = []
-        if self.requests is not None:
-            waits.append((self.requests.wait(1.0), "requests"))
-        if self.input is not None:
-            waits.append((self.input.wait(input_tokens), "input tokens"))
-        if self.output is not None and self.output.level <= 0:
-            waits.append((-self.output.level / self.output.rate + 1e-3, "output tokens"))
-        wait, which = max(waits, default=(0.0, ""))
-        if wait > 0:
-            return wait, which
-        if self.requests is not None:
-            self.requests.level -= 1.0
-        if self.input is not None:
-            self.input.level -= input_tokens
-        return 0.0, ""
-
-    def charge_output(self, output_tokens: int, now: float) -> None:
-        if self.output is not None:
-            self.output.refill(now)
-            self.output.level -= output_tokens
-
-    def openai_headers(self, now: float) -> dict[str, str]:
-        self._buckets(now)
-        headers: dict[str, str] = {}
-        for name, bucket in (("requests", self.requests), ("tokens", self.input)):
-            if bucket is not None:
-                headers[f"x-ratelimit-limit-{name}"] = str(int(bucket.limit))
-                headers[f"x-ratelimit-remaining-{name}"] = str(bucket.remaining())
-                headers[f"x-ratelimit-reset-{name}"] = go_duration(bucket.until_full())
-        return headers
-
-    def anthropic_headers(self, now: float) -> dict[str, str]:
-        self._buckets(now)
-        wall = time.time()
-        headers: dict[str, str] = {}
-        # "tokens": the most restrictive token limit in force (the lesser share left).
-        token_buckets = [b for b in (self.input, self.output) if b is not None]
-        tightest = min(token_buckets, key=lambda b: b.level / b.capacity, default=None)
-        for name, bucket in (("requests", self.requests), ("tokens", tightest), ("input-tokens", self.input),
-                             ("output-tokens", self.output)):
-            if bucket is not None:
-                headers[f"anthropic-ratelimit-{name}-limit"] = str(int(bucket.limit))
-                headers[f"anthropic-ratelimit-{name}-remaining"] = str(bucket.remaining())
-                # Whole seconds, rounded up: the bucket is full by then, never before.
-                headers[f"anthropic-ratelimit-{name}-reset"] = rfc3339(math.ceil(wall + bucket.until_full()))
-        return headers
-
-
-def go_duration(seconds: float) -> str:
-    """Seconds in OpenAI's reset format (Go's time.Duration, to the
-    millisecond): "0s", "20ms", "1.5s", "6m0s", "1h0m0s"."""
-    ms = max(0, int(round(seconds * 1000)))
-    if ms == 0:
-        return "0s"
-    if ms < 1000:
-        return f"{ms}ms"
-    hours, rest = divmod(ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{hours}h{minutes}m{secs}"
-    return f"{minutes}m{secs}" if minutes else secs
-
-
-def rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 # -- replies, tokens, embeddings -----------------------------------------------------------
@@ -369,44 +256,6 @@ class ServerStats:
                 lo += 1
             best = max(best, hi - lo + 1)
         return best
-
-
-# -- error bodies ---------------------------------------------------------------------------
-
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    500: "api_error", 502: "api_error", 503: "api_error", 504: "api_error",
-                    529: "overloaded_error"}
-
-
-def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, headers=headers, content_type="application/json")
-
-
-def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None, headers: Mapping[str, str] | None = None) -> web.Response:
-    if status >= 500 and type == "invalid_request_error":
-        type = "server_error"
-    return _json({"error": {"message": message, "type": type, "param": param, "code": code}}, status, headers)
-
-
-def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
-    kind = _ANTHROPIC_TYPES.get(status, "api_error")
-    return _json({"type": "error", "error": {"type": kind, "message": message}}, status, headers)
-
-
-def _error_response(api: str, status: int, message: str, code: str | None = None,
-                    param: str | None = None) -> web.Response:
-    if api == "openai":
-        return openai_error(status, message, code=code, param=param)
-    return anthropic_error(status, message)
-
-
-class _Reject(Exception):
-    """Raised inside a handler to send an error reply in the API's shape."""
-
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
-        self.status, self.message, self.code, self.param = status, message, code, param
 
 
 # -- the server -----------------------------------------------------------------------------
@@ -656,7 +505,7 @@ class LoopbackServer:
         return self.limits.openai_headers(now) if api == "openai" else self.limits.anthropic_headers(now)
 
     def _reject(self, api: str, reject: _Reject) -> web.Response:
-        return _error_response(api, reject.status, reject.message, reject.code, reject.param)
+        return error_response(api, reject.status, reject.message, reject.code, reject.param)
 
     def _too_many(self, api: str, wait: float, which: str, now: float) -> web.Response:
         headers = self._limit_headers(api, now)
@@ -909,7 +758,7 @@ class LoopbackServer:
     @staticmethod
     def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
         """An error in the API's shape, as a JSON object (the body of its error reply)."""
-        return orjson.loads(_error_response(api, status, message, code, param).body)
+        return orjson.loads(error_response(api, status, message, code, param).body)
 
     async def _create_job(self, request: web.Request) -> web.Response:
         try:
@@ -996,113 +845,11 @@ _FAULT_MESSAGES = {
 }
 
 
-# -- standalone -----------------------------------------------------------------------------
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m providers.loopback_server",
-                                     description="Serve the OpenAI and Anthropic HTTP APIs on loopback "
-                                                 "(tests and benchmarks).")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
-    parser.add_argument("--rpm", type=float)
-    parser.add_argument("--input-tpm", type=float)
-    parser.add_argument("--output-tpm", type=float)
-    parser.add_argument("--burst-seconds", type=float, default=1.0)
-    parser.add_argument("--latency-ms", type=float, default=0.0, help="median latency per call")
-    parser.add_argument("--latency", choices=["constant", "uniform", "lognormal"], default="constant",
-                        help="distribution around --latency-ms, --ttft-ms and --token-delay-ms "
-                             "(uniform: 0..2x; lognormal: sigma 0.5)")
-    parser.add_argument("--ttft-ms", type=float, default=0.0,
-                        help="median time to first token (streams; else a whole reply's wait with --token-delay-ms)")
-    parser.add_argument("--token-delay-ms", type=float, default=0.0, help="median gap between streamed tokens")
-    parser.add_argument("--cache-min-tokens", type=int, default=1024,
-                        help="shortest prompt prefix the provider prompt caches keep")
-    parser.add_argument("--cache-ttl", type=float, default=300.0, help="prompt cache lifetime (s)")
-    parser.add_argument("--batch-polls", type=int, default=3, help="status polls until a batch ends")
-    parser.add_argument("--batch-fail-share", type=float, default=0.0, help="share of batch lines failing (500)")
-    parser.add_argument("--batch-expire-after", type=float, metavar="SHARE",
-                        help="batches expire with this share of their lines done")
-    parser.add_argument("--batch-in-order", action="store_true", help="batch results in input order")
-    parser.add_argument("--embed-dim", type=int, default=64)
-    parser.add_argument("--tokens", choices=["cheap", "cl100k"], default="cheap")
-    parser.add_argument("--context-tokens", type=int)
-    parser.add_argument("--fault", action="append", default=[], metavar="KIND=P",
-                        help=f"per-call fault probability, e.g. 503=0.01 (kinds: {', '.join(sorted(FAULT_KINDS))})")
-    parser.add_argument("--fail-first", metavar="N:KIND", help="fail the first N calls with KIND, e.g. 5:503")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
-    parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
-    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
-    args = parser.parse_args(argv)
-    if bool(args.tls_cert) != bool(args.tls_key):
-        parser.error("--tls-cert and --tls-key go together")
-    return args
-
-
-def _distribution(kind: str, milliseconds: float, seed: int) -> LatencyFn | None:
-    median = milliseconds / 1000.0
-    if median <= 0:
-        return None
-    return {"constant": lambda: constant(median), "uniform": lambda: uniform(0.0, 2 * median, seed),
-            "lognormal": lambda: lognormal(median, 0.5, seed)}[kind]()
-
-
-def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
-    latency = _distribution(args.latency, args.latency_ms, args.seed)
-    rates = {}
-    for item in args.fault:
-        kind, _, p = item.partition("=")
-        rates[kind] = float(p)
-    schedule: list[str] = []
-    if args.fail_first:
-        n, _, kind = args.fail_first.partition(":")
-        schedule = [kind] * int(n)
-    ssl_context = None
-    if args.tls_cert:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"cannot load --tls-cert/--tls-key: {exc}") from None
-    batch = BatchKnobs(polls=args.batch_polls, fail_share=args.batch_fail_share, expire_after=args.batch_expire_after,
-                       shuffle=not args.batch_in_order, seed=args.seed)
-    return LoopbackServer(latency=latency, ttft=_distribution(args.latency, args.ttft_ms, args.seed),
-                          token_delay=_distribution(args.latency, args.token_delay_ms, args.seed + 1),
-                          cache_min_tokens=args.cache_min_tokens, cache_ttl=args.cache_ttl, batch=batch,
-                          rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
-                          burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
-                                                                          seed=args.seed),
-                          embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
-                          host=args.host, port=args.port, ssl_context=ssl_context)
-
-
-async def _serve_forever(server: LoopbackServer) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        print(f"openai_base_url={server.openai_base_url}", flush=True)
-        print(f"anthropic_base_url={server.anthropic_base_url}", flush=True)
-        await stop.wait()
-        stats = server.stats
-        print(f"served {stats.requests} calls, status {dict(stats.by_status)}, "
-              f"max in flight {stats.max_in_flight}", flush=True)
-
+# -- standalone (loopback_cli) ----------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = _parse_args(argv)
-        server = _server_from_args(args)
-    except ValueError as exc:
-        print(f"loopback_server: error: {exc}", file=sys.stderr)
-        return 2
-    if args.uvloop:
-        import uvloop
-        uvloop.run(_serve_forever(server))
-    else:
-        asyncio.run(_serve_forever(server))
-    return 0
+    from providers.loopback_cli import main as cli_main
+    return cli_main(argv)
 
 
 if __name__ == "__main__":
