@@ -2,53 +2,86 @@
 benchmarks (no real LLM API is needed, and none is called).
 
 One aiohttp server, one port:
-- OpenAI (base URL `http://HOST:PORT/v1`): POST /v1/chat/completions,
-  POST /v1/embeddings, POST /v1/files (multipart), POST /v1/fine_tuning/jobs,
-  GET /v1/fine_tuning/jobs/{id};
-- Anthropic (base URL `http://HOST:PORT`): POST /v1/messages.
+- OpenAI (base URL `http://HOST:PORT/v1`): POST /v1/chat/completions (also
+  streamed), POST /v1/embeddings, POST /v1/files (multipart; purposes
+  "fine-tune", "batch"), GET /v1/files/{id}, GET /v1/files/{id}/content,
+  POST /v1/fine_tuning/jobs, GET /v1/fine_tuning/jobs/{id}, the Batch API
+  (POST/GET /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel);
+- Anthropic (base URL `http://HOST:PORT`): POST /v1/messages (also streamed),
+  Message Batches (/v1/messages/batches: create, list, retrieve, cancel,
+  delete, results);
+- GET /loopback/stats.
 Replies are close enough to the real ones that the official `openai` and
-`anthropic` SDK clients accept them (tests/test_sdk_compat.py).
+`anthropic` SDK clients accept them (tests/test_sdk_compat.py and
+tests/test_loopback_{stream,cache,batches}.py).
 
 Behaviour, all configurable:
 - reply text: `reply(api, body) -> str` ("openai" | "anthropic"; may return
   `(text, finish_reason)` to force a finish reason such as "content_filter");
   the default derives a short deterministic text from the last user message.
   `max_tokens` and `stop` are honoured (finish "length" / stop sequence).
+- streaming (loopback_stream): `"stream": true` gets server-sent events in the
+  API's format (OpenAI chunks, `stream_options.include_usage`, `[DONE]`;
+  Anthropic message_start ... message_stop with `event:` lines and a ping)
+  carrying the same text and usage as the non-streamed reply, one delta per
+  output token.
 - embeddings: hashed bag of words, L2-normalised, `embed_dim` wide (or the
   request's `dimensions`), so texts sharing words are close; float or base64.
 - usage tokens: `tokens="cheap"` (ceil(len/4)), "cl100k" (engine.tokens) or a
   callable; `context_tokens` rejects longer prompts the way each API does.
-- latency: a callable returning seconds per accepted call (`constant`,
-  `uniform`, `lognormal` below).
-- rate limits, enforced like the real APIs: token buckets for requests (rpm),
-  input tokens (input_tpm) and output tokens (output_tpm) that refill
-  continuously. Both OpenAI and Anthropic document that a per-minute limit is
-  enforced over shorter intervals ("60 RPM may be enforced as 1 request per
-  second"), so each bucket holds `burst_seconds` worth of its rate (default 1 s,
-  at least one request). A call whose input exceeds the bucket is admitted when
-  the bucket is full and leaves it in debt (so big prompts can pass, at the
-  average rate). The output bucket must be positive to admit a call and is
-  charged with the tokens actually generated (Anthropic estimates at start and
-  corrects; the average is the same). Over a limit -> 429 with `retry-after`
-  (integer seconds, rounded up, as the real APIs send) plus `retry-after-ms`.
-  Every reply of a limited endpoint carries the rate-limit headers of its API
-  (`x-ratelimit-*` / `anthropic-ratelimit-*`); "remaining" is what the bucket
-  would admit right now, "reset" the time until it is full again.
+- latency: callables returning seconds (`constant`, `uniform`, `lognormal`
+  below). `latency`: the wait of a whole reply (and, without `ttft`, a
+  stream's wait before its first token). `ttft` and `token_delay`: time to
+  first token and the gap between tokens of a stream; without `latency`, a
+  non-streamed reply waits ttft plus its tokens' gaps (the same generation).
+- provider prompt caching (loopback_cache): Anthropic `cache_control` prefixes
+  are written, then read within their TTL (usage `cache_creation_input_tokens`
+  / `cache_read_input_tokens`, `input_tokens` the uncached rest); OpenAI
+  caches prompts of >= 1024 tokens automatically and reports
+  `prompt_tokens_details.cached_tokens` in 128-token steps. `cache_min_tokens`
+  (both; default 1024) and `cache_ttl` (default 300 s). A cache is warm only
+  once the reply that wrote it has finished.
+- batches (loopback_batches, knobs in `BatchKnobs`): a batch ends on its
+  `polls`-th status poll; `fail_share` of the lines fail with a 500,
+  `expire_after` makes batches expire part-done, results come out of order
+  unless `shuffle=False`. Lines are answered exactly as the direct endpoint
+  would, without limits, faults or latency.
+- rate limits (loopback_limits), enforced like the real APIs: token buckets for
+  requests (rpm), input tokens (input_tpm) and output tokens (output_tpm) that
+  refill continuously. Both OpenAI and Anthropic document that a per-minute
+  limit is enforced over shorter intervals ("60 RPM may be enforced as 1
+  request per second"), so each bucket holds `burst_seconds` worth of its rate
+  (default 1 s, at least one request). A call whose input exceeds the bucket is
+  admitted when the bucket is full and leaves it in debt (so big prompts can
+  pass, at the average rate); Anthropic cache reads are not charged. The output
+  bucket must be positive to admit a call and is charged with the tokens
+  actually generated (Anthropic estimates at start and corrects; the average is
+  the same). Over a limit -> 429 with `retry-after` (integer seconds, rounded
+  up, as the real APIs send) plus `retry-after-ms`. Every reply of a limited
+  endpoint, streamed or not, carries its API's rate-limit headers
+  (`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` with Go-duration
+  resets / `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*`
+  with RFC 3339 resets); "remaining" is what the bucket would admit right now,
+  "reset" when it is full again.
 - faults (`Faults`): a deterministic schedule and/or seeded per-request
   probabilities of 500/502/503/504/529 errors, stalls past the client's
   timeout, connection resets, truncated bodies, non-JSON 200s and content
-  policy refusals.
+  policy refusals. On a stream, "reset" and "truncate" cut it once half its
+  tokens are out (a TCP RST / a close without the stream's end).
 - auth: with `api_keys`, calls without one of them get the API's 401 (echoing
   the presented key in full, on purpose: clients must scrub it).
 - TLS: with `ssl_context` (standalone: `--tls-cert`/`--tls-key`) it serves
   HTTPS, as the public APIs do; clients trust its certificate through
   `SSL_CERT_FILE` like any OpenSSL program.
-- `stats`: requests, per status, per path, 429s, faults, max in flight,
-  accepted-request timestamps (to check limits), token totals; also served as
-  JSON at GET /loopback/stats for benchmarks running the server elsewhere.
+- `stats`: requests, per status (a client gone mid-call: "client_gone"), per
+  path, 429s, faults, max in flight, accepted-request timestamps (to check
+  limits), token totals, prompt-cache reads and writes, streams started and
+  cancelled by their client, batch lines by outcome and their tokens; also
+  served as JSON at GET /loopback/stats for benchmarks running the server
+  elsewhere.
 
-Standalone, for benchmarks in another process:
-    python -m providers.loopback_server --port 8080 --rpm 3000 --latency-ms 50
+Standalone, for benchmarks in another process (options: loopback_cli):
+    python -m providers.loopback_server --port 8080 --rpm 3000 --ttft-ms 300 --token-delay-ms 20
 """
 from __future__ import annotations
 
