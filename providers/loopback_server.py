@@ -66,8 +66,10 @@ Behaviour, all configurable:
 - faults (`Faults`): a deterministic schedule and/or seeded per-request
   probabilities of 500/502/503/504/529 errors, stalls past the client's
   timeout, connection resets, truncated bodies, non-JSON 200s and content
-  policy refusals. On a stream, "reset" and "truncate" cut it once half its
-  tokens are out (a TCP RST / a close without the stream's end).
+  policy refusals. On a stream, "reset", "truncate" and "stream_error" break
+  it once half its tokens are out (a TCP RST / a close without the stream's
+  end / the API's in-stream error event; unstreamed, "stream_error" is a 500,
+  Anthropic's a 529).
 - auth: with `api_keys`, calls without one of them get the API's 401 (echoing
   the presented key in full, on purpose: clients must scrub it).
 - TLS: with `ssl_context` (standalone: `--tls-cert`/`--tls-key`) it serves
@@ -117,7 +119,7 @@ ReplyFn = Callable[[str, dict], "str | tuple[str, str]"]
 LatencyFn = Callable[[], float]
 
 FAULT_KINDS = frozenset({"500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
-                         "content_filter"})
+                         "content_filter", "stream_error"})
 _FAULTABLE = frozenset({"/v1/chat/completions", "/v1/embeddings", "/v1/messages"})
 
 
@@ -152,7 +154,10 @@ class Faults:
     "reset" (connection reset mid-request), "truncate" (headers promise the
     full body, half is sent, then the connection closes), "bad_json" (a 200
     whose body is not JSON), "content_filter" (OpenAI: 400
-    content_policy_violation; Anthropic: a reply with stop_reason "refusal").
+    content_policy_violation; Anthropic: a reply with stop_reason "refusal"),
+    "stream_error" (a stream ends with the API's in-stream error event; an
+    unstreamed call gets a 500, Anthropic a 529). "reset" and "truncate" cut
+    a stream once half its tokens are out.
     """
 
     schedule: Sequence[str | None] = ()
@@ -423,6 +428,7 @@ class LoopbackServer:
             return self._reject(api, _Reject(400, "We could not parse the JSON body of your request."))
         if not isinstance(body, dict):
             return self._reject(api, _Reject(400, "The request body must be a JSON object."))
+        streaming = body.get("stream") is True and request.path != "/v1/embeddings"
         fault = self.faults.pick() if request.path in _FAULTABLE else None
         if fault is not None:
             self.stats.faults[fault] += 1
@@ -430,10 +436,11 @@ class LoopbackServer:
                 return error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."))
             if fault == "stall":
                 await self._stall()
+            elif fault == "stream_error" and not streaming:  # unstreamed: the plain error
+                return error(500 if api == "openai" else 529, _FAULT_MESSAGES["500" if api == "openai" else "529"])
             elif fault == "content_filter" and api == "openai":
                 return openai_error(400, "Your request was rejected as a result of our safety system.",
                                     code="content_policy_violation", param="messages")
-        streaming = body.get("stream") is True and request.path != "/v1/embeddings"
         try:
             prepared = self._prepare(api, request.path, body)
             now = time.monotonic()
@@ -507,12 +514,12 @@ class LoopbackServer:
         headers = self._limit_headers(api, time.monotonic())
         headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
         self.stats.streams += 1
-        cut = fault if fault in ("reset", "truncate") else None
+        cut = fault if fault in ("reset", "truncate", "stream_error") else None
         progress, finished = Progress(), False
         try:
             response = await write_stream(request, headers, frames, self.ttft or self.latency, self.token_delay,
-                                          cut, progress)
-            finished = True
+                                          cut, progress, api)
+            finished = cut != "stream_error"
             return response
         except ConnectionResetError:
             if cut:

@@ -22,8 +22,11 @@ Contract:
   frames as `text/event-stream`: headers at once, frames up to the first
   token frame straight away, then `first_wait()` seconds before the first
   token (time to first token) and `gap()` before each later one. With `cut`
-  ("reset" | "truncate") the connection is dropped once half the token frames
-  are out (a TCP RST, or a clean close with the stream unfinished). The token
+  ("reset" | "truncate" | "stream_error") the stream breaks once half the
+  token frames are out: a TCP RST, a clean close with the stream unfinished,
+  or the API's in-stream error event (`error_frame(api)`: Anthropic's
+  `event: error` with an overloaded_error, OpenAI's `data: {"error": ...}`)
+  and then the end of the body, as the providers do under load. The token
   frames written are counted in `progress`; a client that goes away raises
   ConnectionResetError (or cancels the handler), which the server counts.
 """
@@ -54,6 +57,13 @@ def _data(payload: Any) -> bytes:
 
 def _event(name: str, payload: Any) -> bytes:
     return b"event: " + name.encode() + b"\n" + _data(payload)
+
+
+def error_frame(api: str) -> bytes:
+    if api == "openai":
+        return _data({"error": {"message": "The server had an error while processing your request. Sorry about "
+                                           "that!", "type": "server_error", "param": None, "code": None}})
+    return _event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
 
 
 def openai_frames(data: Mapping[str, Any], include_usage: bool) -> list[Frame]:
@@ -108,7 +118,8 @@ class Progress:
 
 async def write_stream(request: web.Request, headers: Mapping[str, str], frames: Sequence[Frame],
                        first_wait: Callable[[], float] | None, gap: Callable[[], float] | None,
-                       cut: str | None = None, progress: Progress | None = None) -> web.StreamResponse:
+                       cut: str | None = None, progress: Progress | None = None,
+                       api: str = "openai") -> web.StreamResponse:
     """Send `frames`, counting token frames in `progress`. See the module docstring."""
     progress = progress if progress is not None else Progress()
     response = web.StreamResponse(status=200, headers={**headers, "Cache-Control": "no-cache"})
@@ -121,6 +132,10 @@ async def write_stream(request: web.Request, headers: Mapping[str, str], frames:
     for frame, kind in frames:
         if kind != "head":
             if kind == "token" and progress.sent == cut_at:
+                if cut == "stream_error":
+                    await response.write(error_frame(api))
+                    await response.write_eof()
+                    return response
                 _drop(request, cut)
                 raise ConnectionResetError(f"loopback: stream cut ({cut})")
             if kind == "token" or not waited:  # an empty reply still waits its time to first token

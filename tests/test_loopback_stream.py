@@ -135,7 +135,7 @@ async def test_measured_time_to_first_token_and_token_gaps_follow_the_configurat
         runs = await first_token_times(server, 3)
     for ttft, total, deltas in runs:
         assert deltas == 75
-        assert 0.15 <= ttft < 0.15 + 0.08
+        assert 0.15 <= ttft < 0.15 + 0.1
         assert 0.15 + 74 * 0.01 <= total < (0.15 + 74 * 0.01) * 1.5 + 0.1
 
 
@@ -195,6 +195,29 @@ async def test_a_fault_cuts_the_stream_after_some_chunks(kind):
         stats = server.stats
     assert 0 < len(received) < 75 and stats.faults == {kind: 1} and stats.by_status[kind] == 1
     assert again.usage.completion_tokens == 75
+
+
+async def test_an_in_stream_error_event_surfaces_as_the_sdks_error():
+    async with LoopbackServer(faults=Faults(schedule=["stream_error"] * 3), reply=LONG) as server:
+        oclient, aclient = openai_client(server), anthropic_client(server)
+        try:
+            received = []
+            with pytest.raises(openai.APIError) as openai_info:
+                async for chunk in await oclient.chat.completions.create(model="m", messages=USER, stream=True):
+                    received.append(chunk)
+            with pytest.raises(anthropic.APIStatusError) as anthropic_info:
+                async with aclient.messages.stream(model="c", max_tokens=500, messages=USER) as stream:
+                    async for _ in stream:
+                        pass
+            with pytest.raises(anthropic.OverloadedError):  # unstreamed: a plain 529
+                await aclient.messages.create(model="c", max_tokens=500, messages=USER)
+        finally:
+            await oclient.close()
+            await aclient.close()
+        stats = server.stats
+    assert 30 < len(received) < 75 and openai_info.value.body["type"] == "server_error"
+    assert anthropic_info.value.body["error"]["type"] == "overloaded_error"
+    assert stats.faults == {"stream_error": 3} and stats.streams == 2 and stats.by_status == {200: 2, 529: 1}
 
 
 async def test_rate_limits_and_auth_hold_for_streamed_calls():
