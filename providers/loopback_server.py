@@ -484,6 +484,9 @@ class LoopbackServer:
         now = time.monotonic()
         self.limits.charge_output(output_tokens, now)
         self._account(prepared, output_tokens)
+        return self._reply_headers(api, prepared, now)
+
+    def _reply_headers(self, api: str, prepared: dict, now: float) -> dict[str, str]:
         headers = self._limit_headers(api, now)
         headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
         if api == "openai":
@@ -511,8 +514,7 @@ class LoopbackServer:
             frames = openai_frames(data, include_usage)
         else:
             frames = anthropic_frames(data)
-        headers = self._limit_headers(api, time.monotonic())
-        headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
+        headers = self._reply_headers(api, prepared, time.monotonic())
         self.stats.streams += 1
         cut = fault if fault in ("reset", "truncate", "stream_error") else None
         progress, finished = Progress(), False

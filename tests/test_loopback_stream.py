@@ -52,6 +52,7 @@ async def test_openai_stream_reassembles_the_non_streamed_reply_and_usage():
         stats = server.stats
     assert raw.headers["content-type"].startswith("text/event-stream")
     assert raw.headers["x-ratelimit-limit-requests"] == "600" and raw.headers["x-request-id"].startswith("req_")
+    assert int(raw.headers["openai-processing-ms"]) >= 0
     first, *middle, finish, usage_chunk = chunks
     assert first.choices[0].delta.role == "assistant" and first.choices[0].delta.content == ""
     text = "".join(c.choices[0].delta.content for c in middle)
@@ -151,30 +152,46 @@ async def test_non_streamed_replies_take_ttft_plus_the_token_gaps():
     assert 0.1 + 74 * 0.005 <= elapsed < 0.1 + 74 * 0.005 + 0.25
 
 
-async def test_a_client_that_cancels_mid_stream_stops_the_server_cleanly(caplog):
+async def read_five_deltas_then_leave(server: LoopbackServer, api: str) -> None:
+    if api == "anthropic":
+        client = anthropic_client(server)
+        async with client.messages.stream(model="c", max_tokens=500, messages=USER) as stream:
+            received = 0
+            async for event in stream:
+                received += event.type == "content_block_delta"
+                if received == 5:
+                    break
+    else:
+        client = openai_client(server)
+        stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+        received = 0
+        async for chunk in stream:
+            received += bool(chunk.choices and chunk.choices[0].delta.content)
+            if received == 5:
+                break
+        await stream.close()
+    await client.close()
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_a_client_that_cancels_mid_stream_stops_the_server_cleanly(caplog, api):
     caplog.set_level(logging.DEBUG)
     async with LoopbackServer(token_delay=constant(0.02), reply=LONG) as server:
+        await read_five_deltas_then_leave(server, api)
+        for _ in range(100):
+            if server.stats.in_flight == 0:
+                break
+            await asyncio.sleep(0.01)
+        stats = server.stats
+        assert stats.in_flight == 0 and stats.streams == 1 and stats.streams_cancelled == 1
+        assert stats.by_status == {"client_gone": 1} and 5 <= stats.output_tokens < 75
+        # The server goes on serving.
         client = anthropic_client(server)
         try:
-            received = 0
-            async with client.messages.stream(model="c", max_tokens=500, messages=USER) as stream:
-                async for event in stream:
-                    if event.type == "content_block_delta":
-                        received += 1
-                        if received == 5:
-                            break
-            for _ in range(100):
-                if server.stats.in_flight == 0:
-                    break
-                await asyncio.sleep(0.01)
-            stats = server.stats
-            assert stats.in_flight == 0 and stats.streams == 1 and stats.streams_cancelled == 1
-            assert stats.by_status["client_gone"] == 1 and 5 <= stats.output_tokens < 75
-            # The server goes on serving.
             message = await client.messages.create(model="c", max_tokens=500, messages=USER)
-            assert message.usage.output_tokens == 75
         finally:
             await client.close()
+        assert message.usage.output_tokens == 75
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert errors == []
 
