@@ -326,8 +326,10 @@ class Batches:
         if entry is None:
             return self._openai_missing(request)
         batch = entry["batch"]
+        if batch["status"] == "cancelling":  # asking again changes nothing
+            return _json(batch)
         if batch["status"] not in ("validating", "in_progress", "finalizing"):
-            return openai_error(409, f"Cannot cancel a batch with status '{batch['status']}'.")
+            return openai_error(400, f"Cannot cancel a batch with status '{batch['status']}'.")
         batch.update(status="cancelling", cancelling_at=int(time.time()))
         return _json(batch)
 

@@ -23,11 +23,14 @@ Contract:
   least `min_tokens`). prompt_tokens still counts every token.
 - Token counts of a prefix use the server's counter on the same text the
   server counts for `input_tokens`, so cached tokens never exceed it.
+- Memory is bounded: past `max_entries` prefix hashes, expired entries are
+  dropped, then the oldest written (a long benchmark keeps running).
 - `clock` is injectable (tests expire entries without sleeping).
 """
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -37,7 +40,7 @@ import orjson
 _LOOKBACK = 20       # blocks Anthropic checks before a breakpoint for a hit
 _MAX_BREAKPOINTS = 4
 _OPENAI_STEP = 128   # tokens
-_OPENAI_GRAIN = 64   # characters between the prefix hashes kept per prompt
+_OPENAI_GRAIN = 128  # characters between the prefix hashes kept per prompt (and one at each message's end)
 
 
 class CacheError(ValueError):
@@ -71,10 +74,12 @@ def _strip(block: Any) -> Any:
 
 
 class PromptCache:
-    def __init__(self, min_tokens: int = 1024, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, min_tokens: int = 1024, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 max_entries: int = 1_000_000):
         self.min_tokens = min_tokens
         self.ttl = ttl
         self.clock = clock
+        self.max_entries = max_entries
         self._expiry: dict[bytes, float] = {}
 
     def _live(self, key: bytes, now: float) -> bool:
@@ -90,6 +95,11 @@ class PromptCache:
         now = self.clock()
         for key, lifetime in lookup.store.items():
             self._expiry[key] = max(self._expiry.get(key, 0.0), now + lifetime)
+        if len(self._expiry) > self.max_entries:
+            self._expiry = {k: t for k, t in self._expiry.items() if t > now}
+            excess = len(self._expiry) - self.max_entries * 9 // 10
+            for key in list(itertools.islice(self._expiry, max(0, excess))):  # oldest written first
+                del self._expiry[key]
 
     # -- Anthropic ------------------------------------------------------------------------
     def anthropic(self, body: Mapping[str, Any], count: Callable[[str], int]) -> CacheLookup:

@@ -176,13 +176,15 @@ async def test_openai_cancel_keeps_what_was_done(oai):
     batch = await openai_batch(client, [chat_line(f"q{i}", q) for i, q in enumerate(QUESTIONS)])
     first = (await poll(client, batch.id, 1))[0]
     cancelling = await client.batches.cancel(batch.id)
+    again = await client.batches.cancel(batch.id)
     cancelled = (await poll(client, batch.id, 2))
-    assert first.status == "in_progress" and cancelling.status == "cancelling" and cancelling.cancelling_at
+    assert first.status == "in_progress" and cancelling.status == again.status == "cancelling"
+    assert cancelling.cancelling_at == again.cancelling_at
     assert [s.status for s in cancelled] == ["cancelled", "cancelled"] and cancelled[0].cancelled_at
     outputs = await read_lines(client, cancelled[0].output_file_id)
     assert len(outputs) == first.request_counts.completed == 2
     assert cancelled[0].request_counts.model_dump() == {"total": 6, "completed": 2, "failed": 0}
-    with pytest.raises(openai.ConflictError):
+    with pytest.raises(openai.BadRequestError, match="status 'cancelled'"):
         await client.batches.cancel(batch.id)
 
 

@@ -195,3 +195,21 @@ async def test_openai_minimum_is_configurable():
         finally:
             await client.close()
     assert [r.usage.prompt_tokens_details.cached_tokens for r in replies] == [0, 128]
+
+
+def test_the_cache_stays_within_its_entry_budget():
+    from providers.loopback_cache import PromptCache
+    now = [0.0]
+    cache = PromptCache(min_tokens=4, ttl=10.0, clock=lambda: now[0], max_entries=100)
+    body = lambda i: {"model": "m", "messages": [{"role": "user", "content": f"prompt {i:04d} " + "x" * 40}]}  # noqa: E731
+    for i in range(300):
+        cache.commit(cache.openai(body(i), cheap_tokens, 20))
+    assert len(cache._expiry) <= 100
+    hit = PromptCache(min_tokens=4, ttl=10.0, clock=lambda: now[0], max_entries=100)
+    long = {"model": "m", "messages": [{"role": "user", "content": "y" * 2000}]}
+    hit.commit(hit.openai(long, cheap_tokens, 500))
+    for i in range(300):
+        hit.commit(hit.openai(body(i), cheap_tokens, 20))
+    assert hit.openai(long, cheap_tokens, 500).read == 0  # the oldest entries went first...
+    hit.commit(hit.openai(long, cheap_tokens, 500))
+    assert hit.openai(long, cheap_tokens, 500).read == 384  # ...and the newest stay: 500 tokens in 128-steps
