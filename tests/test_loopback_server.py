@@ -359,9 +359,14 @@ def test_standalone_knobs_for_streams_caches_and_batches():
                     ended = await resp.json()
                 async with session.get(ended["results_url"]) as resp:
                     results = [orjson.loads(line) for line in (await resp.read()).splitlines()]
-                return first, replies, ended, results
+                async with session.get(urls["anthropic_base_url"] + "/loopback/stats") as resp:
+                    stats = await resp.json()
+                return first, replies, ended, results, stats
 
-        first, replies, ended, results = asyncio.run(calls())
+        first, replies, ended, results, stats = asyncio.run(calls())
+        assert stats["streams"] == 1 and stats["streams_cancelled"] == 0
+        assert stats["cache_write_tokens"] == stats["cache_read_tokens"] == 25
+        assert stats["batch_requests"] == {"injected_500": 3} and stats["batch_input_tokens"] == 0
         assert 0.2 <= first < 0.5
         assert replies[0][1]["usage"]["cache_creation_input_tokens"] == 25
         assert replies[1][1]["usage"]["cache_read_input_tokens"] == 25
