@@ -18,6 +18,8 @@ Contract:
   exactly what the direct endpoint would (same text, same usage; no rate
   limits, faults or latency) and counts it in the server's stats
   (`batch_requests` by outcome, `batch_input_tokens`, `batch_output_tokens`).
+  Lines go through the prompt cache like direct calls (both providers cache
+  in batches, best effort), in processing order.
 - Knobs: `fail_share` of the lines (an exact, seeded choice) fail with a 500
   server error; `expire_after` (None: never) makes batches expire when they
   would end, with that share of the lines done; `seed`.
@@ -25,9 +27,9 @@ Contract:
   invalid_json_line, missing_required_parameter, duplicate_custom_id,
   url_mismatch, model_mismatch, empty_file, too_many_tasks, each with its
   1-based line) | in_progress -> finalizing (all lines done) -> completed |
-  expired; cancel moves a live batch to cancelling, and the next poll to
-  cancelled (lines done so far are kept; lines never started are in neither
-  file). Output lines `{"id", "custom_id", "response": {"status_code",
+  expired; cancel moves a live batch to cancelling (again: no change; a
+  finished batch: 400), and the next poll to cancelled (lines done so far are
+  kept; lines never started are in neither file). Output lines `{"id", "custom_id", "response": {"status_code",
   "request_id", "body"}, "error": null}`; the error file holds HTTP failures
   (status >= 400, the error in `body`) and expired lines (`"response": null,
   "error": {"code": "batch_expired", ...}`); a batch with no success has
@@ -101,8 +103,7 @@ class _Run:
 
     def process(self, target: int, run_line) -> None:
         for index in self.order[len(self.done):target]:
-            custom_id, body = self.lines[index]
-            self.done[index] = run_line(index, body)
+            self.done[index] = run_line(index, self.lines[index][1])
 
 
 class Batches:
