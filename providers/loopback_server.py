@@ -2,57 +2,91 @@
 benchmarks (no real LLM API is needed, and none is called).
 
 One aiohttp server, one port:
-- OpenAI (base URL `http://HOST:PORT/v1`): POST /v1/chat/completions,
-  POST /v1/embeddings, POST /v1/files (multipart), POST /v1/fine_tuning/jobs,
-  GET /v1/fine_tuning/jobs/{id};
-- Anthropic (base URL `http://HOST:PORT`): POST /v1/messages.
+- OpenAI (base URL `http://HOST:PORT/v1`): POST /v1/chat/completions (also
+  streamed), POST /v1/embeddings, POST /v1/files (multipart; purposes
+  "fine-tune", "batch"), GET /v1/files/{id}, GET /v1/files/{id}/content,
+  POST /v1/fine_tuning/jobs, GET /v1/fine_tuning/jobs/{id}, the Batch API
+  (POST/GET /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel);
+- Anthropic (base URL `http://HOST:PORT`): POST /v1/messages (also streamed),
+  Message Batches (/v1/messages/batches: create, list, retrieve, cancel,
+  delete, results);
+- GET /loopback/stats.
 Replies are close enough to the real ones that the official `openai` and
-`anthropic` SDK clients accept them (tests/test_sdk_compat.py).
+`anthropic` SDK clients accept them (tests/test_sdk_compat.py and
+tests/test_loopback_{stream,cache,batches}.py).
 
 Behaviour, all configurable:
 - reply text: `reply(api, body) -> str` ("openai" | "anthropic"; may return
   `(text, finish_reason)` to force a finish reason such as "content_filter");
   the default derives a short deterministic text from the last user message.
   `max_tokens` and `stop` are honoured (finish "length" / stop sequence).
+- streaming (loopback_stream): `"stream": true` gets server-sent events in the
+  API's format (OpenAI chunks, `stream_options.include_usage`, `[DONE]`;
+  Anthropic message_start ... message_stop with `event:` lines and a ping)
+  carrying the same text and usage as the non-streamed reply, one delta per
+  output token.
 - embeddings: hashed bag of words, L2-normalised, `embed_dim` wide (or the
   request's `dimensions`), so texts sharing words are close; float or base64.
 - usage tokens: `tokens="cheap"` (ceil(len/4)), "cl100k" (engine.tokens) or a
   callable; `context_tokens` rejects longer prompts the way each API does.
-- latency: a callable returning seconds per accepted call (`constant`,
-  `uniform`, `lognormal` below).
-- rate limits, enforced like the real APIs: token buckets for requests (rpm),
-  input tokens (input_tpm) and output tokens (output_tpm) that refill
-  continuously. Both OpenAI and Anthropic document that a per-minute limit is
-  enforced over shorter intervals ("60 RPM may be enforced as 1 request per
-  second"), so each bucket holds `burst_seconds` worth of its rate (default 1 s,
-  at least one request). A call whose input exceeds the bucket is admitted when
-  the bucket is full and leaves it in debt (so big prompts can pass, at the
-  average rate). The output bucket must be positive to admit a call and is
-  charged with the tokens actually generated (Anthropic estimates at start and
-  corrects; the average is the same). Over a limit -> 429 with `retry-after`
-  (integer seconds, rounded up, as the real APIs send) plus `retry-after-ms`.
-  Every reply of a limited endpoint carries the rate-limit headers of its API
-  (`x-ratelimit-*` / `anthropic-ratelimit-*`); "remaining" is what the bucket
-  would admit right now, "reset" the time until it is full again.
+- latency: callables returning seconds (`constant`, `uniform`, `lognormal`
+  below). `latency`: the wait of a whole reply (and, without `ttft`, a
+  stream's wait before its first token). `ttft` and `token_delay`: time to
+  first token and the gap between tokens of a stream; without `latency`, a
+  non-streamed reply waits ttft plus its tokens' gaps (the same generation).
+- provider prompt caching (loopback_cache): Anthropic `cache_control` prefixes
+  are written, then read within their TTL (usage `cache_creation_input_tokens`
+  / `cache_read_input_tokens`, `input_tokens` the uncached rest); OpenAI
+  caches prompts of >= 1024 tokens automatically and reports
+  `prompt_tokens_details.cached_tokens` in 128-token steps. `cache_min_tokens`
+  (both; default 1024) and `cache_ttl` (default 300 s). A cache is warm only
+  once the reply that wrote it has finished.
+- batches (loopback_batches, knobs in `BatchKnobs`): a batch ends on its
+  `polls`-th status poll; `fail_share` of the lines fail with a 500,
+  `expire_after` makes batches expire part-done, results come out of order
+  unless `shuffle=False`. Lines are answered exactly as the direct endpoint
+  would, without limits, faults or latency.
+- rate limits (loopback_limits), enforced like the real APIs: token buckets for
+  requests (rpm), input tokens (input_tpm) and output tokens (output_tpm) that
+  refill continuously. Both OpenAI and Anthropic document that a per-minute
+  limit is enforced over shorter intervals ("60 RPM may be enforced as 1
+  request per second"), so each bucket holds `burst_seconds` worth of its rate
+  (default 1 s, at least one request). A call whose input exceeds the bucket is
+  admitted when the bucket is full and leaves it in debt (so big prompts can
+  pass, at the average rate); Anthropic cache reads are not charged. The output
+  bucket must be positive to admit a call and is charged with the tokens
+  actually generated (Anthropic estimates at start and corrects; the average is
+  the same). Over a limit -> 429 with `retry-after` (integer seconds, rounded
+  up, as the real APIs send) plus `retry-after-ms`. Every reply of a limited
+  endpoint, streamed or not, carries its API's rate-limit headers
+  (`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` with Go-duration
+  resets / `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*`
+  with RFC 3339 resets); "remaining" is what the bucket would admit right now,
+  "reset" when it is full again.
 - faults (`Faults`): a deterministic schedule and/or seeded per-request
   probabilities of 500/502/503/504/529 errors, stalls past the client's
   timeout, connection resets, truncated bodies, non-JSON 200s and content
-  policy refusals.
+  policy refusals. On a stream, "reset", "truncate" and "stream_error" break
+  it once half its tokens are out (a TCP RST / a close without the stream's
+  end / the API's in-stream error event; unstreamed, "stream_error" is a 500,
+  Anthropic's a 529).
 - auth: with `api_keys`, calls without one of them get the API's 401 (echoing
   the presented key in full, on purpose: clients must scrub it).
 - TLS: with `ssl_context` (standalone: `--tls-cert`/`--tls-key`) it serves
   HTTPS, as the public APIs do; clients trust its certificate through
   `SSL_CERT_FILE` like any OpenSSL program.
-- `stats`: requests, per status, per path, 429s, faults, max in flight,
-  accepted-request timestamps (to check limits), token totals; also served as
-  JSON at GET /loopback/stats for benchmarks running the server elsewhere.
+- `stats`: requests, per status (a client gone mid-call: "client_gone"), per
+  path, 429s, faults, max in flight, accepted-request timestamps (to check
+  limits), token totals, prompt-cache reads and writes, streams started and
+  cancelled by their client, batch lines by outcome and their tokens; also
+  served as JSON at GET /loopback/stats for benchmarks running the server
+  elsewhere.
 
-Standalone, for benchmarks in another process:
-    python -m providers.loopback_server --port 8080 --rpm 3000 --latency-ms 50
+Standalone, for benchmarks in another process (options: loopback_cli):
+    python -m providers.loopback_server --port 8080 --rpm 3000 --ttft-ms 300 --token-delay-ms 20
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import hashlib
@@ -60,7 +94,6 @@ import itertools
 import math
 import random
 import re
-import signal
 import socket
 import ssl
 import struct
@@ -70,18 +103,23 @@ from array import array
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 import orjson
 from aiohttp import web
 
+from providers.loopback_batches import BatchKnobs, Batches
+from providers.loopback_cache import NO_CACHE, CacheError, PromptCache
+from providers.loopback_errors import _json, _Reject, anthropic_error, error_response, openai_error
+from providers.loopback_limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
+from providers.loopback_stream import Progress, anthropic_frames, openai_frames, write_stream
+
 ReplyFn = Callable[[str, dict], "str | tuple[str, str]"]
 LatencyFn = Callable[[], float]
 
 FAULT_KINDS = frozenset({"500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
-                         "content_filter"})
+                         "content_filter", "stream_error"})
 _FAULTABLE = frozenset({"/v1/chat/completions", "/v1/embeddings", "/v1/messages"})
 
 
@@ -116,7 +154,10 @@ class Faults:
     "reset" (connection reset mid-request), "truncate" (headers promise the
     full body, half is sent, then the connection closes), "bad_json" (a 200
     whose body is not JSON), "content_filter" (OpenAI: 400
-    content_policy_violation; Anthropic: a reply with stop_reason "refusal").
+    content_policy_violation; Anthropic: a reply with stop_reason "refusal"),
+    "stream_error" (a stream ends with the API's in-stream error event; an
+    unstreamed call gets a 500, Anthropic a 529). "reset" and "truncate" cut
+    a stream once half its tokens are out.
     """
 
     schedule: Sequence[str | None] = ()
@@ -148,108 +189,6 @@ class Faults:
             return None
         pos = bisect_right(self._cumulative, self._rng.random())  # first kind whose share covers the draw
         return self._kinds[pos] if pos < len(self._kinds) else None
-
-
-# -- rate limits ----------------------------------------------------------------------
-
-class TokenBucket:
-    """Refills continuously at `per_minute / 60` per second up to `capacity`."""
-
-    def __init__(self, per_minute: float, burst_seconds: float, minimum: float = 1.0):
-        self.limit = per_minute
-        self.rate = per_minute / 60.0
-        self.capacity = max(minimum, self.rate * burst_seconds)
-        self.level = self.capacity
-        self._updated = time.monotonic()
-
-    def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self._updated) * self.rate)
-        self._updated = now
-
-    def wait(self, needed: float) -> float:
-        """Seconds until `needed` (capped at capacity) is available; 0 if now."""
-        needed = min(needed, self.capacity)
-        return 0.0 if self.level >= needed else (needed - self.level) / self.rate
-
-    def until_full(self) -> float:
-        return max(0.0, (self.capacity - self.level) / self.rate)
-
-    def remaining(self) -> int:
-        return max(0, int(self.level))
-
-
-class RateLimits:
-    def __init__(self, rpm: float | None, input_tpm: float | None, output_tpm: float | None, burst_seconds: float):
-        self.requests = TokenBucket(rpm, burst_seconds) if rpm else None
-        self.input = TokenBucket(input_tpm, burst_seconds) if input_tpm else None
-        self.output = TokenBucket(output_tpm, burst_seconds) if output_tpm else None
-        self.active = any((self.requests, self.input, self.output))
-
-    def _buckets(self, now: float):
-        for bucket in (self.requests, self.input, self.output):
-            if bucket is not None:
-                bucket.refill(now)
-
-    def admit(self, input_tokens: int, now: float) -> tuple[float, str]:
-        """(0, "") and charge the buckets if the call may run now, else
-        (seconds to wait, which limit)."""
-        self._buckets(now)
-        waits = []
-        if self.requests is not None:
-            waits.append((self.requests.wait(1.0), "requests"))
-        if self.input is not None:
-            waits.append((self.input.wait(input_tokens), "input tokens"))
-        if self.output is not None and self.output.level <= 0:
-            waits.append((-self.output.level / self.output.rate + 1e-3, "output tokens"))
-        wait, which = max(waits, default=(0.0, ""))
-        if wait > 0:
-            return wait, which
-        if self.requests is not None:
-            self.requests.level -= 1.0
-        if self.input is not None:
-            self.input.level -= input_tokens
-        return 0.0, ""
-
-    def charge_output(self, output_tokens: int, now: float) -> None:
-        if self.output is not None:
-            self.output.refill(now)
-            self.output.level -= output_tokens
-
-    def openai_headers(self, now: float) -> dict[str, str]:
-        self._buckets(now)
-        headers: dict[str, str] = {}
-        for name, bucket in (("requests", self.requests), ("tokens", self.input)):
-            if bucket is not None:
-                headers[f"x-ratelimit-limit-{name}"] = str(int(bucket.limit))
-                headers[f"x-ratelimit-remaining-{name}"] = str(bucket.remaining())
-                headers[f"x-ratelimit-reset-{name}"] = go_duration(bucket.until_full())
-        return headers
-
-    def anthropic_headers(self, now: float) -> dict[str, str]:
-        self._buckets(now)
-        wall = time.time()
-        headers: dict[str, str] = {}
-        for name, bucket in (("requests", self.requests), ("input-tokens", self.input),
-                             ("output-tokens", self.output)):
-            if bucket is not None:
-                headers[f"anthropic-ratelimit-{name}-limit"] = str(int(bucket.limit))
-                headers[f"anthropic-ratelimit-{name}-remaining"] = str(bucket.remaining())
-                headers[f"anthropic-ratelimit-{name}-reset"] = rfc3339(wall + bucket.until_full())
-        return headers
-
-
-def go_duration(seconds: float) -> str:
-    """Seconds in OpenAI's reset format: "20ms", "1.5s", "6m0s"."""
-    if seconds < 1.0:
-        return f"{int(round(seconds * 1000))}ms"
-    minutes, rest = divmod(seconds, 60.0)
-    if minutes < 1:
-        return f"{rest:.3g}s"
-    return f"{int(minutes)}m{rest:.3g}s"
-
-
-def rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 # -- replies, tokens, embeddings -----------------------------------------------------------
@@ -327,6 +266,13 @@ class ServerStats:
     accepted_times: list[float] = field(default_factory=list)  # time.monotonic() of calls past the limits
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0    # prompt tokens served from the provider prompt cache
+    cache_write_tokens: int = 0   # ...and written to it (Anthropic)
+    streams: int = 0              # streamed replies started
+    streams_cancelled: int = 0    # ...whose client left before the end
+    batch_requests: Counter = field(default_factory=Counter)  # batch lines by outcome
+    batch_input_tokens: int = 0
+    batch_output_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "by_status": {str(k): v for k, v in self.by_status.items()},
@@ -334,7 +280,11 @@ class ServerStats:
                 "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
                 "accepted": len(self.accepted_times), "max_accepted_per_second": self.max_accepted_in(1.0),
                 "max_accepted_per_minute": self.max_accepted_in(60.0),
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
+                "streams": self.streams, "streams_cancelled": self.streams_cancelled,
+                "batch_requests": dict(self.batch_requests), "batch_input_tokens": self.batch_input_tokens,
+                "batch_output_tokens": self.batch_output_tokens}
 
     def max_accepted_in(self, window: float) -> int:
         """The most accepted calls in any `window`-second interval."""
@@ -344,37 +294,6 @@ class ServerStats:
                 lo += 1
             best = max(best, hi - lo + 1)
         return best
-
-
-# -- error bodies ---------------------------------------------------------------------------
-
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    500: "api_error", 502: "api_error", 503: "api_error", 504: "api_error",
-                    529: "overloaded_error"}
-
-
-def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(data), status=status, headers=headers, content_type="application/json")
-
-
-def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None, headers: Mapping[str, str] | None = None) -> web.Response:
-    if status >= 500 and type == "invalid_request_error":
-        type = "server_error"
-    return _json({"error": {"message": message, "type": type, "param": param, "code": code}}, status, headers)
-
-
-def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
-    kind = _ANTHROPIC_TYPES.get(status, "api_error")
-    return _json({"type": "error", "error": {"type": kind, "message": message}}, status, headers)
-
-
-class _Reject(Exception):
-    """Raised inside a handler to send an error reply in the API's shape."""
-
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
-        self.status, self.message, self.code, self.param = status, message, code, param
 
 
 # -- the server -----------------------------------------------------------------------------
@@ -387,11 +306,16 @@ class LoopbackServer:
                  burst_seconds: float = 1.0, faults: Faults | None = None, embed_dim: int = 64,
                  tokens: str | Callable[[str], int] = "cheap", context_tokens: int | None = None,
                  api_keys: Sequence[str] | None = None, finetune_polls: int = 2, finetune_min_examples: int = 10,
+                 ttft: LatencyFn | None = None, token_delay: LatencyFn | None = None,
+                 cache_min_tokens: int = 1024, cache_ttl: float = 300.0,
+                 batch: BatchKnobs | None = None,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: "ssl.SSLContext | None" = None):
         if burst_seconds <= 0:
             raise ValueError("burst_seconds must be > 0")
         self.reply = reply or default_reply
         self.latency = latency
+        self.ttft, self.token_delay = ttft, token_delay
+        self.prompt_cache = PromptCache(cache_min_tokens, cache_ttl)
         self.limits = RateLimits(rpm, input_tpm, output_tpm, burst_seconds)
         self.faults = faults or Faults()
         self.embed_dim = embed_dim
@@ -405,6 +329,7 @@ class LoopbackServer:
         self.stats = ServerStats()
         self.files: dict[str, dict[str, Any]] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.batches = Batches(self, batch or BatchKnobs())
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
@@ -418,6 +343,9 @@ class LoopbackServer:
         app.router.add_post("/v1/files", self._control(self._upload))
         app.router.add_post("/v1/fine_tuning/jobs", self._control(self._create_job))
         app.router.add_get("/v1/fine_tuning/jobs/{job_id}", self._control(self._get_job))
+        app.router.add_get("/v1/files/{file_id}", self._control(self._get_file))
+        app.router.add_get("/v1/files/{file_id}/content", self._control(self._file_content))
+        self.batches.add_routes(app.router)
         app.router.add_get("/loopback/stats", self._stats)
         # Cancel a handler when its client goes away (stalled calls end with the client).
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
@@ -500,6 +428,7 @@ class LoopbackServer:
             return self._reject(api, _Reject(400, "We could not parse the JSON body of your request."))
         if not isinstance(body, dict):
             return self._reject(api, _Reject(400, "The request body must be a JSON object."))
+        streaming = body.get("stream") is True and request.path != "/v1/embeddings"
         fault = self.faults.pick() if request.path in _FAULTABLE else None
         if fault is not None:
             self.stats.faults[fault] += 1
@@ -507,6 +436,8 @@ class LoopbackServer:
                 return error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."))
             if fault == "stall":
                 await self._stall()
+            elif fault == "stream_error" and not streaming:  # unstreamed: the plain error
+                return error(500 if api == "openai" else 529, _FAULT_MESSAGES["500" if api == "openai" else "529"])
             elif fault == "content_filter" and api == "openai":
                 return openai_error(400, "Your request was rejected as a result of our safety system.",
                                     code="content_policy_violation", param="messages")
@@ -514,24 +445,22 @@ class LoopbackServer:
             prepared = self._prepare(api, request.path, body)
             now = time.monotonic()
             if self.limits.active:
-                wait, which = self.limits.admit(prepared["input_tokens"], now)
+                # Anthropic's input-token limit does not count cache reads.
+                charged = prepared["input_tokens"] - (prepared["cache"].read if api == "anthropic" else 0)
+                wait, which = self.limits.admit(charged, now)
                 if wait > 0:
                     self.stats.rate_limited += 1
                     return self._too_many(api, wait, which, now)
             self.stats.accepted_times.append(now)
-            if self.latency is not None:
-                delay = self.latency()
-                if delay > 0:
-                    await asyncio.sleep(delay)
             data, output_tokens = build(body, prepared, fault)
         except _Reject as reject:
             return self._reject(api, reject)
-        now = time.monotonic()
-        self.limits.charge_output(output_tokens, now)
-        self.stats.input_tokens += prepared["input_tokens"]
-        self.stats.output_tokens += output_tokens
-        headers = self._limit_headers(api, now)
-        headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
+        if streaming and fault != "bad_json":
+            return await self._stream(request, api, body, prepared, data, output_tokens, fault)
+        delay = self._reply_delay(output_tokens)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        headers = self._finish(api, prepared, output_tokens)
         if fault == "truncate":
             return await self._truncated(request, orjson.dumps(data), headers)
         if fault == "reset":
@@ -540,15 +469,85 @@ class LoopbackServer:
             return web.Response(body=b"<html>502 Bad Gateway</html>", headers=headers, content_type="text/html")
         return _json(data, 200, headers)
 
+    def _reply_delay(self, output_tokens: int) -> float:
+        """A whole reply's latency: `latency`, else time to first token plus
+        the gaps between tokens (the same generation a stream would show)."""
+        if self.latency is not None:
+            return self.latency()
+        delay = self.ttft() if self.ttft is not None else 0.0
+        if self.token_delay is not None:
+            delay += sum(self.token_delay() for _ in range(output_tokens - 1))
+        return delay
+
+    def _finish(self, api: str, prepared: dict, output_tokens: int) -> dict[str, str]:
+        """Account a served reply (limits, stats, prompt cache); its headers."""
+        now = time.monotonic()
+        self.limits.charge_output(output_tokens, now)
+        self._account(prepared, output_tokens)
+        return self._reply_headers(api, prepared, now)
+
+    def _reply_headers(self, api: str, prepared: dict, now: float) -> dict[str, str]:
+        headers = self._limit_headers(api, now)
+        headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
+        if api == "openai":
+            headers["openai-processing-ms"] = str(int((now - prepared["start"]) * 1000))
+        return headers
+
+    def _account(self, prepared: dict, output_tokens: int, batch: bool = False) -> None:
+        cache = prepared["cache"]
+        self.prompt_cache.commit(cache)
+        stats = self.stats
+        stats.cache_read_tokens += cache.read
+        stats.cache_write_tokens += cache.write
+        if batch:
+            stats.batch_input_tokens += prepared["input_tokens"]
+            stats.batch_output_tokens += output_tokens
+        else:
+            stats.input_tokens += prepared["input_tokens"]
+            stats.output_tokens += output_tokens
+
+    async def _stream(self, request: web.Request, api: str, body: dict, prepared: dict, data: dict,
+                      output_tokens: int, fault: str | None) -> web.StreamResponse:
+        """Send the reply as server-sent events (loopback_stream)."""
+        if api == "openai":
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            frames = openai_frames(data, include_usage)
+        else:
+            frames = anthropic_frames(data)
+        headers = self._reply_headers(api, prepared, time.monotonic())
+        self.stats.streams += 1
+        cut = fault if fault in ("reset", "truncate", "stream_error") else None
+        progress, finished = Progress(), False
+        try:
+            response = await write_stream(request, headers, frames, self.ttft or self.latency, self.token_delay,
+                                          cut, progress, api)
+            finished = cut != "stream_error"
+            return response
+        except ConnectionResetError:
+            if cut:
+                raise _Aborted(cut) from None
+            self.stats.streams_cancelled += 1
+            raise _Aborted("client_gone") from None
+        except asyncio.CancelledError:  # the client left while we waited (handler cancellation)
+            self.stats.streams_cancelled += 1
+            raise
+        finally:
+            # What was generated is charged; the cache is written only by a finished reply.
+            charged = output_tokens if finished else min(progress.sent, output_tokens)
+            self.limits.charge_output(charged, time.monotonic())
+            if finished:
+                self._account(prepared, charged)
+            else:
+                self.stats.input_tokens += prepared["input_tokens"]
+                self.stats.output_tokens += charged
+
     def _limit_headers(self, api: str, now: float) -> dict[str, str]:
         if not self.limits.active:
             return {}
         return self.limits.openai_headers(now) if api == "openai" else self.limits.anthropic_headers(now)
 
     def _reject(self, api: str, reject: _Reject) -> web.Response:
-        if api == "openai":
-            return openai_error(reject.status, reject.message, code=reject.code, param=reject.param)
-        return anthropic_error(reject.status, reject.message)
+        return error_response(api, reject.status, reject.message, reject.code, reject.param)
 
     def _too_many(self, api: str, wait: float, which: str, now: float) -> web.Response:
         headers = self._limit_headers(api, now)
@@ -611,15 +610,18 @@ class LoopbackServer:
         """Validate the body; count input tokens; apply the context limit."""
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise _Reject(400, "you must provide a model parameter", param="model")
-        if body.get("stream"):
-            raise _Reject(400, "the loopback server does not stream; send stream=false", param="stream")
+        if body.get("stream_options") is not None and body.get("stream") is not True and api == "openai":
+            raise _Reject(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                          param="stream_options")
+        start = time.monotonic()
         if path == "/v1/embeddings":
             texts = body.get("input")
             if isinstance(texts, str):
                 texts = [texts]
             if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
                 raise _Reject(400, "'input' must be a string or a non-empty list of strings", param="input")
-            return {"texts": texts, "input_tokens": sum(self.count_tokens(t) for t in texts)}
+            return {"texts": texts, "input_tokens": sum(self.count_tokens(t) for t in texts), "cache": NO_CACHE,
+                    "start": start}
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _Reject(400, "'messages' must be a non-empty list", param="messages")
@@ -639,7 +641,12 @@ class LoopbackServer:
                                    f"However, your messages resulted in {input_tokens} tokens. Please reduce the "
                                    f"length of the messages.", code="context_length_exceeded", param="messages")
             raise _Reject(400, f"prompt is too long: {input_tokens} tokens > {self.context_tokens} maximum")
-        return {"input_tokens": input_tokens}
+        try:
+            cache = (self.prompt_cache.anthropic(body, self.count_tokens) if api == "anthropic"
+                     else self.prompt_cache.openai(body, self.count_tokens, input_tokens))
+        except CacheError as exc:
+            raise _Reject(400, str(exc)) from None
+        return {"input_tokens": input_tokens, "cache": cache, "start": start}
 
     def _generate(self, api: str, body: dict, max_tokens: int | None, stops: Sequence[str]
                   ) -> tuple[str, str, str | None, int]:
@@ -674,7 +681,11 @@ class LoopbackServer:
                                                  "annotations": []},
                          "logprobs": None, "finish_reason": finish}],
             "usage": {"prompt_tokens": prepared["input_tokens"], "completion_tokens": output_tokens,
-                      "total_tokens": prepared["input_tokens"] + output_tokens},
+                      "total_tokens": prepared["input_tokens"] + output_tokens,
+                      "prompt_tokens_details": {"cached_tokens": prepared["cache"].read, "audio_tokens": 0},
+                      "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                                    "accepted_prediction_tokens": 0,
+                                                    "rejected_prediction_tokens": 0}},
         }
         return data, output_tokens
 
@@ -705,23 +716,28 @@ class LoopbackServer:
             finish = "refusal"
         stop_reason = {"stop": "stop_sequence" if matched else "end_turn", "length": "max_tokens",
                        "content_filter": "refusal"}.get(finish, finish)
+        cache = prepared["cache"]  # input_tokens counts only what is neither read from nor written to it
         data = {
             "id": f"msg_{self._next_id()}", "type": "message", "role": "assistant", "model": body["model"],
             "content": [{"type": "text", "text": text}], "stop_reason": stop_reason, "stop_sequence": matched,
-            "usage": {"input_tokens": prepared["input_tokens"], "output_tokens": output_tokens,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "usage": {"input_tokens": prepared["input_tokens"] - cache.read - cache.write,
+                      "output_tokens": output_tokens, "cache_creation_input_tokens": cache.write,
+                      "cache_read_input_tokens": cache.read,
+                      "cache_creation": {"ephemeral_5m_input_tokens": cache.write - cache.write_1h,
+                                         "ephemeral_1h_input_tokens": cache.write_1h},
+                      "service_tier": "standard"},
         }
         return data, output_tokens
 
     # -- files and fine-tuning (OpenAI) ---------------------------------------------------------
-    def _control(self, handler: Callable) -> Callable:
+    def _control(self, handler: Callable, api: str = "openai") -> Callable:
         """Count, authenticate and serve a control-plane call (no limits, no faults)."""
         async def serve(request: web.Request) -> web.Response:
             route = request.match_info.route.resource
             path = route.canonical if route is not None else request.path  # one entry per job route
             self.stats.requests += 1
             self.stats.by_path[path] += 1
-            response = self._check_auth(request, "openai")
+            response = self._check_auth(request, api)
             if response is None:  # (not `or`: a response is an empty mapping, hence falsy)
                 response = await handler(request)
             self.stats.by_status[response.status] += 1
@@ -739,10 +755,52 @@ class LoopbackServer:
             return openai_error(400, "multipart fields 'file' and 'purpose' are required", param="file")
         content = upload.file.read()
         file_id = f"file-{self._next_id()}"
-        self.files[file_id] = {"content": content, "filename": upload.filename, "purpose": purpose}
-        return _json({"id": file_id, "object": "file", "bytes": len(content), "created_at": int(time.time()),
-                      "filename": upload.filename, "purpose": purpose, "status": "processed",
-                      "status_details": None})
+        self.files[file_id] = {"content": content, "filename": upload.filename, "purpose": purpose,
+                               "created_at": int(time.time())}
+        return _json(self._file_object(file_id))
+
+    def _file_object(self, file_id: str) -> dict:
+        entry = self.files[file_id]
+        return {"id": file_id, "object": "file", "bytes": len(entry["content"]), "created_at": entry["created_at"],
+                "filename": entry["filename"], "purpose": entry["purpose"], "status": "processed",
+                "status_details": None}
+
+    async def _get_file(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["file_id"]
+        if file_id not in self.files:
+            return openai_error(404, f"No such File object: {file_id}", param="id")
+        return _json(self._file_object(file_id))
+
+    async def _file_content(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["file_id"]
+        if file_id not in self.files:
+            return openai_error(404, f"No such File object: {file_id}", param="id")
+        return web.Response(body=self.files[file_id]["content"], content_type="application/octet-stream")
+
+    # -- batches (loopback_batches) ------------------------------------------------------------
+    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict]:
+        """(status, body) of one batch request, built exactly as the direct
+        endpoint would (same text and usage; no limits, faults or latency)."""
+        builders = {"/v1/chat/completions": self._openai_chat, "/v1/embeddings": self._openai_embeddings,
+                    "/v1/messages": self._anthropic_messages}
+        try:
+            if not isinstance(body, dict):
+                raise _Reject(400, "The request body must be a JSON object.")
+            if body.get("stream"):
+                raise _Reject(400, "stream: batch requests cannot be streamed", param="stream")
+            prepared = self._prepare(api, path, body)
+            data, output_tokens = builders[path](body, prepared, None)
+        except _Reject as reject:
+            return reject.status, self.error_body(api, reject.status, reject.message, reject.code, reject.param)
+        if api == "anthropic":
+            data["usage"]["service_tier"] = "batch"
+        self._account(prepared, output_tokens, batch=True)
+        return 200, data
+
+    @staticmethod
+    def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
+        """An error in the API's shape, as a JSON object (the body of its error reply)."""
+        return orjson.loads(error_response(api, status, message, code, param).body)
 
     async def _create_job(self, request: web.Request) -> web.Response:
         try:
@@ -829,92 +887,11 @@ _FAULT_MESSAGES = {
 }
 
 
-# -- standalone -----------------------------------------------------------------------------
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m providers.loopback_server",
-                                     description="Serve the OpenAI and Anthropic HTTP APIs on loopback "
-                                                 "(tests and benchmarks).")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
-    parser.add_argument("--rpm", type=float)
-    parser.add_argument("--input-tpm", type=float)
-    parser.add_argument("--output-tpm", type=float)
-    parser.add_argument("--burst-seconds", type=float, default=1.0)
-    parser.add_argument("--latency-ms", type=float, default=0.0, help="median latency per call")
-    parser.add_argument("--latency", choices=["constant", "uniform", "lognormal"], default="constant",
-                        help="distribution around --latency-ms (uniform: 0..2x; lognormal: sigma 0.5)")
-    parser.add_argument("--embed-dim", type=int, default=64)
-    parser.add_argument("--tokens", choices=["cheap", "cl100k"], default="cheap")
-    parser.add_argument("--context-tokens", type=int)
-    parser.add_argument("--fault", action="append", default=[], metavar="KIND=P",
-                        help=f"per-call fault probability, e.g. 503=0.01 (kinds: {', '.join(sorted(FAULT_KINDS))})")
-    parser.add_argument("--fail-first", metavar="N:KIND", help="fail the first N calls with KIND, e.g. 5:503")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
-    parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
-    parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
-    args = parser.parse_args(argv)
-    if bool(args.tls_cert) != bool(args.tls_key):
-        parser.error("--tls-cert and --tls-key go together")
-    return args
-
-
-def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
-    median = args.latency_ms / 1000.0
-    latency = None
-    if median > 0:
-        latency = {"constant": lambda: constant(median), "uniform": lambda: uniform(0.0, 2 * median, args.seed),
-                   "lognormal": lambda: lognormal(median, 0.5, args.seed)}[args.latency]()
-    rates = {}
-    for item in args.fault:
-        kind, _, p = item.partition("=")
-        rates[kind] = float(p)
-    schedule: list[str] = []
-    if args.fail_first:
-        n, _, kind = args.fail_first.partition(":")
-        schedule = [kind] * int(n)
-    ssl_context = None
-    if args.tls_cert:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            ssl_context.load_cert_chain(args.tls_cert, args.tls_key)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"cannot load --tls-cert/--tls-key: {exc}") from None
-    return LoopbackServer(latency=latency, rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
-                          burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
-                                                                          seed=args.seed),
-                          embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
-                          host=args.host, port=args.port, ssl_context=ssl_context)
-
-
-async def _serve_forever(server: LoopbackServer) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        print(f"openai_base_url={server.openai_base_url}", flush=True)
-        print(f"anthropic_base_url={server.anthropic_base_url}", flush=True)
-        await stop.wait()
-        stats = server.stats
-        print(f"served {stats.requests} calls, status {dict(stats.by_status)}, "
-              f"max in flight {stats.max_in_flight}", flush=True)
-
+# -- standalone (loopback_cli) ----------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = _parse_args(argv)
-        server = _server_from_args(args)
-    except ValueError as exc:
-        print(f"loopback_server: error: {exc}", file=sys.stderr)
-        return 2
-    if args.uvloop:
-        import uvloop
-        uvloop.run(_serve_forever(server))
-    else:
-        asyncio.run(_serve_forever(server))
-    return 0
+    from providers.loopback_cli import main as cli_main
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ import signal
 import struct
 import subprocess
 import sys
+import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -114,6 +116,38 @@ async def test_every_reply_carries_its_apis_rate_limit_headers():
 
 def test_go_duration_format():
     assert [go_duration(s) for s in (0.02, 1.5, 360.0, 61.25)] == ["20ms", "1.5s", "6m0s", "1m1.25s"]
+    assert [go_duration(s) for s in (0.0, 0.0004, 3600.0, 3725.5, 119.9996, 59.9999)] == [
+        "0s", "0s", "1h0m0s", "1h2m5.5s", "2m0s", "1m0s"]
+    grammar = re.compile(r"^(\d+(\.\d+)?h)?(\d+(\.\d+)?m)?(\d+(\.\d+)?s)?(\d+(\.\d+)?ms)?$")
+    assert all(grammar.match(go_duration(s / 7)) for s in range(0, 100_000, 37))
+
+
+async def test_rate_limit_headers_are_exactly_the_providers_families():
+    async with LoopbackServer(rpm=60, input_tpm=6000, output_tpm=600) as server, aiohttp.ClientSession() as session:
+        wall = time.time()
+        _, _, openai_headers = await post(session, server.openai_base_url + "/chat/completions", CHAT)
+        status, _, limited = await post(session, server.anthropic_base_url + "/v1/messages", MESSAGES)
+    names = {k.lower() for k in openai_headers if k.lower().startswith("x-ratelimit-")}
+    assert names == {f"x-ratelimit-{kind}-{what}" for kind in ("limit", "remaining", "reset")
+                     for what in ("requests", "tokens")}
+    assert openai_headers["x-ratelimit-limit-requests"] == "60" and openai_headers["x-ratelimit-limit-tokens"] == "6000"
+    assert openai_headers["x-ratelimit-remaining-requests"] == "0"
+    assert openai_headers["x-ratelimit-reset-requests"] == "1s"  # one request at 1/s: full again in a second
+    assert int(openai_headers["openai-processing-ms"]) >= 0
+    assert status == 429 and limited["retry-after"] == "1" and int(limited["retry-after-ms"]) <= 1000
+    families = ("requests", "tokens", "input-tokens", "output-tokens")
+    names = {k.lower() for k in limited if k.lower().startswith("anthropic-ratelimit-")}
+    assert names == {f"anthropic-ratelimit-{f}-{what}" for f in families for what in ("limit", "remaining", "reset")}
+    assert limited["anthropic-ratelimit-requests-remaining"] == "0"
+    # "tokens" is the tighter of input and output: the first reply spent a few of the 10 output tokens
+    # the bucket holds, but only a few of the 100 input tokens.
+    assert limited["anthropic-ratelimit-tokens-limit"] == limited["anthropic-ratelimit-output-tokens-limit"] == "600"
+    assert limited["anthropic-ratelimit-tokens-remaining"] == limited["anthropic-ratelimit-output-tokens-remaining"]
+    assert int(limited["anthropic-ratelimit-output-tokens-remaining"]) < 10
+    for family in families:
+        reset = datetime.fromisoformat(limited[f"anthropic-ratelimit-{family}-reset"].replace("Z", "+00:00"))
+        assert limited[f"anthropic-ratelimit-{family}-reset"].endswith("Z") and reset.tzinfo is not None
+        assert wall - 1 <= reset.timestamp() <= wall + 3  # absolute, never before the bucket is full
 
 
 # -- faults and latency -------------------------------------------------------------------
@@ -296,3 +330,49 @@ def test_standalone_rejects_bad_arguments():
     out = subprocess.run([sys.executable, "-m", "providers.loopback_server", "--fault", "teapot=0.5"],
                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 2 and "unknown fault kind" in out.stderr and "\n" == out.stderr[-1]
+
+
+def test_standalone_knobs_for_streams_caches_and_batches():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "providers.loopback_server", "--ttft-ms", "200", "--token-delay-ms", "1",
+         "--cache-min-tokens", "8", "--batch-polls", "1", "--batch-fail-share", "1", "--batch-in-order"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        urls = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
+
+        async def calls():
+            async with aiohttp.ClientSession() as session:
+                start = time.perf_counter()
+                async with session.post(urls["openai_base_url"] + "/chat/completions",
+                                        json={**CHAT, "stream": True}) as resp:
+                    first = None
+                    async for line in resp.content:
+                        if b'"content":"' in line and b'"content":""' not in line:
+                            first = first or time.perf_counter() - start
+                system = [{"type": "text", "text": "word " * 20, "cache_control": {"type": "ephemeral"}}]
+                replies = [await post(session, urls["anthropic_base_url"] + "/v1/messages",
+                                      {**MESSAGES, "system": system}) for _ in range(2)]
+                requests = [{"custom_id": f"r{i}", "params": MESSAGES} for i in range(3)]
+                _, batch, _ = await post(session, urls["anthropic_base_url"] + "/v1/messages/batches",
+                                         {"requests": requests})
+                async with session.get(f"{urls['anthropic_base_url']}/v1/messages/batches/{batch['id']}") as resp:
+                    ended = await resp.json()
+                async with session.get(ended["results_url"]) as resp:
+                    results = [orjson.loads(line) for line in (await resp.read()).splitlines()]
+                async with session.get(urls["anthropic_base_url"] + "/loopback/stats") as resp:
+                    stats = await resp.json()
+                return first, replies, ended, results, stats
+
+        first, replies, ended, results, stats = asyncio.run(calls())
+        assert stats["streams"] == 1 and stats["streams_cancelled"] == 0
+        assert stats["cache_write_tokens"] == stats["cache_read_tokens"] == 25
+        assert stats["batch_requests"] == {"injected_500": 3} and stats["batch_input_tokens"] == 0
+        assert 0.2 <= first < 0.5
+        assert replies[0][1]["usage"]["cache_creation_input_tokens"] == 25
+        assert replies[1][1]["usage"]["cache_read_input_tokens"] == 25
+        assert ended["processing_status"] == "ended" and ended["request_counts"]["errored"] == 3
+        assert [r["custom_id"] for r in results] == ["r0", "r1", "r2"]  # --batch-in-order
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert process.returncode == 0

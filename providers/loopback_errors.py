@@ -1,0 +1,53 @@
+"""Error replies of the loopback server, in each API's shape.
+
+Contract:
+- `openai_error(status, message, type=, code=, param=, headers=)`:
+  `{"error": {"message", "type", "param", "code"}}` (type "server_error"
+  for 5xx unless given); `anthropic_error(status, message, headers=)`:
+  `{"type": "error", "error": {"type", "message"}}` with the API's error type
+  for the status (529: overloaded_error).
+- `error_response(api, ...)` picks one by API ("openai" | "anthropic");
+  `_Reject` carries an error out of request handling; `_json` is the JSON reply.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import orjson
+from aiohttp import web
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    500: "api_error", 502: "api_error", 503: "api_error", 504: "api_error",
+                    529: "overloaded_error"}
+
+
+def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, headers=headers, content_type="application/json")
+
+
+def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: Mapping[str, str] | None = None) -> web.Response:
+    if status >= 500 and type == "invalid_request_error":
+        type = "server_error"
+    return _json({"error": {"message": message, "type": type, "param": param, "code": code}}, status, headers)
+
+
+def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error")
+    return _json({"type": "error", "error": {"type": kind, "message": message}}, status, headers)
+
+
+def error_response(api: str, status: int, message: str, code: str | None = None,
+                    param: str | None = None) -> web.Response:
+    if api == "openai":
+        return openai_error(status, message, code=code, param=param)
+    return anthropic_error(status, message)
+
+
+class _Reject(Exception):
+    """Raised inside a handler to send an error reply in the API's shape."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+        self.status, self.message, self.code, self.param = status, message, code, param
