@@ -38,7 +38,7 @@ import providers  # noqa: E402
 from cache.store import ResponseCache  # noqa: E402
 from engine import gc_tuning  # noqa: E402
 from engine.config import Config  # noqa: E402
-from engine.requests import ChatResult  # noqa: E402
+from providers.base import ChatResult  # noqa: E402
 from engine.resolve import resolve  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
 from engine_bench import ServerProcess, config_for, requests  # noqa: E402

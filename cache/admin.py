@@ -1,6 +1,6 @@
 """Looking after a cache file: statistics, why a request missed, pruning,
 export and import. Plain synchronous functions over a `sqlite3` connection;
-cache/command.py puts them behind `tulving cache ...`.
+engine/commands/cache.py puts them behind `tulving cache ...`.
 
 Export format (JSON Lines, UTF-8), one object a line:
 
@@ -31,7 +31,7 @@ import orjson
 from cache.codec import CHUNKS, chunk_digests, decode_identity, decode_response, encode_identity, encode_response
 from cache.keys import normalize, request_key
 from cache.store import INSERT_BLOB, INSERT_ENTRY, CacheError, connect, iso_utc
-from engine.errors import TulvingError
+from providers.base import TulvingError
 
 EXPORT_FORMAT = "tulving-cache-export"
 EXPORT_VERSION = 1

@@ -65,7 +65,7 @@ import orjson
 
 from cache.codec import decode_response, encode_identity, encode_response
 from cache.keys import canonical_bytes
-from engine.errors import TulvingError
+from providers.base import TulvingError
 
 log = logging.getLogger("tulving.cache")
 

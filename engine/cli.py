@@ -2,11 +2,11 @@
 
     tulving [--config PATH] [--cache PATH] [--quiet] [--max-cost USD] COMMAND ...
 
-Command modules (cache/command.py, engine/generation/command.py,
-engine/evaluation/command.py) each expose `register(subparsers)`, adding
-subcommands whose handler is `handler(args) -> int`; handlers build engines
-with `open_engine(args)` and may use `dry_run_report` for `--dry-run`. This
-module adds `models`, `config check`, `serve-loopback` and `bench-latency`.
+This module builds the parser (the global options) and runs a command. The
+command modules (engine/commands/: tools, cache, generate, evaluate) each
+expose `register(subparsers)`, adding subcommands whose handler is
+`handler(args) -> int`; handlers build engines with
+`engine.commands.common.open_engine(args)`.
 
 User errors (a bad config, an unknown model, a missing key or file) print one
 line, `tulving: error: ...`, and exit 2; other fatal provider errors exit 1;
@@ -16,173 +16,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import os
-import statistics
 import sys
-import time
-import uuid
-from dataclasses import fields
-from typing import Any, Iterable, Sequence
+from typing import Sequence
 
-from engine.config import Config
-from engine.errors import TulvingError
 from engine.argtypes import non_negative_float
-from engine.requests import ChatRequest, EmbedRequest, Request
-from engine.resolve import resolve
-from engine.scheduler import Engine
+from engine.commands import cache as cache_commands
+from engine.commands import evaluate, generate, tools
+from engine.commands.common import DEFAULT_CACHE
+from engine.errors import TulvingError
 from providers.base import AUTH, CONFIG, ProviderError
 
-DEFAULT_CACHE = os.path.join("runs", "cache.sqlite")
-COMMAND_MODULES = ("cache.command", "engine.generation.command", "engine.evaluation.command")
-
-
-# -- helpers for command modules ----------------------------------------------------------
-
-def load_config(args: argparse.Namespace) -> Config:
-    """The config named by --config / TULVING_CONFIG, else the built-in defaults."""
-    return Config.load(getattr(args, "config", None))
-
-
-def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
-    """An engine from the global options (use as `async with open_engine(args) as engine`)."""
-    return Engine(load_config(args), cache_path=getattr(args, "cache", None) or None,
-                  progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
-                  **kwargs)
-
-
-async def dry_run_report(config: Config, cache_path: str | os.PathLike | None,
-                         requests: Iterable[Request]) -> tuple[int, int]:
-    """(requests, how many of them the cache already holds), calling nothing.
-    Raises ConfigError for an unknown model alias."""
-    total = cached = 0
-    cache = None
-    if cache_path is not None and os.path.exists(cache_path):
-        from cache.store import ResponseCache
-
-        cache = ResponseCache(cache_path)
-        await cache.open()
-    try:
-        batch: list[str] = []
-
-        async def flush() -> int:
-            found = await cache.get_many(batch) if cache is not None else {}
-            hits = sum(1 for k in batch if k in found)
-            batch.clear()
-            return hits
-
-        for request in requests:
-            batch.append(resolve(config, request).key)
-            total += 1
-            if len(batch) >= 1000:
-                cached += await flush()
-        cached += await flush()
-    finally:
-        if cache is not None:
-            await cache.close()
-    return total, cached
-
-
-# -- built-in subcommands ------------------------------------------------------------------
-
-def _cmd_models(args: argparse.Namespace) -> int:
-    config = load_config(args)
-    rows = [("alias", "endpoint", "model", "kind", "key set")]
-    for name in sorted(config.models):
-        alias = config.models[name]
-        for ep_name in alias.endpoints:
-            ep = config.endpoints[ep_name]
-            key = "-" if not ep.key_env else ("yes" if os.environ.get(ep.key_env) else f"no ({ep.key_env})")
-            rows.append((name, ep_name, alias.model, ep.kind, key))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    return 0
-
-
-def _cmd_config_check(args: argparse.Namespace) -> int:
-    config = load_config(args)
-    print(f"# config: {config.source} (valid)")
-    for name in sorted(config.endpoints):
-        ep = config.endpoints[name]
-        print(f"[endpoints.{name}]")
-        for f in fields(ep):
-            value = getattr(ep, f.name)
-            if f.name == "name" or value is None or (f.name == "options" and not value):
-                continue
-            if f.name == "key_env":  # the variable's name only, never its value
-                value = f"{value} ({'set' if os.environ.get(value) else 'not set'})"
-            print(f"{f.name} = {value!r}")
-        print()
-    for name in sorted(config.models):
-        alias = config.models[name]
-        print(f"[models.{name}]")
-        print(f"endpoints = {list(alias.endpoints)!r}")
-        print(f"model = {alias.model!r}")
-        if alias.params:
-            print(f"params = {dict(alias.params)!r}")
-        for attr in ("price_in", "price_out", "context_tokens"):
-            if getattr(alias, attr) is not None:
-                print(f"{attr} = {getattr(alias, attr)!r}")
-        if alias.reasoning:
-            print("reasoning = true")
-        print()
-    return 0
-
-
-def _cmd_serve_loopback(args: argparse.Namespace) -> int:
-    from providers import loopback_server
-
-    return loopback_server.main(args.server_args)
-
-
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
-
-
-async def _bench_latency(args: argparse.Namespace) -> int:
-    config = load_config(args)
-    alias = config.alias(args.model)
-    nonce = uuid.uuid4().hex[:8]  # fresh prompts: no server-side cache either
-    embed = config.endpoints_of(alias)[0].kind == "local-embed" or args.embed
-
-    def requests():
-        for i in range(args.n):
-            if embed:
-                yield EmbedRequest(model=args.model, texts=[f"latency probe {nonce} {i}"])
-            else:
-                yield ChatRequest(model=args.model, max_tokens=args.max_tokens,
-                                  messages=[{"role": "user", "content": f"Reply with one word. ({nonce} {i})"}])
-
-    latencies: list[float] = []
-    errors: dict[str, int] = {}
-    start = time.perf_counter()
-    # No cache: every probe is a real call. The window bounds concurrency.
-    async with Engine(config, cache_path=None, progress=not args.quiet, window=args.concurrency) as engine:
-        async for outcome in engine.stream(requests(), total=args.n, label=f"bench {args.model}"):
-            if outcome.ok:
-                latencies.append(outcome.result.latency)
-            else:
-                errors[outcome.error.kind] = errors.get(outcome.error.kind, 0) + 1
-    wall = time.perf_counter() - start
-    latencies.sort()
-    print(f"model {args.model} ({alias.model} on {', '.join(alias.endpoints)}): {args.n} calls, "
-          f"concurrency {args.concurrency}, {wall:.2f} s")
-    if latencies:
-        print(f"latency p50 {_percentile(latencies, .5) * 1000:.1f} ms  p90 {_percentile(latencies, .9) * 1000:.1f} ms"
-              f"  p99 {_percentile(latencies, .99) * 1000:.1f} ms  mean {statistics.fmean(latencies) * 1000:.1f} ms")
-    print(f"throughput {len(latencies) / wall:.1f} calls/s")
-    print(f"errors {sum(errors.values())}" + (f" {errors}" if errors else ""))
-    return 0 if latencies else 1
-
-
-def _cmd_bench_latency(args: argparse.Namespace) -> int:
-    if args.n < 1 or args.concurrency < 1:
-        raise TulvingError("-n and --concurrency must be at least 1")
-    return asyncio.run(_bench_latency(args))
+COMMAND_MODULES = (tools, cache_commands, generate, evaluate)
 
 
 # -- parser and entry point ---------------------------------------------------------------
@@ -203,33 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="send no new call once the run's spending would exceed this")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("models", help="list model aliases, their endpoints and whether keys are set")
-    p.set_defaults(func=_cmd_models)
-
-    p = sub.add_parser("config", help="configuration tools")
-    config_sub = p.add_subparsers(dest="config_command", metavar="ACTION")
-    check = config_sub.add_parser("check", help="validate the config and print it merged (no secrets)")
-    check.set_defaults(func=_cmd_config_check)
-    p.set_defaults(func=lambda args: _usage(p))
-
-    p = sub.add_parser("serve-loopback", add_help=False,
-                       help="serve the OpenAI/Anthropic APIs on loopback, to try the engine without keys "
-                            "(options: see `tulving serve-loopback --help`)")
-    p.add_argument("server_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_serve_loopback)
-
-    p = sub.add_parser("bench-latency", help="measure a model's latency: N small uncached calls, p50/p90/p99",
-                       description="Send N small prompts to a model alias, bypassing the cache, and print "
-                                   "latency percentiles, throughput and errors.")
-    p.add_argument("--model", required=True, help="model alias (see `tulving models`)")
-    p.add_argument("-n", type=int, default=50, help="number of calls (default %(default)s)")
-    p.add_argument("-c", "--concurrency", type=int, default=1, help="calls in flight (default %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=16, help="reply length cap (default %(default)s)")
-    p.add_argument("--embed", action="store_true", help="probe the embeddings API instead of chat")
-    p.set_defaults(func=_cmd_bench_latency)
-
-    for name in COMMAND_MODULES:  # every one is part of the CLI: a failed import is a broken install
-        importlib.import_module(name).register(sub)
+    for module in COMMAND_MODULES:
+        module.register(sub)
     return parser
 
 

@@ -1,8 +1,8 @@
-"""User-facing errors. The CLI prints `str(err)` (one line) and exits non-zero."""
+"""User-facing errors. The CLI prints `str(err)` (one line) and exits non-zero.
 
+`TulvingError` is defined with the shared types (providers/base.py), so that
+every layer can raise it; the engine's own user errors derive from it.
+"""
+from providers.base import TulvingError
 
-class TulvingError(Exception):
-    """Bad input or a condition the user must fix: a malformed config, book or
-    universe, an unknown model, a missing key or model file."""
-
-    exit_code = 2
+__all__ = ["TulvingError"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from providers.base import ProviderError
+from providers.base import ProviderError, Result
 
 Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -46,31 +46,6 @@ class EmbedRequest:
 
 
 Request = ChatRequest | EmbedRequest
-
-
-@dataclass(slots=True)
-class ChatResult:
-    """A provider's normalised chat reply."""
-
-    text: str
-    finish_reason: str = "stop"
-    input_tokens: int = 0
-    output_tokens: int = 0
-    latency: float = 0.0  # seconds, wall time of the successful attempt
-    request_id: str | None = None
-
-
-@dataclass(slots=True)
-class EmbedResult:
-    """A provider's normalised embedding reply: one vector per input text."""
-
-    vectors: list[list[float]]
-    input_tokens: int = 0
-    latency: float = 0.0
-    request_id: str | None = None
-
-
-Result = ChatResult | EmbedResult
 
 
 @dataclass(slots=True)

@@ -46,7 +46,8 @@ from engine import gc_tuning
 from engine.config import Config
 from engine.dispatch import EndpointState, Job, Pool
 from engine.progress import Progress
-from engine.requests import ChatRequest, ChatResult, EmbedResult, Outcome, Request, Result
+from engine.requests import ChatRequest, Outcome, Request
+from providers.base import ChatResult, EmbedResult, Result
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from providers import make_provider

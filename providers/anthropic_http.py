@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from engine.requests import ChatResult
-from providers.base import EndpointSpec
+from providers.base import ChatResult, EndpointSpec
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply
 

@@ -1,4 +1,10 @@
-"""The one interface every provider implements, and the errors it raises.
+"""The types every layer shares, and the one interface every provider implements.
+
+This is the lowest layer of the package (see tests/test_layers.py): it imports
+nothing of Tulving's. It holds the normalised results a provider returns
+(`ChatResult`, `EmbedResult`), the classified errors it raises
+(`ProviderError` and its kinds), the base of the user-facing errors
+(`TulvingError`), an endpoint's settings (`EndpointSpec`) and `Provider`.
 
 A provider turns a resolved request into one wire call and normalises the
 reply. It does no retries, no rate limiting and no caching: the engine owns
@@ -8,10 +14,40 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    from engine.requests import ChatResult, EmbedResult
+
+class TulvingError(Exception):
+    """Bad input or a condition the user must fix: a malformed config, book or
+    universe, an unknown model, a missing key or model file. The CLI prints
+    `str(err)` (one line) and exits with `exit_code`."""
+
+    exit_code = 2
+
+
+@dataclass(slots=True)
+class ChatResult:
+    """A provider's normalised chat reply."""
+
+    text: str
+    finish_reason: str = "stop"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency: float = 0.0  # seconds, wall time of the successful attempt
+    request_id: str | None = None
+
+
+@dataclass(slots=True)
+class EmbedResult:
+    """A provider's normalised embedding reply: one vector per input text."""
+
+    vectors: list[list[float]]
+    input_tokens: int = 0
+    latency: float = 0.0
+    request_id: str | None = None
+
+
+Result = ChatResult | EmbedResult
 
 # Error kinds. The engine retries the RETRYABLE ones with backoff.
 RATE_LIMITED = "rate_limited"      # 429; carries retry_after when the server said so
@@ -88,13 +124,13 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> "ChatResult":
+                   params: Mapping[str, Any], timeout: float) -> ChatResult:
         """One chat call. `params` holds temperature, max_tokens, seed, stop and
         any extra wire parameters, already merged with the alias defaults; keys
         whose value is None are absent."""
 
     async def embed(self, model: str, texts: Sequence[str], *,
-                    timeout: float) -> "EmbedResult":
+                    timeout: float) -> EmbedResult:
         raise ProviderError(BAD_REQUEST, f"{self.kind} endpoints do not serve embeddings")
 
     async def aclose(self) -> None:

@@ -17,8 +17,7 @@ import importlib
 import time
 from typing import Any, Mapping, Sequence
 
-from engine.requests import ChatResult
-from providers.base import CONFIG, Provider, ProviderError
+from providers.base import CONFIG, ChatResult, Provider, ProviderError
 
 MODELS = {
     "writer": "providers.builtin_writer",

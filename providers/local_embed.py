@@ -23,8 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from engine.requests import EmbedResult
-from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, EndpointSpec, Provider, ProviderError
+from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, EmbedResult, EndpointSpec, Provider, ProviderError
 from providers.local_models import MINILM_INSTALL, minilm_dir
 
 BATCH_TOKENS = 2048  # padded tokens per forward batch (measured best of 1k-8k on 2 cores)

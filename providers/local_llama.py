@@ -27,8 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from engine.requests import ChatResult
-from providers.base import (BAD_REPLY, BAD_REQUEST, CONFIG, PROMPT_TOO_LONG, TIMEOUT, EndpointSpec, Provider,
+from providers.base import (BAD_REPLY, BAD_REQUEST, CONFIG, PROMPT_TOO_LONG, TIMEOUT, ChatResult, EndpointSpec, Provider,
                             ProviderError)
 from providers.local_models import gguf_path
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from engine.requests import ChatResult, EmbedResult
-from providers.base import EndpointSpec, ProviderError
+from providers.base import ChatResult, EmbedResult, EndpointSpec, ProviderError
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply
 

@@ -12,7 +12,8 @@ import numpy as np
 import orjson
 import pytest
 
-from cache import admin, command
+from cache import admin
+from engine.commands import cache as command
 from cache.chunks import split_text
 from cache.keys import canonical_bytes, request_key
 from cache.store import CacheError, ResponseCache

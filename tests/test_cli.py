@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trustme
 
-from engine.cli import dry_run_report, open_engine
+from engine.commands.common import dry_run_report, open_engine
 from engine.config import Config
 from engine.requests import ChatRequest
 from engine.scheduler import Engine

@@ -16,7 +16,8 @@ import pytest
 import providers
 from engine.config import Config, ConfigError
 from engine.dispatch import shared_prefix
-from engine.requests import ChatRequest, ChatResult
+from engine.requests import ChatRequest
+from providers.base import ChatResult
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import BAD_REPLY, BUDGET, OVERLOADED, PROMPT_TOO_LONG, Provider

@@ -5,5 +5,5 @@ scores, and the `tulving run` pipeline that ties them together.
     rag.py        chunks, embeddings, top-K       judge.py     judge prompts (judge_parse.py: replies)
     scores.py     F1, tau, the two scores         pipeline.py  book -> ... -> per-question records
     results.py    results.jsonl                   report.py    scores.json, leaderboard, tables
-    finetune.py   fine-tuning data and job        command.py   the CLI commands
+    finetune.py   fine-tuning data and job      (the CLI commands: engine/commands/evaluate.py)
 """

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.commands.common import dry_run_report, load_config, open_engine
 from engine.errors import TulvingError
 from engine.evaluation import answers as A
 from engine.argtypes import csv_list, positive_int
@@ -131,7 +132,6 @@ def _questions(args: argparse.Namespace, book: Any) -> list[Any]:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from engine.cli import load_config
 
     return load_config(args)
 
@@ -200,7 +200,6 @@ def _plan(args: argparse.Namespace, questions: list[Any], models: list[str], mod
 
 async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list[Any], models: list[str],
                modes: list[str], default_run: bool, out: Path) -> int:
-    from engine.cli import open_engine
 
     started = time.perf_counter()
     embed_model = args.embed_model or (OFFLINE_EMBED if default_run else DEFAULT_EMBED)
@@ -256,7 +255,6 @@ def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[st
 
 async def _dry_run(args: argparse.Namespace, config: Any, book: Any, questions: list[Any],
                    jobs: list[pipeline.Job], embed_model: str) -> int:
-    from engine.cli import dry_run_report
     from engine.requests import EmbedRequest
 
     pipeline.check_jobs(config, book, jobs, args.judge, embed_model)

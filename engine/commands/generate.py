@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.commands.common import dry_run_report, load_config, open_engine
 from engine.errors import TulvingError
 from engine.generation.assemble import book_tokens, build_book
 from engine.generation.bookdir import write_book_dir, write_events
@@ -79,7 +80,6 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 
 def _open_engine(args: argparse.Namespace):
-    from engine.cli import open_engine
 
     return open_engine(args)
 
@@ -98,7 +98,6 @@ def generate_handler(args: argparse.Namespace) -> int:
         messages = chapter_messages(events[0], metas[0], styles[metas[0]["style"]], universe.name)
         print(f"universe {universe.name}, seed {args.seed}, {len(events)} events ({distribution})")
         if args.model:
-            from engine.cli import dry_run_report, load_config
 
             config = load_config(args)
             first = ChapterRequests(config, events, metas, styles, model=args.model, universe=universe.name)
@@ -125,7 +124,6 @@ def generate_handler(args: argparse.Namespace) -> int:
 async def _generate(args, universe, events, metas, distribution, out: Path) -> int:
     from tqdm import tqdm
 
-    from engine.cli import load_config
     from engine.scheduler import Engine
 
     start = time.perf_counter()
