@@ -27,7 +27,7 @@ from engine.generation.chapters import ChapterGenerator  # noqa: E402
 from engine.generation.events import sample_events, sample_meta_events  # noqa: E402
 from engine.generation.universe import load_universe  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
-from providers import builtin_writer  # noqa: E402
+from engine.builtin import writer as builtin_writer  # noqa: E402
 from providers.loopback_server import LoopbackServer, constant  # noqa: E402
 
 

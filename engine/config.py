@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.errors import TulvingError
+from providers import REGISTRY
 from providers.base import EndpointSpec
 
 # The settings behind the published numbers: temperature 1.0, 4096 output tokens.
@@ -68,7 +69,6 @@ DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
     # In-process models: no key, no network.
     "local": {"kind": "local", "max_concurrency": 1, "timeout": 1800, "max_attempts": 1},
     "local-embed": {"kind": "local-embed", "max_concurrency": 1, "timeout": 1800, "max_attempts": 1},
-    "builtin": {"kind": "builtin", "max_concurrency": 64, "timeout": 600, "max_attempts": 1},
 }
 
 DEFAULT_MODELS: dict[str, dict[str, Any]] = {
@@ -87,11 +87,15 @@ DEFAULT_MODELS: dict[str, dict[str, Any]] = {
     "local:smollm2": {"endpoint": "local", "model": "smollm2", "params": {"temperature": 0.0, "max_tokens": 256},
                       "context_tokens": 8192},
     "local:minilm": {"endpoint": "local-embed", "model": "all-MiniLM-L6-v2"},
-    # Deterministic baselines and test instruments -- not LLMs (providers/builtin*.py).
-    "builtin:writer": {"endpoint": "builtin", "model": "writer", "params": PAPER_PARAMS},
-    "builtin:reader": {"endpoint": "builtin", "model": "reader", "params": PAPER_PARAMS},
-    "builtin:judge": {"endpoint": "builtin", "model": "judge", "params": PAPER_PARAMS},
 }
+
+
+def register_defaults(*, endpoints: Mapping[str, Mapping[str, Any]] = {},
+                      models: Mapping[str, Mapping[str, Any]] = {}) -> None:
+    """Add default endpoints and aliases from a higher layer (the benchmark's
+    built-in models, engine/builtin): configs loaded afterwards include them."""
+    DEFAULT_ENDPOINTS.update({name: dict(table) for name, table in endpoints.items()})
+    DEFAULT_MODELS.update({name: dict(table) for name, table in models.items()})
 
 _ENDPOINT_FIELDS = {f.name for f in fields(EndpointSpec)} - {"name"}
 _MODEL_FIELDS = {"endpoint", "endpoints", "model", "params", "price_in", "price_out", "reasoning", "context_tokens"}
@@ -176,8 +180,6 @@ def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
         raise ConfigError(f"{source}: [endpoints.{name}] has unknown key(s) {sorted(unknown)}")
     if "kind" not in table:
         raise ConfigError(f"{source}: [endpoints.{name}] needs a kind")
-    from providers import REGISTRY
-
     if table["kind"] not in REGISTRY:
         raise ConfigError(f"{source}: [endpoints.{name}] has unknown kind {table['kind']!r} "
                           f"(known: {', '.join(sorted(REGISTRY))})")

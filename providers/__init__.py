@@ -12,8 +12,13 @@ REGISTRY: dict[str, str] = {
     "anthropic": "providers.anthropic_http:AnthropicProvider",
     "local": "providers.local_llama:LocalLlamaProvider",
     "local-embed": "providers.local_embed:LocalEmbedProvider",
-    "builtin": "providers.builtin:BuiltinProvider",
 }
+
+
+def register_kind(kind: str, target: str) -> None:
+    """Add an endpoint kind served by `target` ("module:Class", imported when
+    first used). Higher layers register their own kinds (engine/builtin)."""
+    REGISTRY[kind] = target
 
 
 def provider_class(kind: str) -> type[Provider]:

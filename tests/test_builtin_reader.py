@@ -13,8 +13,8 @@ from engine.datadir import published_book_dir
 from engine.evaluation.answers import in_context_prompt, messages, rag_prompt
 from engine.evaluation.rag import paragraph_chunks
 from engine.evaluation.templates import TEMPLATES
-from providers import builtin_reader
-from providers.builtin_reader import NO_MATCH, parse_question, respond
+from engine.builtin import reader as builtin_reader
+from engine.builtin.reader import NO_MATCH, parse_question, respond
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from engine.generation.prompts import CHECKER_SYSTEM_PROMPT, chapter_messages, v
 from engine.generation.stats import iteration_table
 from engine.generation.universe import load_universe
 from engine.scheduler import Engine
-from providers import builtin_writer
+from engine.builtin import writer as builtin_writer
 from providers.loopback_server import LoopbackServer
 
 # The reference's template (epbench/src/generation/prompts.py, complete_prompt_func) filled

@@ -17,7 +17,7 @@ import pytest
 from engine.cli import main
 from engine.datadir import published_book_dir
 from engine.generation import load_book
-from providers import builtin_writer
+from engine.builtin import writer as builtin_writer
 from providers.loopback_server import LoopbackServer, constant
 
 ROOT = Path(__file__).resolve().parents[1]

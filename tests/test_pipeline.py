@@ -12,7 +12,7 @@ from engine.evaluation.judge import judge_request
 from engine.evaluation.questions import build_questions
 from engine.evaluation.report import summarize
 from engine.scheduler import Engine
-from providers import builtin_judge
+from engine.builtin import judge as builtin_judge
 from providers.loopback_server import LoopbackServer
 
 

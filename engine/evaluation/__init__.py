@@ -7,3 +7,5 @@ scores, and the `tulving run` pipeline that ties them together.
     results.py    results.jsonl                   report.py    scores.json, leaderboard, tables
     finetune.py   fine-tuning data and job      (the CLI commands: engine/commands/evaluate.py)
 """
+import engine.builtin  # noqa: F401 -- registers the built-in writer, reader and judge
+

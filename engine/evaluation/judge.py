@@ -22,7 +22,7 @@ the reference implementation sent them (ahstat/episodic-memory-benchmark, MIT,
   `remove_duplicates` policy.
 
 Replies are parsed by judge_parse.py; the built-in judge
-(providers/builtin_judge.py) reads these exact prompts back.
+(engine/builtin/judge.py) reads these exact prompts back.
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 The public entry points most callers need:
     from engine.generation import Book, load_book
 """
+import engine.builtin  # noqa: F401 -- registers the built-in writer, reader and judge
 from engine.generation.bookdir import Book, BookError
 from engine.generation.published import load_book
 

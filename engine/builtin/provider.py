@@ -1,11 +1,11 @@
 """Deterministic built-in "models": baselines and test instruments, not LLMs.
 
-- writer (providers/builtin_writer.py): writes chapters that obey the chapter
+- writer (engine/builtin/writer.py): writes chapters that obey the chapter
   prompt, with a configurable share of flawed candidates; answers the
   verification prompt.
-- reader (providers/builtin_reader.py): answers from the given context by
+- reader (engine/builtin/reader.py): answers from the given context by
   lexical matching only.
-- judge (providers/builtin_judge.py): the judge contracts, by fuzzy matching.
+- judge (engine/builtin/judge.py): the judge contracts, by fuzzy matching.
 
 Each module exposes `respond(messages, params) -> str`. Replies depend only on
 the request, so they cache and replay like any model's.
@@ -20,9 +20,9 @@ from typing import Any, Mapping, Sequence
 from providers.base import CONFIG, ChatResult, Provider, ProviderError
 
 MODELS = {
-    "writer": "providers.builtin_writer",
-    "reader": "providers.builtin_reader",
-    "judge": "providers.builtin_judge",
+    "writer": "engine.builtin.writer",
+    "reader": "engine.builtin.reader",
+    "judge": "engine.builtin.judge",
 }
 
 # Replies for big prompts (a whole book) take a few ms of CPU: run those in a

@@ -30,6 +30,8 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
+from engine.evaluation.templates import TEMPLATES
+
 NO_MATCH = "No event in the text matches this question."
 
 _MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December")
@@ -67,8 +69,6 @@ class ParsedQuestion:
 
 @lru_cache(maxsize=1)
 def _template_patterns() -> list[tuple[re.Pattern, Any]]:
-    from engine.evaluation.templates import TEMPLATES
-
     patterns = []
     for template in TEMPLATES:
         regex = re.escape(template.text)
