@@ -2,7 +2,7 @@
 
     python benchmarks/engine_bench.py [--quick] [--rounds 3] [--parts 123]
 
-The server runs in a separate process (python -m providers.loopback_server,
+The server runs in a separate process (python -m engine.loopback,
 on uvloop), so the CPU figures are the client's alone (`time.process_time`,
 which includes the cache's writer and reader threads). The client runs on
 uvloop.
@@ -43,13 +43,13 @@ from engine.scheduler import Engine  # noqa: E402
 
 
 class ServerProcess:
-    """providers.loopback_server in a child process."""
+    """engine.loopback.server in a child process."""
 
     def __init__(self, *args: str):
         self.args = ["--port", "0", "--uvloop", *args]
 
     def __enter__(self) -> "ServerProcess":
-        self.proc = subprocess.Popen([sys.executable, "-m", "providers.loopback_server", *self.args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *self.args],
                                      cwd=ROOT, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()
         if not line.startswith("openai_base_url="):

@@ -28,7 +28,7 @@ from engine.generation.events import sample_events, sample_meta_events  # noqa: 
 from engine.generation.universe import load_universe  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
 from engine.builtin import writer as builtin_writer  # noqa: E402
-from providers.loopback_server import LoopbackServer, constant  # noqa: E402
+from engine.loopback.server import LoopbackServer, constant  # noqa: E402
 
 
 def _reply(api: str, body: dict) -> str:

@@ -16,7 +16,7 @@ from engine.errors import TulvingError
 from engine.evaluation import answers as A
 from engine.evaluation import rag
 from engine.scheduler import Engine
-from providers.loopback_server import LoopbackServer, hashed_embedding
+from engine.loopback.server import LoopbackServer, hashed_embedding
 
 
 # -- prompts ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from engine.generation.stats import iteration_table
 from engine.generation.universe import load_universe
 from engine.scheduler import Engine
 from engine.builtin import writer as builtin_writer
-from providers.loopback_server import LoopbackServer
+from engine.loopback.server import LoopbackServer
 
 # The reference's template (epbench/src/generation/prompts.py, complete_prompt_func) filled
 # by hand for event 0 / meta-event 0: one opening line, "paragraphs", trailing newline

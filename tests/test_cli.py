@@ -15,7 +15,7 @@ from engine.commands.common import dry_run_report, open_engine
 from engine.config import Config
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
-from providers.loopback_server import LoopbackServer
+from engine.loopback.server import LoopbackServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

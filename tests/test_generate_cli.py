@@ -18,7 +18,7 @@ from engine.cli import main
 from engine.datadir import published_book_dir
 from engine.generation import load_book
 from engine.builtin import writer as builtin_writer
-from providers.loopback_server import LoopbackServer, constant
+from engine.loopback.server import LoopbackServer, constant
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from providers.base import CONFIG, EndpointSpec, ProviderError
 from providers.http_pool import HttpConfigError, HttpPool, MalformedReply, ReplyCutShort
-from providers.loopback_server import LoopbackServer, default_reply
+from engine.loopback.server import LoopbackServer, default_reply
 from providers.openai_http import OpenAIProvider
 
 USER = [{"role": "user", "content": "Where did Maya meet Sam on March 3?"}]

@@ -7,8 +7,8 @@ import openai
 import orjson
 import pytest
 
-from providers.loopback_batches import BatchKnobs
-from providers.loopback_server import LoopbackServer
+from engine.loopback.batches import BatchKnobs
+from engine.loopback.server import LoopbackServer
 
 QUESTIONS = [f"Which events happened in place number {i}?" for i in range(6)]
 

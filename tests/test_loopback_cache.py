@@ -8,7 +8,7 @@ import anthropic
 import openai
 import pytest
 
-from providers.loopback_server import LoopbackServer, cheap_tokens, constant
+from engine.loopback.server import LoopbackServer, cheap_tokens, constant
 
 BOOK = "The harbour woke before the town did. " * 130   # 4940 chars: 1235 "cheap" tokens
 QUESTION = [{"role": "user", "content": "Which events happened in Boston?"}]
@@ -198,7 +198,7 @@ async def test_openai_minimum_is_configurable():
 
 
 def test_the_cache_stays_within_its_entry_budget():
-    from providers.loopback_cache import PromptCache
+    from engine.loopback.prompt_cache import PromptCache
     now = [0.0]
     cache = PromptCache(min_tokens=4, ttl=10.0, clock=lambda: now[0], max_entries=100)
     body = lambda i: {"model": "m", "messages": [{"role": "user", "content": f"prompt {i:04d} " + "x" * 40}]}  # noqa: E731

@@ -22,7 +22,7 @@ from multidict import CIMultiDict
 
 from engine.tokens import count_tokens
 from providers.http_errors import retry_after
-from providers.loopback_server import (Faults, LoopbackServer, constant, go_duration, hashed_embedding, lognormal,
+from engine.loopback.server import (Faults, LoopbackServer, constant, go_duration, hashed_embedding, lognormal,
                                        uniform)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -303,7 +303,7 @@ async def test_finetune_job_with_too_few_examples_fails():
 
 def test_standalone_server_serves_until_terminated():
     process = subprocess.Popen(
-        [sys.executable, "-m", "providers.loopback_server", "--port", "0", "--rpm", "60", "--fail-first", "1:503"],
+        [sys.executable, "-m", "engine.loopback", "--port", "0", "--rpm", "60", "--fail-first", "1:503"],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         urls = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
@@ -327,14 +327,14 @@ def test_standalone_server_serves_until_terminated():
 
 
 def test_standalone_rejects_bad_arguments():
-    out = subprocess.run([sys.executable, "-m", "providers.loopback_server", "--fault", "teapot=0.5"],
+    out = subprocess.run([sys.executable, "-m", "engine.loopback", "--fault", "teapot=0.5"],
                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 2 and "unknown fault kind" in out.stderr and "\n" == out.stderr[-1]
 
 
 def test_standalone_knobs_for_streams_caches_and_batches():
     process = subprocess.Popen(
-        [sys.executable, "-m", "providers.loopback_server", "--ttft-ms", "200", "--token-delay-ms", "1",
+        [sys.executable, "-m", "engine.loopback", "--ttft-ms", "200", "--token-delay-ms", "1",
          "--cache-min-tokens", "8", "--batch-polls", "1", "--batch-fail-share", "1", "--batch-in-order"],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:

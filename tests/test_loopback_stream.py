@@ -14,8 +14,8 @@ import openai
 import orjson
 import pytest
 
-from providers.loopback_server import Faults, LoopbackServer, constant
-from providers.loopback_stream import split_text
+from engine.loopback.server import Faults, LoopbackServer, constant
+from engine.loopback.stream import split_text
 
 USER = [{"role": "user", "content": "Which events happened in Boston in the spring of that year?"}]
 LONG = lambda api, body: "word " * 60  # 300 characters: 75 tokens, 75 deltas  # noqa: E731
@@ -255,7 +255,7 @@ async def test_rate_limits_and_auth_hold_for_streamed_calls():
 
 def test_stream_chunks_are_valid_json():
     # Every data line of both formats parses (guards the hand-built frames).
-    from providers.loopback_stream import anthropic_frames, openai_frames
+    from engine.loopback.stream import anthropic_frames, openai_frames
     data = {"id": "x", "created": 1, "model": "m", "system_fingerprint": "f", "service_tier": "default",
             "choices": [{"message": {"content": "héllo wörld"}, "finish_reason": "stop"}],
             "usage": {"completion_tokens": 3}}

@@ -13,7 +13,7 @@ from engine.evaluation.questions import build_questions
 from engine.evaluation.report import summarize
 from engine.scheduler import Engine
 from engine.builtin import judge as builtin_judge
-from providers.loopback_server import LoopbackServer
+from engine.loopback.server import LoopbackServer
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from providers.anthropic_http import AnthropicProvider
 from providers.base import (AUTH, BAD_REPLY, BAD_REQUEST, CONNECTION, CONTENT_FILTER, OVERLOADED, PROMPT_TOO_LONG,
                             RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError)
 from providers.http_errors import parse_duration, redact, retry_after, status_error
-from providers.loopback_server import Faults, LoopbackServer, default_reply, hashed_embedding
+from engine.loopback.server import Faults, LoopbackServer, default_reply, hashed_embedding
 from providers.openai_http import OpenAIProvider
 
 REPO = Path(__file__).resolve().parents[1]
@@ -451,7 +451,7 @@ async def test_a_provider_survives_successive_event_loops():
 
 
 def start_standalone_server(*args: str) -> tuple[subprocess.Popen, str, str]:
-    process = subprocess.Popen([sys.executable, "-m", "providers.loopback_server", "--port", "0", *args],
+    process = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--port", "0", *args],
                                cwd=REPO, stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(REPO)})
     urls = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
@@ -459,7 +459,7 @@ def start_standalone_server(*args: str) -> tuple[subprocess.Popen, str, str]:
 
 
 async def test_standalone_server_process_serves_both_apis():
-    """`python -m providers.loopback_server` (used by the benchmarks) serves
+    """`python -m engine.loopback` (used by the benchmarks) serves
     the OpenAI and Anthropic formats from its own process."""
     process, openai_url, anthropic_url = start_standalone_server("--latency-ms", "1")
     try:

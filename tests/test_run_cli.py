@@ -13,7 +13,7 @@ import pytest
 from engine.evaluation.questions import single_event_questions, write_questions
 from engine.evaluation.results import load_results
 from engine.generation.published import load_book
-from providers.loopback_server import LoopbackServer
+from engine.loopback.server import LoopbackServer
 
 REPO = Path(__file__).resolve().parents[1]
 

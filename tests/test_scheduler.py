@@ -1,6 +1,6 @@
 """The engine against real HTTP on loopback and a real SQLite cache.
 
-Servers are providers.loopback_server instances speaking the OpenAI API; the
+Servers are engine.loopback.server instances speaking the OpenAI API; the
 engine reaches them through the real OpenAI-format provider. Latencies are a
 few ms and limits high enough that each test takes about a second.
 """
@@ -21,7 +21,7 @@ from providers.base import ChatResult
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import BAD_REPLY, BUDGET, OVERLOADED, PROMPT_TOO_LONG, Provider
-from providers.loopback_server import Faults, LoopbackServer, constant
+from engine.loopback.server import Faults, LoopbackServer, constant
 
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 

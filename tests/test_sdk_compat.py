@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from providers.base import BAD_REQUEST, CONFIG, ProviderError
-from providers.loopback_server import Faults, LoopbackServer, default_reply, hashed_embedding
+from engine.loopback.server import Faults, LoopbackServer, default_reply, hashed_embedding
 from providers.openai_finetune import submit_finetune
 
 KEY = "sk-loopback-test-key"

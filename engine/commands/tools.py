@@ -16,7 +16,7 @@ from engine.commands.common import load_config
 from engine.errors import TulvingError
 from engine.requests import ChatRequest, EmbedRequest
 from engine.scheduler import Engine
-from providers import loopback_server
+from engine.loopback import cli as loopback_cli
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -92,7 +92,7 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_loopback(args: argparse.Namespace) -> int:
-    return loopback_server.main(args.server_args)
+    return loopback_cli.main(args.server_args)
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:

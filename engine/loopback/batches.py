@@ -56,10 +56,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from providers.loopback_errors import _json, anthropic_error, openai_error
+from engine.loopback.errors import _json, anthropic_error, openai_error
 
 if TYPE_CHECKING:
-    from providers.loopback_server import LoopbackServer
+    from engine.loopback.server import LoopbackServer
 
 OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings")
 MAX_OPENAI_LINES = 50_000

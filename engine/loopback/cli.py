@@ -1,5 +1,5 @@
 """The loopback server standalone, for benchmarks in another process:
-`python -m providers.loopback_server [options]` (also `tulving serve-loopback`).
+`python -m engine.loopback [options]` (also `tulving serve-loopback`).
 
 Contract: `main(argv)` parses the options into a `LoopbackServer`, serves
 until SIGINT/SIGTERM, prints the two base URLs first (`openai_base_url=...`,
@@ -15,13 +15,13 @@ import ssl
 import sys
 from typing import Sequence
 
-from providers.loopback_batches import BatchKnobs
-from providers.loopback_server import (FAULT_KINDS, Faults, LatencyFn, LoopbackServer, constant, lognormal,
+from engine.loopback.batches import BatchKnobs
+from engine.loopback.server import (FAULT_KINDS, Faults, LatencyFn, LoopbackServer, constant, lognormal,
                                        uniform)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m providers.loopback_server",
+    parser = argparse.ArgumentParser(prog="python -m engine.loopback",
                                      description="Serve the OpenAI and Anthropic HTTP APIs on loopback "
                                                  "(tests and benchmarks).")
     parser.add_argument("--host", default="127.0.0.1")

@@ -83,7 +83,7 @@ Behaviour, all configurable:
   elsewhere.
 
 Standalone, for benchmarks in another process (options: loopback_cli):
-    python -m providers.loopback_server --port 8080 --rpm 3000 --ttft-ms 300 --token-delay-ms 20
+    python -m engine.loopback --port 8080 --rpm 3000 --ttft-ms 300 --token-delay-ms 20
 """
 from __future__ import annotations
 
@@ -109,11 +109,12 @@ from typing import Any, Callable, Mapping, Sequence
 import orjson
 from aiohttp import web
 
-from providers.loopback_batches import BatchKnobs, Batches
-from providers.loopback_cache import NO_CACHE, CacheError, PromptCache
-from providers.loopback_errors import _json, _Reject, anthropic_error, error_response, openai_error
-from providers.loopback_limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
-from providers.loopback_stream import Progress, anthropic_frames, openai_frames, write_stream
+from engine.loopback.batches import BatchKnobs, Batches
+from engine.loopback.prompt_cache import NO_CACHE, CacheError, PromptCache
+from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, openai_error
+from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
+from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
+from engine.tokens import count_tokens
 
 ReplyFn = Callable[[str, dict], "str | tuple[str, str]"]
 LatencyFn = Callable[[], float]
@@ -227,7 +228,6 @@ def _token_counter(tokens: str | Callable[[str], int]) -> Callable[[str], int]:
     if tokens == "cheap":
         return cheap_tokens
     if tokens == "cl100k":
-        from engine.tokens import count_tokens
         return count_tokens
     raise ValueError(f"tokens must be 'cheap', 'cl100k' or a callable, not {tokens!r}")
 
@@ -885,14 +885,3 @@ _FAULT_MESSAGES = {
     "504": "Gateway timeout.",
     "529": "Overloaded",
 }
-
-
-# -- standalone (loopback_cli) ----------------------------------------------------------------
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from providers.loopback_cli import main as cli_main
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
