@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Sequence
 
-from engine.argtypes import non_negative_float
+from engine.commands.argtypes import non_negative_float
 from engine.commands import cache as cache_commands
 from engine.commands import evaluate, generate, tools
 from engine.commands.common import DEFAULT_CACHE

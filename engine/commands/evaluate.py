@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from engine.commands.common import dry_run_report, load_config, open_engine
 from engine.errors import TulvingError
 from engine.evaluation import answers as A
-from engine.argtypes import csv_list, positive_int
+from engine.commands.argtypes import csv_list, positive_int
 from engine.evaluation import pipeline, rag
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results

@@ -29,7 +29,7 @@ from engine.generation.published import load_book
 from engine.generation.secondary import secondary_names
 from engine.generation.stats import write_stats
 from engine.generation.universe import PUBLISHED_UNIVERSES, load_universe
-from engine.argtypes import non_negative_int, positive_int
+from engine.commands.argtypes import non_negative_int, positive_int
 
 
 def register(subparsers: Any) -> None:
