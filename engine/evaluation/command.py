@@ -109,8 +109,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
     p.set_defaults(func=cmd_finetune)
 
-    p = subparsers.add_parser("report", help="re-render scores.json and report.md from a run folder")
-    p.add_argument("run_dir", help="run folder holding results.jsonl")
+    p = subparsers.add_parser(
+        "report", help="re-render a run folder's scores and report, or write the HTML report of runs (--out)",
+        description="With one RUN_DIR and no --out: re-render its scores.json and report.md. With --out DIR: "
+                    "write the report of one or more runs (different models, modes, books, judges, or the "
+                    "shards of one run) to DIR: index.html (self-contained), report.md, tables/ (Markdown "
+                    "and CSV), figures/ (PNG and SVG), scores.json.")
+    p.add_argument("run_dir", nargs="+", help="run folder(s) holding results.jsonl")
+    p.add_argument("--out", metavar="DIR", help="report folder to write (index.html, tables, figures)")
     p.set_defaults(func=cmd_report)
 
 
@@ -338,7 +344,9 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
+    if args.out or len(args.run_dir) > 1:
+        return cmd_report_folder(args)
+    run_dir = Path(args.run_dir[0])
     records = load_results(run_dir)
     run_path = run_dir / "run.json"
     run = json.loads(run_path.read_text()) if run_path.is_file() else None
@@ -346,4 +354,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary))
     print(leaderboard_text(summary))
+    return 0
+
+
+def cmd_report_folder(args: argparse.Namespace) -> int:
+    from engine.evaluation.report_folder import write_report
+
+    if not args.out:
+        raise TulvingError("several run folders: pass --out DIR for their report")
+    files = write_report(args.run_dir, args.out)
+    for note in files.notes:
+        _note(note)
+    print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
+          f"{files.questions} questions, {files.seconds:.1f} s)")
     return 0
