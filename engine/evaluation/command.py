@@ -80,6 +80,9 @@ def register(subparsers: Any) -> None:
                    help="run every model on N questions spread over the set")
     p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
                                                          "the cache holds; call nothing")
+    p.add_argument("--shard", type=_shard_arg, metavar="I/N",
+                   help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
+                        "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
     p.set_defaults(func=cmd_run)
 
     p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
@@ -121,6 +124,23 @@ def register(subparsers: Any) -> None:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+def _shard_arg(text: str) -> tuple[int, int]:
+    from engine.evaluation.shard import parse_shard
+
+    try:
+        return parse_shard(text)
+    except TulvingError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.Job]:
+    if not getattr(args, "shard", None):
+        return jobs
+    from engine.evaluation.shard import shard_jobs
+
+    return shard_jobs(jobs, *args.shard)
+
 
 def _load_book(name: str) -> Any:
     from engine.generation.published import load_book
@@ -215,6 +235,7 @@ async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list
             jobs = _default_plan(args, questions, rag_ok=_minilm_installed())
         else:
             jobs = _plan(args, questions, models, modes)
+        jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
     async with open_engine(args) as engine:
         if default_run:
@@ -224,12 +245,15 @@ async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list
             jobs = _default_plan(args, questions, rag_ok=problem is None)
         else:
             jobs = _plan(args, questions, models, modes)
+        jobs = _shard(args, jobs)
         evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
                                              embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
                                              else None)
         engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
     wall = time.perf_counter() - started
     run = _run_record(book, questions, evaluation, wall, engine_stats)
+    if getattr(args, "shard", None):
+        run["shard"] = "{}/{}".format(*args.shard)
     summary = write_run(out, evaluation.records, run)
     print(leaderboard_text(summary))
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
