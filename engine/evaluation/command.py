@@ -122,6 +122,32 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", metavar="DIR", help="report folder to write (index.html, tables, figures)")
     p.set_defaults(func=cmd_report)
 
+    p = subparsers.add_parser(
+        "compare", help="test whether run A scores higher than run B (paired or unpaired, picked from the runs)",
+        description="Same questions on both sides: Wilcoxon signed-rank (pratt) and a paired bootstrap CI of the "
+                    "mean F1 difference (Gardner-Altman figure with --out). Different books: one-sided "
+                    "Mann-Whitney U (A higher than B). The command says which test it used.")
+    p.add_argument("run_a", help="run folder A (several shards: separate with commas)")
+    p.add_argument("run_b", help="run folder B (several shards: separate with commas)")
+    p.add_argument("--a", metavar="MODEL/MODE", help="configuration of A when its run holds several")
+    p.add_argument("--b", metavar="MODEL/MODE", help="configuration of B when its run holds several")
+    p.add_argument("--get", default="all", choices=["all", "latest", "chronological", "any"],
+                   help="questions compared (default %(default)s: simple recall)")
+    p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="write compare.md, compare.json and the figure here")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser(
+        "agreement", help="agreement of two judges on the same answers (runs differing only by --judge)",
+        description="Pairs the questions of configurations present under two judges: Pearson, Spearman, mean "
+                    "absolute F1 difference, share of identical item sets, the largest disagreements; with "
+                    "--out the tables (Markdown, CSV) and a scatter plot.")
+    p.add_argument("run_dir", nargs="+", help="run folders (the same answers judged by different judges)")
+    p.add_argument("--top", type=positive_int, default=20, help="disagreements listed per judge pair")
+    p.add_argument("--out", metavar="DIR", help="write the tables and the scatter plot here")
+    p.set_defaults(func=cmd_agreement)
+
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -391,4 +417,38 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
         _note(note)
     print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
           f"{files.questions} questions, {files.seconds:.1f} s)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from engine.evaluation.compare import compare
+
+    result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
+                     resamples=args.resamples, seed=args.seed, out=args.out)
+    print(result.text())
+    if args.out:
+        print(f"\nwritten: {Path(args.out) / 'compare.md'}")
+    return 0
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    from engine.evaluation import agreement as AG
+    from engine.evaluation.runset import load_runs
+    from engine.evaluation.tables import to_csv, to_markdown
+
+    results = AG.agreement_results(load_runs(args.run_dir))
+    if not results:
+        raise TulvingError("no configuration of these runs was judged by two judges (run the same models and "
+                           "modes with another --judge, same cache)")
+    tables = [AG.summary_table(results), AG.disagreement_table(results, args.top)]
+    print(to_markdown(tables[0]))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for t in tables:
+            (out / f"{t.key}.md").write_text(to_markdown(t))
+            (out / f"{t.key}.csv").write_text(to_csv(t))
+        figures = AG.agreement_figures(results, out)
+        print(f"written: {', '.join(t.key for t in tables)} (.md, .csv), "
+              f"{', '.join(f.name + '.png' for f in figures)} in {out}")
     return 0

@@ -159,7 +159,8 @@ def bootstrap_differences(folder: Path, a: Sequence[float], b: Sequence[float], 
     return _save(fig, folder, "bootstrap_differences", "Paired bootstrap of the mean F1 difference", caption)
 
 
-def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labels: tuple[str, str]) -> Figure:
+def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labels: tuple[str, str],
+                      name: str = "judge_agreement", subtitle: str = "") -> Figure:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     rng = np.random.default_rng(0)  # jitter so that identical pairs stay visible
@@ -168,8 +169,9 @@ def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labe
     ax.plot([0, 1], [0, 1], color="tab:red", linestyle=":")
     ax.set_xlabel(f"F1, judge {labels[0]}")
     ax.set_ylabel(f"F1, judge {labels[1]}")
-    ax.set_title("Judge agreement per question")
-    return _save(fig, folder, "judge_agreement", "Judge agreement per question")
+    title = "Judge agreement per question" + (f": {subtitle}" if subtitle else "")
+    ax.set_title(title, fontsize=8)
+    return _save(fig, folder, name, title)
 
 
 def item_positions(folder: Path, book: Any) -> Figure:

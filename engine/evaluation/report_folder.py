@@ -6,6 +6,8 @@ side by side), and writes into `out`:
 - report.md     every table in Markdown, the rankings, links to the figures;
 - tables/       each table as <key>.md and <key>.csv (tables.py);
 - figures/      each figure as <name>.png and <name>.svg (figures.py);
+- a judge agreement section when the runs hold a configuration under two
+  judges (agreement.py);
 - scores.json   report.summarize over the merged records: for one book and
                 judge the same content as an unsplit run's scores.json, else
                 {"groups": [one summary per (book, judge)]}.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.evaluation.agreement import agreement_figures, agreement_results, disagreement_table, summary_table
 from engine.evaluation.html_report import DrillRow, Section, render_html
 from engine.evaluation.runset import RunSet, load_runs
 from engine.evaluation.scores import BINS
@@ -173,10 +176,14 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
     tables = build_tables(runset)
     summaries = runset.summaries()
     ranking_table = _ranking_table(summaries)
+    judged = agreement_results(runset)
+    agreement_tables = [summary_table(judged), disagreement_table(judged)] if judged else []
     (out / "tables").mkdir(parents=True, exist_ok=True)
     figures = _figures(runset, summaries, out / "figures", notes)
+    if judged and figures:
+        figures["agreement"] = agreement_figures(judged, out / "figures")
     by_key = {t.key: t for t in tables}
-    all_tables = tables + ([ranking_table] if ranking_table else [])
+    all_tables = tables + ([ranking_table] if ranking_table else []) + agreement_tables
     for t in all_tables:
         (out / "tables" / f"{t.key}.md").write_text(to_markdown(t))
         (out / "tables" / f"{t.key}.csv").write_text(to_csv(t))
@@ -199,6 +206,9 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
                 tables=[ranking_table] if ranking_table else [], figures=figures.get("ranking", [])),
         *extra_sections,
     ]
+    if agreement_tables:
+        sections.append(Section("agreement", "Judge agreement", text="The same answers judged by two judges.",
+                                tables=agreement_tables, figures=figures.get("agreement", [])))
     if figures.get("book"):
         sections.append(Section("book", "The book", text="Where the items of each chapter appear, and the "
                                 "track of the entity that appears in most chapters.", figures=figures["book"]))

@@ -271,7 +271,7 @@ def leaderboard_table(runset: RunSet) -> Table:
         sr, _ = simple_recall(recs)
         any_chrono = any(r.get in ("latest", "chronological") for r in recs)
         ca = chronological_awareness(recs)[0] if any_chrono else None
-        entries.append((runset.samples.get(k) is not None, "this report", _label_cells(runset, k),
+        entries.append((k.book, runset.samples.get(k) is not None, "this report", _label_cells(runset, k),
                         None if math.isnan(sr) else sr, ca, f"{sum(r.f1 is not None for r in recs)}/{len(recs)}",
                         str(_failures(recs)), _notes(runset, k, recs)))
     published_note = ""
@@ -282,15 +282,15 @@ def leaderboard_table(runset: RunSet) -> Table:
             for row in board.get("rows", []):
                 cells = [row["model"], board.get("memory", "in-context")] + \
                     ([LEADERBOARD_BOOK] if books else []) + (["published"] if judges else [])
-                entries.append((False, "published", cells, row.get("simple_recall"),
+                entries.append((LEADERBOARD_BOOK, False, "published", cells, row.get("simple_recall"),
                                 row.get("chronological_awareness"), "", "", ""))
-    # Samples last; then by Simple Recall, Chronological Awareness.
-    entries.sort(key=lambda e: (e[0], -(e[3] if e[3] is not None else -1), -(e[4] or 0)))
-    rows = [[str(i), e[1], *e[2], "-" if e[3] is None else f"{e[3]:.3f}", "-" if e[4] is None else f"{e[4]:.3f}",
-             e[5], e[6], e[7]] for i, e in enumerate(entries, 1)]
+    # By book; samples last; then by Simple Recall, Chronological Awareness.
+    entries.sort(key=lambda e: (e[0], e[1], -(e[4] if e[4] is not None else -1), -(e[5] or 0)))
+    rows = [[str(i), e[2], *e[3], "-" if e[4] is None else f"{e[4]:.3f}", "-" if e[5] is None else f"{e[5]:.3f}",
+             e[6], e[7], e[8]] for i, e in enumerate(entries, 1)]
     return Table(key="leaderboard", title="Leaderboard", head=head, rows=rows, label_columns=2 + len(_label_head(runset)),
                  note="Simple Recall: mean over bins of the mean F1 of 'all' questions. Chronological Awareness: "
-                      "mean of Latest and Order. Sampled jobs are listed last." + published_note)
+                      "mean of Latest and Order. By book; sampled jobs are listed last." + published_note)
 
 
 def published_f1_table(runset: RunSet) -> Table | None:
