@@ -72,6 +72,13 @@ def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_p
     engine = json.loads((rerun / "run.json").read_text())["engine"]
     assert engine["calls"] == 0 and engine["cache_hits"] > 0
     assert _scores(rerun / "scores.json") == _scores(whole / "scores.json")
+    # Which answers came from the cache is recorded per question, and shown in the drill-down.
+    assert json.loads((whole / "run.json").read_text())["jobs"][0]["cached_answers"] == []
+    assert len(json.loads((rerun / "run.json").read_text())["jobs"][0]["cached_answers"]) == 456
+    for name, expected in (("whole", "no"), ("rerun", "yes")):
+        assert tulving(tmp_path, "report", name, "--out", f"drill-{name}").returncode == 0
+        html = (tmp_path / f"drill-{name}" / "index.html").read_text()
+        assert html.count(f"<td>{expected}</td><td>ok</td>") == 456, name
 
 
 def test_a_bad_shard_is_refused(tmp_path):

@@ -293,7 +293,7 @@ def _run_record(book: Any, questions: list[Any], ev: pipeline.Evaluation, wall: 
         st = ev.stats[(job.model, job.mode)]
         jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
                      "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
-                     "wall_seconds": round(st.wall, 3)})
+                     "wall_seconds": round(st.wall, 3), "cached_answers": sorted(st.cached_answers)})
     return {"book": str(book.name), "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
                           "wall_seconds": round(ev.retrieval_seconds, 3)},

@@ -8,7 +8,8 @@ text: `esc` escapes it for HTML (`<script>`, `</table>`, quotes, `&`), and
 control characters (NUL, the ESC of ANSI sequences, ...) are shown as their
 `\\xNN` text, so a model's answer can neither inject markup nor break a row.
 
-The drill-down is one row per (configuration, question), rendered here; its
+The drill-down is one row per (configuration, question), rendered here
+(with whether the answer came from the cache, from run.json); its
 filters (model, mode, book, judge, question kind, bin, cue, retrieval type,
 "only failures") hide rows in the browser. The filter state lives in the URL
 fragment (`#model=gpt-4o&bin=2&failures=1`): a link or a headless browser's
@@ -55,7 +56,7 @@ class DrillRow:
 
 DRILL_HEAD = ["model", "mode", "book", "judge", "q", "kind", "bin", "cue", "retrieval type", "question",
               "ground truth", "answer", "judge's items (scores)", "F1", "tau", "tokens in/out", "latency (s)",
-              "cost (USD)", "status"]
+              "cost (USD)", "answer from cache", "status"]
 
 
 def table_html(table: Table) -> str:

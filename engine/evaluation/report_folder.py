@@ -62,8 +62,10 @@ def _items(r: Any) -> str:
 def drill_rows(runset: RunSet) -> list[DrillRow]:
     rows = []
     for key, records in runset.groups.items():
+        cached = runset.cached_answers.get(key)
         for r in records:
             status = _status(r)
+            from_cache = "?" if cached is None else ("yes" if r.q_idx in cached else "no")
             rows.append(DrillRow(
                 data={"model": key.model, "mode": key.mode, "book": key.book, "judge": key.judge, "get": r.get,
                       "bin": r.bin, "cue": str(r.cue or ""), "trace": r.retrieval_type},
@@ -73,7 +75,7 @@ def drill_rows(runset: RunSet) -> list[DrillRow]:
                        r.answer if not r.answer_error else f"[{r.answer_error}]", _items(r),
                        "-" if r.f1 is None else f"{r.f1:.3f}", "-" if r.tau is None else f"{r.tau:.2f}",
                        f"{r.input_tokens}/{r.output_tokens}", f"{r.latency:.2f}", f"{r.cost + r.judge_cost:.5f}",
-                       status]))
+                       from_cache, status]))
     return rows
 
 

@@ -44,6 +44,8 @@ class RunSet:
     runs: dict[tuple[str, str], dict[str, Any]]       # (book, judge) -> merged run.json
     samples: dict[RunKey, int | None] = field(default_factory=dict)
     duplicates: int = 0
+    # q_idx whose answer this execution took from the cache (None: not recorded)
+    cached_answers: dict[RunKey, set[int] | None] = field(default_factory=dict)
 
     @property
     def keys(self) -> list[RunKey]:
@@ -104,6 +106,8 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 acc["spent_usd"] = round(acc.get("spent_usd", 0.0) + job["spent_usd"], 6)
             if "wall_seconds" in job:
                 acc["wall_seconds"] = max(acc.get("wall_seconds", 0.0), job["wall_seconds"])
+            if "cached_answers" in job:
+                acc["cached_answers"] = sorted(set(acc.get("cached_answers", [])) | set(job["cached_answers"]))
     merged["jobs"] = list(jobs.values())
     merged["wall_seconds"] = max((r.get("wall_seconds", 0.0) for r in runs), default=0.0)
     shards = [r["shard"] for r in runs if r.get("shard")]
@@ -143,9 +147,11 @@ def load_runs(paths: Iterable[str | Path]) -> RunSet:
         merged["judge"] = judge
         runs[(book, judge)] = merged
     ordered = {k: [v[q] for q in sorted(v)] for k, v in sorted(groups.items())}
-    samples = {}
+    samples, cached = {}, {}
     for key in ordered:
         job = next((j for j in runs[(key.book, key.judge)].get("jobs", [])
                     if (j["model"], j["mode"]) == (key.model, key.mode)), {})
         samples[key] = job.get("sample")
-    return RunSet(folders=folders, groups=ordered, runs=runs, samples=samples, duplicates=duplicates)
+        cached[key] = set(job["cached_answers"]) if "cached_answers" in job else None
+    return RunSet(folders=folders, groups=ordered, runs=runs, samples=samples, duplicates=duplicates,
+                  cached_answers=cached)
