@@ -13,7 +13,7 @@ from pathlib import Path
 from engine.evaluation.results import load_results, write_results
 from tests.test_run_cli import env
 
-EVIL_MODEL = "evil|<b>model</b>"
+EVIL_MODEL = "evil|<b>$\\frac$model</b>"  # markup, a pipe, and TeX that matplotlib must not parse
 EVIL_ANSWER = "<script>window.PWNED=1</script></table></td>| a pipe \x1b[31mred\x1b[0m nul\x00end"
 SAMPLED_MODEL = "builtin:reader-sampled"
 SAMPLE = 40

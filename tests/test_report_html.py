@@ -78,7 +78,7 @@ def test_markdown_tables_escape_pipes(report):
     row = next(line for line in md.splitlines() if "evil" in line)
 
     header = next(line for line in md.splitlines() if line.startswith("| Model"))
-    assert "evil\\|<b>model</b>" in row
+    assert "evil\\|<b>$\\\\frac$model</b>" in row
     unescaped = lambda line: len(re.findall(r"(?<!\\)\|", line))
     assert unescaped(row) == unescaped(header)
 
@@ -91,7 +91,7 @@ def test_html_shows_model_output_as_text(report):
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "\x00" not in html and "\x1b" not in html
     assert "\\x1b[31mred\\x1b[0m nul\\x00end" in html
-    assert "&lt;b&gt;model&lt;/b&gt;" in html and "<b>model</b>" not in html
+    assert "evil|&lt;b&gt;$\\frac$model&lt;/b&gt;" in html and "<b>" not in html
     # Every table opened is closed: no answer closed one early.
     assert html.count("<table") == html.count("</table>") == len(TABLES) + 1  # + the drill-down
 
@@ -102,7 +102,7 @@ def test_drill_down_has_one_row_per_configuration_and_question(report):
     assert drill.count("<tr ") + drill.count("<tr>") - 1 == 2 * 456 + SAMPLE  # minus the header row
     assert drill.count('data-status="judge failure"') == EVIL_JUDGE_FAILURES
     assert drill.count('data-status="answer error"') == 1
-    assert 'data-model="evil|&lt;b&gt;model&lt;/b&gt;"' in drill
+    assert 'data-model="evil|&lt;b&gt;$\\frac$model&lt;/b&gt;"' in drill
 
 
 @pytest.mark.parametrize("text, html_text, md_text", [

@@ -40,8 +40,16 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.hashsalt": "tulving", "font.size": 9})  # reproducible SVG ids
+    # Reproducible SVG ids; no mathtext: a "$" in a model name or answer is a dollar sign, not TeX.
+    plt.rcParams.update({"svg.hashsalt": "tulving", "font.size": 9, "text.parse_math": False})
     return plt
+
+
+def _t(text: Any) -> str:
+    """Text from a run (model names, judges, places) as drawn: control characters as \\xNN."""
+    from engine.evaluation.tables import visible_controls
+
+    return visible_controls(str(text))
 
 
 def _save(fig: Any, folder: Path, name: str, title: str, caption: str = "") -> Figure:
@@ -66,7 +74,7 @@ def f1_by_bin(folder: Path, series: Mapping[str, Mapping[str, tuple[float, float
     for i, (label, per_bin) in enumerate(series.items()):
         shift = (i - (n - 1) / 2) * 0.06
         ys = [per_bin.get(b, (np.nan, np.nan)) for b in bins]
-        ax.errorbar(x + shift, [m for m, _ in ys], yerr=[s for _, s in ys], marker="o", capsize=3, label=label)
+        ax.errorbar(x + shift, [m for m, _ in ys], yerr=[s for _, s in ys], marker="o", capsize=3, label=_t(label))
     ax.set_xticks(x, bins)
     ax.set_xlabel("matching events (bin)")
     ax.set_ylabel("F1 (mean ± sd)")
@@ -89,8 +97,8 @@ def cue_heatmaps(folder: Path, cells: Mapping[str, Mapping[tuple[str, str], floa
         grid = np.array([[cells[b].get((c, l), np.nan) for l in labels] for c in cues], dtype=float)
         image = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_title(f"bin {b}")
-        ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
-        ax.set_yticks(range(len(cues)), cues, fontsize=7)
+        ax.set_xticks(range(len(labels)), [_t(l) for l in labels], rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(cues)), [_t(c) for c in cues], fontsize=7)
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
@@ -122,16 +130,16 @@ def cd_diagram(folder: Path, average_ranks: Mapping[str, float], cliques: Sequen
     for i, run in enumerate(left):
         x, y = average_ranks[run], -(i + 1) * 0.6
         ax.plot([x, x, lo - 0.5], [0, y, y], color="black", linewidth=0.8)
-        ax.text(lo - 0.55, y, f"{run} ({x:.2f})", ha="right", va="center", fontsize=8)
+        ax.text(lo - 0.55, y, f"{_t(run)} ({x:.2f})", ha="right", va="center", fontsize=8)
     for i, run in enumerate(reversed(right)):
         x, y = average_ranks[run], -(i + 1) * 0.6
         ax.plot([x, x, hi + 0.5], [0, y, y], color="black", linewidth=0.8)
-        ax.text(hi + 0.55, y, f"({x:.2f}) {run}", ha="left", va="center", fontsize=8)
+        ax.text(hi + 0.55, y, f"({x:.2f}) {_t(run)}", ha="left", va="center", fontsize=8)
     for j, group in enumerate(cliques):
         ranks = [average_ranks[g] for g in group]
         y = -0.15 - 0.18 * j
         ax.hlines(y, min(ranks) - 0.03, max(ranks) + 0.03, color="tab:red", linewidth=4)
-    title = f"Critical difference{subtitle}: average rank over {n_questions} questions"
+    title = f"Critical difference{_t(subtitle)}: average rank over {n_questions} questions"
     ax.set_title(title + "\n(bars: no significant difference, Wilcoxon-Holm, alpha 0.05)", fontsize=9)
     return _save(fig, folder, name, title)
 
@@ -146,7 +154,7 @@ def bootstrap_differences(folder: Path, a: Sequence[float], b: Sequence[float], 
     for i, values in enumerate((a, b)):
         ax1.scatter(i + rng.uniform(-0.15, 0.15, len(values)), values, s=6, alpha=0.4)
         ax1.hlines(float(np.mean(values)), i - 0.25, i + 0.25, color="black")
-    ax1.set_xticks([0, 1], [labels[0], labels[1]], fontsize=7)
+    ax1.set_xticks([0, 1], [_t(labels[0]), _t(labels[1])], fontsize=7)
     ax1.set_ylabel("F1 per question")
     ax2.hist(diffs, bins=40, orientation="horizontal", color="tab:gray", alpha=0.7)
     mean = float(np.mean(b) - np.mean(a))
@@ -167,9 +175,9 @@ def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labe
     ax.scatter(np.asarray(x) + rng.uniform(-0.01, 0.01, len(x)), np.asarray(y) + rng.uniform(-0.01, 0.01, len(y)),
                s=8, alpha=0.4)
     ax.plot([0, 1], [0, 1], color="tab:red", linestyle=":")
-    ax.set_xlabel(f"F1, judge {labels[0]}")
-    ax.set_ylabel(f"F1, judge {labels[1]}")
-    title = "Judge agreement per question" + (f": {subtitle}" if subtitle else "")
+    ax.set_xlabel(f"F1, judge {_t(labels[0])}")
+    ax.set_ylabel(f"F1, judge {_t(labels[1])}")
+    title = "Judge agreement per question" + (f": {_t(subtitle)}" if subtitle else "")
     ax.set_title(title, fontsize=8)
     return _save(fig, folder, name, title)
 
@@ -213,11 +221,11 @@ def entity_track(folder: Path, book: Any, entity: str | None = None) -> Figure:
     ys = [date(c) for c in chapters]
     ax.plot(xs, ys, marker="o", linestyle="-", color="tab:blue")
     for c, x, y in zip(chapters, xs, ys):
-        ax.annotate(c.get("location", ""), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=6)
+        ax.annotate(_t(c.get("location", "")), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=6)
     ax.set_xlim(0, len(book.chapters) + 1)
     ax.set_xlabel("chapter")
     ax.set_ylabel("story date")
-    title = f"{entity}: {len(chapters)} chapters of {book.name} (dates and places)"
+    title = f"{_t(entity)}: {len(chapters)} chapters of {_t(book.name)} (dates and places)"
     ax.set_title(title)
     fig.autofmt_xdate()
     return _save(fig, folder, "entity_track", title)
