@@ -121,3 +121,19 @@ def test_escaping_of_each_kind(text, html_text, md_text):
 def test_several_folders_need_out(tmp_path):
     result = tulving(tmp_path, "report", "a", "b")
     assert result.returncode != 0 and "--out" in result.stderr
+
+
+def test_tables_agree_with_scores_json(report):
+    runs = {r["model"]: r for r in json.loads((report / "scores.json").read_text())["runs"]}
+    for row in _csv(report, "f1_by_bin_all"):
+        for b, cell in runs[row["Model"]]["bins"].items():
+            column = next(k[:-5] for k in row if k.startswith(f"{b} (") and k.endswith(" mean"))
+            assert float(row[column + " mean"]) == pytest.approx(cell["mean"], abs=0.0051)
+            assert int(row[column + " n"]) == cell["count"]
+    for row in _csv(report, "chronological"):
+        order = runs[row["Model"]]["order"]
+        assert (int(row["considered"]), int(row["exact matches"])) == (order["considered"], order["exact_matches"])
+    for row in _csv(report, "leaderboard"):
+        run = runs[row["Model"]]
+        assert row["Simple Recall"] == f"{run['simple_recall']:.3f}"
+        assert row["Chronological Awareness"] == f"{run['chronological_awareness']:.3f}"
