@@ -294,7 +294,9 @@ def _run_record(book: Any, questions: list[Any], ev: pipeline.Evaluation, wall: 
         jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
                      "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
                      "wall_seconds": round(st.wall, 3), "cached_answers": sorted(st.cached_answers)})
-    return {"book": str(book.name), "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
+    return {"book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if getattr(book, "path", None)
+                                       else {}),
+            "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
                           "wall_seconds": round(ev.retrieval_seconds, 3)},
             "wall_seconds": round(wall, 3), "engine": engine_stats}

@@ -65,11 +65,21 @@ def _save(fig: Any, folder: Path, name: str, title: str, caption: str = "") -> F
 
 
 def f1_by_bin(folder: Path, series: Mapping[str, Mapping[str, tuple[float, float]]], bins: Sequence[str],
-              name: str = "f1_by_bin", title: str = "F1 by number of matching events") -> Figure:
-    """`series`: label -> bin -> (mean, sd). One line with sd error bars per label."""
+              name: str = "f1_by_bin", title: str = "F1 by number of matching events",
+              published: Mapping[str, Mapping[str, float]] | None = None) -> Figure:
+    """`series`: label -> bin -> (mean, sd). One line with sd error bars per
+    label; `published` (label -> bin -> mean, the paper's rows for this book)
+    as thin grey dashed lines behind them, each named at its right end."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     x = np.arange(len(bins))
+    for i, (label, per_bin) in enumerate((published or {}).items()):
+        ys = [per_bin.get(b, np.nan) for b in bins]
+        ax.plot(x, ys, color="0.6", linestyle="--", linewidth=0.8, zorder=1,
+                label="published (paper)" if i == 0 else None)
+        last = max((j for j, y in enumerate(ys) if not np.isnan(y)), default=None)
+        if last is not None:
+            ax.text(x[last] + 0.05, ys[last], _t(label), fontsize=5, color="0.45", va="center")
     n = max(1, len(series))
     for i, (label, per_bin) in enumerate(series.items()):
         shift = (i - (n - 1) / 2) * 0.06

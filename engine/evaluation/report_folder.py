@@ -103,7 +103,8 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
             series[labels[k]] = per_bin
     if series:
         out["recall"].append(F.f1_by_bin(folder, series, present, title="F1 by number of matching events "
-                                                                       "('all' questions)"))
+                                                                       "('all' questions)",
+                                         published=_published_series(runset)))
     cues = sorted({r.cue for r in runset.records if r.cue and r.get == "all"},
                   key=lambda c: (sum(p != "*" for p in c.strip("()").split(",")), c))
     cells: dict[str, dict[tuple[str, str], float]] = {}
@@ -125,10 +126,13 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
                 name=f"cd_diagram_{i + 1}" if several else "cd_diagram",
                 subtitle=f" ({summary.get('book')}, judge {summary.get('judge')})" if several else ""))
     for book_name in sorted({k.book for k in runset.groups}):
+        # A book folder recorded by the run (book_path), else a published book by name.
+        where = next((r.get("book_path") for (b, _), r in runset.runs.items() if b == book_name and r.get("book_path")),
+                     None)
         try:
             from engine.generation.published import load_book
 
-            book = load_book(book_name, verify=False)
+            book = load_book(where or book_name, verify=False)
         except Exception as exc:  # a book that is not published or not found: no book figures
             notes.append(f"book figures left out for {book_name}: {exc}")
             continue
@@ -143,6 +147,19 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
             track = F.Figure(track.name + suffix, track.title, track.png)
         out["book"] += [pos, track]
     return out
+
+
+def _published_series(runset: RunSet) -> dict[str, dict[str, float]] | None:
+    """The paper's F1-by-bin rows ("model / memory" -> bin -> mean) when the
+    runs are all on one published book."""
+    from engine.evaluation.tables import PUBLISHED_BOOKS, _load_published
+
+    books = {k.book for k in runset.groups}
+    if len(books) != 1 or next(iter(books)) not in PUBLISHED_BOOKS:
+        return None
+    data = _load_published("paper_f1_by_bin.json") or {}
+    rows = data.get(PUBLISHED_BOOKS[next(iter(books))], [])
+    return {f"{r['model']} / {r['memory']}": {b: c["mean"] for b, c in r["bins"].items()} for r in rows} or None
 
 
 def _ranking_table(summaries: Sequence[dict[str, Any]]) -> Table | None:
