@@ -15,7 +15,7 @@ from tests.report_runs import (EVIL_ANSWER, EVIL_JUDGE_FAILURES, EVIL_MODEL, SAM
 
 TABLES = ["leaderboard", "f1_by_bin_all", "f1_by_bin_latest", "f1_by_bin_chronological", "published_f1_by_bin",
           "f1_by_cue_bin", "f1_by_trace_bin", "f1_by_cue_items_bin", "f1_by_cue_trace", "latest", "chronological",
-          "pairwise_wilcoxon"]
+          "execution", "pairwise_wilcoxon"]
 FIGURES = ["f1_by_bin", "f1_heatmap_cue", "cd_diagram", "item_positions", "entity_track"]
 
 

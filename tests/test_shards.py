@@ -3,6 +3,7 @@ shard folders equals the unsplit run's; the shards' caches, merged with
 `tulving cache export` / `cache import`, replay the unsplit run with 0 calls."""
 from __future__ import annotations
 
+import csv
 import filecmp
 import json
 
@@ -60,9 +61,12 @@ def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_p
     assert _scores(one / "scores.json") == _scores(three / "scores.json")
     assert json.loads((one / "scores.json").read_text())["runs"][0]["calls"] == \
         json.loads((three / "scores.json").read_text())["runs"][0]["calls"]
-    tables = sorted(p.name for p in (one / "tables").iterdir())
+    tables = sorted(p.name for p in (one / "tables").iterdir() if p.stem != "execution")
     match, mismatch, errors = filecmp.cmpfiles(one / "tables", three / "tables", tables, shallow=False)
     assert not mismatch and not errors and len(match) > 10
+    with open(three / "tables" / "execution.csv", newline="") as f:
+        [execution] = list(csv.DictReader(f))
+    assert execution["shards"] == "1/3, 2/3, 3/3" and execution["questions"] == "456"
 
     for i in (1, 2, 3):
         assert tulving(tmp_path, "--cache", f"shard{i}.sqlite", "cache", "export", f"shard{i}.jsonl").returncode == 0

@@ -10,7 +10,8 @@
   Kendall's tau over the chronological questions with >= 2 ground-truth items;
 - leaderboard: Simple Recall and Chronological Awareness, with the published
   rows beside the user's when the book is a published one;
-- published_f1_by_bin: the paper's F1-by-bin rows for a published book.
+- published_f1_by_bin: the paper's F1-by-bin rows for a published book;
+- execution: calls, cache hits, spending and wall time of each configuration.
 
 Every table that holds scores has "judge failures" (questions left out of the
 scores) and "notes" (sampled jobs) columns, so neither is ever hidden.
@@ -310,6 +311,29 @@ def published_f1_table(runset: RunSet) -> Table | None:
                  note=f"{data.get('source')}; the paper's figures, beside which to read the tables above.")
 
 
+def execution_table(runset: RunSet) -> Table:
+    """What each configuration's execution took (run.json): not scores, so
+    it differs between two executions of the same run (shards, reruns)."""
+    head = _label_head(runset) + ["questions", "calls", "cache hits", "answers from cache", "spent (USD)",
+                                  "cost at prices (USD)", "wall (s)", "shards"]
+    rows = []
+    for k, recs in runset.groups.items():
+        run = runset.runs[(k.book, k.judge)]
+        job = next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (k.model, k.mode)), {})
+        cached = runset.cached_answers.get(k)
+        rows.append(_label_cells(runset, k) + [
+            str(len(recs)), str(job.get("calls", "-")), str(job.get("cache_hits", "-")),
+            "-" if cached is None else str(len(cached)),
+            "-" if "spent_usd" not in job else f"{job['spent_usd']:.4f}",
+            f"{sum(r.cost + r.judge_cost for r in recs):.4f}",
+            "-" if "wall_seconds" not in job else f"{job['wall_seconds']:.1f}",
+            ", ".join(run.get("shards", [])) or "-"])
+    return Table(key="execution", title="Execution: calls, cache, cost, time", head=head, rows=rows,
+                 note="From run.json (merged over shards: calls, cache hits and spending added, the longest wall "
+                      "time). Cost at prices: the answers' and judgments' cost at the aliases' prices, cached "
+                      "or not. These figures belong to one execution, not to the scores.")
+
+
 def build_tables(runset: RunSet) -> list[Table]:
     tables = [leaderboard_table(runset)] + f1_by_bin_tables(runset)
     published = published_f1_table(runset)
@@ -317,6 +341,7 @@ def build_tables(runset: RunSet) -> list[Table]:
         tables.append(published)
     tables += breakdown_tables(runset)
     tables += [t for t in (latest_table(runset), chronological_table(runset)) if t.rows]
+    tables.append(execution_table(runset))
     return tables
 
 
