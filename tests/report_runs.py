@@ -5,7 +5,6 @@ answer error) and a run on a sample."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,9 +61,4 @@ def hostile_run(source: Path, out: Path) -> Path:
     err = records[1 + EVIL_JUDGE_FAILURES]
     err.answer, err.answer_error, err.f1, err.judge_failed = "", "http 500: <html>boom</html>", None, True
     write_results(out / "results.jsonl", records)
-    return out
-
-
-def copy_run(source: Path, out: Path) -> Path:
-    shutil.copytree(source, out)
     return out

@@ -10,11 +10,11 @@ import base64
 import csv
 import itertools
 import json
-import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import aiohttp
@@ -57,6 +57,8 @@ class Browser:
             match = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
             if match:
                 self.port = int(match.group(1))
+                # Keep reading its stderr, so that a chatty browser never blocks on a full pipe.
+                threading.Thread(target=self.proc.stderr.read, daemon=True).start()
                 return
         raise RuntimeError(f"chromium exited without a DevTools endpoint (code {self.proc.wait()})")
 

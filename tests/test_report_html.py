@@ -10,7 +10,7 @@ import pytest
 
 from engine.evaluation.html_report import esc
 from engine.evaluation.tables import md_cell
-from tests.report_runs import (EVIL_ANSWER, EVIL_JUDGE_FAILURES, EVIL_MODEL, SAMPLE, SAMPLED_MODEL,
+from tests.report_runs import (EVIL_JUDGE_FAILURES, EVIL_MODEL, SAMPLE, SAMPLED_MODEL,
                                hostile_run, offline_run, renamed_run, tulving)
 
 TABLES = ["leaderboard", "f1_by_bin_all", "f1_by_bin_latest", "f1_by_bin_chronological", "published_f1_by_bin",
