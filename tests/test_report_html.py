@@ -15,8 +15,8 @@ from tests.report_runs import (EVIL_JUDGE_FAILURES, EVIL_MODEL, SAMPLE, SAMPLED_
 
 TABLES = ["leaderboard", "f1_by_bin_all", "f1_by_bin_latest", "f1_by_bin_chronological", "published_f1_by_bin",
           "f1_by_cue_bin", "f1_by_trace_bin", "f1_by_cue_items_bin", "f1_by_cue_trace", "latest", "chronological",
-          "execution", "pairwise_wilcoxon"]
-FIGURES = ["f1_by_bin", "f1_heatmap_cue", "cd_diagram", "item_positions", "entity_track"]
+          "execution", "pairwise_wilcoxon", "bootstrap_vs_best"]
+FIGURES = ["f1_by_bin", "f1_heatmap_cue", "cd_diagram", "bootstrap_vs_best", "item_positions", "entity_track"]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,8 @@ def test_tables_have_one_row_per_configuration_and_keep_failures_and_samples_vis
     assert {r["Cue items"] for r in cue_items if r["Model"] == "builtin:reader"} == {"1", "2", "3", "4"}
     scores = json.loads((report / "scores.json").read_text())
     assert {r["model"] for r in scores["runs"]} == {"builtin:reader", EVIL_MODEL, SAMPLED_MODEL}
+    boot = _csv(report, "bootstrap_vs_best")
+    assert len(boot) == 1 and (boot[0]["resamples"], boot[0]["seed"]) == ("10000", "0")
     # Ranked: the two full runs, not the sample.
     assert set(scores["ranking"]["average_ranks"]) == {"builtin:reader / in-context", f"{EVIL_MODEL} / in-context"}
 

@@ -177,6 +177,22 @@ def bootstrap_differences(folder: Path, a: Sequence[float], b: Sequence[float], 
     return _save(fig, folder, "bootstrap_differences", "Paired bootstrap of the mean F1 difference", caption)
 
 
+def bootstrap_forest(folder: Path, rows: Sequence[tuple[str, float, float, float]], reference: str,
+                     caption: str, name: str = "bootstrap_vs_best") -> Figure:
+    """Mean F1 difference (run - reference) with its bootstrap CI, one row per run."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 0.9 + 0.35 * max(1, len(rows))))
+    for i, (label, mean, low, high) in enumerate(rows):
+        ax.errorbar([mean], [i], xerr=[[mean - low], [high - mean]], fmt="o", color="tab:blue", capsize=3)
+    ax.axvline(0, color="tab:red", linestyle=":")
+    ax.set_yticks(range(len(rows)), [_t(r[0]) for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"mean F1 difference vs {_t(reference)}")
+    title = f"Paired bootstrap: each run minus {_t(reference)}"
+    ax.set_title(title, fontsize=9)
+    return _save(fig, folder, name, title, caption)
+
+
 def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labels: tuple[str, str],
                       name: str = "judge_agreement", subtitle: str = "") -> Figure:
     plt = _plt()

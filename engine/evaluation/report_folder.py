@@ -117,6 +117,12 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
                     cells[b][(cue, labels[k])] = stat.mean
     if cues and series:
         out["breakdowns"].append(F.cue_heatmaps(folder, cells, cues, list(labels.values())))
+    for i, (group, best, results) in enumerate(bootstrap_vs_best(runset)):
+        several = len(summaries) > 1
+        out["ranking"].append(F.bootstrap_forest(
+            folder, [(n, r.mean_difference, r.ci_low, r.ci_high) for n, r in results], best,
+            f"{group}; {BOOTSTRAP_RESAMPLES} paired resamples, seed {BOOTSTRAP_SEED}, 95% percentile CI",
+            name=f"bootstrap_vs_best_{i + 1}" if several else "bootstrap_vs_best"))
     for i, summary in enumerate(summaries):
         ranking = summary.get("ranking")
         if ranking:
@@ -162,6 +168,47 @@ def _published_series(runset: RunSet) -> dict[str, dict[str, float]] | None:
     return {f"{r['model']} / {r['memory']}": {b: c["mean"] for b, c in r["bins"].items()} for r in rows} or None
 
 
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+
+
+def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, Any]]:
+    """Per (book, judge) with two full runs or more: the paired bootstrap of
+    each full run's F1 minus the best-ranked run's, on the questions all of
+    them scored (as the ranking). [(group label, best run, [(run, result)])]."""
+    from engine.evaluation.statistics import average_ranks, paired_bootstrap
+
+    out = []
+    for (book, judge) in runset.runs:
+        full = [k for k in runset.groups if (k.book, k.judge) == (book, judge) and runset.samples.get(k) is None]
+        if len(full) < 2:
+            continue
+        f1 = {k: {r.q_idx: r.f1 for r in runset.groups[k] if r.f1 is not None} for k in full}
+        common = sorted(set.intersection(*(set(v) for v in f1.values())))
+        if len(common) < 2:
+            continue
+        names = {f"{k.model} / {k.mode}": k for k in full}
+        ranks = average_ranks({n: [f1[k][q] for q in common] for n, k in names.items()})
+        best = next(iter(ranks))
+        results = [(n, paired_bootstrap([f1[names[best]][q] for q in common], [f1[names[n]][q] for q in common],
+                                        n_resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED))
+                   for n in list(ranks)[1:]]
+        out.append((f"{book}, judge {judge}", best, results))
+    return out
+
+
+def _bootstrap_table(boot: Sequence[tuple[str, str, Any]]) -> Table | None:
+    rows = [[group, best, name, str(r.n), f"{r.mean_difference:+.4f}", f"{r.ci_low:+.4f}", f"{r.ci_high:+.4f}",
+             str(r.n_resamples), str(r.seed)] for group, best, results in boot for name, r in results]
+    if not rows:
+        return None
+    return Table(key="bootstrap_vs_best", title="Paired bootstrap: each run minus the best-ranked run",
+                 head=["Book, judge", "best-ranked run", "run", "questions", "mean F1 difference", "95% CI low",
+                       "95% CI high", "resamples", "seed"], rows=rows, label_columns=3,
+                 note="Percentile bootstrap over the questions every full run scored (pairs kept); a CI that "
+                      "excludes 0: the run scores differently from the best-ranked one.")
+
+
 def _ranking_table(summaries: Sequence[dict[str, Any]]) -> Table | None:
     rows = []
     for s in summaries:
@@ -195,6 +242,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
     tables = build_tables(runset)
     summaries = runset.summaries()
     ranking_table = _ranking_table(summaries)
+    boot_table = _bootstrap_table(bootstrap_vs_best(runset))
     judged = agreement_results(runset)
     agreement_tables = [summary_table(judged), disagreement_table(judged)] if judged else []
     (out / "tables").mkdir(parents=True, exist_ok=True)
@@ -202,7 +250,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
     if judged and figures:
         figures["agreement"] = agreement_figures(judged, out / "figures")
     by_key = {t.key: t for t in tables}
-    all_tables = tables + ([ranking_table] if ranking_table else []) + agreement_tables
+    ranking_tables = [t for t in (ranking_table, boot_table) if t is not None]
+    all_tables = tables + ranking_tables + agreement_tables
     for t in all_tables:
         (out / "tables" / f"{t.key}.md").write_text(to_markdown(t))
         (out / "tables" / f"{t.key}.csv").write_text(to_csv(t))
@@ -222,7 +271,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
                 figures=figures.get("breakdowns", [])),
         Section("chronology", "Latest state and chronological order", tables=pick("latest", "chronological")),
         Section("ranking", "Overall comparison (critical difference)", pre=_ranking_text(summaries),
-                tables=[ranking_table] if ranking_table else [], figures=figures.get("ranking", [])),
+                tables=ranking_tables, figures=figures.get("ranking", [])),
         *extra_sections,
     ]
     if agreement_tables:
