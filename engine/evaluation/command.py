@@ -5,6 +5,10 @@
     tulving questions --book B --out questions.jsonl
     tulving finetune --book B --model gpt-4o-mini-2024-07-18 --endpoint openai [--data-out F]
     tulving report RUN_DIR
+    tulving report RUN_DIR... --out DIR        (report_folder.py: index.html, tables, figures)
+    tulving run ... --shard I/N                (shard.py: one machine's share of the run)
+    tulving compare RUN_A RUN_B [--out DIR]    (compare.py: the test that fits, and which)
+    tulving agreement RUN_A RUN_B [--out DIR]  (agreement.py: two judges on the same answers)
 
 `tulving run` with no model or mode is the built-in offline default: the
 published short book, `builtin:reader` in-context and (when the offline
