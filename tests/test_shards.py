@@ -67,6 +67,11 @@ def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_p
     with open(three / "tables" / "execution.csv", newline="") as f:
         [execution] = list(csv.DictReader(f))
     assert execution["shards"] == "1/3, 2/3, 3/3" and execution["questions"] == "456"
+    # A folder that repeats another's questions is not a shard: the first folder's results are kept, and said.
+    overlap = tulving(tmp_path, "report", "whole", "shard2", "--out", "report-overlap")
+    assert overlap.returncode == 0, overlap.stderr
+    assert "152 (model, mode, question) results found in more than one folder" in overlap.stderr
+    assert _scores(tmp_path / "report-overlap" / "scores.json")["runs"][0]["questions"] == 456
 
     for i in (1, 2, 3):
         assert tulving(tmp_path, "--cache", f"shard{i}.sqlite", "cache", "export", f"shard{i}.jsonl").returncode == 0
