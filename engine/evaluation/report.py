@@ -118,7 +118,7 @@ def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
     scores = {f"{model} / {mode}": [f1[(model, mode)][q] for q in common] for model, mode in full}
     result = rank_runs(scores)
     return {"n_questions": result.n_questions, "average_ranks": result.average_ranks,
-            "cliques": result.cliques,
+            "cliques": result.cliques, "friedman_p": result.friedman_p,
             "pairs": [{"a": t.a, "b": t.b, "p": t.p_value, "p_holm": t.p_holm, "significant": t.significant}
                       for t in result.pairs],
             "text": format_ranking(result)}
