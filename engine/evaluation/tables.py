@@ -286,12 +286,23 @@ def leaderboard_table(runset: RunSet) -> Table:
                 entries.append((LEADERBOARD_BOOK, False, "published", cells, row.get("simple_recall"),
                                 row.get("chronological_awareness"), "", "", ""))
     # By book; samples last; then by Simple Recall, Chronological Awareness.
-    entries.sort(key=lambda e: (e[0], e[1], -(e[4] if e[4] is not None else -1), -(e[5] or 0)))
-    rows = [[str(i), e[2], *e[3], "-" if e[4] is None else f"{e[4]:.3f}", "-" if e[5] is None else f"{e[5]:.3f}",
+    entries.sort(key=lambda e: (e[0], e[1], -(e[4] if e[4] is not None else -1), -_sortable(e[5])))
+    rows = [[str(i), e[2], *e[3], "-" if e[4] is None else f"{e[4]:.3f}", _score_cell(e[5]),
              e[6], e[7], e[8]] for i, e in enumerate(entries, 1)]
     return Table(key="leaderboard", title="Leaderboard", head=head, rows=rows, label_columns=2 + len(_label_head(runset)),
                  note="Simple Recall: mean over bins of the mean F1 of 'all' questions. Chronological Awareness: "
                       "mean of Latest and Order. By book; sampled jobs are listed last." + published_note)
+
+
+def _score_cell(x: float | None) -> str:
+    """None: the questions were not asked; nan: asked, but the score is undefined."""
+    if x is None:
+        return "-"
+    return "undefined" if math.isnan(x) else f"{x:.3f}"
+
+
+def _sortable(x: float | None) -> float:
+    return 0.0 if x is None or math.isnan(x) else x
 
 
 def published_f1_table(runset: RunSet) -> Table | None:
