@@ -71,3 +71,44 @@ def test_report_ranks_full_runs_on_the_questions_all_of_them_scored():
     assert list(ranking["average_ranks"]) == ["good / in-context", "bad / in-context"]
     assert ranking["pairs"][0]["significant"]
     assert "critical-difference" in render_markdown(summary)
+
+
+def test_friedman_matches_scipy_and_needs_three_runs():
+    from engine.evaluation.statistics import friedman_p
+
+    rng = np.random.default_rng(3)
+    scores = {name: rng.uniform(0, 1, 40).tolist() for name in "abc"}
+    expected = stats.friedmanchisquare(*scores.values()).pvalue
+    assert friedman_p(scores) == pytest.approx(expected)
+    assert friedman_p({"a": [0.1, 0.2], "b": [0.3, 0.4]}) is None
+    assert friedman_p({k: [0.5, 1.0, 0.0] for k in "abc"}) == 1.0
+    assert rank_runs(scores).friedman_p == pytest.approx(expected)
+    assert "Friedman test over the 3 runs" in format_ranking(rank_runs(scores))
+
+
+def test_wilcoxon_uses_pratt_for_ties():
+    y = [0.5] * 12  # four questions where both runs score the same: pratt ranks them, wilcox drops them
+    x = [0.5, 0.5, 0.5, 0.5, 0.8, 0.4, 0.7, 0.9, 0.3, 1.0, 0.6, 1.1]
+    assert wilcoxon_p(x, y) == pytest.approx(stats.wilcoxon(x, y, zero_method="pratt").pvalue)
+    assert wilcoxon_p(x, y) != pytest.approx(stats.wilcoxon(x, y, zero_method="wilcox").pvalue)
+
+
+def test_paired_bootstrap_is_scipys_seeded_percentile_interval():
+    from engine.evaluation.statistics import paired_bootstrap
+
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0, 1, 60)
+    b = a + 0.1 + rng.normal(0, 0.05, 60)
+    result = paired_bootstrap(a, b, n_resamples=1000, seed=11)
+    reference = stats.bootstrap((a, b), lambda u, v, axis=-1: np.mean(v - u, axis=axis), paired=True,
+                                vectorized=True, n_resamples=1000, method="percentile",
+                                random_state=np.random.default_rng(11)).confidence_interval
+    assert (result.ci_low, result.ci_high) == pytest.approx((reference.low, reference.high))
+    assert result.mean_difference == pytest.approx(float(np.mean(b - a)))
+    assert result.ci_low < result.mean_difference < result.ci_high
+    assert (result.n_resamples, result.seed, result.n, len(result.distribution)) == (1000, 11, 60, 1000)
+    assert paired_bootstrap(a, b, n_resamples=1000, seed=11) == result
+    same = paired_bootstrap([0.5, 1.0, 0.0], [0.5, 1.0, 0.0], n_resamples=10)
+    assert (same.mean_difference, same.ci_low, same.ci_high) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        paired_bootstrap([1.0], [0.0])

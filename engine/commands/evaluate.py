@@ -5,6 +5,10 @@
     tulving questions --book B --out questions.jsonl
     tulving finetune --book B --model gpt-4o-mini-2024-07-18 --endpoint openai [--data-out F]
     tulving report RUN_DIR
+    tulving report RUN_DIR... --out DIR        (report_folder.py: index.html, tables, figures)
+    tulving run ... --shard I/N                (shard.py: one machine's share of the run)
+    tulving compare RUN_A RUN_B [--out DIR]    (compare.py: the test that fits, and which)
+    tulving agreement RUN_A RUN_B [--out DIR]  (agreement.py: two judges on the same answers)
 
 `tulving run` with no model or mode is the built-in offline default: the
 published short book, `builtin:reader` in-context and (when the offline
@@ -81,6 +85,9 @@ def register(subparsers: Any) -> None:
                    help="run every model on N questions spread over the set")
     p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
                                                          "the cache holds; call nothing")
+    p.add_argument("--shard", type=_shard_arg, metavar="I/N",
+                   help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
+                        "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
     p.set_defaults(func=cmd_run)
 
     p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
@@ -110,12 +117,61 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
     p.set_defaults(func=cmd_finetune)
 
-    p = subparsers.add_parser("report", help="re-render scores.json and report.md from a run folder")
-    p.add_argument("run_dir", help="run folder holding results.jsonl")
+    p = subparsers.add_parser(
+        "report", help="re-render a run folder's scores and report, or write the HTML report of runs (--out)",
+        description="With one RUN_DIR and no --out: re-render its scores.json and report.md. With --out DIR: "
+                    "write the report of one or more runs (different models, modes, books, judges, or the "
+                    "shards of one run) to DIR: index.html (self-contained), report.md, tables/ (Markdown "
+                    "and CSV), figures/ (PNG and SVG), scores.json.")
+    p.add_argument("run_dir", nargs="+", help="run folder(s) holding results.jsonl")
+    p.add_argument("--out", metavar="DIR", help="report folder to write (index.html, tables, figures)")
     p.set_defaults(func=cmd_report)
+
+    p = subparsers.add_parser(
+        "compare", help="test whether run A scores higher than run B (paired or unpaired, picked from the runs)",
+        description="Same questions on both sides: Wilcoxon signed-rank (pratt) and a paired bootstrap CI of the "
+                    "mean F1 difference (Gardner-Altman figure with --out). Different books: one-sided "
+                    "Mann-Whitney U (A higher than B). The command says which test it used.")
+    p.add_argument("run_a", help="run folder A (several shards: separate with commas)")
+    p.add_argument("run_b", help="run folder B (several shards: separate with commas)")
+    p.add_argument("--a", metavar="MODEL/MODE", help="configuration of A when its run holds several")
+    p.add_argument("--b", metavar="MODEL/MODE", help="configuration of B when its run holds several")
+    p.add_argument("--get", default="all", choices=["all", "latest", "chronological", "any"],
+                   help="questions compared (default %(default)s: simple recall)")
+    p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="write compare.md, compare.json and the figure here")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser(
+        "agreement", help="agreement of two judges on the same answers (runs differing only by --judge)",
+        description="Pairs the questions of configurations present under two judges: Pearson, Spearman, mean "
+                    "absolute F1 difference, share of identical item sets, the largest disagreements; with "
+                    "--out the tables (Markdown, CSV) and a scatter plot.")
+    p.add_argument("run_dir", nargs="+", help="run folders (the same answers judged by different judges)")
+    p.add_argument("--top", type=positive_int, default=20, help="disagreements listed per judge pair")
+    p.add_argument("--out", metavar="DIR", help="write the tables and the scatter plot here")
+    p.set_defaults(func=cmd_agreement)
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+def _shard_arg(text: str) -> tuple[int, int]:
+    from engine.evaluation.shard import parse_shard
+
+    try:
+        return parse_shard(text)
+    except TulvingError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.Job]:
+    if not getattr(args, "shard", None):
+        return jobs
+    from engine.evaluation.shard import shard_jobs
+
+    return shard_jobs(jobs, *args.shard)
+
 
 def _load_book(name: str) -> Any:
     from engine.generation.published import load_book
@@ -208,6 +264,7 @@ async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list
             jobs = _default_plan(args, questions, rag_ok=_minilm_installed())
         else:
             jobs = _plan(args, questions, models, modes)
+        jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
     async with open_engine(args) as engine:
         if default_run:
@@ -217,12 +274,15 @@ async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list
             jobs = _default_plan(args, questions, rag_ok=problem is None)
         else:
             jobs = _plan(args, questions, models, modes)
+        jobs = _shard(args, jobs)
         evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
                                              embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
                                              else None)
         engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
     wall = time.perf_counter() - started
     run = _run_record(book, questions, evaluation, wall, engine_stats)
+    if getattr(args, "shard", None):
+        run["shard"] = "{}/{}".format(*args.shard)
     summary = write_run(out, evaluation.records, run)
     print(leaderboard_text(summary))
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
@@ -236,8 +296,10 @@ def _run_record(book: Any, questions: list[Any], ev: pipeline.Evaluation, wall: 
         st = ev.stats[(job.model, job.mode)]
         jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
                      "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
-                     "wall_seconds": round(st.wall, 3)})
-    return {"book": str(book.name), "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
+                     "wall_seconds": round(st.wall, 3), "cached_answers": sorted(st.cached_answers)})
+    return {"book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if getattr(book, "path", None)
+                                       else {}),
+            "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
                           "wall_seconds": round(ev.retrieval_seconds, 3)},
             "wall_seconds": round(wall, 3), "engine": engine_stats}
@@ -336,7 +398,9 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
+    if args.out or len(args.run_dir) > 1:
+        return cmd_report_folder(args)
+    run_dir = Path(args.run_dir[0])
     records = load_results(run_dir)
     run_path = run_dir / "run.json"
     run = json.loads(run_path.read_text()) if run_path.is_file() else None
@@ -344,4 +408,51 @@ def cmd_report(args: argparse.Namespace) -> int:
     (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary))
     print(leaderboard_text(summary))
+    return 0
+
+
+def cmd_report_folder(args: argparse.Namespace) -> int:
+    from engine.evaluation.report_folder import write_report
+
+    if not args.out:
+        raise TulvingError("several run folders: pass --out DIR for their report")
+    files = write_report(args.run_dir, args.out)
+    for note in files.notes:
+        _note(note)
+    print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
+          f"{files.questions} questions, {files.seconds:.1f} s)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from engine.evaluation.compare import compare
+
+    result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
+                     resamples=args.resamples, seed=args.seed, out=args.out)
+    print(result.text())
+    if args.out:
+        print(f"\nwritten: {Path(args.out) / 'compare.md'}")
+    return 0
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    from engine.evaluation import agreement as AG
+    from engine.evaluation.runset import load_runs
+    from engine.evaluation.tables import to_csv, to_markdown
+
+    results = AG.agreement_results(load_runs(args.run_dir))
+    if not results:
+        raise TulvingError("no configuration of these runs was judged by two judges (run the same models and "
+                           "modes with another --judge, same cache)")
+    tables = [AG.summary_table(results), AG.disagreement_table(results, args.top)]
+    print(to_markdown(tables[0]))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for t in tables:
+            (out / f"{t.key}.md").write_text(to_markdown(t))
+            (out / f"{t.key}.csv").write_text(to_csv(t))
+        figures = AG.agreement_figures(results, out)
+        print(f"written: {', '.join(t.key for t in tables)} (.md, .csv), "
+              f"{', '.join(f.name + '.png' for f in figures)} in {out}")
     return 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from engine.config import Config
@@ -75,6 +75,7 @@ class JobStats:
     cache_hits: int = 0
     spent: float = 0.0      # USD spent by this run (0 for cached calls)
     wall: float = 0.0       # seconds
+    cached_answers: list = field(default_factory=list)  # q_idx whose answer came from the cache
 
 
 @dataclass(slots=True)
@@ -244,6 +245,8 @@ class JobRunner:
         self.stats.calls += 1
         self.stats.cache_hits += bool(outcome.cached)
         self.stats.spent += outcome.cost or 0.0
+        if outcome.cached and outcome.tag and outcome.tag[0] == "answer":
+            self.stats.cached_answers.append(outcome.tag[1])
 
     def _finish(self, item: _Pending) -> None:
         if self.pending.pop(item.question.q_idx, None) is not None:

@@ -56,6 +56,8 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
         "simple_recall": _nan_to_none(sr),
         # undefined parts (nan) are null, never 0
         "chronological_awareness": _nan_to_none(ca) if (any_latest or any_chrono) else None,
+        # asked but null: undefined (no considered chronological question), shown as such
+        "chronological_asked": any_latest or any_chrono,
         "bins": _bin_table(records, "all"),
         "latest": {"score": _nan_to_none(round(parts.latest, 4)), "bins": parts.latest_bins,
                    "counts": parts.latest_counts},
@@ -118,7 +120,7 @@ def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
     scores = {f"{model} / {mode}": [f1[(model, mode)][q] for q in common] for model, mode in full}
     result = rank_runs(scores)
     return {"n_questions": result.n_questions, "average_ranks": result.average_ranks,
-            "cliques": result.cliques,
+            "cliques": result.cliques, "friedman_p": result.friedman_p,
             "pairs": [{"a": t.a, "b": t.b, "p": t.p_value, "p_holm": t.p_holm, "significant": t.significant}
                       for t in result.pairs],
             "text": format_ranking(result)}
@@ -128,6 +130,15 @@ def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
 
 def _fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _fmt_score(x: float | None, asked: bool) -> str:
+    """A score: "undefined" when its questions were asked but it has no value
+    (e.g. no chronological question with two or more distinct items), "-"
+    when they were not asked."""
+    if x is None:
+        return "undefined" if asked else "-"
+    return f"{x:.3f}"
 
 
 def _notes(row: Mapping[str, Any], total: int) -> str:
@@ -148,7 +159,8 @@ def leaderboard_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for rank, row in enumerate(summary["runs"], 1):
         rows.append([str(rank), row["model"], row["mode"], _fmt(row["simple_recall"]),
-                     _fmt(row["chronological_awareness"]), f"{row['scored']}/{row['questions']}",
+                     _fmt_score(row["chronological_awareness"], row.get("chronological_asked", False)),
+                     f"{row['scored']}/{row['questions']}",
                      str(row["judge_failures"]), _notes(row, total)])
     return rows
 

@@ -2,9 +2,12 @@
 
 - Average ranks and the critical-difference grouping behind the paper's CD
   plots: on every question the (model, mode) runs are ranked by F1 (rank 1 =
-  best, ties share the mean rank), ranks are averaged over questions, and each
-  pair of runs is compared with a Wilcoxon signed-rank test on the paired F1s,
-  p-values adjusted by Holm's method (Benavoli et al., 2016).
+  best, ties share the mean rank), ranks are averaged over questions, the
+  Friedman test says whether the runs differ at all (three runs or more), and
+  each pair of runs is compared with a Wilcoxon signed-rank test on the paired
+  F1s (zero_method 'pratt': questions where both runs score the same still
+  count in the ranking of the differences), p-values adjusted by Holm's method
+  (Benavoli et al., 2016).
 - One-sided Mann-Whitney U tests between two samples of F1 (the paper's book
   ablations: Claude vs GPT book, ordered vs unordered book).
 
@@ -37,6 +40,7 @@ class RankingResult:
     # difference between any two of them (the CD plot's horizontal bars).
     cliques: list[list[str]]
     n_questions: int
+    friedman_p: float | None = None       # Friedman test over all runs (None: fewer than 3 runs)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -66,7 +70,18 @@ def wilcoxon_p(x: Sequence[float], y: Sequence[float]) -> float:
     diff = np.asarray(x, float) - np.asarray(y, float)
     if not np.any(diff != 0):
         return 1.0
-    return float(stats.wilcoxon(x, y, zero_method="wilcox").pvalue)
+    return float(stats.wilcoxon(x, y, zero_method="pratt").pvalue)
+
+
+def friedman_p(scores: Mapping[str, Sequence[float]]) -> float | None:
+    """Friedman test p-value over runs scored on the same questions; None
+    with fewer than 3 runs (the test needs 3) or when no run ever differs."""
+    matrix = _matrix(scores)
+    if matrix.shape[0] < 3 or matrix.shape[1] < 2:
+        return None
+    if np.all(matrix == matrix[0]):
+        return 1.0
+    return float(stats.friedmanchisquare(*matrix).pvalue)
 
 
 def rank_runs(scores: Mapping[str, Sequence[float]], alpha: float = 0.05) -> RankingResult:
@@ -92,7 +107,8 @@ def rank_runs(scores: Mapping[str, Sequence[float]], alpha: float = 0.05) -> Ran
         if len(group) > 1 and not any(set(group) <= set(c) for c in cliques):
             cliques.append(group)
     return RankingResult(average_ranks=ranks, pairs=pairs, cliques=cliques,
-                         n_questions=len(next(iter(scores.values()))) if scores else 0)
+                         n_questions=len(next(iter(scores.values()))) if scores else 0,
+                         friedman_p=friedman_p(scores))
 
 
 def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
@@ -100,6 +116,37 @@ def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
     if len(x) == 0 or len(y) == 0:
         raise ValueError("Mann-Whitney needs two non-empty samples")
     return float(stats.mannwhitneyu(x, y, alternative="greater").pvalue)
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapResult:
+    mean_difference: float          # mean(b - a) over the paired questions
+    ci_low: float
+    ci_high: float
+    confidence: float
+    n_resamples: int
+    seed: int
+    n: int                          # paired questions
+    distribution: list[float]       # the resampled mean differences
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_resamples: int = 10_000, seed: int = 0,
+                     confidence: float = 0.95) -> BootstrapResult:
+    """Percentile bootstrap CI of mean(b - a) over paired questions (scipy's
+    `bootstrap` with paired=True: questions are resampled, pairs kept)."""
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError("the paired bootstrap needs two samples of the same length (>= 2)")
+    diff = y - x
+    if np.all(diff == diff[0]):  # no spread: every resample gives the same mean
+        mean = float(diff[0])
+        return BootstrapResult(mean, mean, mean, confidence, n_resamples, seed, len(x), [mean] * n_resamples)
+    res = stats.bootstrap((x, y), lambda u, v, axis=-1: np.mean(v - u, axis=axis), paired=True,
+                          vectorized=True, n_resamples=n_resamples, confidence_level=confidence,
+                          method="percentile", random_state=np.random.default_rng(seed))
+    return BootstrapResult(float(diff.mean()), float(res.confidence_interval.low),
+                           float(res.confidence_interval.high), confidence, n_resamples, seed, len(x),
+                           res.bootstrap_distribution.tolist())
 
 
 def _matrix(scores: Mapping[str, Sequence[float]]) -> np.ndarray:
@@ -115,6 +162,8 @@ def format_ranking(result: RankingResult) -> str:
     """Plain-text rendering of a CD analysis (for report.md)."""
     lines = [f"Average rank over {result.n_questions} questions (1 = best); "
              "Wilcoxon signed-rank, Holm-adjusted, alpha 0.05", ""]
+    if result.friedman_p is not None:
+        lines[1:1] = [f"Friedman test over the {len(result.average_ranks)} runs: p = {result.friedman_p:.3g}"]
     for name, rank in result.average_ranks.items():
         lines.append(f"  {rank:6.3f}  {name}")
     if result.cliques:

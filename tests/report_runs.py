@@ -1,0 +1,64 @@
+"""Run folders for the report tests: a real offline run made by the CLI, and
+a hostile run derived from it (what a misbehaving model could leave in
+results.jsonl: markup, pipes, ANSI escapes, a NUL byte; judge failures; an
+answer error) and a run on a sample."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.evaluation.results import load_results, write_results
+from tests.test_run_cli import env
+
+EVIL_MODEL = "evil|<b>$\\frac$model</b>"  # markup, a pipe, and TeX that matplotlib must not parse
+EVIL_ANSWER = "<script>window.PWNED=1</script></table></td>| a pipe \x1b[31mred\x1b[0m nul\x00end"
+SAMPLED_MODEL = "builtin:reader-sampled"
+SAMPLE = 40
+EVIL_JUDGE_FAILURES = 3
+
+
+def tulving(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def offline_run(cwd: Path, out: str = "run", *extra: str, cache: str = "c.sqlite") -> Path:
+    """builtin:reader in-context on the short book, judged by builtin:judge."""
+    result = tulving(cwd, "--quiet", "--cache", cache, "run", "--book", "synaptic-echoes-short", "--models",
+                     "builtin:reader", "--modes", "in-context", "--judge", "builtin:judge", "--out", out, *extra)
+    assert result.returncode == 0, result.stderr
+    return cwd / out
+
+
+def renamed_run(source: Path, out: Path, model: str, sample: int | None = None) -> Path:
+    """A copy of `source` as if answered by `model` (on `sample` questions spread over the set)."""
+    out.mkdir(parents=True, exist_ok=True)
+    records = load_results(source)
+    if sample:
+        step = len(records) // sample
+        records = [records[i * step] for i in range(sample)]
+    for r in records:
+        r.model = model
+    write_results(out / "results.jsonl", records)
+    run = json.loads((source / "run.json").read_text())
+    for job in run["jobs"]:
+        job["model"], job["sample"], job["questions"] = model, sample, len(records)
+    (out / "run.json").write_text(json.dumps(run))
+    return out
+
+
+def hostile_run(source: Path, out: Path) -> Path:
+    """A copy of `source` as if answered by EVIL_MODEL: answer 0 is
+    EVIL_ANSWER, EVIL_JUDGE_FAILURES judge failures, 1 answer error."""
+    renamed_run(source, out, EVIL_MODEL)
+    records = load_results(out)
+    records[0].answer = EVIL_ANSWER
+    records[0].identified_items = ["</table><img src=x onerror=alert(1)>"]
+    for r in records[1:1 + EVIL_JUDGE_FAILURES]:
+        r.judge_failed, r.judge_error, r.f1 = True, "unparsable judge reply after 4 draws: <no json>", None
+    err = records[1 + EVIL_JUDGE_FAILURES]
+    err.answer, err.answer_error, err.f1, err.judge_failed = "", "http 500: <html>boom</html>", None, True
+    write_results(out / "results.jsonl", records)
+    return out
