@@ -51,15 +51,26 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 import orjson
 from aiohttp import web
 
 from engine.loopback.errors import _json, anthropic_error, openai_error
 
-if TYPE_CHECKING:
-    from engine.loopback.server import LoopbackServer
+
+
+class BatchHost(Protocol):
+    """What the batch APIs need of the server that hosts them (LoopbackServer)."""
+
+    stats: Any                       # ServerStats: batch_requests is a Counter
+    files: dict[str, dict[str, Any]]  # uploaded and produced files by id
+
+    def _next_id(self) -> str: ...
+    def _control(self, handler: Callable, api: str = "openai") -> Callable: ...
+    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict]: ...
+    def error_body(self, api: str, status: int, message: str, code: str | None = None,
+                   param: str | None = None) -> dict: ...
 
 OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings")
 MAX_OPENAI_LINES = 50_000
@@ -107,7 +118,7 @@ class _Run:
 
 
 class Batches:
-    def __init__(self, server: "LoopbackServer", knobs: BatchKnobs):
+    def __init__(self, server: BatchHost, knobs: BatchKnobs):
         self.server = server
         self.knobs = knobs
         self.openai: dict[str, dict[str, Any]] = {}     # id -> {"batch": object, "run": _Run, ...}
