@@ -1,0 +1,94 @@
+"""The local model's speed with and without llama.cpp's extra buffer types.
+
+    python benchmarks/llama_speed_bench.py [--runs 5] [--prompt-tokens 1000] [--gen-tokens 64]
+
+`use_extra_bufts` lets llama.cpp repack weights at load into a CPU-specific
+layout (AMX tiles on Sapphire Rapids and later, interleaved blocks for AVX2 /
+NEON). The local provider turns it off because the AMX path crashes (see
+providers/llama_worker.py); this measures what that costs. Each setting runs in
+its own fresh process (a model loaded once, then `--runs` rounds of: empty KV
+cache, evaluate the same prompt, generate `--gen-tokens` tokens greedily with
+end-of-sequence ignored), alternating the two settings so that a change in the
+machine's load hits both. Prints prompt and generation tokens/s, median and
+range over the rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TEXT = " ".join(f"On day {i} the archivist of the harbour town sorted {i * 3} letters and two maps."
+                for i in range(1, 400))
+
+
+def measure(extra_bufts: bool, prompt_tokens: int, gen_tokens: int, threads: int) -> dict:
+    """One process, one load, one round (the child side)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import numpy as np
+
+    from providers.llama_worker import load_llama
+    from providers.local_models import gguf_path
+
+    llm = load_llama(gguf_path("smollm2", {}), n_ctx=4096, n_threads=threads, n_batch=512, n_gpu_layers=0,
+                     extra_bufts=extra_bufts)
+    assert bool(llm.model_params.use_extra_bufts) is extra_bufts
+    tokens = llm.tokenize(TEXT.encode(), add_bos=True)[:prompt_tokens]
+    llm.reset()
+    started = time.perf_counter()
+    llm.eval(tokens)
+    prompt_s = time.perf_counter() - started
+    n_vocab = llm.n_vocab()
+    started = time.perf_counter()
+    for _ in range(gen_tokens):  # greedy; the last position's logits (llama-cpp-python keeps no others)
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,))
+        llm.eval([int(np.argmax(logits))])
+    gen_s = time.perf_counter() - started
+    llm.close()
+    return {"prompt_tps": len(tokens) / prompt_s, "gen_tps": gen_tokens / gen_s, "prompt_tokens": len(tokens)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--prompt-tokens", type=int, default=1000)
+    parser.add_argument("--gen-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--child", choices=("on", "off"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child == "on", args.prompt_tokens, args.gen_tokens, args.threads)))
+        return
+
+    runs: dict[str, list[dict]] = {"on": [], "off": []}
+    for i in range(args.runs):
+        for setting in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            out = subprocess.run([sys.executable, __file__, "--child", setting, "--prompt-tokens",
+                                  str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens), "--threads",
+                                  str(args.threads)], capture_output=True, text=True, check=True)
+            runs[setting].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "?")
+    print(f"SmolLM2-135M Q4_1, {cpu}, {args.threads} threads, {runs['on'][0]['prompt_tokens']}-token prompt, "
+          f"{args.gen_tokens} generated tokens, {args.runs} runs per setting")
+    print(f"{'use_extra_bufts':<16}{'prompt tok/s (median, min-max)':<34}{'generation tok/s (median, min-max)'}")
+    medians = {}
+    for setting in ("on", "off"):
+        p = [r["prompt_tps"] for r in runs[setting]]
+        g = [r["gen_tps"] for r in runs[setting]]
+        medians[setting] = (statistics.median(p), statistics.median(g))
+        print(f"{setting:<16}{statistics.median(p):>8.0f}  ({min(p):.0f}-{max(p):.0f}){'':<14}"
+              f"{statistics.median(g):>8.1f}  ({min(g):.1f}-{max(g):.1f})")
+    (p_on, g_on), (p_off, g_off) = medians["on"], medians["off"]
+    print(f"off / on: prompt {p_off / p_on:.2f}x, generation {g_off / g_on:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
