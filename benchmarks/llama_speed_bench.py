@@ -38,7 +38,7 @@ def measure(extra_bufts: bool, prompt_tokens: int, gen_tokens: int, threads: int
     from providers.local_models import gguf_path
 
     llm = load_llama(gguf_path("smollm2", {}), n_ctx=4096, n_threads=threads, n_batch=512, n_gpu_layers=0,
-                     extra_bufts=extra_bufts)
+                     extra_bufts=extra_bufts, verbose=True)  # llama.cpp logs where the weights went
     assert bool(llm.model_params.use_extra_bufts) is extra_bufts
     tokens = llm.tokenize(TEXT.encode(), add_bos=True)[:prompt_tokens]
     llm.reset()
@@ -68,12 +68,15 @@ def main() -> None:
         return
 
     runs: dict[str, list[dict]] = {"on": [], "off": []}
+    buffers: dict[str, list[str]] = {}
     for i in range(args.runs):
         for setting in ("on", "off") if i % 2 == 0 else ("off", "on"):
             out = subprocess.run([sys.executable, __file__, "--child", setting, "--prompt-tokens",
                                   str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens), "--threads",
                                   str(args.threads)], capture_output=True, text=True, check=True)
             runs[setting].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            buffers[setting] = [line.strip() for line in out.stderr.splitlines()
+                                if "model buffer size" in line or "preferred buffer type" in line]
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "?")
     print(f"SmolLM2-135M Q4_1, {cpu}, {args.threads} threads, {runs['on'][0]['prompt_tokens']}-token prompt, "
@@ -87,6 +90,8 @@ def main() -> None:
         print(f"{setting:<16}{statistics.median(p):>8.0f}  ({min(p):.0f}-{max(p):.0f}){'':<14}"
               f"{statistics.median(g):>8.1f}  ({min(g):.1f}-{max(g):.1f})")
     (p_on, g_on), (p_off, g_off) = medians["on"], medians["off"]
+    for setting in ("on", "off"):
+        print(f"weights with use_extra_bufts {setting}:", *buffers[setting], sep="\n  ")
     print(f"off / on: prompt {p_off / p_on:.2f}x, generation {g_off / g_on:.2f}x")
 
 

@@ -53,7 +53,7 @@ CRASH_HOOK_ENV = "TULVING_TEST_CRASH_ON"
 
 # -- loading ------------------------------------------------------------------------
 def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int, n_gpu_layers: int,
-               extra_bufts: bool = False) -> Any:
+               extra_bufts: bool = False, verbose: bool = False) -> Any:
     """A llama_cpp.Llama for `path`, by default without llama.cpp's extra
     buffer types.
 
@@ -77,7 +77,7 @@ def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int, n_gpu_la
     from llama_cpp import Llama
 
     kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                  n_batch=n_batch, n_gpu_layers=n_gpu_layers, verbose=False)
+                  n_batch=n_batch, n_gpu_layers=n_gpu_layers, verbose=verbose)
     default_params = low_level.llama_model_default_params
     has_field = hasattr(default_params(), "use_extra_bufts")
     if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:

@@ -62,7 +62,7 @@ class LocalStats:
     prompt_tokens: int = 0
     reused_prefix_tokens: int = 0   # prompt tokens served from the previous call's KV cache
     output_tokens: int = 0
-    loads: int = 0
+    loads: int = 0                  # model loads, as answered calls report them
     worker_starts: int = 0
     worker_deaths: int = 0
 
@@ -109,6 +109,11 @@ class LocalLlamaProvider(Provider):
         # What each loaded model was loaded with, as the worker reported it
         # ({"use_extra_bufts": False}): the AMX crash guard, checkable.
         self.model_params: dict[Path, dict[str, bool]] = {}
+
+    @property
+    def worker_pids(self) -> dict[Path, int]:
+        """The live worker process of each model file."""
+        return {path: w.pid for path, w in self._workers.items() if not w.dead and w.pid is not None}
 
     async def _worker(self, path: Path) -> WorkerProcess:
         worker = self._workers.get(path)
@@ -167,9 +172,8 @@ class LocalLlamaProvider(Provider):
             if "kind" in reply:
                 raise ProviderError(reply["kind"], reply["message"])
             raise ProviderError(BAD_REPLY, f"the local model worker failed: {reply.get('exception')}")
-        if reply["loaded"]:
-            self.stats.loads += 1
-            self.model_params[path] = {"use_extra_bufts": reply["extra_bufts"]}
+        self.stats.loads += reply["loaded"]
+        self.model_params[path] = {"use_extra_bufts": reply["extra_bufts"]}
         r = reply["result"]
         result = ChatResult(text=r["text"], finish_reason=r["finish_reason"], input_tokens=r["input_tokens"],
                             output_tokens=r["output_tokens"], latency=r["latency"], request_id=r["request_id"])

@@ -71,6 +71,14 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
+def _where(stderr: str) -> str:
+    """Where a crash happened, from faulthandler's report: the innermost frame
+    of the crashing thread, or ""."""
+    _, found, after = stderr.rpartition("Current thread")
+    frames = [line.strip() for line in after.splitlines()[1:] if line.strip().startswith("File ")]
+    return f" in {frames[0]}" if found and frames else ""
+
+
 class WorkerProcess:
     def __init__(self, module: str, *, env: Mapping[str, str] | None = None):
         self.module = module
@@ -168,7 +176,8 @@ class WorkerProcess:
         self.death = describe_exit(returncode)
         stderr = b"".join(self._stderr).decode("utf-8", "replace")
         if returncode != 0:
-            log.warning("worker %s died (%s); its stderr ended with:\n%s", proc.pid, self.death, stderr)
+            log.warning("worker process %s (%s) died (%s)%s", proc.pid, self.module, self.death, _where(stderr))
+            log.debug("worker process %s: its stderr ended with:\n%s", proc.pid, stderr)
         pending, self._pending = self._pending, {}
         for call_id, reply in pending.items():
             if not reply.done():
