@@ -60,10 +60,11 @@ def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int, n_gpu_la
     Why: with extra buffer types (llama.cpp's default) the CPU backend repacks
     weights at load into a layout for the CPU's widest matrix unit. On Intel
     CPUs with AMX (Sapphire Rapids and later: most current cloud servers) that
-    is the AMX buffer type, and its Q4_1 matmul (`ggml_backend_amx_mul_mat`)
-    segfaults on SmolLM2's weights at the first generated token. Without extra
-    buffer types the weights stay in plain CPU buffers and every x86-64 CPU
-    takes the ordinary AVX/AVX2/AVX-512 kernels. The cost, measured with
+    is the AMX buffer type, and its matmul on the repacked Q4_1 weights
+    (`ggml_backend_amx_mul_mat` in libggml-cpu) segfaults as soon as SmolLM2
+    evaluates a prompt: every run and the test suite died with SIGSEGV. Without
+    extra buffer types the weights stay in plain CPU buffers and every x86-64
+    CPU takes the ordinary AVX/AVX2/AVX-512 kernels. The cost, measured with
     benchmarks/llama_speed_bench.py, is in the README ("Local models").
 
     llama-cpp-python 0.3.x has no Llama() keyword for it, so the struct Llama
