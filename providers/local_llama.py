@@ -129,9 +129,8 @@ class LocalLlamaProvider(Provider):
 
     def _died(self, death: WorkerDied, fingerprint: str) -> ProviderError:
         """The error for a call whose worker died: retryable once, then final."""
-        self.stats.worker_deaths += 1
         how = death.how + (" (out of memory?)" if death.how == "SIGKILL" else "")
-        if not death.running:  # it died on another call, or before reaching this one
+        if not death.running:  # it died before reaching this call (twice: see chat)
             detail = f": {death.last_line}" if death.last_line and death.how.startswith("exit") else ""
             return ProviderError(CONNECTION, f"the local model worker died ({how}) before this call ran{detail}")
         deaths = self._deaths[fingerprint] = self._deaths.get(fingerprint, 0) + 1
@@ -163,11 +162,18 @@ class LocalLlamaProvider(Provider):
                 "load": {"n_ctx": self.n_ctx, "n_threads": self.n_threads, "n_batch": self.n_batch,
                          "n_gpu_layers": self.n_gpu_layers}}
         async with self._locks.setdefault(path, asyncio.Lock()):
-            worker = await self._worker(path)
-            try:
-                reply = await worker.call(call)  # cancelled: the worker stops it at its next token
-            except WorkerDied as death:
-                raise self._died(death, _fingerprint(path, wire, kwargs)) from None
+            for fresh in (False, True):
+                worker = await self._worker(path)
+                try:
+                    reply = await worker.call(call)  # cancelled: the worker stops it at its next token
+                    break
+                except WorkerDied as death:
+                    self.stats.worker_deaths += 1
+                    # A worker that died before starting this call (killed while
+                    # idle, or at its own start) never ran it: a fresh one gets it,
+                    # once. A death during the call is the engine's to retry.
+                    if death.running or fresh:
+                        raise self._died(death, _fingerprint(path, wire, kwargs)) from None
         if not reply.get("ok"):
             if "kind" in reply:
                 raise ProviderError(reply["kind"], reply["message"])

@@ -92,6 +92,7 @@ class WorkerProcess:
         self._stderr_size = 0
         self._tasks: list[asyncio.Task] = []
         self.death: str | None = None       # set once the worker is gone
+        self._killed = False
 
     @property
     def pid(self) -> int | None:
@@ -99,7 +100,8 @@ class WorkerProcess:
 
     @property
     def dead(self) -> bool:
-        return self.death is not None
+        """Gone, or going: killed here, its end not yet read."""
+        return self.death is not None or self._killed
 
     async def start(self) -> None:
         env = dict(os.environ)
@@ -115,7 +117,7 @@ class WorkerProcess:
     async def call(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one call and wait for its reply. Raises WorkerDied."""
         if self.dead or self._proc is None:
-            raise WorkerDied(self.death or "not started", running=False)
+            raise WorkerDied(self.death or ("killed" if self._killed else "not started"), running=False)
         call_id = next(self._ids)
         reply = asyncio.get_running_loop().create_future()
         self._pending[call_id] = reply
@@ -145,6 +147,7 @@ class WorkerProcess:
             pass
 
     def kill(self) -> None:
+        self._killed = True
         if self._proc is not None and self._proc.returncode is None:
             try:
                 self._proc.kill()

@@ -104,6 +104,22 @@ async def test_a_worker_killed_mid_call_fails_that_call_and_the_next_call_gets_a
         await p.aclose()
 
 
+async def test_a_worker_killed_while_idle_is_replaced_for_the_next_call():
+    """That call never ran on the dead worker: it goes to a fresh one, no error."""
+    p = provider()
+    try:
+        await p.chat("smollm2", QUESTION, params=SHORT_PARAMS, timeout=120)
+        [pid] = p.worker_pids.values()
+        os.kill(pid, signal.SIGKILL)
+        while alive(pid):  # blocking: the provider cannot read the worker's end before the next call
+            time.sleep(0.01)
+        after = await p.chat("smollm2", QUESTION, params=SHORT_PARAMS, timeout=120)
+        assert after.text.strip()
+        assert p.stats.worker_deaths == 1 and p.stats.worker_starts == 2 and p.stats.calls == 2
+    finally:
+        await p.aclose()
+
+
 async def test_a_call_that_crashes_the_worker_is_retryable_once_then_final(monkeypatch):
     monkeypatch.setenv(CRASH_HOOK_ENV, "CRASH-MARKER")
     marked = [{"role": "user", "content": "CRASH-MARKER: what is the capital of France?"}]
