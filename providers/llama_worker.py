@@ -27,7 +27,7 @@ worker at once, whatever it is doing: no orphan outlives its parent.
 
 Test hook: with TULVING_TEST_CRASH_ON=<marker> in its environment, the worker
 sends itself SIGSEGV when a call's messages contain <marker> (after loading,
-where llama.cpp would crash). tests/test_llama_worker_crash.py uses it.
+where llama.cpp would crash); tests/test_llama_worker*.py use it.
 """
 from __future__ import annotations
 

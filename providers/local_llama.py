@@ -8,11 +8,13 @@ endpoint's options may set `model_path`, `n_ctx` (default 8192), `n_threads`
 llama.cpp runs in a worker process per model file (providers/llama_worker.py,
 driven through providers/worker_process.py), never in the engine's process: a
 crash in its native code (SIGSEGV, abort, the out-of-memory killer) fails the
-call the worker held, not the run. That call fails with CONNECTION, which the
-engine retries, on a fresh worker started for the next call; if the same call
-kills a worker a second time it fails with CRASHED, final. Everything else
-keeps its kind (PROMPT_TOO_LONG, TIMEOUT, CONFIG, ...) across the process
-boundary. The worker loads the model with llama.cpp's extra buffer types off:
+call the worker held, not the run. That call fails with CONNECTION
+(retryable: the engine retries it if the endpoint's max_attempts allows; the
+built-in `local` endpoint makes one attempt), and the next call starts a fresh
+worker; if the same call kills a worker a second time it fails with CRASHED,
+final. A call whose worker died before starting it goes to a fresh worker,
+once, without an error. Everything else keeps its kind (PROMPT_TOO_LONG,
+TIMEOUT, CONFIG, ...) across the process boundary. The worker loads the model with llama.cpp's extra buffer types off:
 their AMX path crashes on Intel servers (see llama_worker.load_llama).
 
 llama.cpp keeps the previous sequence's KV cache and re-evaluates only the
@@ -118,6 +120,8 @@ class LocalLlamaProvider(Provider):
     async def _worker(self, path: Path) -> WorkerProcess:
         worker = self._workers.get(path)
         if worker is None or worker.dead:
+            if worker is not None:
+                await worker.close()  # reaped, pipes closed
             worker = WorkerProcess(WORKER_MODULE)
             try:
                 await worker.start()

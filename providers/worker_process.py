@@ -199,11 +199,11 @@ class WorkerProcess:
         proc = self._proc
         if proc is None:
             return
+        try:
+            proc.stdin.close()
+        except (ConnectionError, RuntimeError):
+            pass
         if proc.returncode is None:
-            try:
-                proc.stdin.close()
-            except (ConnectionError, RuntimeError):
-                pass
             try:
                 await asyncio.wait_for(proc.wait(), grace)
             except TimeoutError:
