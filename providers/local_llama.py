@@ -139,8 +139,8 @@ class LocalLlamaProvider(Provider):
             return ProviderError(CONNECTION, f"the local model worker died ({how}) before this call ran{detail}")
         deaths = self._deaths[fingerprint] = self._deaths.get(fingerprint, 0) + 1
         if deaths == 1:
-            return ProviderError(CONNECTION, f"the local model worker died ({how}) during this call; "
-                                             f"retryable once, on a fresh worker")
+            return ProviderError(CONNECTION, f"the local model worker died ({how}) during this call "
+                                             f"(first time: retryable, on a fresh worker)")
         return ProviderError(CRASHED, f"the local model worker died ({how}) during this call, "
                                       f"{deaths} times: not retried")
 
