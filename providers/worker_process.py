@@ -6,10 +6,10 @@ notice its death, close it.
     reply = await worker.call({"op": "chat", ...})   # raises WorkerDied
     await worker.close()
 
-The worker is `python -m <module>` speaking the frames of
-providers/worker_pipe.py on its stdin/stdout, one reply per call (matched by
-the "id" this side adds), optionally preceded by {"id", "started": True} when
-it begins the call. A reader task resolves the waiting calls; nothing blocks
+The worker is `python -m <module>` (from this copy of the package) speaking
+the frames of providers/worker_pipe.py on its stdin/stdout, one reply per
+call (matched by the "id" this side adds), optionally preceded by
+{"id", "started": True} when it begins the call. A reader task resolves the waiting calls; nothing blocks
 the event loop. When the worker's stdout ends (it crashed, was killed, or
 exited) every call still waiting fails with `WorkerDied`, saying how it died
 (the signal's name, e.g. "SIGSEGV", or the exit code) and whether that call
@@ -40,7 +40,16 @@ from providers.worker_pipe import encode, read_frame
 
 log = logging.getLogger(__name__)
 
-_ROOT = str(Path(__file__).resolve().parents[1])  # so `-m providers.<module>` resolves from any cwd
+_ROOT = str(Path(__file__).resolve().parents[1])  # the folder holding this `providers` package
+# `python -m <module>`, from this copy of the package whatever the child's
+# sys.path finds first: the root goes in front only when the package would
+# not come from it (in front of the standard library it could shadow it).
+_BOOTSTRAP = ("import importlib.util, os, runpy, sys; root, module = sys.argv[1], sys.argv[2]; "
+              "spec = importlib.util.find_spec(module.partition('.')[0]); "
+              "found = [os.path.dirname(os.path.realpath(p)) "
+              "for p in (spec and spec.submodule_search_locations or [])]; "
+              "os.path.realpath(root) in found or sys.path.insert(0, root); del sys.argv[1:3]; "
+              "runpy.run_module(module, run_name='__main__', alter_sys=True)")
 STDERR_TAIL = 4096   # bytes of the worker's stderr kept for the death report
 MAX_ABANDONED = 2    # cancelled calls still unanswered before the worker counts as hung
 
@@ -106,9 +115,8 @@ class WorkerProcess:
     async def start(self) -> None:
         env = dict(os.environ)
         env.update(self._env)
-        env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", self.module, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable, "-c", _BOOTSTRAP, _ROOT, self.module, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_replies(), name=f"worker:{self._proc.pid}:out"),
@@ -117,7 +125,8 @@ class WorkerProcess:
     async def call(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one call and wait for its reply. Raises WorkerDied."""
         if self.dead or self._proc is None:
-            raise WorkerDied(self.death or ("killed" if self._killed else "not started"), running=False)
+            how = self.death or ("killed" if self._killed else "not started")
+            raise WorkerDied(how, running=False)
         call_id = next(self._ids)
         reply = asyncio.get_running_loop().create_future()
         self._pending[call_id] = reply
