@@ -267,14 +267,18 @@ def main() -> None:
     stdin = sys.stdin.buffer
 
     def read() -> None:
-        while True:
-            message = read_frame_blocking(stdin)
-            if message is None:  # the provider closed the pipe or died: stop now, mid-call or not
-                os._exit(0)
-            if message.get("op") == "cancel":
-                worker.cancel(message["id"])
-            else:
-                calls.put(message)
+        try:
+            while True:
+                message = read_frame_blocking(stdin)
+                if message is None:  # the provider closed the pipe or died: stop now, mid-call or not
+                    os._exit(0)
+                if message.get("op") == "cancel":
+                    worker.cancel(message["id"])
+                else:
+                    calls.put(message)
+        except BaseException:  # a garbled frame: without this thread the worker would hang
+            traceback.print_exc()
+            os._exit(1)
 
     threading.Thread(target=read, name="frames-in", daemon=True).start()
     while True:
