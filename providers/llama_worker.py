@@ -47,7 +47,7 @@ from typing import Any, BinaryIO
 from providers.base import BAD_REPLY, BAD_REQUEST, CONFIG, PROMPT_TOO_LONG, TIMEOUT, ProviderError
 from providers.worker_pipe import read_frame_blocking, write_frame
 
-INSTALL_HINT = "the local provider needs llama-cpp-python: pip install 'tulving[local]'"
+INSTALL_HINT = "the local provider needs llama-cpp-python: pip install 'tulving-bench[local]'"
 CRASH_HOOK_ENV = "TULVING_TEST_CRASH_ON"
 
 
