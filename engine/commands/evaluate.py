@@ -238,7 +238,7 @@ def _default_plan(args: argparse.Namespace, questions: list[Any], rag_ok: bool) 
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
         jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
     elif rag_ok:
-        _note(f"llama-cpp-python is not installed: {LOCAL_LLM} is left out (pip install 'tulving[local]')")
+        _note(f"llama-cpp-python is not installed: {LOCAL_LLM} is left out (pip install 'tulving-bench[local]')")
     return jobs
 
 
