@@ -220,3 +220,19 @@ def bad_reply(endpoint: str, what: str, *, secret: str | None, request_id: str |
               status: int | None = None) -> ProviderError:
     """A 2xx reply whose body is not what the API promises."""
     return ProviderError(BAD_REPLY, redact(f"{endpoint}: {what}", secret), status=status, request_id=request_id)
+
+
+def token_count(usage: Any, name: str) -> int | None:
+    """A reply's `usage[name]`: a non-negative integer, or None when absent.
+    Raises ValueError for anything else (a string, a float, a negative number):
+    the caller turns it into a bad reply."""
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise ValueError(f"usage is {type(usage).__name__}, not an object")
+    value = usage.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise ValueError(f"usage.{name} is {value!r}, not a token count")
+    return value
