@@ -241,10 +241,16 @@ class Engine:
             except Exception:  # closing must not mask the run's own outcome
                 pass
         try:
-            if self._cache is not None:
-                await self._cache.flush()
-                await self._cache.close()
-                self._cache = None
+            cache = self._cache
+            if cache is not None:
+                try:
+                    await cache.flush()
+                    await cache.close()
+                finally:
+                    self._cache = None
+                    # Rows the writer could not store (disk full, read-only): the
+                    # run must say so, or a rerun pays for them again unawares.
+                    self._stats.cache_write_errors += cache.write_errors
         finally:
             self._untune_gc()
 
