@@ -52,7 +52,10 @@ _SECRET_PATTERNS = re.compile(
 def redact(text: str, secret: str | None) -> str:
     """`text` on one line, capped, with `secret` and key-like tokens removed."""
     if secret:
-        text = text.replace(secret, "***")
+        if len(secret) >= 8:  # a real key: wherever it appears
+            text = text.replace(secret, "***")
+        else:  # a short one only where it stands as a key, not inside words ("e" of "expected")
+            text = re.sub(rf"(?<![\w\-]){re.escape(secret)}(?![\w\-])", "***", text)
     text = _SECRET_PATTERNS.sub("***", text)
     text = " ".join(text.split())
     if len(text) > _MAX_MESSAGE:

@@ -225,14 +225,19 @@ async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list
         evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
                                              embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
                                              else None)
-        engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
+    # After closing: the cache's last writes (and their failures) are counted by then.
+    engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
+    engine_stats.pop("notices", None)
     wall = time.perf_counter() - started
     run = _run_record(book, questions, evaluation, wall, engine_stats)
     try:
         summary = write_run(out, evaluation.records, run)
     except OSError as exc:
-        raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc} (the replies are in the "
-                           f"cache: rerun to write it without new calls)") from None
+        lost = int(engine_stats.get("cache_write_errors", 0))
+        then = (f"and {lost} replies could not be stored in the cache {getattr(args, 'cache', '')} either: a rerun "
+                f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
+                                                          "without new calls")
+        raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
     print(leaderboard_text(summary))
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
     return run_exit_code(evaluation.records, engine_stats, args)
