@@ -1,4 +1,4 @@
-"""`tulving cache stats | explain | prune | export | import`: the cache file
+"""`tulving cache stats | explain | prune | export | import | check | recover`: the cache file
 (global `--cache PATH`) seen from the command line. See cache/admin.py."""
 from __future__ import annotations
 
@@ -43,6 +43,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("path", help="output file, or - for stdout")
     p.set_defaults(func=_export)
 
+    p = commands.add_parser("check", help="read every entry and compare it with its checksum (exit 5 if damaged)")
+    p.set_defaults(func=_check)
+
+    p = commands.add_parser("recover", help="copy the readable, undamaged entries of a damaged cache into a new file")
+    p.add_argument("--out", metavar="PATH", help="the new cache file (default: PATH.recovered)")
+    p.set_defaults(func=_recover)
+
     p = commands.add_parser("import", help="merge an export into the cache (existing keys are kept)")
     p.add_argument("path", help="export file, or - for stdin")
     p.set_defaults(func=_import)
@@ -53,6 +60,21 @@ def _cache(args: argparse.Namespace) -> str:
     if not path:
         raise TulvingError("no cache file given: pass --cache PATH")
     return str(path)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from engine.errors import EXIT_STORAGE
+
+    report = admin.check(_cache(args))
+    print(report.format())
+    return 0 if report.ok else EXIT_STORAGE
+
+
+def _recover(args: argparse.Namespace) -> int:
+    path = _cache(args)
+    report = admin.recover(path, args.out or f"{path}.recovered")
+    print(report.format())
+    return 0
 
 
 def _stats(args: argparse.Namespace) -> int:
