@@ -135,11 +135,16 @@ class Explanation:
     agree: int = 0
     fields: int = 0
     differences: list[str] = field(default_factory=list)
+    unrelated: str | None = None  # why the nearest entry was not shown: it shares no model/provider
 
     def format(self) -> str:
         if self.hit:
             return f"hit: key {self.key} is cached"
         lines = [f"miss: key {self.key} is not cached"]
+        if self.nearest is None and self.unrelated:
+            lines.append(f"nothing close: none of the {self.candidates:,} cached {self.op} entries is of the same "
+                         f"model and provider ({self.unrelated})")
+            return "\n".join(lines)
         if self.nearest is None:
             lines.append(f"the cache holds no {self.op} entries")
             return "\n".join(lines)
@@ -188,6 +193,10 @@ def explain(path: str | os.PathLike, identity: Mapping[str, Any]) -> Explanation
         (cand_identity,) = conn.execute("SELECT identity FROM entries WHERE key = ?", (cand_key,)).fetchone()
         cached = _fields(rebuild_identity(conn, cand_identity))
         wanted = _fields(identity)
+        apart = [n for n in ("model", "kind", "base_url") if wanted.get(n, _ABSENT) != cached.get(n, _ABSENT)]
+        if apart:  # an entry of another model or provider is not "near": say so rather than compare
+            result.unrelated = f"the nearest differs in {', '.join(apart)}"
+            return result
         names = sorted(wanted.keys() | cached.keys(), key=_field_order)
         result.nearest, result.nearest_model, result.nearest_created_at = cand_key, model, created_at
         result.fields = len(names)

@@ -108,3 +108,12 @@ def test_a_cache_in_a_folder_that_cannot_be_written_is_one_line(tmp_path, capsys
     assert code == 2
     lines = [line for line in err.splitlines() if line.startswith("tulving: error:")]
     assert len(lines) == 1 and "/sys/tulving" in lines[0], err
+
+
+def test_cache_explain_says_when_nothing_close_exists(clean, tmp_path, capsys):
+    cache, _ = clean
+    request = tmp_path / "r.json"
+    request.write_text(json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}))
+    assert main(["--cache", str(cache), "cache", "explain", str(request)]) == 0
+    out, _ = capsys.readouterr()
+    assert "nothing close" in out and "differs in model, kind, base_url" in out, out
