@@ -49,8 +49,9 @@ ALWAYS_KEPT_SHARE = 0.6      # past this share of 429s we are far too fast: a sl
 IGNORE_SECONDS = 60.0        # after an undone slow-down, 429s at that share slow nothing down
 IGNORE_MARGIN = 0.25         # ... unless the share rises this much above it
 PAUSE_WINDOW = 10            # the endpoint pauses on a 429 when, over its last replies,
-PAUSE_SHARE = 0.5            # at least this share were 429s
-MIN_PAUSE_EVIDENCE = 4       # (with fewer replies known, every 429 pauses)
+PAUSE_SHARE = 0.8            # at least this share were 429s (30% random 429s reach it once in ~600)
+TOO_FAST_SHARE = 0.5         # a 429 share this high is our speed: a running trial does not hold slow-downs back
+MIN_PAUSE_EVIDENCE = 4       # replies needed to judge (with none known at all, a 429 pauses)
 NOTICE_PAUSE = 5.0           # pauses this long are announced on stderr
 
 
@@ -227,7 +228,7 @@ class EndpointState:
         wait = retry_after if retry_after is not None else DEFAULT_PAUSE
         share, counted = self.recent_429_share(PAUSE_WINDOW)
         ignoring = now < self._ignore_until and share < self._ignored_share + IGNORE_MARGIN
-        if not ignoring and (counted < MIN_PAUSE_EVIDENCE or share >= PAUSE_SHARE):
+        if not ignoring and (counted == 0 or counted >= MIN_PAUSE_EVIDENCE and share >= PAUSE_SHARE):
             if now + wait > self.paused_until:
                 self.paused_until = now + wait
                 if wait >= NOTICE_PAUSE and self.owner is not None:
@@ -257,7 +258,7 @@ class EndpointState:
         many that we are plainly still far too fast."""
         before = [limited for sent, limited in self._replies if sent < started][-SHARE_WINDOW:]
         after = [limited for sent, limited in self._replies if sent >= started]
-        plainly_too_fast = any(len(part) >= 4 and sum(part) / len(part) >= PAUSE_SHARE for part in (before, after))
+        plainly_too_fast = any(len(part) >= 4 and sum(part) / len(part) >= TOO_FAST_SHARE for part in (before, after))
         return len(before) >= MIN_TRIAL_EVIDENCE and not plainly_too_fast
 
     def _judge_trial(self, now: float) -> None:
