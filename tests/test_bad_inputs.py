@@ -340,3 +340,17 @@ def test_piping_into_head_exits_quietly(tmp_path):
                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.stdout.startswith("alias")
+
+
+def test_names_with_terminal_controls_or_pipes_cannot_break_the_tables(tmp_path, capsys):
+    name = "evil|model\x1b[2J\x1b]0;title\x07"
+    (tmp_path / "results.jsonl").write_text(json.dumps(_record(model=name)) + "\n")
+    assert main(["report", str(tmp_path)]) == 0
+    out, _ = capsys.readouterr()
+    assert "\x1b" not in out and "\x07" not in out and "evil|model\\x1b[2J" in out
+    report = (tmp_path / "report.md").read_text()
+    assert "\x1b" not in report and "evil\\|model" in report
+    rows = [line for line in report.splitlines() if line.startswith("| 1 | evil")]
+    assert rows
+    header = next(line for line in report.splitlines() if line.startswith("| #"))
+    assert rows[0].replace("\\|", "").count("|") == header.count("|")

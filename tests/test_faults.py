@@ -192,3 +192,10 @@ def test_a_slow_down_that_stops_the_429s_is_kept():
     _replies(ep, [False] * TRIAL_REPLIES, sent_at=2.0, now=3.0)  # slower, no 429 any more: our speed caused them
     assert ep.reverted == 0 and ep.factor(3.0) < 1.0
     assert math.isclose(ep.factor(3.0), 0.5 + (3.0 - 1.0) / 30.0)  # and it recovers as before
+
+
+async def test_a_base_url_with_a_query_string_keeps_it_after_the_path():
+    with FaultServer() as server:
+        config = config_for(server, base_url=server.openai_base_url + "?api-version=2024-10-21")
+        outcomes, _ = await run_bounded(config, requests(2, salt="query"))
+    assert all(o.ok for o in outcomes), [str(o.error) for o in outcomes]
