@@ -167,6 +167,10 @@ def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
             raise CacheError(f"cannot create the cache directory {path.parent}: {exc.strerror}") from None
     elif not path.is_file():
         raise CacheError(f"no cache file at {path}")
+    if path.is_dir():
+        raise CacheError(f"the cache {path} is a folder: give --cache a file path")
+    if create and path.exists() and not os.access(path, os.W_OK):
+        raise CacheError(f"the cache {path} is read-only: make it writable or use --cache elsewhere")
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)

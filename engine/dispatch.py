@@ -9,9 +9,14 @@ same head call and the one that can start it soonest takes it, so traffic
 spreads by free capacity. Dispatchers sleep on an event plus a timer set to the
 exact time capacity frees; nothing polls.
 
-After a 429 an endpoint pauses until the server's retry-after, halves its
-effective rate and concurrency, and recovers linearly over RECOVERY_SECONDS
-(see `EndpointState.on_rate_limited`, also for endpoints without a set RPM).
+After a 429 (see `EndpointState.on_rate_limited`): the call itself waits the
+server's retry-after (the engine caps it); the whole endpoint pauses only when
+429s dominate its recent replies; and it slows down once per episode -- half
+the rate and concurrency, recovered linearly over RECOVERY_SECONDS, or for an
+endpoint without a set RPM an inferred request rate. Each slow-down is a trial
+judged on the replies that follow it: kept only if it lowered the 429 share
+beyond chance, undone otherwise (429s not caused by our speed -- another
+process on the account, a provider's bad minute -- must not starve the run).
 
 Endpoints whose provider `prefers_prefix_order` (llama.cpp keeps only the
 previous prompt's KV cache) run one call at a time and pick, among the waiting

@@ -117,3 +117,8 @@ def test_cache_explain_says_when_nothing_close_exists(clean, tmp_path, capsys):
     assert main(["--cache", str(cache), "cache", "explain", str(request)]) == 0
     out, _ = capsys.readouterr()
     assert "nothing close" in out and "differs in model, kind, base_url" in out, out
+
+
+def test_a_cache_path_that_is_a_folder_is_one_line(tmp_path, capsys):
+    code, err, _ = run(tmp_path, tmp_path / "out", capsys)
+    assert code == 2 and "is a folder" in err and "Traceback" not in err
