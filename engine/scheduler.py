@@ -10,8 +10,14 @@ outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
 alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
 A failed attempt of a retryable kind is queued again after a backoff
-(engine/retry.py); a call that fails for good yields its error and the run goes
-on. Only successful replies are cached.
+(engine/retry.py); 429s have their own allowance of attempts and a capped wait
+(the endpoint's max_retry_after, reported when applied); a call that fails for
+good yields its error and the run goes on. Only successful replies are cached.
+
+Every call ends: whatever raises in an attempt's life (the provider, its
+usage, pricing, the limiter, the cache hand-off, a retry timer), the endpoint
+slot is released and the call settled with a classified error or queued again
+(`_attempt`, `_after_reply`, and `_after_attempt` as the last guard).
 
 User errors stop the stream by raising `ConfigError` from it: an unknown model
 alias, or an endpoint whose API key variable is unset (checked when the first
@@ -51,9 +57,9 @@ from engine.requests import ChatRequest, ChatResult, EmbedResult, Outcome, Reque
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from providers import make_provider
+from providers.base import BAD_REPLY, BUDGET, CONNECTION, RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError
 
 log = logging.getLogger(__name__)
-from providers.base import BAD_REPLY, BUDGET, CONNECTION, RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError
 
 # Output tokens reserved for a call that sets no max_tokens (reasoning models).
 DEFAULT_OUTPUT_RESERVE = 4096
@@ -68,9 +74,9 @@ MAX_WINDOW = 4096
 MAX_PENDING_CHARS = 64_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
-# A server's retry-after longer than the endpoint's `max_retry_after` (60 s by
-# default, as the Anthropic SDK caps it) is capped and reported: a bad header
-# must not stall a run for hours.
+# (A server's retry-after longer than the endpoint's `max_retry_after`, 60 s
+# by default as the Anthropic SDK caps it, is capped and reported: a bad header
+# must not stall a run for hours.)
 # Attempts a call may spend on 429s (the provider's pacing, not the call's
 # fault), counted apart from the endpoint's max_attempts for other errors.
 RATE_LIMITED_ATTEMPTS = 12
@@ -96,7 +102,7 @@ class EngineStats:
     tokens_out: int = 0
     cost: float = 0.0          # USD
     elapsed: float = 0.0       # seconds the engine has been open
-    retry_after_capped: int = 0  # 429s whose retry-after exceeded MAX_RETRY_AFTER
+    retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
     cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
     notices: list = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
 
