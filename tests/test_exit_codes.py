@@ -134,3 +134,22 @@ def test_a_short_key_is_masked_only_where_it_is_the_key(key):
     masked = redact(message, key)
     assert key not in masked.split("your key ")[1].split()[0]
     assert masked.startswith("unexpected token")  # 'e' inside words is left alone
+
+
+def test_a_run_through_a_429_storm_exits_0_with_the_fault_free_answers(tmp_path):
+    def answers(folder: Path) -> list:
+        return [(r["q_idx"], r["answer"], r["f1"]) for r in
+                map(json.loads, (folder / "results.jsonl").read_text().splitlines())]
+
+    outcomes = {}
+    for name, faults in (("clean", {}), ("storm", {"429": 0.3, "429-none": 0.1})):
+        with FaultServer(faults, seed=6) as server:
+            config = write_config(tmp_path / f"{name}.toml", server.openai_base_url)
+            done = cli("--config", str(config), "--cache", str(tmp_path / f"{name}.sqlite"), "run", "--models", "m",
+                       "--sample", "12", "--out", str(tmp_path / name))
+            assert done.returncode == 0, done.stderr
+            if faults:
+                assert server.stats.by_kind["429"] + server.stats.by_kind["429-none"] >= 3
+                assert server.stats.paid_duplicates == 0
+        outcomes[name] = answers(tmp_path / name)
+    assert outcomes["storm"] == outcomes["clean"]
