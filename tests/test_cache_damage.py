@@ -122,3 +122,17 @@ def test_cache_explain_says_when_nothing_close_exists(clean, tmp_path, capsys):
 def test_a_cache_path_that_is_a_folder_is_one_line(tmp_path, capsys):
     code, err, _ = run(tmp_path, tmp_path / "out", capsys)
     assert code == 2 and "is a folder" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["stats"], ["export", "-"], ["prune", "--older-than", "0"], ["check"]])
+def test_cache_commands_on_a_damaged_file_are_one_line(command, clean, capsys):
+    cache, _ = clean
+    data = cache.read_bytes()
+    cache.write_bytes(data[:4096] + bytes(4096) + data[8192:])  # the second page zeroed
+    code = main(["--cache", str(cache), "cache", *command])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert code != 0  # the zeroed page is noticed
+    if code != 0:
+        lines = [line for line in err.splitlines() if line.startswith("tulving: error:")]
+        assert (len(lines) == 1 and str(cache) in lines[0]) or "damaged" in out, (code, err, out)
