@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
+from engine.evaluation.results import RESULTS_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -236,7 +237,7 @@ def test_a_damaged_book_folder_is_one_line_naming_the_file(damage, tmp_path, cap
 
 def _record(**changes) -> dict:
     base = {"q_idx": 0, "question": "q?", "get": "all", "bin": "0", "model": "m", "mode": "in-context",
-            "answer": "a", "correct_answer": [], "f1": 1.0, "judge": "j"}
+            "answer": "a", "correct_answer": [], "f1": 1.0, "judge": "j", "results_version": RESULTS_VERSION}
     base.update(changes)
     return base
 
