@@ -1,6 +1,6 @@
 """Looking after a cache file: statistics, why a request missed, pruning,
 export and import. Plain synchronous functions over a `sqlite3` connection;
-engine/commands/cache.py puts them behind `tulving cache ...`.
+cache/command.py puts them behind `tulving cache ...`.
 
 Export format (JSON Lines, UTF-8), one object a line:
 
@@ -24,13 +24,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
 
 from cache.codec import CHUNKS, chunk_digests, decode_identity, decode_response, encode_identity, encode_response
 from cache.keys import normalize, request_key
-from cache.store import INSERT_BLOB, INSERT_ENTRY, CacheError, connect, iso_utc
+from cache.store import ENTRY_COLUMNS, INSERT_BLOB, INSERT_ENTRY, CacheError, connect, iso_utc
 from providers.base import TulvingError
 
 EXPORT_FORMAT = "tulving-cache-export"
@@ -135,11 +135,16 @@ class Explanation:
     agree: int = 0
     fields: int = 0
     differences: list[str] = field(default_factory=list)
+    unrelated: str | None = None  # why the nearest entry was not shown: it shares no model/provider
 
     def format(self) -> str:
         if self.hit:
             return f"hit: key {self.key} is cached"
         lines = [f"miss: key {self.key} is not cached"]
+        if self.nearest is None and self.unrelated:
+            lines.append(f"nothing close: none of the {self.candidates:,} cached {self.op} entries is of the same "
+                         f"model and provider ({self.unrelated})")
+            return "\n".join(lines)
         if self.nearest is None:
             lines.append(f"the cache holds no {self.op} entries")
             return "\n".join(lines)
@@ -188,6 +193,10 @@ def explain(path: str | os.PathLike, identity: Mapping[str, Any]) -> Explanation
         (cand_identity,) = conn.execute("SELECT identity FROM entries WHERE key = ?", (cand_key,)).fetchone()
         cached = _fields(rebuild_identity(conn, cand_identity))
         wanted = _fields(identity)
+        apart = [n for n in ("model", "kind", "base_url") if wanted.get(n, _ABSENT) != cached.get(n, _ABSENT)]
+        if apart:  # an entry of another model or provider is not "near": say so rather than compare
+            result.unrelated = f"the nearest differs in {', '.join(apart)}"
+            return result
         names = sorted(wanted.keys() | cached.keys(), key=_field_order)
         result.nearest, result.nearest_model, result.nearest_created_at = cand_key, model, created_at
         result.fields = len(names)
@@ -511,3 +520,156 @@ def _import_entry(conn: sqlite3.Connection, item: dict, name: str, number: int) 
                                 rebuilt.get("kind"), rebuilt.get("base_url"), str(created_at), text, vectors,
                                 dtype, count, orjson.dumps(identity).decode()))
     return True
+
+
+# -- check and recover -----------------------------------------------------------
+@dataclass
+class CheckReport:
+    path: str
+    entries: int = 0
+    verified: int = 0          # checksum present and matching
+    unverified: int = 0        # written before checksums: decoded fine, nothing to compare
+    damaged: list[str] = field(default_factory=list)  # keys whose row does not match its checksum
+    integrity: list[str] = field(default_factory=list)  # SQLite's own findings ("ok" when none)
+    error: str | None = None   # the file could not be read through
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged and self.error is None and self.integrity in ([], ["ok"])
+
+    def format(self) -> str:
+        lines = [f"cache {self.path}: {self.entries} entries, {self.verified} verified by checksum, "
+                 f"{self.unverified} without one (written before checksums)"]
+        if self.damaged:
+            lines.append(f"{len(self.damaged)} damaged entries (read as misses, rewritten when asked again): "
+                         + ", ".join(k[:16] for k in self.damaged[:10]) + (" ..." if len(self.damaged) > 10 else ""))
+        if self.integrity not in ([], ["ok"]):
+            lines.append("SQLite integrity check: " + "; ".join(self.integrity[:5]))
+        if self.error:
+            lines.append(f"reading stopped: {self.error}")
+        lines.append("ok" if self.ok else f"damaged: run `tulving --cache {self.path} cache recover` to copy the "
+                                          f"readable entries into a new file")
+        return "\n".join(lines)
+
+
+def check(path: str | os.PathLike) -> CheckReport:
+    """Read every entry of the cache and compare it with its checksum, plus
+    SQLite's quick_check. Raises CacheError for a file that cannot be opened."""
+    from cache.store import entry_checksum
+
+    conn = open_existing(path)
+    report = CheckReport(path=str(path))
+    try:
+        try:
+            report.integrity = [row[0] for row in conn.execute("PRAGMA quick_check(20)")]
+            has_sum = "checksum" in {row[1] for row in conn.execute("PRAGMA table_info(entries)")}
+            column = "checksum" if has_sum else "NULL"
+            for key, text, vectors, checksum in conn.execute(
+                    f"SELECT key, response, vectors, {column} FROM entries"):
+                report.entries += 1
+                if checksum is None:
+                    try:
+                        orjson.loads(text)
+                        report.unverified += 1
+                    except (orjson.JSONDecodeError, TypeError):
+                        report.damaged.append(str(key))
+                elif checksum == entry_checksum(key, text, vectors):
+                    report.verified += 1
+                else:
+                    report.damaged.append(str(key))
+        except sqlite3.DatabaseError as exc:
+            report.error = str(exc)
+    finally:
+        conn.close()
+    return report
+
+
+@dataclass
+class RecoverReport:
+    source: str
+    target: str
+    recovered: int = 0
+    damaged: int = 0       # rows read but failing their checksum or not decodable
+    unreadable: int = 0    # rows SQLite could not read
+    blobs: int = 0
+
+    def format(self) -> str:
+        return (f"recovered {self.recovered} entries and {self.blobs} chunks from {self.source} into {self.target} "
+                f"({self.damaged} damaged and {self.unreadable} unreadable rows left behind); use it with "
+                f"--cache {self.target}, or move it over the damaged file")
+
+
+def _rows(conn: sqlite3.Connection, table: str, columns: str) -> Iterator[tuple | None]:
+    """Every row of `table` SQLite can still read, by rowid; None for a row
+    (or a stretch of rows) it cannot."""
+    try:
+        rowids = [r[0] for r in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+    except sqlite3.DatabaseError:
+        try:
+            top = conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] or 0
+        except sqlite3.DatabaseError:
+            top = 0
+        rowids = range(1, top + 1)
+    for rowid in rowids:
+        try:
+            row = conn.execute(f"SELECT {columns} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+        except sqlite3.DatabaseError:
+            yield None
+            continue
+        if row is not None:
+            yield row
+
+
+def recover(path: str | os.PathLike, out: str | os.PathLike) -> RecoverReport:
+    """Copy every readable, undamaged entry (and chunk) of the cache at `path`
+    into a new cache at `out`, which must not exist."""
+    from cache.store import entry_checksum
+
+    source, target = Path(path), Path(out)
+    if not source.is_file():
+        raise CacheError(f"no cache file at {source}")
+    if target.exists():
+        raise CacheError(f"{target} already exists: give `cache recover` a new file (--out)")
+    report = RecoverReport(source=str(source), target=str(target))
+    try:
+        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        tables = {row[0] for row in src.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise CacheError(f"{source} cannot be read as SQLite at all ({exc}): nothing to recover; "
+                         f"use --cache elsewhere") from None
+    if "entries" not in tables:
+        raise CacheError(f"{source} holds no entries table: nothing to recover")
+    has_sum = "checksum" in {row[1] for row in src.execute("PRAGMA table_info(entries)")}
+    dst = connect(target, create=True)
+    try:
+        dst.execute("BEGIN IMMEDIATE")
+        if "blobs" in tables:
+            for row in _rows(src, "blobs", "digest, size, text"):
+                if row is None:
+                    continue
+                digest, size, text = row
+                if isinstance(text, str) and hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() == digest:
+                    dst.execute(INSERT_BLOB, (digest, size, text))
+                    report.blobs += 1
+        columns = ", ".join(("key", "op", "model", "kind", "base_url", "created_at", "response", "vectors",
+                             "vector_dtype", "vector_count", "identity", "checksum" if has_sum else "NULL"))
+        for row in _rows(src, "entries", columns):
+            if row is None:
+                report.unreadable += 1
+                continue
+            key, text, vectors, checksum = row[0], row[6], row[7], row[11]
+            try:
+                if checksum is not None and checksum != entry_checksum(key, text, vectors):
+                    raise ValueError("checksum")
+                orjson.loads(text)
+            except Exception:  # noqa: BLE001 -- damaged: left behind
+                report.damaged += 1
+                continue
+            dst.execute(f"INSERT OR IGNORE INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES "
+                        f"({', '.join('?' * len(ENTRY_COLUMNS))})", (*row[:11], entry_checksum(key, text, vectors)))
+            report.recovered += 1
+        dst.execute("COMMIT")
+    finally:
+        src.close()
+        dst.close()
+    return report

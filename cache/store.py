@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import hashlib
 import logging
 import math
 import os
@@ -87,7 +88,8 @@ CREATE TABLE IF NOT EXISTS entries (
     vectors BLOB,
     vector_dtype TEXT,
     vector_count INTEGER,
-    identity TEXT NOT NULL
+    identity TEXT NOT NULL,
+    checksum TEXT
 );
 CREATE INDEX IF NOT EXISTS entries_by_model ON entries (op, model);
 CREATE INDEX IF NOT EXISTS entries_by_time ON entries (created_at);
@@ -97,10 +99,13 @@ CREATE TABLE IF NOT EXISTS blobs (
     text TEXT NOT NULL
 );
 """
-ENTRY_COLUMNS = ("key", "op", "model", "kind", "base_url", "created_at", "response", "vectors",
+_BASE_COLUMNS = ("key", "op", "model", "kind", "base_url", "created_at", "response", "vectors",
                  "vector_dtype", "vector_count", "identity")
-INSERT_ENTRY = (f"INSERT OR IGNORE INTO entries ({', '.join(ENTRY_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(ENTRY_COLUMNS))})")
+# `checksum` (added in place to caches written before it): entry_checksum of
+# the row; a row whose checksum does not match is a miss, never a wrong answer.
+ENTRY_COLUMNS = _BASE_COLUMNS + ("checksum",)
+INSERT_ENTRY = (f"INSERT OR IGNORE INTO entries ({', '.join(_BASE_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(_BASE_COLUMNS))})")
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (digest, size, text) VALUES (?, ?, ?)"
 
 
@@ -127,6 +132,28 @@ class CacheError(TulvingError):
     """The cache file is missing, damaged or not a Tulving cache."""
 
 
+def damaged(path: Path | str, exc: BaseException) -> CacheError:
+    """The one line for a cache SQLite cannot read or write as it is."""
+    text = str(exc)
+    if "readonly" in text or "read-only" in text or "unable to open" in text:
+        return CacheError(f"cannot write the cache {path} ({text}): the file or its folder is read-only; "
+                          f"use --cache elsewhere")
+    return CacheError(f"the cache {path} is damaged ({text}): run `tulving --cache {path} cache check`, "
+                      f"`tulving --cache {path} cache recover` to keep its readable entries, or use --cache elsewhere")
+
+
+def entry_checksum(key: str, response: str, vectors: bytes | None) -> str:
+    """What the `checksum` column holds: sha256 over the key, the response
+    JSON and the vectors, 32 hex digits."""
+    h = hashlib.sha256(key.encode())
+    h.update(b"\0")
+    h.update(response.encode("utf-8", "surrogatepass"))
+    if vectors:
+        h.update(b"\0")
+        h.update(vectors)
+    return h.hexdigest()[:32]
+
+
 # -- the file -------------------------------------------------------------------
 def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
     """An autocommit connection to the cache at `path`, checked to be a Tulving
@@ -140,6 +167,10 @@ def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
             raise CacheError(f"cannot create the cache directory {path.parent}: {exc.strerror}") from None
     elif not path.is_file():
         raise CacheError(f"no cache file at {path}")
+    if path.is_dir():
+        raise CacheError(f"the cache {path} is a folder: give --cache a file path")
+    if create and path.exists() and not os.access(path, os.W_OK):
+        raise CacheError(f"the cache {path} is read-only: make it writable or use --cache elsewhere")
     try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                check_same_thread=False)
@@ -149,9 +180,13 @@ def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _check_or_create_retrying(conn, path, create)
         conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash never corrupts, commits survive a kill
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        raise damaged(path, exc) from None
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise CacheError(f"{path} is not a Tulving cache ({exc})") from None
+        raise CacheError(f"{path} is not a Tulving cache or is damaged ({exc}): run `tulving --cache {path} "
+                         f"cache recover` to keep its readable entries, or use --cache elsewhere") from None
     except BaseException:
         conn.close()
         raise
@@ -209,6 +244,8 @@ def _check_or_create(conn: sqlite3.Connection, path: Path, create: bool) -> None
         raise CacheError(f"{path} was written by a newer Tulving (cache format {version}, this one reads {VERSION})")
     if create and conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
+    if create and "checksum" not in {row[1] for row in conn.execute("PRAGMA table_info(entries)")}:
+        conn.execute("ALTER TABLE entries ADD COLUMN checksum TEXT")  # a cache written before checksums
 
 
 _second_text: tuple[int, str] = (-1, "")  # the last whole second formatted, reused by iso_utc
@@ -237,16 +274,25 @@ def _identity_chars(identity: dict[str, Any]) -> int:
     return sum(map(len, texts)) if texts else 0
 
 
-def read_entries(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """{key: response} for the keys present, looked up `READ_BATCH` at a time."""
+def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str] | None = None
+                 ) -> dict[str, dict[str, Any]]:
+    """{key: response} for the keys present, looked up `READ_BATCH` at a time.
+    A row whose checksum does not match (or whose response cannot be decoded)
+    is left out, as a miss, and its key appended to `corrupt`."""
     found: dict[str, dict[str, Any]] = {}
     loads = orjson.loads
     for i in range(0, len(keys), READ_BATCH):
         batch = keys[i:i + READ_BATCH]
-        sql = ("SELECT key, response, vectors, vector_dtype, vector_count FROM entries "
+        sql = ("SELECT key, response, vectors, vector_dtype, vector_count, checksum FROM entries "
                f"WHERE key IN ({','.join('?' * len(batch))})")
-        for key, text, vectors, dtype, count in conn.execute(sql, batch):
-            found[key] = loads(text) if vectors is None else decode_response(text, vectors, dtype, count)
+        for key, text, vectors, dtype, count, checksum in conn.execute(sql, batch):
+            try:
+                if checksum is not None and checksum != entry_checksum(key, text, vectors):
+                    raise ValueError("checksum mismatch")
+                found[key] = loads(text) if vectors is None else decode_response(text, vectors, dtype, count)
+            except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
+                if corrupt is not None:
+                    corrupt.append(key)
     return found
 
 
@@ -344,6 +390,7 @@ class ResponseCache:
         self.batch_rows = batch_rows
         self.batch_seconds = batch_seconds
         self.write_errors = 0  # rows that could not be written (logged)
+        self.corrupt_keys: set[str] = set()  # entries read back damaged: replaced when put again
         # Rows, flush markers and _STOP, in order. The event loop appends; the
         # writer wakes on `_wake` (set by the first item after it went idle),
         # gathers for up to batch_seconds unless `_urgent` (a full batch, a
@@ -457,7 +504,15 @@ class ResponseCache:
         else:
             missing = list(keys)
         if missing:
-            found.update(await self._reader.run(read_entries, self._read_conn, missing))
+            corrupt: list[str] = []
+            try:
+                found.update(await self._reader.run(read_entries, self._read_conn, missing, corrupt))
+            except sqlite3.DatabaseError as exc:
+                raise damaged(self.path, exc) from None
+            if corrupt:
+                self.corrupt_keys.update(corrupt)
+                log.warning("cache: %d damaged entries in %s are treated as misses and will be rewritten "
+                            "(`tulving cache check` lists them)", len(corrupt), self.path)
         return found
 
     async def get(self, key: str) -> dict[str, Any] | None:
@@ -600,7 +655,7 @@ class ResponseCache:
                 get = identity.get
                 entries.append((key, str(get("op", "chat")), str(get("model", "")), get("kind"),
                                 get("base_url"), iso_utc(created), text, vectors, dtype, count,
-                                stored.decode()))
+                                stored.decode(), entry_checksum(key, text, vectors)))
             except Exception as exc:  # a value JSON cannot hold, a non-dict identity, ...
                 self.write_errors += 1
                 log.error("cache: cannot store the response for key %s: %s", key, exc)
@@ -611,6 +666,9 @@ class ResponseCache:
         for attempt in range(3):
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                replaced = [(e[0],) for e in entries if e[0] in self.corrupt_keys]
+                if replaced:  # damaged rows read as misses: the new reply replaces them
+                    conn.executemany("DELETE FROM entries WHERE key = ?", replaced)
                 conn.executemany(INSERT_BLOB, [(d, size, text) for d, (text, size) in blobs.items()])
                 _insert_entries(conn, entries)
                 conn.execute("COMMIT")

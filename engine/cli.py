@@ -10,21 +10,27 @@ expose `register(subparsers)`, adding subcommands whose handler is
 
 User errors (a bad config, an unknown model, a missing key or file) print one
 line, `tulving: error: ...`, and exit 2; other fatal provider errors exit 1;
-Ctrl-C exits 130.
+the other exit codes (incomplete runs, --max-cost, storage, Ctrl-C, SIGTERM)
+are listed in engine/errors.py. Global options may come before or after the
+command. SIGTERM stops like Ctrl-C (engines close, the cache is flushed).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
+import signal
 import sys
-from typing import Sequence
+import threading
+from typing import Any, Sequence
 
 from engine.commands.argtypes import non_negative_float
 from engine.commands import cache as cache_commands
 from engine.commands import evaluate, generate, tools
 from engine.commands.common import DEFAULT_CACHE
-from engine.errors import TulvingError
+from engine.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_STORAGE, EXIT_TERMINATED, EXIT_USAGE,
+                           TulvingError, printable)
 from providers.base import AUTH, CONFIG, ProviderError
 
 COMMAND_MODULES = (tools, cache_commands, generate, evaluate)
@@ -67,31 +73,139 @@ def _install_uvloop() -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"tulving: error: {' '.join(message.split())}", file=sys.stderr)
+    """Print one error line (control characters escaped: it may quote a
+    server, a file name or model output) and return `code`."""
+    _print_err(f"tulving: error: {' '.join(printable(message).split())}")
     return code
 
 
+def _print_err(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):  # stderr gone: nothing left to tell
+        pass
+
+
+_GLOBAL_VALUED = ("--config", "--cache", "--max-cost")
+_GLOBAL_FLAGS = ("--quiet",)
+
+
+def hoist_global_options(argv: Sequence[str]) -> list[str]:
+    """Move the global options written after the command (`tulving run
+    --cache X`) in front of it, where argparse expects them. What follows
+    `serve-loopback` or `--` is left alone."""
+    argv = list(argv)
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    seen_command = False
+    while i < len(argv):
+        token = argv[i]
+        if token == "--" or token == "serve-loopback":
+            rest.extend(argv[i:])
+            break
+        name = token.split("=", 1)[0]
+        if seen_command and name in _GLOBAL_VALUED and "=" in token:
+            front.append(token)
+        elif seen_command and token in _GLOBAL_VALUED and i + 1 < len(argv):
+            front.extend(argv[i:i + 2])
+            i += 1
+        elif seen_command and token in _GLOBAL_FLAGS:
+            front.append(token)
+        else:
+            if not token.startswith("-") and not (i > 0 and argv[i - 1] in _GLOBAL_VALUED):
+                seen_command = True
+            rest.append(token)
+        i += 1
+    return front + rest
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into the same orderly stop as Ctrl-C."""
+
+
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Stop like Ctrl-C: inside asyncio.run, SIGINT cancels the main task, so
+    engines close and the cache is flushed; elsewhere it raises KeyboardInterrupt."""
+    global _terminated
+    _terminated = True
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        os.kill(os.getpid(), signal.SIGINT)  # asyncio.Runner's handler cancels the main task
+    else:
+        raise Terminated()
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _os_error(exc: OSError) -> int:
+    name = exc.filename or ""
+    what = exc.strerror or str(exc)
+    where = f"{name}: " if name else ""
+    code = EXIT_STORAGE if exc.errno in _STORAGE_ERRNOS else EXIT_USAGE
+    return _fail(f"{where}{what}", code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    global _terminated
+    _terminated = False
+    argv = hoist_global_options(sys.argv[1:] if argv is None else argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if _in_main_thread() else None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        _print_err("tulving: terminated" if _terminated else "tulving: interrupted")
+        return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tulving ... | head`: the reader left; exit quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_PIPE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "command", None) == "serve-loopback":  # its options belong to the server
         args.server_args = extra + args.server_args
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(printable(x) for x in extra)}")
     if getattr(args, "func", None) is None:
         return _usage(parser)
     _install_uvloop()
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("tulving: interrupted", file=sys.stderr)
-        return 130
     except TulvingError as exc:
-        return _fail(str(exc), getattr(exc, "exit_code", 2))
+        return _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))
     except ProviderError as exc:
-        return _fail(str(exc), 2 if exc.kind in (AUTH, CONFIG) else 1)
+        return _fail(str(exc), EXIT_USAGE if exc.kind in (AUTH, CONFIG) else EXIT_FAILED)
     except FileNotFoundError as exc:
-        return _fail(f"file not found: {exc.filename or exc}", 2)
+        return _fail(f"file not found: {exc.filename or exc}", EXIT_USAGE)
+    except (KeyboardInterrupt, BrokenPipeError):
+        raise
+    except OSError as exc:
+        return _os_error(exc)
+    except UnicodeDecodeError as exc:
+        return _fail(f"a file read is not UTF-8 text ({exc.reason} at byte {exc.start})", EXIT_USAGE)
+    except RecursionError as exc:
+        return _fail(f"input nested too deeply ({exc})", EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 -- a bug: one line, the traceback on request
+        if os.environ.get("TULVING_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (set TULVING_DEBUG=1 for the traceback)",
+                     EXIT_FAILED)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,14 @@ without being declared.
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from engine.errors import TulvingError
 from providers import REGISTRY
@@ -91,12 +94,12 @@ DEFAULT_MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-def register_defaults(*, endpoints: Mapping[str, Mapping[str, Any]] = {},
-                      models: Mapping[str, Mapping[str, Any]] = {}) -> None:
+def register_defaults(*, endpoints: Mapping[str, Mapping[str, Any]] | None = None,
+                      models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Add default endpoints and aliases from a higher layer (the benchmark's
     built-in models, engine/builtin): configs loaded afterwards include them."""
-    DEFAULT_ENDPOINTS.update({name: dict(table) for name, table in endpoints.items()})
-    DEFAULT_MODELS.update({name: dict(table) for name, table in models.items()})
+    DEFAULT_ENDPOINTS.update({name: dict(table) for name, table in (endpoints or {}).items()})
+    DEFAULT_MODELS.update({name: dict(table) for name, table in (models or {}).items()})
 
 _ENDPOINT_FIELDS = {f.name for f in fields(EndpointSpec)} - {"name"}
 _MODEL_FIELDS = {"endpoint", "endpoints", "model", "params", "price_in", "price_out", "reasoning", "context_tokens"}
@@ -117,15 +120,14 @@ class Config:
         source = "built-in defaults"
         if path is not None:
             path = Path(path)
-            try:
-                data = tomllib.loads(path.read_text())
-            except FileNotFoundError:
-                raise ConfigError(f"config file {path} not found") from None
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+            data = _read_toml(path)
             unknown = set(data) - {"endpoints", "models"}
             if unknown:
                 raise ConfigError(f"{path}: unknown top-level section(s) {sorted(unknown)} (expected endpoints, models)")
+            for section in ("endpoints", "models"):
+                if not isinstance(data.get(section, {}), dict):
+                    raise ConfigError(f"{path}: {section} must be a table of [{section}.NAME] tables, "
+                                      f"got {data[section]!r}")
             for name, table in data.get("endpoints", {}).items():
                 if not isinstance(table, dict):
                     raise ConfigError(f"{path}: [endpoints.{name}] must be a table")
@@ -175,49 +177,174 @@ class Config:
         return key
 
 
-def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
-    unknown = set(table) - _ENDPOINT_FIELDS
-    if unknown:
-        raise ConfigError(f"{source}: [endpoints.{name}] has unknown key(s) {sorted(unknown)}")
-    if "kind" not in table:
-        raise ConfigError(f"{source}: [endpoints.{name}] needs a kind")
-    if table["kind"] not in REGISTRY:
-        raise ConfigError(f"{source}: [endpoints.{name}] has unknown kind {table['kind']!r} "
-                          f"(known: {', '.join(sorted(REGISTRY))})")
-    numeric = ("max_concurrency", "rpm", "input_tpm", "output_tpm", "timeout", "total_timeout", "max_attempts")
-    for key in numeric:
-        value = table.get(key)
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
-            raise ConfigError(f"{source}: [endpoints.{name}] {key} must be a positive number, got {value!r}")
-    options = table.get("options") or {}
+# -- the schema ---------------------------------------------------------------------
+# Every key of an endpoint and model table is checked at load: its type, its
+# range, finite numbers, well-formed URLs and headers. A violation is one
+# ConfigError line naming the file, the table and the key.
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers the HTTP client owns: overriding them breaks framing or routing.
+_RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-type"}
+_HTTP_KINDS = {"openai", "anthropic"}
+
+
+def _where(source: str, section: str, name: str, key: str | None = None) -> str:
+    return f"{source}: [{section}.{name}]" + (f" {key}" if key else "")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(table: Mapping[str, Any], key: str, where: str, *, integer: bool = False,
+              allow_zero: bool = False) -> None:
+    value = table.get(key)
+    if value is None:
+        return
+    ok = (type(value) is int) if integer else _is_number(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):
+        what = "a whole number" if integer else "a finite number"
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{where} {key} must be {what} {bound}, got {value!r}")
+
+
+def check_base_url(value: Any, where: str) -> None:
+    """An http(s) URL with a host (a path and a query are kept; no fragment)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} base_url must be a string URL, got {value!r}")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"{where} base_url must start with http:// or https://, got {value!r}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError(f"{where} base_url {value!r} is not a valid URL ({exc})") from None
+    if not host:
+        raise ConfigError(f"{where} base_url {value!r} has no host")
+    if parts.fragment or any(c.isspace() or ord(c) < 32 for c in value):
+        raise ConfigError(f"{where} base_url {value!r} must not hold a fragment, spaces or control characters")
+    del port
+
+
+def _check_options(options: Any, kind: str, where: str) -> None:
     if not isinstance(options, Mapping):
-        raise ConfigError(f"{source}: [endpoints.{name}] options must be a table, got {options!r}")
+        raise ConfigError(f"{where} options must be a table, got {options!r}")
+    headers = options.get("headers")
+    if headers is not None:
+        if not isinstance(headers, Mapping):
+            raise ConfigError(f"{where} options.headers must be a table of strings, got {headers!r}")
+        for header, value in headers.items():
+            if not _HEADER_NAME.fullmatch(header):
+                raise ConfigError(f"{where} options.headers has an invalid header name {header!r}")
+            if header.lower() in _RESERVED_HEADERS:
+                raise ConfigError(f"{where} options.headers must not set {header} (the HTTP client sets it)")
+            if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+                raise ConfigError(f"{where} options.headers.{header} must be a one-line string, got {value!r}")
+    drop = options.get("drop_params")
+    if drop is not None and (not isinstance(drop, list) or not all(isinstance(x, str) for x in drop)):
+        raise ConfigError(f"{where} options.drop_params must be a list of parameter names, got {drop!r}")
+    for flag in ("trust_env",):
+        if flag in options and not isinstance(options[flag], bool):
+            raise ConfigError(f"{where} options.{flag} must be true or false, got {options[flag]!r}")
     if "http_client" in options:
         from providers.http_client import HTTP_CLIENTS
 
         if options["http_client"] not in HTTP_CLIENTS:
-            raise ConfigError(f"{source}: [endpoints.{name}] options.http_client must be one of "
+            raise ConfigError(f"{where} options.http_client must be one of "
                               f"{', '.join(HTTP_CLIENTS)}, got {options['http_client']!r}")
-    return EndpointSpec(name=name, **dict(table))
+    for text in ("anthropic_version", "model_path", "model_dir"):
+        if text in options and not isinstance(options[text], str):
+            raise ConfigError(f"{where} options.{text} must be a string, got {options[text]!r}")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML file at `path`; one ConfigError line for every way it can fail."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a folder, not a file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
+    where = _where(source, "endpoints", name)
+    unknown = set(table) - _ENDPOINT_FIELDS
+    if unknown:
+        raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}")
+    if "kind" not in table:
+        raise ConfigError(f"{where} needs a kind")
+    kind = table["kind"]
+    if not isinstance(kind, str) or kind not in REGISTRY:
+        raise ConfigError(f"{where} has unknown kind {kind!r} (known: {', '.join(sorted(REGISTRY))})")
+    if table.get("base_url") is not None:
+        check_base_url(table["base_url"], where)
+    key_env = table.get("key_env")
+    if key_env is not None and (not isinstance(key_env, str) or not _ENV_NAME.fullmatch(key_env)):
+        raise ConfigError(f"{where} key_env must name an environment variable, got {key_env!r}")
+    for key in ("rpm", "input_tpm", "output_tpm", "timeout", "total_timeout"):
+        _positive(table, key, where)
+    _positive(table, "max_retry_after", where, allow_zero=True)
+    for key in ("max_concurrency", "max_attempts"):
+        _positive(table, key, where, integer=True)
+    if table.get("max_concurrency") is not None and table["max_concurrency"] > 100_000:
+        raise ConfigError(f"{where} max_concurrency must be at most 100000, got {table['max_concurrency']!r}")
+    options = table.get("options")
+    _check_options({} if options is None else options, kind, where)
+    fields_ = {k: v for k, v in table.items() if v is not None or k in ("base_url", "key_env")}
+    fields_["options"] = dict(options or {})
+    return EndpointSpec(name=name, **fields_)
 
 
 def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, EndpointSpec], source: str) -> ModelAlias:
+    where = _where(source, "models", name)
     unknown = set(table) - _MODEL_FIELDS
     if unknown:
-        raise ConfigError(f"{source}: [models.{name}] has unknown key(s) {sorted(unknown)}")
+        raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}")
     names = table.get("endpoints") or ([table["endpoint"]] if "endpoint" in table else [])
     if isinstance(names, str):
         names = [names]
+    if not isinstance(names, list):
+        raise ConfigError(f"{where} endpoints must be a list of endpoint names, got {names!r}")
     if not names:
-        raise ConfigError(f"{source}: [models.{name}] needs endpoint or endpoints")
+        raise ConfigError(f"{where} needs endpoint or endpoints")
     for e in names:
+        if not isinstance(e, str):
+            raise ConfigError(f"{where} endpoints must be endpoint names (strings), got {e!r}")
         if e not in endpoints:
-            raise ConfigError(f"{source}: [models.{name}] names unknown endpoint {e!r}")
+            raise ConfigError(f"{where} names unknown endpoint {e!r}")
     if "model" not in table:
-        raise ConfigError(f"{source}: [models.{name}] needs model (the provider's model name)")
+        raise ConfigError(f"{where} needs model (the provider's model name)")
+    if not isinstance(table["model"], str) or not table["model"].strip():
+        raise ConfigError(f"{where} model must be a non-empty string, got {table['model']!r}")
     params = table.get("params", {})
     if not isinstance(params, dict):
-        raise ConfigError(f"{source}: [models.{name}] params must be a table")
-    return ModelAlias(name=name, endpoints=tuple(names), model=str(table["model"]), params=dict(params),
+        raise ConfigError(f"{where} params must be a table, got {params!r}")
+    for key, value in params.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where} params.{key} must be finite, got {value!r}")
+    if "temperature" in params and params["temperature"] is not None and (
+            not _is_number(params["temperature"]) or params["temperature"] < 0):
+        raise ConfigError(f"{where} params.temperature must be a number >= 0, got {params['temperature']!r}")
+    for key in ("max_tokens", "max_completion_tokens"):
+        if key in params and params[key] is not None and (type(params[key]) is not int or params[key] < 1):
+            raise ConfigError(f"{where} params.{key} must be a whole number >= 1, got {params[key]!r}")
+    for key in ("price_in", "price_out"):
+        _positive(table, key, where, allow_zero=True)
+    _positive(table, "context_tokens", where, integer=True)
+    if "reasoning" in table and not isinstance(table["reasoning"], bool):
+        raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
+    return ModelAlias(name=name, endpoints=tuple(names), model=table["model"], params=dict(params),
                       price_in=table.get("price_in"), price_out=table.get("price_out"),
                       reasoning=bool(table.get("reasoning", False)), context_tokens=table.get("context_tokens"))

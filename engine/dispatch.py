@@ -9,9 +9,14 @@ same head call and the one that can start it soonest takes it, so traffic
 spreads by free capacity. Dispatchers sleep on an event plus a timer set to the
 exact time capacity frees; nothing polls.
 
-After a 429 an endpoint pauses until the server's retry-after, halves its
-effective rate and concurrency, and recovers linearly over RECOVERY_SECONDS
-(see `EndpointState.on_rate_limited`, also for endpoints without a set RPM).
+After a 429 (see `EndpointState.on_rate_limited`): the call itself waits the
+server's retry-after (the engine caps it); the whole endpoint pauses only when
+429s dominate its recent replies; and it slows down once per episode -- half
+the rate and concurrency, recovered linearly over RECOVERY_SECONDS, or for an
+endpoint without a set RPM an inferred request rate. Each slow-down is a trial
+judged on the replies that follow it: kept only if it lowered the 429 share
+beyond chance, undone otherwise (429s not caused by our speed -- another
+process on the account, a provider's bad minute -- must not starve the run).
 
 Endpoints whose provider `prefers_prefix_order` (llama.cpp keeps only the
 previous prompt's KV cache) run one call at a time and pick, among the waiting
@@ -24,6 +29,7 @@ import heapq
 import logging
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +44,20 @@ RECOVERY_SECONDS = 30.0      # from half rate back to full rate after a 429
 MIN_FACTOR = 1 / 16
 INFERRED_DOUBLING = 20.0     # seconds for an inferred request rate to double
 MAX_INFERRED_FACTOR = 1e6
+SHARE_WINDOW = 40            # replies over which the 429 share before a slow-down is measured
+TRIAL_REPLIES = 12           # replies to calls sent after a slow-down before judging it
+TRIAL_SECONDS = 30.0         # a trial not judged by then (too few replies) is kept
+MIN_TRIAL_EVIDENCE = 6       # replies before a slow-down needed to judge it at all
+KEPT_FLOOR = 0.1             # or if it fell below this
+KEPT_Z = 1.65                # a slow-down is kept if the 429 share fell by this many standard errors
+ALWAYS_KEPT_SHARE = 0.6      # past this share of 429s we are far too fast: a slow-down is never undone
+IGNORE_SECONDS = 60.0        # after an undone slow-down, 429s at that share slow nothing down
+IGNORE_MARGIN = 0.25         # ... unless the share rises this much above it
+PAUSE_WINDOW = 10            # the endpoint pauses on a 429 when, over its last replies,
+PAUSE_SHARE = 0.8            # at least this share were 429s (30% random 429s reach it once in ~600)
+TOO_FAST_SHARE = 0.5         # a 429 share this high is our speed: a running trial does not hold slow-downs back
+MIN_PAUSE_EVIDENCE = 4       # replies needed to judge (with none known at all, a 429 pauses)
+NOTICE_PAUSE = 5.0           # pauses this long are announced on stderr
 
 
 @dataclass(eq=False, slots=True)
@@ -52,6 +72,7 @@ class Job:
     waiters: list[tuple[Any, Any]] = field(default_factory=list)  # (request, sink)
     pool: "Pool | None" = None
     attempts: int = 0
+    rate_limited: int = 0                       # attempts answered 429
     deadline: float | None = None
     cost_reserved: float = 0.0
     cancelled: bool = False
@@ -92,6 +113,14 @@ class Pool:
         else:
             heap.remove(job)
             heapq.heapify(heap)
+
+
+def _clearly_lower(after: float, n_after: int, before: float, n_before: int) -> bool:
+    """Whether the 429 share `after` a slow-down is lower than `before` beyond
+    chance (a one-sided two-proportion z-test at KEPT_Z)."""
+    pooled = (after * n_after + before * n_before) / (n_after + n_before)
+    spread = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_after + 1.0 / n_before))
+    return before - after > KEPT_Z * spread if spread > 0 else after < before
 
 
 def shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
@@ -147,6 +176,11 @@ class EndpointState:
         self.succeeded = 0
         self._mark_time, self._mark_done = now, 0
         self._last_slowdown = -math.inf
+        self._replies: deque[tuple[float, bool]] = deque(maxlen=4 * SHARE_WINDOW)  # (sent at, answered 429)
+        self._trial: tuple | None = None
+        self._ignore_until = -math.inf
+        self._ignored_share = 0.0
+        self.reverted = 0           # slow-downs undone because they did not lower the 429 share
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -167,26 +201,96 @@ class EndpointState:
     def wake(self) -> None:
         self._wake.set()
 
+    def record_reply(self, rate_limited: bool, now: float, sent_at: float = -math.inf) -> None:
+        """Every finished attempt, answered 429 or not, and when it was sent:
+        the recent 429 share decides whether a slow-down helped (`_judge_trial`)."""
+        self._replies.append((sent_at, rate_limited))
+        if self._trial is not None:
+            self._judge_trial(now)
+
+    def recent_429_share(self, last: int = SHARE_WINDOW) -> tuple[float, int]:
+        """(share of 429s, replies counted) over the last `last` replies."""
+        replies = [limited for _, limited in list(self._replies)[-last:]]
+        return (sum(replies) / len(replies) if replies else 0.0), len(replies)
+
     def on_rate_limited(self, retry_after: float | None, now: float, sent_at: float | None = None) -> None:
-        """A 429: pause dispatch until the server's wait, and slow down once
-        per episode: a 429 to a call sent before the last slow-down belongs to
-        that episode (it was sent too fast already).
+        """A 429: slow down once per episode -- a 429 to a call sent before
+        the last slow-down belongs to that episode (it was sent too fast
+        already) -- and pause dispatch until the server's wait while 429s
+        dominate the recent replies (a lone 429 delays only its own call).
 
         With a configured RPM the effective rate and concurrency halve. An
         endpoint configured without one gets a request rate inferred from what
         it achieved since the previous episode (concurrency alone cannot slow
-        fast calls down), which then grows exponentially until the next 429."""
+        fast calls down), which then grows exponentially until the next 429.
+
+        A slow-down is a trial: once TRIAL_REPLIES replies to calls sent after
+        it are in, it is kept only if it lowered the 429 share; otherwise the
+        429s are not caused by our speed (another process on the account, a
+        provider's bad minute), the rate before the trial is restored, and
+        429s at that share cause no slow-down for IGNORE_SECONDS."""
         self.rate_limited += 1
         wait = retry_after if retry_after is not None else DEFAULT_PAUSE
-        self.paused_until = max(self.paused_until, now + wait)
+        share, counted = self.recent_429_share(PAUSE_WINDOW)
+        ignoring = now < self._ignore_until and share < self._ignored_share + IGNORE_MARGIN
+        if not ignoring and (counted == 0 or counted >= MIN_PAUSE_EVIDENCE and share >= PAUSE_SHARE):
+            if now + wait > self.paused_until:
+                self.paused_until = now + wait
+                if wait >= NOTICE_PAUSE and self.owner is not None:
+                    until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait))
+                    self.owner.notice(f"waiting for {self.name}: rate-limited (HTTP 429), paused until {until} "
+                                      f"({wait:.0f} s)", key=("pause", self.name))
+        trial = self._trial
+        if trial is not None and now - trial[0] > TRIAL_SECONDS:  # never judged: kept
+            trial = self._trial = None
+        if ignoring or trial is not None and self._trial_blocks(trial[0]) and (
+                sent_at is None or sent_at >= self._last_slowdown):
+            return  # known not to be ours, or a judgeable trial is running: one slow-down per trial
         if sent_at is None or sent_at >= self._last_slowdown:
+            if trial is None:  # the state to go back to if the slow-down(s) of this trial do not help
+                self._trial = (now, self.factor(now), self._inferred, self.limits.requests)
             if self.limits.requests is None or self._inferred:
                 self._infer_rate(now)
                 self._factor = 0.9
             else:
                 self._factor = max(MIN_FACTOR, self.factor(now) * 0.5)
             self._last_slowdown = now
-        self._factor_since = self.paused_until  # no recovery while paused
+        self._factor_since = max(self.paused_until, now)  # no recovery while paused
+
+    def _trial_blocks(self, started: float) -> bool:
+        """Whether the running trial holds further slow-downs back: it can be
+        judged (enough replies from before it) and 429s since it are not so
+        many that we are plainly still far too fast."""
+        before = [limited for sent, limited in self._replies if sent < started][-SHARE_WINDOW:]
+        after = [limited for sent, limited in self._replies if sent >= started]
+        plainly_too_fast = any(len(part) >= 4 and sum(part) / len(part) >= TOO_FAST_SHARE for part in (before, after))
+        return len(before) >= MIN_TRIAL_EVIDENCE and not plainly_too_fast
+
+    def _judge_trial(self, now: float) -> None:
+        started, factor, inferred, requests = self._trial
+        after = [limited for sent, limited in self._replies if sent >= started]
+        if len(after) < TRIAL_REPLIES:
+            return
+        self._trial = None
+        before = [limited for sent, limited in self._replies if sent < started][-SHARE_WINDOW:]
+        share_before = sum(before) / len(before) if before else 0.0
+        share_after = sum(after) / len(after)
+        if (len(before) >= MIN_TRIAL_EVIDENCE and share_after >= KEPT_FLOOR
+                and max(share_before, share_after) < ALWAYS_KEPT_SHARE
+                and not _clearly_lower(share_after, len(after), share_before, len(before))):
+            # The slow-down did not lower the 429 share: undo it.
+            self._factor, self._factor_since = factor, now
+            self._inferred = inferred
+            self.limits.restore_request_limit(requests, now)
+            self.paused_until = min(self.paused_until, now)
+            self._ignore_until = now + IGNORE_SECONDS
+            self._ignored_share = max(share_before, share_after)
+            self.reverted += 1
+            if self.owner is not None:
+                self.owner.notice(f"{self.name}: {share_after:.0%} of replies are 429 whatever our rate "
+                                  f"(not caused by our speed): keeping full speed and retrying them",
+                                  key=("revert", self.name), every=60.0)
+            self.wake()
 
     def _infer_rate(self, now: float) -> None:
         elapsed = now - self._mark_time
@@ -290,7 +394,13 @@ class EndpointState:
                 self.last_prompt = job.prompt
             self.in_flight += 1
             self.calls += 1
-            self.owner.launch(self, job)
+            try:
+                self.owner.launch(self, job)
+            except Exception as exc:  # noqa: BLE001 -- a call that cannot start is settled, never lost
+                self.in_flight -= 1
+                log.exception("endpoint %s: starting a call failed", self.name)
+                self.owner.fail(job, ProviderError(CONFIG, f"engine could not start the call: "
+                                                           f"{type(exc).__name__}: {exc}"))
 
     def _fail_waiting(self, error: ProviderError) -> None:
         for pool in self.pools:
@@ -305,7 +415,10 @@ class EndpointState:
         if usage is not None:
             self.succeeded += 1
         if self.limits.limited:
-            self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic())
+            try:
+                self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic())
+            except Exception:  # noqa: BLE001 -- a wrong correction must not keep the slot or the call
+                log.exception("endpoint %s: correcting the token reservation failed", self.name)
         # After a success, start the next waiting call(s) right here rather
         # than waking the dispatcher task for it (a task step per call at zero
         # latency). The dispatcher is woken when it has a timer to set (a rate

@@ -1,8 +1,59 @@
-"""User-facing errors. The CLI prints `str(err)` (one line) and exits non-zero.
+"""User-facing errors and exit codes (`TulvingError`, their base, lives with
+the shared types in providers/base.py). The CLI prints `str(err)` (one line,
+control characters escaped by `printable`) and exits with the error's code.
 
-`TulvingError` is defined with the shared types (providers/base.py), so that
-every layer can raise it; the engine's own user errors derive from it.
+Exit codes (README, "Using it"):
+    0  done: every planned result exists
+    1  a fatal provider error, or an internal error
+    2  bad input: a malformed config, book, universe or file, an unknown model, a missing key
+    3  incomplete: some calls failed for good (rerun to retry them: finished calls are cached)
+    4  stopped by --max-cost (rerun with a higher budget to continue)
+    5  results could not be stored (cache or output not writable, disk full)
+    130 interrupted (Ctrl-C), 141 output pipe closed (`| head`), 143 terminated (SIGTERM)
 """
-from providers.base import TulvingError
+from __future__ import annotations
 
-__all__ = ["TulvingError"]
+import re
+
+from providers.base import TulvingError  # the shared base: every layer raises it
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INCOMPLETE = 3
+EXIT_BUDGET = 4
+EXIT_STORAGE = 5
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
+EXIT_TERMINATED = 143
+
+
+class StorageError(TulvingError):
+    """Results could not be written (cache, run folder)."""
+
+    exit_code = EXIT_STORAGE
+
+
+# C0 controls (ESC among them) but tab, DEL and the C1 controls, plus the
+# bidirectional overrides that can make a line read differently than it is.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: object) -> str:
+    """`text` safe to print on a terminal: control characters (ANSI escapes,
+    carriage returns, bells, newlines) shown as `\\x1b`-style escapes, lone
+    surrogates replaced. Use it on everything printed that came from outside:
+    server error bodies, model output, file and model names."""
+    text = str(text)
+    if _CONTROL.search(text):
+        text = _CONTROL.sub(_escape, text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

@@ -132,6 +132,14 @@ class EndpointLimits:
             self.requests.scale = old.scale
         self._buckets = [b for b in (self.requests, self.input_tokens, self.output_tokens) if b is not None]
 
+    def restore_request_limit(self, bucket: LeakyBucket | None, now: float) -> None:
+        """Put back the request limit in force before a slow-down (None: no limit)."""
+        if bucket is not None:
+            bucket._leak(now)
+            bucket.scale = 1.0
+        self.requests = bucket
+        self._buckets = [b for b in (self.requests, self.input_tokens, self.output_tokens) if b is not None]
+
     def set_scale(self, scale: float, now: float) -> None:
         for b in self._buckets:
             b.set_scale(scale, now)

@@ -125,3 +125,23 @@ class Progress:
         display.detach(self)
         if not display.streams:
             _DISPLAYS.pop(id(display.stats), None)
+
+
+def notice(message: str, file: TextIO | None = None) -> None:
+    """One line on stderr (`tulving: MESSAGE`), printed above a live progress
+    line rather than through it. Control characters in the message are escaped."""
+    from engine.errors import printable
+
+    file = file or sys.stderr
+    line = f"tulving: {printable(message)}"
+    bars = [d.bar for d in _DISPLAYS.values() if d.bar is not None and d.file is file]
+    try:
+        if bars:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=file)
+        else:
+            file.write(line + "\n")
+            file.flush()
+    except (OSError, ValueError):  # stderr closed or gone: the notice is not worth a crash
+        pass

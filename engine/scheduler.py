@@ -10,8 +10,14 @@ outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
 alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
 A failed attempt of a retryable kind is queued again after a backoff
-(engine/retry.py); a call that fails for good yields its error and the run goes
-on. Only successful replies are cached.
+(engine/retry.py); 429s have their own allowance of attempts and a capped wait
+(the endpoint's max_retry_after, reported when applied); a call that fails for
+good yields its error and the run goes on. Only successful replies are cached.
+
+Every call ends: whatever raises in an attempt's life (the provider, its
+usage, pricing, the limiter, the cache hand-off, a retry timer), the endpoint
+slot is released and the call settled with a classified error or queued again
+(`_attempt`, `_after_reply`, and `_after_attempt` as the last guard).
 
 User errors stop the stream by raising `ConfigError` from it: an unknown model
 alias, or an endpoint whose API key variable is unset (checked when the first
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import operator
 import time
 from collections import Counter, defaultdict, deque
@@ -45,13 +52,15 @@ import aiohttp
 from engine import gc_tuning
 from engine.config import Config
 from engine.dispatch import EndpointState, Job, Pool
-from engine.progress import Progress
+from engine.progress import Progress, notice as progress_notice
 from engine.requests import ChatRequest, Outcome, Request
 from providers.base import ChatResult, EmbedResult, Result
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from providers import make_provider
-from providers.base import BAD_REPLY, BUDGET, CONNECTION, TIMEOUT, EndpointSpec, ProviderError
+from providers.base import BAD_REPLY, BUDGET, CONNECTION, RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError
+
+log = logging.getLogger(__name__)
 
 # Output tokens reserved for a call that sets no max_tokens (reasoning models).
 DEFAULT_OUTPUT_RESERVE = 4096
@@ -66,6 +75,16 @@ MAX_WINDOW = 4096
 MAX_PENDING_CHARS = 64_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
+# (A server's retry-after longer than the endpoint's `max_retry_after`, 60 s
+# by default as the Anthropic SDK caps it, is capped and reported: a bad header
+# must not stall a run for hours.)
+# Attempts a call may spend on 429s (the provider's pacing, not the call's
+# fault), counted apart from the endpoint's max_attempts for other errors.
+RATE_LIMITED_ATTEMPTS = 12
+# Longest back-off of a call after a 429 that names no wait.
+UNNAMED_429_RETRY_CAP = 2.0
+# A retry waiting this long (or longer) is announced on stderr.
+NOTICE_WAIT = 5.0
 
 
 @dataclass(slots=True)
@@ -84,6 +103,9 @@ class EngineStats:
     tokens_out: int = 0
     cost: float = 0.0          # USD
     elapsed: float = 0.0       # seconds the engine has been open
+    retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
+    cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
+    notices: list = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -128,6 +150,25 @@ def _request_chars(request: Request) -> int:
     return sum(map(len, request.texts))
 
 
+def _usage(result: Any) -> tuple[int, int]:
+    """(input, output) tokens of a result, checked: a provider that reports
+    anything but non-negative integers broke its contract (a bad reply)."""
+    used_in, used_out = getattr(result, "input_tokens", None), getattr(result, "output_tokens", 0)
+    if type(used_in) is not int or type(used_out) is not int or used_in < 0 or used_out < 0:
+        raise ProviderError(BAD_REPLY, f"reply reports token counts {used_in!r} and {used_out!r}, not integers")
+    return used_in, used_out
+
+
+def _safe_cost(alias: Any, input_tokens: int, output_tokens: int) -> float:
+    """The alias's cost of a call; 0 when its prices cannot be used (the
+    config's schema refuses such prices at load, so this is a last guard)."""
+    try:
+        cost = float(alias.cost(input_tokens, output_tokens))
+    except Exception:  # noqa: BLE001
+        return 0.0
+    return cost if cost == cost and cost >= 0.0 else 0.0
+
+
 def _as_provider_error(exc: BaseException, timeout: float) -> ProviderError:
     """A provider broke its contract by raising something else: classify it."""
     if isinstance(exc, TimeoutError):
@@ -159,6 +200,8 @@ class Engine:
         self._closed = False
         self._timers: set[asyncio.TimerHandle] = set()
         self._gc_tuned = False
+        self._notices: dict[Any, float] = {}
+        self._retry_waiting = 0  # calls sleeping before their next attempt
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> "Engine":
@@ -205,10 +248,16 @@ class Engine:
             except Exception:  # closing must not mask the run's own outcome
                 pass
         try:
-            if self._cache is not None:
-                await self._cache.flush()
-                await self._cache.close()
-                self._cache = None
+            cache = self._cache
+            if cache is not None:
+                try:
+                    await cache.flush()
+                    await cache.close()
+                finally:
+                    self._cache = None
+                    # Rows the writer could not store (disk full, read-only): the
+                    # run must say so, or a rerun pays for them again unawares.
+                    self._stats.cache_write_errors += cache.write_errors
         finally:
             self._untune_gc()
 
@@ -265,7 +314,9 @@ class Engine:
             while True:
                 if not exhausted and sink.empty():
                     window = self._window_size()
-                    room = window - pending
+                    # Calls sleeping before a retry do not hold the window:
+                    # 30% of 429s must not starve the endpoint of new calls.
+                    room = window + min(self._retry_waiting, window) - pending
                     # Pull in batches (one cache lookup each), not one by one.
                     if room >= max(1, window // 4) and (pending_chars < MAX_PENDING_CHARS or pending == 0):
                         cache = self._cache
@@ -408,7 +459,7 @@ class Engine:
             return False
         if self.max_cost is None:
             return True
-        estimate = job.resolved.alias.cost(job.input_estimate, job.output_estimate)
+        estimate = _safe_cost(job.resolved.alias, job.input_estimate, job.output_estimate)
         if estimate > 0 and self._spent + self._reserved_cost + estimate > self.max_cost:
             self._settle(job, error=ProviderError(
                 BUDGET, f"not sent: max cost ${self.max_cost:.2f} reached "
@@ -420,11 +471,28 @@ class Engine:
         self._settle(job, error=error)
 
     def launch(self, ep: EndpointState, job: Job) -> None:
-        job.cost_reserved = job.resolved.alias.cost(job.input_estimate, job.output_estimate)
+        job.cost_reserved = _safe_cost(job.resolved.alias, job.input_estimate, job.output_estimate)
         self._reserved_cost += job.cost_reserved
-        job.task = asyncio.get_running_loop().create_task(self._attempt(ep, job))
+        task = asyncio.get_running_loop().create_task(self._attempt(ep, job))
+        job.task = task
+        task.add_done_callback(lambda t: self._after_attempt(t, job))
+
+    def _after_attempt(self, task: asyncio.Task, job: Job) -> None:
+        """The last guard of a call's life: an attempt that ended by an
+        exception nobody caught (a bug, a broken callback) still settles its
+        call, so no stream waits for it forever."""
+        if task.cancelled() or job.cancelled or not job.waiters:
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        self._settle(job, error=ProviderError(BAD_REPLY, f"engine error after the reply: {type(exc).__name__}: "
+                                                         f"{exc}"))
 
     async def _attempt(self, ep: EndpointState, job: Job) -> None:
+        """One attempt of a call, from the provider call to its outcome. Every
+        step after the call is guarded: whatever raises, the endpoint's slot is
+        released exactly once and the call is settled (or queued again)."""
         r = job.resolved
         spec = ep.spec
         policy = r.endpoints[0]  # retry settings of the alias's first endpoint
@@ -437,6 +505,7 @@ class Engine:
         result: Result | None = None
         error: ProviderError | None = None
         usage: tuple[int, int] | None = None
+        cost = 0.0
         try:
             try:
                 if ep.enforces_timeout:  # the provider's own timer bounds the call: no second one
@@ -444,7 +513,7 @@ class Engine:
                 else:
                     async with asyncio.timeout(timeout):
                         result = await self._call(ep.provider, r, timeout)
-                usage = (result.input_tokens, getattr(result, "output_tokens", 0))
+                usage = _usage(result)
             except ProviderError as exc:
                 error = exc
             except asyncio.CancelledError:
@@ -452,14 +521,35 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 -- a provider bug must not end the run
                 error = _as_provider_error(exc, timeout)
         finally:
-            self._reserved_cost -= job.cost_reserved
-            job.cost_reserved = 0.0
-            cost = 0.0
-            if usage is not None:  # spent before release(), which may start the next call under max_cost
-                cost = r.alias.cost(usage[0], usage[1])
-                self._spent += cost
-            ep.release(job, usage)
+            try:
+                self._reserved_cost -= job.cost_reserved
+                job.cost_reserved = 0.0
+                if usage is not None:  # spent before release(), which may start the next call under max_cost
+                    cost = r.alias.cost(usage[0], usage[1])
+                    self._spent += cost
+            except Exception as exc:  # noqa: BLE001 -- settled as an error below, never a hang
+                error, result, usage, cost = _as_provider_error(exc, timeout), None, None, 0.0
+            finally:
+                ep.release(job, usage)
+        try:
+            self._after_reply(ep, job, start, result, error, usage, cost)
+        except Exception as exc:  # noqa: BLE001 -- a broken step after the reply settles the call
+            log.exception("engine: handling a reply from %s failed", ep.name)
+            if not job.cancelled and job.waiters:
+                if error is None and result is not None:
+                    self._settle(job, result=result, cost=cost, endpoint=ep.name)
+                else:
+                    self._settle(job, error=ProviderError(BAD_REPLY, f"engine error after the reply: "
+                                                                     f"{type(exc).__name__}: {exc}"),
+                                 endpoint=ep.name)
+
+    def _after_reply(self, ep: EndpointState, job: Job, start: float, result: Result | None,
+                     error: ProviderError | None, usage: tuple[int, int] | None, cost: float) -> None:
+        """Count, cache and settle a finished attempt, or queue it again."""
+        r = job.resolved
+        policy = r.endpoints[0]
         now = time.monotonic()
+        ep.record_reply(error is not None and error.kind == RATE_LIMITED, now, start)
         if error is None:
             stats = self._stats
             stats.succeeded += 1
@@ -467,32 +557,90 @@ class Engine:
             stats.tokens_out += usage[1]
             stats.cost += cost
             if self._cache is not None and not self._closed:  # paid for: keep it even if nobody waits
-                self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
+                try:
+                    self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
+                except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
+                    self._cache_put_failed(exc)
             if not job.cancelled:
                 self._settle(job, result=result, cost=cost, endpoint=ep.name)
             return
         if job.cancelled:
             return
-        if error.kind == "rate_limited":
+        wait = error.retry_after
+        if error.kind == RATE_LIMITED:
             self._stats.rate_limited += 1
-            ep.on_rate_limited(error.retry_after, now, sent_at=start)
+            job.rate_limited += 1
+            cap = ep.spec.max_retry_after
+            if wait is not None and wait > cap:
+                self.notice(f"{ep.name} asked to wait {wait:,.0f} s before retrying (HTTP 429); "
+                            f"waiting {cap:g} s instead (max_retry_after)", key=("cap", ep.name))
+                self._stats.retry_after_capped += 1
+                wait = cap
+            ep.on_rate_limited(wait, now, sent_at=start)
+        elif wait is not None:
+            wait = min(wait, ep.spec.max_retry_after)
         job.last_error = error
-        if error.retryable and job.attempts < policy.max_attempts:
-            delay = self.retry_policy.delay(job.attempts, error.retry_after)
+        # 429s are the provider's pacing, not a fault of the call: they get
+        # their own, larger allowance of attempts.
+        other_attempts = job.attempts - job.rate_limited
+        if error.kind == RATE_LIMITED:
+            may_retry = job.rate_limited < max(policy.max_attempts, RATE_LIMITED_ATTEMPTS)
+        else:
+            may_retry = error.retryable and other_attempts < policy.max_attempts
+        if may_retry:
+            nth = job.rate_limited if error.kind == RATE_LIMITED else other_attempts
+            delay = self.retry_policy.delay(max(1, nth), wait)
+            if error.kind == RATE_LIMITED and wait is None:
+                # No wait named: the endpoint's pause and slow-down handle a
+                # real overload; the call itself backs off a bounded time.
+                delay = min(delay, UNNAMED_429_RETRY_CAP)
             if job.deadline is None or now + delay < job.deadline:
                 self._stats.retries += 1
-                loop = asyncio.get_running_loop()
-                timer: asyncio.TimerHandle | None = None
-
-                def requeue() -> None:
-                    self._timers.discard(timer)
-                    if not job.cancelled and not self._closed:
-                        job.pool.push(job)
-
-                timer = loop.call_later(delay, requeue)
-                self._timers.add(timer)
+                if delay >= NOTICE_WAIT:
+                    until = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
+                    self.notice(f"waiting for {ep.name}: {error.kind}, retrying until {until} "
+                                f"({delay:.0f} s)", key=("wait", ep.name))
+                self._requeue_later(job, delay)
                 return
         self._settle(job, error=error, endpoint=ep.name)
+
+    def _requeue_later(self, job: Job, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
+
+        def requeue() -> None:
+            self._timers.discard(timer)
+            self._retry_waiting -= 1
+            if job.cancelled or self._closed:
+                return
+            try:
+                job.pool.push(job)
+            except Exception as exc:  # noqa: BLE001 -- a call that cannot be queued is settled, never lost
+                self._settle(job, error=ProviderError(BAD_REPLY, f"engine error: could not queue a retry: "
+                                                                 f"{type(exc).__name__}: {exc}"))
+
+        timer = loop.call_later(delay, requeue)
+        self._timers.add(timer)
+        self._retry_waiting += 1
+
+    def _cache_put_failed(self, exc: BaseException) -> None:
+        self._stats.cache_write_errors += 1
+        self.notice(f"could not store a reply in the cache ({type(exc).__name__}: {exc})", key=("cache",))
+
+    def notice(self, message: str, *, key: Any = None, every: float = 10.0) -> None:
+        """A line on stderr saying why the run waits or what went wrong,
+        at most once per `every` seconds per `key`."""
+        now = time.monotonic()
+        if key is not None:
+            last = self._notices.get(key)
+            if last is not None and now - last < every:
+                return
+            self._notices[key] = now
+        self._stats.notices.append(message)
+        if len(self._stats.notices) > 100:
+            del self._stats.notices[:50]
+        if self.progress:
+            progress_notice(message)
 
     @staticmethod
     def _call(provider: Any, r: Resolved, timeout: float) -> Any:
@@ -502,7 +650,8 @@ class Engine:
 
     def _settle(self, job: Job, *, result: Result | None = None, error: ProviderError | None = None,
                 cost: float = 0.0, endpoint: str | None = None) -> None:
-        """Hand the call's outcome to every request waiting on it."""
+        """Hand the call's outcome to every request waiting on it (once: a
+        call already settled has no waiters left)."""
         key = job.resolved.key
         if self._inflight.get(key) is job:
             del self._inflight[key]

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from providers.base import ChatResult, EndpointSpec
 from providers.http_client import HttpProvider, JsonHttpClient
-from providers.http_errors import bad_reply
+from providers.http_errors import bad_reply, token_count
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
@@ -56,8 +56,7 @@ class AnthropicProvider(HttpProvider):
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
-        base = self.base_url()
-        self._url = f"{base}/v1/messages"
+        self._url = self.url("/v1/messages")
         self._http = JsonHttpClient.for_endpoint(
             spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
             base_headers={"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION))})
@@ -69,15 +68,37 @@ class AnthropicProvider(HttpProvider):
             params = {k: v for k, v in params.items() if k not in self._drop}
         data, headers, latency = await self._http.post(self._url, messages_body(model, messages, params), timeout)
         request_id = headers.get("request-id") or data.get("id")
+        request_id = request_id if isinstance(request_id, str) and request_id else None
         content = data.get("content")
         if not isinstance(content, list):
             raise bad_reply(self.spec.name, "messages reply has no content list",
                             secret=self._api_key, request_id=request_id)
-        text = "".join(block.get("text") or "" for block in content
-                       if isinstance(block, dict) and block.get("type") == "text")
+        if not all(isinstance(block, dict) for block in content):
+            raise bad_reply(self.spec.name, "messages reply's content holds a block that is not an object",
+                            secret=self._api_key, request_id=request_id)
+        texts = [block.get("text") for block in content if block.get("type") == "text"]
+        if not all(isinstance(t, str) for t in texts):
+            raise bad_reply(self.spec.name, "messages reply has a text block whose text is not a string",
+                            secret=self._api_key, request_id=request_id)
+        text = "".join(texts)
         stop_reason = data.get("stop_reason") or "unknown"
-        usage = data.get("usage") or {}
-        return ChatResult(text=text, finish_reason=_FINISH.get(stop_reason, stop_reason),
-                          input_tokens=usage.get("input_tokens") or 0,
-                          output_tokens=usage.get("output_tokens") or 0,
-                          latency=latency, request_id=request_id)
+        if not isinstance(stop_reason, str):
+            raise bad_reply(self.spec.name, f"messages reply's stop_reason is {stop_reason!r}",
+                            secret=self._api_key, request_id=request_id)
+        usage = data.get("usage")
+        try:
+            input_tokens = token_count(usage, "input_tokens") or 0
+            output_tokens = token_count(usage, "output_tokens") or 0
+        except ValueError as exc:
+            raise bad_reply(self.spec.name, f"messages reply's {exc}", secret=self._api_key,
+                            request_id=request_id) from None
+        finish = _FINISH.get(stop_reason, stop_reason)
+        # Empty text is an answer only when the API says the turn ended and
+        # no output token was counted for it (see openai_http._content).
+        thinking = any(block.get("type") in ("thinking", "redacted_thinking") for block in content)
+        if not text and (finish not in ("stop", "length", "content_filter") or output_tokens > 0 and not thinking):
+            raise bad_reply(self.spec.name, f"messages reply has no text (stop_reason {stop_reason!r}, "
+                                            f"{output_tokens} output tokens)",
+                            secret=self._api_key, request_id=request_id)
+        return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens,
+                          output_tokens=output_tokens, latency=latency, request_id=request_id)

@@ -107,6 +107,7 @@ class EndpointSpec:
     timeout: float = 600.0           # per attempt, seconds
     total_timeout: float | None = None  # per request over all attempts
     max_attempts: int = 6
+    max_retry_after: float = 60.0    # a server's longer retry-after is capped to this (and reported)
     options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific
 
 

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Mapping as MappingABC
 from time import perf_counter
 from typing import Any, Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
@@ -52,6 +53,12 @@ def _abandon(session: aiohttp.ClientSession) -> None:
             close_now(abort_ssl=True)
         except (RuntimeError, TypeError):
             pass
+
+
+def join_url(base: str, path: str) -> str:
+    """`base` with `path` appended to its path; its query string is kept after."""
+    parts = urlsplit(base)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, parts.query, ""))
 
 
 class JsonHttpClient:
@@ -175,6 +182,11 @@ class HttpProvider(Provider):
 
     def base_url(self) -> str:
         return (self.spec.base_url or self.default_base_url).rstrip("/")
+
+    def url(self, path: str) -> str:
+        """The endpoint's base URL with `path` appended to its path (before
+        a query string, which is kept: `https://h/v1?api-version=x`)."""
+        return join_url(self.spec.base_url or self.default_base_url, path)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -52,7 +52,10 @@ _SECRET_PATTERNS = re.compile(
 def redact(text: str, secret: str | None) -> str:
     """`text` on one line, capped, with `secret` and key-like tokens removed."""
     if secret:
-        text = text.replace(secret, "***")
+        if len(secret) >= 8:  # a real key: wherever it appears
+            text = text.replace(secret, "***")
+        else:  # a short one only where it stands as a key, not inside words ("e" of "expected")
+            text = re.sub(rf"(?<![\w\-]){re.escape(secret)}(?![\w\-])", "***", text)
     text = _SECRET_PATTERNS.sub("***", text)
     text = " ".join(text.split())
     if len(text) > _MAX_MESSAGE:
@@ -220,3 +223,19 @@ def bad_reply(endpoint: str, what: str, *, secret: str | None, request_id: str |
               status: int | None = None) -> ProviderError:
     """A 2xx reply whose body is not what the API promises."""
     return ProviderError(BAD_REPLY, redact(f"{endpoint}: {what}", secret), status=status, request_id=request_id)
+
+
+def token_count(usage: Any, name: str) -> int | None:
+    """A reply's `usage[name]`: a non-negative integer, or None when absent.
+    Raises ValueError for anything else (a string, a float, a negative number):
+    the caller turns it into a bad reply."""
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise ValueError(f"usage is {type(usage).__name__}, not an object")
+    value = usage.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise ValueError(f"usage.{name} is {value!r}, not a token count")
+    return value

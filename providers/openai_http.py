@@ -17,11 +17,12 @@ servers that reject some, e.g. ["seed"]).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 from providers.base import ChatResult, EmbedResult, EndpointSpec, ProviderError
 from providers.http_client import HttpProvider, JsonHttpClient
-from providers.http_errors import bad_reply
+from providers.http_errors import bad_reply, token_count
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -32,9 +33,8 @@ class OpenAIProvider(HttpProvider):
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
-        base = self.base_url()
-        self._chat_url = f"{base}/chat/completions"
-        self._embed_url = f"{base}/embeddings"
+        self._chat_url = self.url("/chat/completions")
+        self._embed_url = self.url("/embeddings")
         self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
                                                  request_id_header="x-request-id")
         self._drop = frozenset(spec.options.get("drop_params") or ())
@@ -45,38 +45,78 @@ class OpenAIProvider(HttpProvider):
             params = {k: v for k, v in params.items() if k not in self._drop}
         body = {"model": model, "messages": messages, **params}
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
-        request_id = headers.get("x-request-id") or data.get("id")
+        request_id = _request_id(headers.get("x-request-id") or data.get("id"))
         try:
             choice = data["choices"][0]
-            text = choice["message"].get("content") or ""
+            message = choice["message"]
+            finish = choice.get("finish_reason") or "unknown"
         except (KeyError, IndexError, TypeError, AttributeError):
             raise self._malformed(data, "chat reply has no choices[0].message", request_id) from None
-        usage = data.get("usage") or {}
-        return ChatResult(text=text, finish_reason=choice.get("finish_reason") or "unknown",
-                          input_tokens=usage.get("prompt_tokens") or 0,
-                          output_tokens=usage.get("completion_tokens") or 0,
-                          latency=latency, request_id=request_id)
+        if not isinstance(message, dict) or not isinstance(finish, str):
+            raise self._malformed(data, "chat reply's choices[0] is not a message", request_id)
+        usage = data.get("usage")
+        try:
+            input_tokens = token_count(usage, "prompt_tokens") or 0
+            output_tokens = token_count(usage, "completion_tokens")
+        except ValueError as exc:
+            raise self._malformed(data, f"chat reply's {exc}", request_id) from None
+        text = self._content(data, message, finish, output_tokens, usage, request_id)
+        return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens,
+                          output_tokens=output_tokens or 0, latency=latency, request_id=request_id)
+
+    def _content(self, data: dict, message: dict, finish: str, output_tokens: int | None,
+                 usage: Any, request_id: str | None) -> str:
+        """The reply text. A string is the answer; an empty or missing one is
+        a legitimate empty answer only when the provider says so: it finished
+        ("stop", or "length"/"content_filter" with nothing visible) and counted
+        no visible output token. `null` (a tool call, a refusal) or a list of
+        blocks (the Anthropic shape) is a bad reply: retried, then final."""
+        content = message.get("content", None) if "content" in message else ""
+        if isinstance(content, str) and content:
+            return content
+        if content is None:
+            raise self._malformed(data, "chat reply's message content is null", request_id)
+        if not isinstance(content, str):
+            raise self._malformed(data, f"chat reply's message content is a {type(content).__name__}, "
+                                        "not a string", request_id)
+        if finish not in ("stop", "length", "content_filter"):
+            raise self._malformed(data, f"chat reply is empty and did not finish (finish_reason {finish!r})",
+                                  request_id)
+        details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
+        hidden = details.get("reasoning_tokens") if isinstance(details, dict) else 0
+        visible = (output_tokens or 0) - (hidden if type(hidden) is int else 0)
+        if visible > 0:
+            raise self._malformed(data, f"chat reply is empty but counts {visible} output tokens", request_id)
+        return ""
 
     async def embed(self, model: str, texts: Sequence[str], *, timeout: float) -> EmbedResult:
         body = {"model": model, "input": texts, "encoding_format": "float"}
         data, headers, latency = await self._http.post(self._embed_url, body, timeout)
-        request_id = headers.get("x-request-id") or data.get("id")
+        request_id = _request_id(headers.get("x-request-id") or data.get("id"))
         try:
             items = sorted(data["data"], key=lambda item: item["index"])
             vectors = [item["embedding"] for item in items]
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, AttributeError):
             raise self._malformed(data, "embeddings reply has no data[].embedding/index", request_id) from None
-        if len(vectors) != len(texts) or not all(isinstance(v, list) for v in vectors):
-            raise bad_reply(self.spec.name, f"embeddings reply has {len(vectors)} float vectors for {len(texts)} texts",
+        if len(vectors) != len(texts) or not all(isinstance(v, list) and v and all(
+                type(x) in (float, int) and math.isfinite(x) for x in v) for v in vectors):
+            raise bad_reply(self.spec.name, f"embeddings reply has no {len(texts)} finite float vectors",
                             secret=self._api_key, request_id=request_id)
-        usage = data.get("usage") or {}
-        return EmbedResult(vectors=vectors, input_tokens=usage.get("prompt_tokens") or 0,
-                           latency=latency, request_id=request_id)
+        try:
+            input_tokens = token_count(data.get("usage"), "prompt_tokens") or 0
+        except ValueError as exc:
+            raise self._malformed(data, f"embeddings reply's {exc}", request_id) from None
+        return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id)
 
     def _malformed(self, data: dict, what: str, request_id: str | None) -> ProviderError:
         # Some compatible servers (OpenRouter) report failures as a 200 with an
         # "error" object; surface their message.
         error = data.get("error")
         if isinstance(error, dict) and error.get("message"):
-            what = f"{what}: {error['message']}"
+            what = f"{what}: {str(error['message'])}"
         return bad_reply(self.spec.name, what, secret=self._api_key, request_id=request_id)
+
+
+def _request_id(value: Any) -> str | None:
+    """A request id from a header or the body's `id`: kept only when it is a string."""
+    return value if isinstance(value, str) and value else None

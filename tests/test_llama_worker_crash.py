@@ -16,6 +16,7 @@ import pytest
 from engine.config import Config
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
+from engine.errors import EXIT_INCOMPLETE
 from providers.base import CONNECTION, CRASHED
 from engine.evaluation.questions import write_questions
 from engine.evaluation.results import load_results
@@ -101,7 +102,8 @@ def test_tulving_run_survives_a_worker_crash_and_the_rerun_asks_only_the_failed_
             "--models", "local:smollm2", "--modes", "finetuned", "--judge", "builtin:judge", "--out", "out"]
 
     first = tulving(tmp_path, *args, crash_on=picked[2].question)
-    assert first.returncode == 0, first.stderr
+    # The run ends normally, with the exit code of an incomplete run (not a signal's).
+    assert first.returncode == EXIT_INCOMPLETE, first.stderr
     assert "1 answer error(s) left out" in first.stdout and "3/4" in first.stdout
     assert "died (SIGSEGV)" in first.stderr  # one warning line, not a dead run
     run = json.loads((tmp_path / "out" / "run.json").read_text())

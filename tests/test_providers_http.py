@@ -219,7 +219,7 @@ async def test_keys_go_in_the_right_header_and_only_when_set():
 
     async def record(request: web.Request) -> web.Response:
         seen.append(dict(request.headers))
-        return web.json_response({"id": "x", "choices": [{"message": {"content": None}, "finish_reason": "stop"}]})
+        return web.json_response({"id": "x", "choices": [{"message": {"content": ""}, "finish_reason": "stop"}]})
 
     async with serve_app({"/v1/chat/completions": record, "/v1/messages": record}) as base_url:
         spec = dict(kind="openai", base_url=base_url)
@@ -227,7 +227,7 @@ async def test_keys_go_in_the_right_header_and_only_when_set():
             provider = OpenAIProvider(EndpointSpec(name="o", **spec), key)
             result = await provider.chat("m", USER, params={}, timeout=5)
             await provider.aclose()
-            assert result.text == "" and result.request_id == "x"  # null content -> ""
+            assert result.text == "" and result.request_id == "x"  # an empty answer the provider finished
         provider = AnthropicProvider(EndpointSpec(name="a", kind="anthropic", base_url=base_url.removesuffix("/v1")),
                                      KEY)
         with pytest.raises(ProviderError):  # an OpenAI-shaped reply is not a Messages reply

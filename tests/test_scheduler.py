@@ -117,7 +117,7 @@ async def test_an_endpoint_without_a_set_rate_learns_the_servers_after_429s():
             outcomes = await engine.run([chat(i) for i in range(200)])
             elapsed = time.monotonic() - start
     assert all(o.ok for o in outcomes)
-    assert server.stats.rate_limited <= 50, server.stats.rate_limited  # unthrottled: hundreds
+    assert server.stats.rate_limited <= 80, server.stats.rate_limited  # unthrottled: hundreds
     # Near the server's rate (150 calls past the burst at 50/s = 3 s); a rate
     # that collapses after a 429 episode takes tens of seconds.
     assert elapsed < 3 * (200 - 50) / 50, elapsed

@@ -3,6 +3,7 @@ usage error naming the option."""
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def _number(text: str, kind: type, minimum: float, what: str):
@@ -10,6 +11,8 @@ def _number(text: str, kind: type, minimum: float, what: str):
         value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be at least {minimum}")
     return value

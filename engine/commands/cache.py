@@ -1,4 +1,4 @@
-"""`tulving cache stats | explain | prune | export | import`: the cache file
+"""`tulving cache stats | explain | prune | export | import | check | recover`: the cache file
 (global `--cache PATH`) seen from the command line. See cache/admin.py."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(dest="cache_command", metavar="COMMAND", required=True)
 
     p = commands.add_parser("stats", help="entries by op and model, chunks, file size, oldest/newest")
-    p.set_defaults(func=_stats)
+    p.set_defaults(func=_damage_is_one_line(_stats))
 
     p = commands.add_parser("explain", help="why a request misses: the nearest cached entry and what differs",
                             description='REQUEST is a JSON file (or - for stdin) like {"model": "gpt-4o", '
@@ -31,21 +31,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("request", nargs="?", help="request JSON file, or - for stdin")
     p.add_argument("--key", help="show the entry with this key instead")
     p.add_argument("--full", action="store_true", help="with --key: do not shorten long texts and vectors")
-    p.set_defaults(func=_explain)
+    p.set_defaults(func=_damage_is_one_line(_explain))
 
     p = commands.add_parser("prune", help="delete old entries or a model's entries, orphaned chunks, then VACUUM")
     p.add_argument("--older-than", type=float, metavar="DAYS", help="entries cached more than DAYS days ago")
     p.add_argument("--model", action="append", default=[], metavar="NAME",
                    help="entries of this model (a config alias or the provider's model name); repeatable")
-    p.set_defaults(func=_prune)
+    p.set_defaults(func=_damage_is_one_line(_prune))
 
     p = commands.add_parser("export", help="write the cache as JSON Lines (chunks, then entries)")
     p.add_argument("path", help="output file, or - for stdout")
-    p.set_defaults(func=_export)
+    p.set_defaults(func=_damage_is_one_line(_export))
+
+    p = commands.add_parser("check", help="read every entry and compare it with its checksum (exit 5 if damaged)")
+    p.set_defaults(func=_damage_is_one_line(_check))
+
+    p = commands.add_parser("recover", help="copy the readable, undamaged entries of a damaged cache into a new file")
+    p.add_argument("--out", metavar="PATH", help="the new cache file (default: PATH.recovered)")
+    p.set_defaults(func=_damage_is_one_line(_recover))
 
     p = commands.add_parser("import", help="merge an export into the cache (existing keys are kept)")
     p.add_argument("path", help="export file, or - for stdin")
-    p.set_defaults(func=_import)
+    p.set_defaults(func=_damage_is_one_line(_import))
+
+
+def _damage_is_one_line(handler):
+    """A cache command over a file SQLite cannot read through: one line naming
+    the file and what to do, not a traceback."""
+    import functools
+    import sqlite3
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except sqlite3.DatabaseError as exc:
+            from cache.store import damaged
+
+            raise damaged(getattr(args, "cache", "") or "the cache", exc) from None
+
+    return run
 
 
 def _cache(args: argparse.Namespace) -> str:
@@ -53,6 +78,21 @@ def _cache(args: argparse.Namespace) -> str:
     if not path:
         raise TulvingError("no cache file given: pass --cache PATH")
     return str(path)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from engine.errors import EXIT_STORAGE
+
+    report = admin.check(_cache(args))
+    print(report.format())
+    return 0 if report.ok else EXIT_STORAGE
+
+
+def _recover(args: argparse.Namespace) -> int:
+    path = _cache(args)
+    report = admin.recover(path, args.out or f"{path}.recovered")
+    print(report.format())
+    return 0
 
 
 def _stats(args: argparse.Namespace) -> int:

@@ -41,7 +41,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from engine.commands.common import dry_run_report, load_config, open_engine
-from engine.errors import TulvingError
+from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, TulvingError, printable
+from engine.generation.bookdir import check_output_folder
+from providers.base import BUDGET
 from engine.evaluation import answers as A
 from engine.commands.argtypes import csv_list, positive_int
 from engine.evaluation import pipeline, rag
@@ -212,6 +214,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
+    if not args.dry_run:
+        check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
     return asyncio.run(_run(args, config, book, questions, models, modes, default_run, out))
 
 
@@ -278,15 +282,63 @@ async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list
         evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
                                              embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
                                              else None)
-        engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
+    # After closing: the cache's last writes (and their failures) are counted by then.
+    engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
+    engine_stats.pop("notices", None)
     wall = time.perf_counter() - started
     run = _run_record(book, questions, evaluation, wall, engine_stats)
     if getattr(args, "shard", None):
         run["shard"] = "{}/{}".format(*args.shard)
-    summary = write_run(out, evaluation.records, run)
+    try:
+        summary = write_run(out, evaluation.records, run)
+    except OSError as exc:
+        lost = int(engine_stats.get("cache_write_errors", 0))
+        then = (f"and {lost} replies could not be stored in the cache {getattr(args, 'cache', '')} either: a rerun "
+                f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
+                                                          "without new calls")
+        raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
     print(leaderboard_text(summary))
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
+    return run_exit_code(evaluation.records, engine_stats, args)
+
+
+def run_exit_code(records: Sequence[Any], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
+    """0 only when every planned answer and judgment exists; else say what is
+    missing and why on stderr, and return the exit code that tells it apart
+    (engine/errors.py): --max-cost, storage, or calls that failed."""
+    missing = incomplete_records(records)
+    errors = engine_stats.get("errors") or {}
+    budget = int(errors.get(BUDGET, 0))
+    failed = sum(n for kind, n in errors.items() if kind != BUDGET)
+    stored_badly = int(engine_stats.get("cache_write_errors", 0))
+    if stored_badly:
+        _error(f"{stored_badly} replies could not be stored in the cache {getattr(args, 'cache', '')}: the results "
+               f"of this run are written, but a rerun would pay for those calls again (check the disk, "
+               f"`tulving cache check`, or use --cache elsewhere)")
+        return EXIT_STORAGE
+    if budget:
+        _error(f"stopped by --max-cost {args.max_cost:g}: {budget} calls not sent, {missing} results missing; "
+               f"rerun with a higher --max-cost to continue (finished calls are cached)")
+        return EXIT_BUDGET
+    if missing or failed:
+        _error(f"incomplete: {missing} results missing, {failed} calls failed ({_kinds(errors)}); rerun the same "
+               f"command to retry them (finished calls are cached)")
+        return EXIT_INCOMPLETE
     return 0
+
+
+def incomplete_records(records: Sequence[Any]) -> int:
+    """Records whose answer or judgment is missing because a call failed
+    (an unparsable judge reply is a result, counted apart)."""
+    return sum(1 for r in records if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or "")))
+
+
+def _kinds(errors: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) or "none final"
+
+
+def _error(message: str) -> None:
+    print(f"tulving: {printable(message)}", file=sys.stderr)
 
 
 def _run_record(book: Any, questions: list[Any], ev: pipeline.Evaluation, wall: float,
@@ -403,7 +455,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir[0])
     records = load_results(run_dir)
     run_path = run_dir / "run.json"
-    run = json.loads(run_path.read_text()) if run_path.is_file() else None
+    run = None
+    if run_path.is_file():
+        try:
+            run = json.loads(run_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TulvingError(f"{run_path}: not a readable run record ({exc})") from None
+        if not isinstance(run, dict) or not isinstance(run.get("jobs", []), list) or not all(
+                isinstance(j, dict) and isinstance(j.get("model"), str) and isinstance(j.get("mode"), str)
+                for j in run.get("jobs", [])):
+            raise TulvingError(f"{run_path}: not a run record (expected an object with a list of jobs)")
     summary = summarize(records, run)
     (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary))

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.commands.common import dry_run_report, load_config, open_engine
-from engine.errors import TulvingError
+from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, TulvingError, printable
+from engine.generation.bookdir import check_output_folder
+from engine.generation.events import N_UNIVERSE, n_candidates
 from engine.generation.assemble import book_tokens, build_book
 from engine.generation.bookdir import write_book_dir, write_events
 from engine.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests
@@ -30,6 +32,16 @@ from engine.generation.secondary import secondary_names
 from engine.generation.stats import write_stats
 from engine.generation.universe import PUBLISHED_UNIVERSES, load_universe
 from engine.commands.argtypes import non_negative_int, positive_int
+
+
+# Events a universe can hold: the filter keeps one event per (date, entity) pair.
+MAX_EVENTS = N_UNIVERSE * N_UNIVERSE
+SLOW_EVENTS = 2_000                # above this, say how long sampling takes
+CANDIDATES_PER_SECOND = 100_000    # measured: 2,000 events (6 million candidates) in ~20 s
+
+
+class GenerationIncomplete(TulvingError):
+    exit_code = EXIT_INCOMPLETE
 
 
 def register(subparsers: Any) -> None:
@@ -87,6 +99,12 @@ def _open_engine(args: argparse.Namespace):
 
 # -- generate ----------------------------------------------------------------------------------
 def generate_handler(args: argparse.Namespace) -> int:
+    if args.events > MAX_EVENTS:
+        raise TulvingError(f"--events {args.events:,}: a universe holds at most {MAX_EVENTS:,} events (one per "
+                           f"date and entity of its {N_UNIVERSE} dates and {N_UNIVERSE} entities)")
+    if args.events > SLOW_EVENTS and not args.quiet:
+        _say(args, f"note: sampling {args.events:,} events draws up to {n_candidates(args.events):,} candidates "
+                   f"(about {n_candidates(args.events) / CANDIDATES_PER_SECOND:,.0f} s on one core)")
     universe = load_universe(args.universe, seed=args.universe_seed)
     distribution = "uniform" if args.uniform else "geometric"
     events = sample_events(universe, args.events, seed_events=args.seed, distribution=distribution)
@@ -112,6 +130,7 @@ def generate_handler(args: argparse.Namespace) -> int:
     if not args.out:
         raise TulvingError("generate needs --out (the book folder to write)")
     out = Path(args.out)
+    check_output_folder(out)  # before the first call, not after the last
     if args.events_only:
         write_events(out, events, metas)
         print(f"wrote {len(events)} events and meta-events to {out}")
@@ -147,6 +166,10 @@ async def _generate(args, universe, events, metas, distribution, out: Path) -> i
             run = await generator.run(progress)
     finally:
         bar.close()
+    if not run.valid and run.call_errors:
+        raise GenerationIncomplete(
+            f"no chapter written: {args.model} could not be reached or failed on every call "
+            f"({run.call_errors} calls failed; last: {run.last_error}); nothing was written to {out}")
     valid = {i: text for i, (_, text) in run.valid.items()}
     names = secondary_names(universe.spec.secondary_first_names, universe.spec.secondary_last_names)
     text, chapters = build_book(valid, events, metas, names)
@@ -166,6 +189,16 @@ async def _generate(args, universe, events, metas, distribution, out: Path) -> i
     print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
           f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
           f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
+    stats = engine.stats
+    if stats.cache_write_errors:
+        print(f"tulving: error: {stats.cache_write_errors} replies could not be stored in the cache "
+              f"{getattr(args, 'cache', '')}: a rerun would pay for them again", file=sys.stderr)
+        return EXIT_STORAGE
+    if run.error_events:
+        print(f"tulving: incomplete: {len(run.error_events)} events dropped because their calls failed "
+              f"({run.call_errors} failed calls; last: {printable(run.last_error)}); rerun the same command "
+              f"to retry them (finished calls are cached)", file=sys.stderr)
+        return EXIT_INCOMPLETE
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from engine.errors import printable
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
 from engine.evaluation.statistics import format_ranking, rank_runs
@@ -66,6 +67,9 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
                   "score": _nan_to_none(round(parts.order, 4))},
         "scored": sum(1 for r in records if r.f1 is not None),
         "answer_errors": sum(1 for r in records if r.answer_error),
+        # results missing because a call failed (answer or judge): the row is incomplete
+        "incomplete": sum(1 for r in records
+                          if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or ""))),
         "judge_failures": sum(1 for r in records if r.judge_failed),
         "judge_redraws": sum(max(0, r.judge_draws - 1) for r in records),
         "cost_usd": round(sum(r.cost + r.judge_cost for r in records), 6),
@@ -88,7 +92,8 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
     meta = _job_meta(run)
     rows = [summarize_run(model, mode, recs, meta.get((model, mode))) for (model, mode), recs in groups.items()]
     # Runs on a sample are not comparable: they are listed after the full runs.
-    rows.sort(key=lambda row: (row["sample"] is not None,
+    # Incomplete runs (calls failed) are not comparable either: listed last.
+    rows.sort(key=lambda row: (row["incomplete"] > 0, row["sample"] is not None,
                                -(row["simple_recall"] if row["simple_recall"] is not None else -1),
                                -(row["chronological_awareness"] or 0), row["model"], row["mode"]))
     judges = sorted({r.judge for recs in groups.values() for r in recs})
@@ -143,6 +148,9 @@ def _fmt_score(x: float | None, asked: bool) -> str:
 
 def _notes(row: Mapping[str, Any], total: int) -> str:
     notes = []
+    if row.get("incomplete"):
+        notes.append(f"INCOMPLETE: {row['incomplete']}/{row['questions']} results missing (calls failed; "
+                     "rerun to retry them)")
     if row["model"] in BASELINE_NOTES:
         notes.append(BASELINE_NOTES[row["model"]])
     if row.get("sample"):
@@ -157,8 +165,11 @@ def _notes(row: Mapping[str, Any], total: int) -> str:
 def leaderboard_rows(summary: Mapping[str, Any]) -> list[list[str]]:
     total = summary.get("questions") or 0
     rows = []
-    for rank, row in enumerate(summary["runs"], 1):
-        rows.append([str(rank), row["model"], row["mode"], _fmt(row["simple_recall"]),
+    rank = 0
+    for row in summary["runs"]:
+        rank += not row.get("incomplete")  # an incomplete run is listed, not ranked
+        rows.append([str(rank) if not row.get("incomplete") else "-", printable(row["model"]),
+                     printable(row["mode"]), _fmt(row["simple_recall"]),
                      _fmt_score(row["chronological_awareness"], row.get("chronological_asked", False)),
                      f"{row['scored']}/{row['questions']}",
                      str(row["judge_failures"]), _notes(row, total)])
@@ -175,9 +186,15 @@ def _plain_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
+def _md_cell(cell: Any) -> str:
+    """A markdown table cell: control characters escaped, `|` and line breaks
+    unable to split the row."""
+    return printable(cell).replace("\\", "\\\\").replace("|", "\\|")
+
+
 def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
 
 

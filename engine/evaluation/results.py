@@ -138,17 +138,59 @@ def load_results(path: str | os.PathLike) -> list[ResultRecord]:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise TulvingError(f"no results at {path}") from None
+    except IsADirectoryError:
+        raise TulvingError(f"{path}: is a folder, not a results file") from None
+    except OSError as exc:
+        raise TulvingError(f"cannot read {path}: {exc.strerror or exc}") from None
     records = []
     for n, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
         try:
             data = orjson.loads(line)
-            version = data.get("results_version", 1)
-            records.append(ResultRecord.from_json(data))
-        except (orjson.JSONDecodeError, TypeError, AttributeError) as exc:
-            raise TulvingError(f"{path}:{n}: not a result record ({exc})") from None
+        except orjson.JSONDecodeError as exc:
+            raise TulvingError(f"{path}:{n}: not a result record (not JSON: {exc})") from None
+        problem = record_problem(data)
+        if problem:
+            raise TulvingError(f"{path}:{n}: not a result record ({problem})")
+        version = data.get("results_version", 1)
         if version != RESULTS_VERSION:
             raise TulvingError(f"{path}:{n}: results version {version}, this Tulving reads version "
                                f"{RESULTS_VERSION} (prompts and scoring changed: run the evaluation again)")
+        records.append(ResultRecord.from_json(data))
     return records
+
+
+_NUMBER = (int, float)
+# The type(s) each key of a line may hold (None allowed where the format says null).
+_TYPES: dict[str, tuple] = {
+    "q_idx": (int,), "question": (str,), "retrieval_type": (str,), "get": (str,), "correct_answer": (list,),
+    "chapters": (list,), "n_chapters": (int,), "bin": (str,), "model": (str,), "mode": (str,),
+    "answer": (str,), "answer_error": (str, type(None)), "n_chunks": (int, type(None)),
+    "input_tokens": (int,), "output_tokens": (int,), "latency": _NUMBER, "cost": _NUMBER,
+    "judge": (str,), "judge_reply": (str, type(None)), "judge_draws": (int,), "judge_failed": (bool,),
+    "judge_error": (str, type(None)), "identified_items": (list,), "matching_scores": (list,),
+    "f1": (int, float, type(None)), "chrono_reply": (str, type(None)), "chrono_indices": (list, type(None)),
+    "tau": (int, float, type(None)), "exact_match": (bool, type(None)), "judge_cost": _NUMBER,
+}
+
+
+def record_problem(data: Any) -> str | None:
+    """Why `data` is not a results.jsonl line, or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    for key in ("q_idx", "question"):
+        if key not in data:
+            return f"no {key}"
+    for key, types in _TYPES.items():
+        if key in data:
+            value = data[key]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                return f"{key} is {type(value).__name__}, expected {' or '.join(t.__name__ for t in types)}"
+    if data.get("get", "all") not in ("all", "latest", "chronological"):
+        return f"get is {data['get']!r}"
+    for key in ("matching_scores", "chrono_indices"):
+        values = data.get(key) or []
+        if not all(isinstance(v, _NUMBER) and not isinstance(v, bool) for v in values):
+            return f"{key} holds a value that is not a number"
+    return None

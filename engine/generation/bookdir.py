@@ -39,6 +39,7 @@ paragraphs separated by `"\\n\\n"`.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,13 +100,56 @@ def split_chapters(text: str) -> list[str]:
     return texts
 
 
-def _read_json(path: Path) -> Any:
+def read_text_file(path: Path, what: str = "file") -> str:
+    """A UTF-8 text file; one BookError line naming it for every way reading
+    fails (missing, a folder, unreadable, not UTF-8, holding NUL bytes)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise BookError(f"book folder {path.parent}: missing {path.name}") from None
+    except IsADirectoryError:
+        raise BookError(f"{path}: is a folder, not a {what}") from None
+    except OSError as exc:
+        raise BookError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BookError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    if "\0" in text:
+        raise BookError(f"{path}: holds NUL bytes (at character {text.index(chr(0))}); not a text file")
+    return text
+
+
+def _read_json(path: Path) -> Any:
+    text = read_text_file(path, "JSON file")
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BookError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise BookError(f"{path}: JSON nested too deeply") from None
+
+
+def check_output_folder(folder: str | Path) -> Path:
+    """Raise a one-line StorageError now, before any call, if `folder` cannot
+    take the files a command will write: it is a file, or cannot be created or
+    written (read-only, permissions, disk full)."""
+    from engine.errors import StorageError
+
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise StorageError(f"output {folder} exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".tulving-write-probe-{os.getpid()}"
+        with open(probe, "wb") as f:
+            f.write(b"x" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+    except OSError as exc:
+        raise StorageError(f"cannot write to the output folder {folder}: {exc.strerror or exc}") from None
+    return folder
 
 
 def read_book_dir(path: str | Path) -> dict[str, Any]:
@@ -113,10 +157,7 @@ def read_book_dir(path: str | Path) -> dict[str, Any]:
     folder = Path(path)
     if not folder.is_dir():
         raise BookError(f"book folder {folder} not found")
-    try:
-        text = (folder / "book.txt").read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BookError(f"book folder {folder}: missing book.txt") from None
+    text = read_text_file(folder / "book.txt", "text file")
     meta_path = folder / "book.json"
     return {
         "text": text,

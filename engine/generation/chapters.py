@@ -28,7 +28,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from engine.errors import TulvingError
+from engine.errors import EXIT_BUDGET, TulvingError
 from engine.generation.checks import exact_check, parse_llm_check
 from engine.generation.prompts import chapter_messages, verification_messages
 from engine.requests import ChatRequest, Outcome
@@ -48,6 +48,12 @@ class GenerationError(TulvingError):
     """The model cannot be used for generation (bad key, unknown model, ...)."""
 
 
+class BudgetStop(GenerationError):
+    """--max-cost stopped generation."""
+
+    exit_code = EXIT_BUDGET
+
+
 @dataclass
 class ChapterRun:
     """What chapter generation produced."""
@@ -57,6 +63,9 @@ class ChapterRun:
     failed_events: list[int] = field(default_factory=list)
     calls: int = 0        # outcomes that were not cache hits
     cache_hits: int = 0
+    call_errors: int = 0  # calls that failed for good (after the engine's retries)
+    last_error: str | None = None
+    error_events: list[int] = field(default_factory=list)  # dropped because their last candidate's call failed
     batches: int = 0      # engine streams started
 
     @property
@@ -204,11 +213,19 @@ class ChapterGenerator:
 
     def _on_error(self, outcome: Outcome, tag: _Tag, result: ChapterRun, batch_size: int) -> None:
         err = outcome.error
+        if err.kind == "budget":
+            raise BudgetStop(f"generation with {self.model} stopped by --max-cost: {err}; finished calls are "
+                             f"cached, rerun with a higher --max-cost to continue")
         if err.kind in _FATAL_KINDS:
             raise GenerationError(f"generation with {self.model} stopped: {err}")
         step = "LLM check" if tag.check else "chapter call"
+        result.call_errors += 1
+        result.last_error = str(err)
         self._record(result, tag, ERROR, f"{step} failed: {err}")
+        dropped = len(result.failed_events)
         self._retry(tag, result, batch_size)
+        if len(result.failed_events) > dropped:
+            result.error_events.append(tag.event)
 
 
 async def generate_chapters(engine: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping],

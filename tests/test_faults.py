@@ -1,0 +1,201 @@
+"""Faults a provider can throw at the engine, through real HTTP on loopback
+(tests/fault_server.py) and a real SQLite cache: no hang on any reply or any
+exception in a call's life, no lost result, no call paid twice, 429 storms
+survived with the slow-down undone when it does not help."""
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import pytest
+
+from engine.config import Config, ModelAlias
+from engine.dispatch import TRIAL_REPLIES, EndpointState
+from engine.requests import ChatRequest
+from engine.retry import RetryPolicy
+from engine.scheduler import Engine
+from tests.fault_server import FaultServer, answer_for
+from providers.base import BAD_REPLY, EndpointSpec
+from engine.builtin.provider import BuiltinProvider
+
+FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
+RUN_LIMIT = 30.0  # seconds: a run that takes longer has hung
+
+
+def config_for(server: FaultServer, *, client: str = "pool", kind: str = "openai", **endpoint: Any) -> Config:
+    base = server.openai_base_url if kind == "openai" else server.anthropic_base_url
+    spec = {"kind": kind, "base_url": base, "max_concurrency": 8, "timeout": 5.0, "max_attempts": 6,
+            "max_retry_after": 1.0, "options": {"http_client": client}, **endpoint}
+    return Config.from_dicts({"f": spec}, {"m": {"endpoint": "f", "model": "fm", "price_in": 1.0, "price_out": 2.0,
+                                                 "params": {"temperature": 0.0, "max_tokens": 8}}})
+
+
+def requests(n: int, salt: str = "") -> list[ChatRequest]:
+    return [ChatRequest(model="m", messages=[{"role": "user", "content": f"question {salt}{i}"}], tag=i)
+            for i in range(n)]
+
+
+def expected(request: ChatRequest) -> str:
+    import json
+
+    return answer_for(json.dumps([dict(m) for m in request.messages], sort_keys=True))
+
+
+async def run_bounded(config: Config, reqs: list[ChatRequest], **engine: Any) -> tuple[list, Engine]:
+    eng = Engine(config, retry_policy=engine.pop("retry_policy", FAST_RETRY), **engine)
+    async with eng:
+        outcomes = await asyncio.wait_for(eng.run(reqs), RUN_LIMIT)
+    return outcomes, eng
+
+
+# -- replies that used to hang or be silently accepted -----------------------------------------
+
+@pytest.mark.parametrize("client", ["pool", "aiohttp"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_string_token_counts_are_a_bad_reply_not_a_hang(client, kind):
+    with FaultServer({"str-tokens": 1.0}) as server:
+        outcomes, engine = await run_bounded(config_for(server, client=client, kind=kind, max_attempts=2),
+                                             requests(5))
+    assert all(not o.ok and o.error.kind == BAD_REPLY for o in outcomes)
+    assert all("not a token count" in str(o.error) for o in outcomes), [str(o.error) for o in outcomes]
+    assert engine.stats.calls == 10  # each call tried twice, then final
+
+
+@pytest.mark.parametrize("fault", ["str-tokens", "null-content", "list-content", "empty-content", "html-200",
+                                   "truncated", "500", "529"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_bad_replies_are_retried_and_every_answer_equals_the_fault_free_one(fault, kind, tmp_path):
+    reqs = requests(30, salt=fault)
+    with FaultServer({fault: 0.3}, seed=3) as server:
+        outcomes, engine = await run_bounded(config_for(server, kind=kind), reqs,
+                                             cache_path=str(tmp_path / "c.sqlite"))
+        assert server.stats.by_kind[fault] > 0
+        assert server.stats.paid_duplicates == 0
+    assert [o.text for o in outcomes] == [expected(r) for r in reqs]  # 0 lost, none silently different
+
+
+@pytest.mark.parametrize("fault,says", [("null-content", "content is null"), ("list-content", "not a string"),
+                                        ("empty-content", "empty but counts 3 output tokens")])
+async def test_a_content_that_is_never_right_is_a_final_bad_reply_saying_which(fault, says):
+    with FaultServer({fault: 1.0}) as server:
+        outcomes, _ = await run_bounded(config_for(server, max_attempts=2), requests(3))
+    assert all(not o.ok and o.error.kind == BAD_REPLY and says in str(o.error) for o in outcomes), \
+        [str(o.error) for o in outcomes]
+
+
+# -- an exception at each step of a call's life -----------------------------------------------
+
+def _boom(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("injected fault")
+
+
+STEPS = [
+    ("providers.openai_http.OpenAIProvider.chat", None),     # the provider call itself
+    ("engine.scheduler._usage", None),                       # reading the reply's usage
+    ("engine.config.ModelAlias.cost", None),                 # pricing the call
+    ("engine.limiter.EndpointLimits.settle", None),          # refunding the token reservation
+    ("engine.dispatch.EndpointState.record_reply", None),    # counting the reply
+    ("engine.scheduler.result_to_record", None),             # turning it into a cache record
+    ("cache.store.ResponseCache.put", None),                 # handing it to the cache
+    ("engine.limiter.EndpointLimits.reserve", None),         # reserving capacity before the call
+    ("engine.scheduler.Engine.launch", None),                # starting the call's task
+    ("engine.dispatch.EndpointState.on_rate_limited", {"429": 0.5}),  # after a 429
+    ("engine.retry.RetryPolicy.delay", {"503": 0.5}),        # planning the retry
+    ("engine.dispatch.Pool.push", {"503": 0.5}),             # queueing the retry (and the first try)
+    ("engine.scheduler.Engine._after_reply", None),          # everything after the reply at once
+]
+
+
+@pytest.mark.parametrize("target,faults", STEPS, ids=[s[0].rsplit(".", 2)[-2] + "." + s[0].rsplit(".", 1)[-1]
+                                                       for s in STEPS])
+async def test_an_exception_at_any_step_of_a_call_ends_the_run(target, faults, tmp_path, monkeypatch):
+    monkeypatch.setattr(target, _boom)
+    reqs = requests(12, salt=target)
+    with FaultServer(faults or {}, seed=1) as server:
+        config = config_for(server, rpm=60_000, input_tpm=10_000_000)  # limits on: reserve/settle run
+        engine = Engine(config, cache_path=str(tmp_path / "c.sqlite"), retry_policy=FAST_RETRY)
+        try:
+            async with engine:
+                outcomes = await asyncio.wait_for(engine.run(reqs), RUN_LIMIT)
+        except asyncio.TimeoutError:
+            pytest.fail(f"the run hung with {target} raising")
+        except RuntimeError as exc:  # raised out of the stream itself (e.g. queueing the first try): ended
+            assert "injected fault" in str(exc)
+            return
+    assert len(outcomes) == 12 and all(o is not None for o in outcomes)
+    assert all(o.ok or o.error is not None for o in outcomes)
+
+
+async def test_a_broken_price_settles_calls_instead_of_hanging():
+    # The schema refuses price_in = "abc" at load (test_bad_inputs); an alias
+    # built around it must still not hang a run.
+    with FaultServer() as server:
+        config = config_for(server)
+        alias = config.models["m"]
+        config.models["m"] = ModelAlias(name="m", endpoints=alias.endpoints, model=alias.model, params=alias.params,
+                                        price_in="abc", price_out=1.0)  # type: ignore[arg-type]
+        outcomes, _ = await run_bounded(config, requests(4), max_cost=10.0)
+    assert len(outcomes) == 4 and all(not o.ok and o.error.kind == BAD_REPLY for o in outcomes)
+
+
+# -- 429 storms ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fault", ["429", "429-ms", "429-reset", "429-none"])
+async def test_a_429_storm_completes_with_nothing_lost_or_paid_twice(fault, tmp_path):
+    reqs = requests(60, salt=fault)
+    with FaultServer({fault: 0.3}, seed=2) as server:
+        outcomes, engine = await run_bounded(config_for(server, rpm=6000), reqs, cache_path=str(tmp_path / "c"),
+                                             retry_policy=RetryPolicy())
+        assert server.stats.by_kind[fault] >= 10
+        assert server.stats.paid_duplicates == 0
+    assert [o.text for o in outcomes] == [expected(r) for r in reqs]
+    assert engine.stats.rate_limited == server.stats.by_kind[fault]
+
+
+async def test_a_huge_retry_after_is_capped_and_reported():
+    with FaultServer({"429-huge": 0.3}, seed=4) as server:
+        outcomes, engine = await run_bounded(config_for(server, max_retry_after=0.5), requests(20),
+                                             retry_policy=RetryPolicy())
+    assert all(o.ok for o in outcomes)
+    assert engine.stats.retry_after_capped == server.stats.by_kind["429-huge"] > 0
+    assert any("asked to wait 86,400 s" in n and "waiting 0.5 s instead" in n for n in engine.stats.notices)
+
+
+def _endpoint(rpm: float | None = 600) -> EndpointState:
+    spec = EndpointSpec(name="e", kind="builtin", rpm=rpm, max_concurrency=8)
+    return EndpointState(spec, BuiltinProvider(spec), owner=None)
+
+
+def _replies(ep: EndpointState, pattern: list[bool], sent_at: float, now: float) -> None:
+    for limited in pattern:
+        ep.record_reply(limited, now, sent_at)
+        if limited:
+            ep.on_rate_limited(0.0, now, sent_at=sent_at)
+
+
+def test_a_slow_down_that_does_not_lower_the_429_share_is_undone():
+    ep = _endpoint()
+    every_third = [i % 3 == 0 for i in range(30)]  # 33% of replies are 429s, whatever our rate
+    _replies(ep, every_third[:12], sent_at=0.0, now=1.0)   # the first 429 slows down to half
+    assert ep.factor(1.0) == 0.5
+    _replies(ep, every_third, sent_at=2.0, now=3.0)        # same share at half speed: undone
+    assert ep.reverted == 1 and ep.factor(3.0) == 1.0
+    _replies(ep, every_third, sent_at=4.0, now=5.0)        # the same share again: no new slow-down
+    assert ep.factor(5.0) == 1.0 and ep.paused_until <= 5.0
+
+
+def test_a_slow_down_that_stops_the_429s_is_kept():
+    ep = _endpoint()
+    _replies(ep, [i % 3 == 0 for i in range(12)], sent_at=0.0, now=1.0)
+    assert ep.factor(1.0) == 0.5
+    _replies(ep, [False] * TRIAL_REPLIES, sent_at=2.0, now=3.0)  # slower, no 429 any more: our speed caused them
+    assert ep.reverted == 0 and ep.factor(3.0) < 1.0
+    assert math.isclose(ep.factor(3.0), 0.5 + (3.0 - 1.0) / 30.0)  # and it recovers as before
+
+
+async def test_a_base_url_with_a_query_string_keeps_it_after_the_path():
+    with FaultServer() as server:
+        config = config_for(server, base_url=server.openai_base_url + "?api-version=2024-10-21")
+        outcomes, _ = await run_bounded(config, requests(2, salt="query"))
+    assert all(o.ok for o in outcomes), [str(o.error) for o in outcomes]
