@@ -48,7 +48,7 @@ class ServerProcess:
     def __init__(self, *args: str):
         self.args = ["--port", "0", "--uvloop", *args]
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *self.args],
                                      cwd=ROOT, stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()

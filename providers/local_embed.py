@@ -17,9 +17,10 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 DEFAULT_FLAW_RATE = 0.2
 EXACT_FLAWS = ("paragraph_count", "numbering", "misplaced_item", "stray_entity")

@@ -9,14 +9,14 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Sequence
 
 from engine.commands.common import load_config
 from engine.errors import TulvingError
+from engine.loopback import cli as loopback_cli
 from engine.requests import ChatRequest, EmbedRequest
 from engine.scheduler import Engine
-from engine.loopback import cli as loopback_cli
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,10 +12,11 @@ when its runs hold the same configuration under two judges.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunKey, RunSet

@@ -18,7 +18,8 @@ most the engine's in-flight window of them exists at any time.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from engine.errors import TulvingError
 from engine.requests import ChatRequest

@@ -19,9 +19,10 @@ half on the left), each clique a thick bar under the axis.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -104,10 +105,10 @@ def cue_heatmaps(folder: Path, cells: Mapping[str, Mapping[tuple[str, str], floa
                              squeeze=False, sharey=True)
     image = None
     for ax, b in zip(axes[0], bins):
-        grid = np.array([[cells[b].get((c, l), np.nan) for l in labels] for c in cues], dtype=float)
+        grid = np.array([[cells[b].get((c, lab), np.nan) for lab in labels] for c in cues], dtype=float)
         image = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_title(f"bin {b}")
-        ax.set_xticks(range(len(labels)), [_t(l) for l in labels], rotation=60, ha="right", fontsize=7)
+        ax.set_xticks(range(len(labels)), [_t(lab) for lab in labels], rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(len(cues)), [_t(c) for c in cues], fontsize=7)
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
@@ -182,7 +183,7 @@ def bootstrap_forest(folder: Path, rows: Sequence[tuple[str, float, float, float
     """Mean F1 difference (run - reference) with its bootstrap CI, one row per run."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 0.9 + 0.35 * max(1, len(rows))))
-    for i, (label, mean, low, high) in enumerate(rows):
+    for i, (_label, mean, low, high) in enumerate(rows):
         ax.errorbar([mean], [i], xerr=[[mean - low], [high - mean]], fmt="o", color="tab:blue", capsize=3)
     ax.axvline(0, color="tab:red", linestyle=":")
     ax.set_yticks(range(len(rows)), [_t(r[0]) for r in rows], fontsize=7)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from engine.evaluation.tables import Stat, Table, cell_text, visible_controls
 

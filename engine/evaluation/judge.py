@@ -27,7 +27,8 @@ Replies are parsed by judge_parse.py; the built-in judge
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

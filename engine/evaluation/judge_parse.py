@@ -22,8 +22,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 ITEMS_KEY = "identified_items_in_AI_answer"
 SCORES_KEY = "matching_score"

@@ -28,14 +28,24 @@ import datetime as dt
 import json
 import os
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from engine.errors import TulvingError
-from engine.evaluation.templates import (CONTENTS, ENTITIES, FIELDS, FULL_DETAILS, OTHER_ENTITIES, SPACES,
-                                         TEMPLATES, TIMES, Template)
+from engine.evaluation.templates import (
+    CONTENTS,
+    ENTITIES,
+    FIELDS,
+    FULL_DETAILS,
+    OTHER_ENTITIES,
+    SPACES,
+    TEMPLATES,
+    TIMES,
+    Template,
+)
 
 BINS = ("0", "1", "2", "3-5", "6+")
 PER_TEMPLATE_AND_BIN = 5
@@ -79,7 +89,7 @@ class Question:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> "Question":
+    def from_json(cls, data: Any) -> Question:
         if not isinstance(data, dict):
             raise ValueError("a question is a JSON object")
         missing = [f for f in _FIELDS if f not in data]
@@ -142,7 +152,7 @@ class ChapterIndex:
         return [ch for ch in pools[0] if all(ch[name] == v for name, v in fixed)]
 
 
-def _index(chapters: "Sequence[dict] | ChapterIndex") -> "ChapterIndex":
+def _index(chapters: Sequence[dict] | ChapterIndex) -> ChapterIndex:
     return chapters if isinstance(chapters, ChapterIndex) else ChapterIndex(chapters)
 
 
@@ -155,7 +165,7 @@ def _story_date(chapter: dict) -> dt.date:
     return _parse_date(chapter["date"])
 
 
-def ground_truth(chapters: "Sequence[dict] | ChapterIndex", template: Template,
+def ground_truth(chapters: Sequence[dict] | ChapterIndex, template: Template,
                  values: Sequence[str]) -> tuple[list[str], list[int]]:
     """(correct_answer, matching chapter numbers) of a template filled with
     values = (t, s, e, c), over the book's chapter ground truth."""
@@ -181,7 +191,7 @@ def ground_truth(chapters: "Sequence[dict] | ChapterIndex", template: Template,
     return items, [ch["chapter"] for ch in ordered]
 
 
-def make_question(chapters: "Sequence[dict] | ChapterIndex", template: Template,
+def make_question(chapters: Sequence[dict] | ChapterIndex, template: Template,
                   values: Sequence[str]) -> Question:
     text, cue_completed = template.fill(*values)
     answer, numbers = ground_truth(chapters, template, values)

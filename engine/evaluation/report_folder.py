@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from engine.evaluation.agreement import agreement_figures, agreement_results, disagreement_table, summary_table
 from engine.evaluation.html_report import DrillRow, Section, render_html

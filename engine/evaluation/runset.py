@@ -16,9 +16,10 @@ figures differ (wall_seconds, and calls/cache hits when the caches differed).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.errors import TulvingError
 from engine.evaluation.report import summarize

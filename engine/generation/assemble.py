@@ -3,7 +3,8 @@ paragraphs joined by a blank line, each chapter "Chapter {k}\\n\\n{text}",
 chapters joined by "\\n\\n\\n", k from 1 in event order."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.generation.bookdir import CHAPTER_SEPARATOR
 from engine.generation.checks import split_paragraphs, strip_numbering

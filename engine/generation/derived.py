@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from engine.generation.assemble import assemble_book
 from engine.generation.bookdir import Book

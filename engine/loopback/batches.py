@@ -49,15 +49,15 @@ import math
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
 from engine.loopback.errors import _json, anthropic_error, openai_error
-
 
 
 class BatchHost(Protocol):
@@ -99,7 +99,7 @@ class BatchKnobs:
 def _rfc3339(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass
