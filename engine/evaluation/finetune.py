@@ -26,6 +26,7 @@ from engine.config import Config
 from engine.errors import TulvingError
 from engine.evaluation.answers import book_title, finetuned_prompt, finetuning_system_prompt
 from engine.evaluation.templates import FULL_DETAILS
+from providers.openai_finetune import submit_finetune
 
 
 def format_items(items: list[str]) -> str:
@@ -80,8 +81,6 @@ PAPER_HYPERPARAMETERS = {"n_epochs": 30, "batch_size": 64, "learning_rate_multip
 async def run_finetune(config: Config, *, endpoint: str, model: str, training_file: Path,
                        suffix: str | None, poll_interval: float, timeout: float,
                        hyperparameters: dict[str, Any] | None = None) -> dict[str, Any]:
-    from providers.openai_finetune import submit_finetune
-
     spec = config.endpoints.get(endpoint)
     if spec is None:
         raise TulvingError(f"unknown endpoint {endpoint!r} (known: {', '.join(sorted(config.endpoints))})")

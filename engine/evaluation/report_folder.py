@@ -24,11 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.evaluation import figures as F
 from engine.evaluation.agreement import agreement_figures, agreement_results, disagreement_table, summary_table
 from engine.evaluation.html_report import DrillRow, Section, render_html
 from engine.evaluation.runset import RunSet, load_runs
 from engine.evaluation.scores import BINS
-from engine.evaluation.tables import Table, build_tables, f1_stat, to_csv, to_markdown
+from engine.evaluation.statistics import average_ranks, paired_bootstrap
+from engine.evaluation.tables import PUBLISHED_BOOKS, Table, _load_published, build_tables, f1_stat, to_csv, to_markdown
+from engine.generation.published import load_book
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +87,6 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
              ) -> dict[str, list[Any]]:
     """Figures by section id; empty when matplotlib is missing (said in `notes`)."""
     try:
-        from engine.evaluation import figures as F
-
         F._plt()
     except ImportError:
         notes.append("figures left out: matplotlib is not installed (pip install 'tulving[plots]')")
@@ -137,8 +138,6 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
         where = next((r.get("book_path") for (b, _), r in runset.runs.items() if b == book_name and r.get("book_path")),
                      None)
         try:
-            from engine.generation.published import load_book
-
             book = load_book(where or book_name, verify=False)
         except Exception as exc:  # a book that is not published or not found: no book figures
             notes.append(f"book figures left out for {book_name}: {exc}")
@@ -159,8 +158,6 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
 def _published_series(runset: RunSet) -> dict[str, dict[str, float]] | None:
     """The paper's F1-by-bin rows ("model / memory" -> bin -> mean) when the
     runs are all on one published book."""
-    from engine.evaluation.tables import PUBLISHED_BOOKS, _load_published
-
     books = {k.book for k in runset.groups}
     if len(books) != 1 or next(iter(books)) not in PUBLISHED_BOOKS:
         return None
@@ -177,8 +174,6 @@ def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, Any]]:
     """Per (book, judge) with two full runs or more: the paired bootstrap of
     each full run's F1 minus the best-ranked run's, on the questions all of
     them scored (as the ranking). [(group label, best run, [(run, result)])]."""
-    from engine.evaluation.statistics import average_ranks, paired_bootstrap
-
     out = []
     for (book, judge) in runset.runs:
         full = [k for k in runset.groups if (k.book, k.judge) == (book, judge) and runset.samples.get(k) is None]
