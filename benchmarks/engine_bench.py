@@ -51,6 +51,7 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *self.args],
                                      cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None  # stdout=PIPE
         line = self.proc.stdout.readline().strip()
         if not line.startswith("openai_base_url="):
             self.proc.kill()

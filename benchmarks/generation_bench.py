@@ -57,7 +57,7 @@ async def bench(events: int, latency: float, rpm: float, concurrency: int, sleep
         sent = server.stats.by_path["/v1/chat/completions"]
         rate_limited = server.stats.rate_limited
     (wall, run), (rerun_wall, rerun) = timings
-    per_event = Counter()
+    per_event: Counter[int] = Counter()
     for r in run.log:
         per_event[r["event"]] += 1 if r["outcome"] == "failed_exact" else 2
     chain = max(per_event.values())

@@ -288,8 +288,8 @@ def extract(event: Event, parsed: ParsedQuestion) -> list[str]:
     # Event contents
     if parsed.cue.get("content"):
         return [parsed.cue["content"]]
-    found = content_of(text)
-    return [found] if found else []
+    content = content_of(text)
+    return [content] if content else []
 
 
 def format_items(items: Sequence[str]) -> str:

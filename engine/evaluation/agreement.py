@@ -18,6 +18,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from engine.evaluation import figures as F
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunKey, RunSet
 from engine.evaluation.scores import agreement
@@ -84,15 +85,15 @@ def summary_table(results: Sequence[JudgePair]) -> Table:
 def disagreement_table(results: Sequence[JudgePair], top: int = TOP_DISAGREEMENTS) -> Table:
     rows = []
     for p in results:
-        judged = [(ra, rb) for ra, rb in p.pairs if ra.f1 is not None and rb.f1 is not None]
-        judged.sort(key=lambda t: (-abs(t[0].f1 - t[1].f1), t[0].q_idx))
-        for ra, rb in judged[:top]:
-            if abs(ra.f1 - rb.f1) < 1e-9:
+        judged = [(ra, rb, fa, fb) for ra, rb in p.pairs if (fa := ra.f1) is not None and (fb := rb.f1) is not None]
+        judged.sort(key=lambda t: (-abs(t[2] - t[3]), t[0].q_idx))
+        for ra, rb, fa, fb in judged[:top]:
+            if abs(fa - fb) < 1e-9:
                 break
             rows.append([p.a.model, p.a.mode, p.a.judge, p.b.judge, str(ra.q_idx), ra.question,
                          "; ".join(map(str, ra.correct_answer or [])), ra.answer,
                          "; ".join(map(str, ra.identified_items or [])), "; ".join(map(str, rb.identified_items or [])),
-                         f"{ra.f1:.3f}", f"{rb.f1:.3f}"])
+                         f"{fa:.3f}", f"{fb:.3f}"])
     return Table(key="judge_disagreements", title="Where the judges disagree most",
                  head=["Model", "Memory", "judge A", "judge B", "q", "question", "ground truth", "answer",
                        "items (A)", "items (B)", "F1 A", "F1 B"], rows=rows, label_columns=4,
@@ -104,8 +105,6 @@ def agreement_results(runset: RunSet) -> list[JudgePair]:
 
 
 def agreement_figures(results: Sequence[JudgePair], folder: Path) -> list[Any]:
-    from engine.evaluation import figures as F
-
     out = []
     for i, p in enumerate(results):
         judged = [(ra.f1, rb.f1) for ra, rb in p.pairs if ra.f1 is not None and rb.f1 is not None]

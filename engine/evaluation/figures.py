@@ -26,6 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from engine.evaluation.tables import visible_controls
+from engine.generation.stats import ITEMS, LEVELS, N_HIST_BINS
+from engine.generation.stats import item_positions as positions_of
+
 
 @dataclass(frozen=True, slots=True)
 class Figure:
@@ -48,8 +52,6 @@ def _plt():
 
 def _t(text: Any) -> str:
     """Text from a run (model names, judges, places) as drawn: control characters as \\xNN."""
-    from engine.evaluation.tables import visible_controls
-
     return visible_controls(str(text))
 
 
@@ -82,10 +84,10 @@ def f1_by_bin(folder: Path, series: Mapping[str, Mapping[str, tuple[float, float
         if last is not None:
             ax.text(x[last] + 0.05, ys[last], _t(label), fontsize=5, color="0.45", va="center")
     n = max(1, len(series))
-    for i, (label, per_bin) in enumerate(series.items()):
+    for i, (label, stats) in enumerate(series.items()):
         shift = (i - (n - 1) / 2) * 0.06
-        ys = [per_bin.get(b, (np.nan, np.nan)) for b in bins]
-        ax.errorbar(x + shift, [m for m, _ in ys], yerr=[s for _, s in ys], marker="o", capsize=3, label=_t(label))
+        points = [stats.get(b, (np.nan, np.nan)) for b in bins]
+        ax.errorbar(x + shift, [m for m, _ in points], yerr=[s for _, s in points], marker="o", capsize=3, label=_t(label))
     ax.set_xticks(x, bins)
     ax.set_xlabel("matching events (bin)")
     ax.set_ylabel("F1 (mean ± sd)")
@@ -211,9 +213,6 @@ def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labe
 
 def item_positions(folder: Path, book: Any) -> Figure:
     """Relative position of each item's first mention in the book, chapter and paragraph."""
-    from engine.generation.stats import ITEMS, LEVELS, N_HIST_BINS
-    from engine.generation.stats import item_positions as positions_of
-
     plt = _plt()
     positions = positions_of(book)
     fig, axes = plt.subplots(1, len(LEVELS), figsize=(10, 3))

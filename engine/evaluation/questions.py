@@ -46,6 +46,8 @@ from engine.evaluation.templates import (
     TIMES,
     Template,
 )
+from engine.generation.published import load_book
+from engine.generation.universe import load_universe  # the generation side owns the universe
 
 BINS = ("0", "1", "2", "3-5", "6+")
 PER_TEMPLATE_AND_BIN = 5
@@ -208,13 +210,14 @@ def _chapter_order(n_chapters: int, n_events: int, seed: int) -> list[int]:
 
 
 def _tsec(chapter: dict) -> tuple[str, str, str, str]:
-    return tuple(chapter[f] for f in FIELDS)  # type: ignore[return-value]
+    t, s, e, c = (chapter[f] for f in FIELDS)
+    return t, s, e, c
 
 
 def non_empty_candidates(chapters: Sequence[dict], n_events: int) -> list[Question]:
     index = ChapterIndex(chapters)
     by_number = {ch["chapter"]: ch for ch in chapters}
-    out = []
+    out: list[Question] = []
     for k in _chapter_order(len(chapters), n_events, SEED_NON_EMPTY):
         values = _tsec(by_number[k])
         out.extend(make_question(index, t, values) for t in TEMPLATES)
@@ -230,8 +233,6 @@ def _unused_universe(book: Any) -> dict[str, list[str]]:
     """Per field, the universe's values (universe order) that none of the
     book's sampled events uses (failed events included); the whole list if
     every value is used."""
-    from engine.generation.universe import load_universe  # the generation side owns the universe
-
     universe = load_universe(getattr(book, "universe", None) or "default",
                              int((getattr(book, "metadata", None) or {}).get("universe_seed", 0)))
     lists = {"date": universe.dates, "location": universe.locations,
@@ -302,8 +303,6 @@ def as_book(book: Any) -> Any:
     """A Book object as is; a book folder or a published book name loaded."""
     if hasattr(book, "chapters") and hasattr(book, "events"):
         return book
-    from engine.generation.published import load_book
-
     return load_book(book)
 
 

@@ -47,7 +47,7 @@ def chapter_chunks(book_text: str) -> list[str]:
 
 
 def paragraph_chunks(book_text: str) -> list[str]:
-    chunks = []
+    chunks: list[str] = []
     for k, chapter in enumerate(chapter_chunks(book_text), 1):
         lines = [line.strip() for line in chapter.split("\n") if line.strip()]
         heading = _HEADING.fullmatch(lines[0]) if lines else None

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.datadir import data_dir
 from engine.evaluation.report import BASELINE_NOTES
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunKey, RunSet
@@ -256,8 +257,6 @@ def chronological_table(runset: RunSet) -> Table:
 
 def _load_published(name: str) -> dict[str, Any] | None:
     try:
-        from engine.datadir import data_dir
-
         path = data_dir() / "published" / name
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -331,7 +330,8 @@ def execution_table(runset: RunSet) -> Table:
     rows = []
     for k, recs in runset.groups.items():
         run = runset.runs[(k.book, k.judge)]
-        job = next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (k.model, k.mode)), {})
+        job: dict[str, Any] = next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (k.model, k.mode)),
+                                   {})
         cached = runset.cached_answers.get(k)
         rows.append(_label_cells(runset, k) + [
             str(len(recs)), str(job.get("calls", "-")), str(job.get("cache_hits", "-")),
@@ -397,7 +397,7 @@ def to_csv(table: Table) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(head)
     for row in table.rows:
-        out = []
+        out: list[str | int] = []
         for i, cell in enumerate(row):
             if i in stat_cols:
                 out += [_num(cell.mean), _num(cell.sd), cell.n] if isinstance(cell, Stat) else ["", "", ""]

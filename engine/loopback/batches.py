@@ -291,9 +291,11 @@ class Batches:
         batch["request_counts"].update(completed=ok, failed=len(run.done) - ok)
 
     def _openai_end(self, batch: dict, run: _Run, status: str, now: int) -> None:
-        outputs, failures = [], []
-        usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                 "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+        outputs: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
+        usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+                                 "input_tokens_details": {"cached_tokens": 0},
+                                 "output_tokens_details": {"reasoning_tokens": 0}}
         for index in run.order:
             custom_id = run.lines[index][0]
             line_id = f"batch_req_{self.server._next_id()}"

@@ -105,7 +105,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from aiohttp import web
@@ -752,7 +752,7 @@ class LoopbackServer:
     async def _upload(self, request: web.Request) -> web.Response:
         form = await request.post()
         upload, purpose = form.get("file"), form.get("purpose")
-        if not hasattr(upload, "file") or not isinstance(purpose, str):
+        if not isinstance(upload, web.FileField) or not isinstance(purpose, str):
             return openai_error(400, "multipart fields 'file' and 'purpose' are required", param="file")
         content = upload.file.read()
         file_id = f"file-{self._next_id()}"
@@ -801,7 +801,7 @@ class LoopbackServer:
     @staticmethod
     def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
         """An error in the API's shape, as a JSON object (the body of its error reply)."""
-        return orjson.loads(error_response(api, status, message, code, param).body)
+        return orjson.loads(cast(bytes, error_response(api, status, message, code, param).body))
 
     async def _create_job(self, request: web.Request) -> web.Response:
         try:
@@ -815,7 +815,9 @@ class LoopbackServer:
             return openai_error(400, f"invalid training_file: {training_file}", param="training_file",
                                 code="invalid_training_file")
         job_id = f"ftjob-{self._next_id()}"
-        method = body.get("method") if isinstance(body.get("method"), dict) else {}
+        method = body.get("method")
+        if not isinstance(method, dict):
+            method = {}
         hyperparameters = {"n_epochs": "auto", "batch_size": "auto", "learning_rate_multiplier": "auto",
                            **((method.get("supervised") or {}).get("hyperparameters") or {})}
         suffix = body.get("suffix")
