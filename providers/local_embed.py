@@ -34,13 +34,15 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     mean = x.mean(axis=-1, keepdims=True)
     centred = x - mean
     var = np.mean(centred * centred, axis=-1, keepdims=True)
-    return centred / np.sqrt(var + eps) * weight + bias
+    out: np.ndarray = centred / np.sqrt(var + eps) * weight + bias
+    return out
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
     from scipy.special import erf  # exact (erf) GELU, as BERT's "gelu"
 
-    return 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0))))
+    out: np.ndarray = 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0))))
+    return out
 
 
 class MiniLMEncoder:
@@ -141,7 +143,7 @@ class MiniLMEncoder:
             mask[row, :len(tokens)] = 1.0
         states = self._forward(ids, mask)
         summed = np.einsum("bld,bl->bd", states, mask)
-        pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        pooled: np.ndarray = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
         if self.normalize:
             pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return pooled
