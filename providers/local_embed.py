@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, EmbedResult, EndpointSpec, Provider, ProviderError
+from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, ChatResult, EmbedResult, EndpointSpec, Provider, ProviderError
 from providers.local_models import MINILM_INSTALL, minilm_dir
 
 BATCH_TOKENS = 2048  # padded tokens per forward batch (measured best of 1k-8k on 2 cores)
@@ -188,7 +188,7 @@ class LocalEmbedProvider(Provider):
         self.calls = 0  # encode calls actually run (not cached by the engine)
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> Any:
+                   params: Mapping[str, Any], timeout: float) -> ChatResult:
         raise ProviderError(BAD_REQUEST, f"endpoint {self.spec.name!r} serves embeddings only, not chat "
                                          f"(model {model!r})")
 

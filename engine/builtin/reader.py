@@ -31,7 +31,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from engine.evaluation.templates import TEMPLATES
+from engine.evaluation.templates import TEMPLATES, Template
 
 NO_MATCH = "No event in the text matches this question."
 
@@ -69,7 +69,7 @@ class ParsedQuestion:
 
 
 @lru_cache(maxsize=1)
-def _template_patterns() -> list[tuple[re.Pattern, Any]]:
+def _template_patterns() -> list[tuple[re.Pattern[str], Template]]:
     patterns = []
     for template in TEMPLATES:
         regex = re.escape(template.text)

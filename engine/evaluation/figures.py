@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.evaluation.tables import visible_controls
+from engine.generation.bookdir import Book
 from engine.generation.stats import ITEMS, LEVELS, N_HIST_BINS
 from engine.generation.stats import item_positions as positions_of
 
@@ -50,7 +51,7 @@ def _plt():
     return plt
 
 
-def _t(text: Any) -> str:
+def _t(text: object) -> str:
     """Text from a run (model names, judges, places) as drawn: control characters as \\xNN."""
     return visible_controls(str(text))
 
@@ -211,7 +212,7 @@ def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labe
     return _save(fig, folder, name, title)
 
 
-def item_positions(folder: Path, book: Any) -> Figure:
+def item_positions(folder: Path, book: Book) -> Figure:
     """Relative position of each item's first mention in the book, chapter and paragraph."""
     plt = _plt()
     positions = positions_of(book)
@@ -224,7 +225,7 @@ def item_positions(folder: Path, book: Any) -> Figure:
     return _save(fig, folder, "item_positions", f"Positions of the items in {book.name}")
 
 
-def entity_track(folder: Path, book: Any, entity: str | None = None) -> Figure:
+def entity_track(folder: Path, book: Book, entity: str | None = None) -> Figure:
     """The chapters of one entity (default: the one in most chapters): chapter
     number against story date, each point labelled with its place."""
     import datetime as dt

@@ -23,13 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.evaluation.figures import Figure
 from engine.evaluation.tables import Stat, Table, cell_text, visible_controls
 
 FILTERS = (("model", "model"), ("mode", "mode"), ("book", "book"), ("judge", "judge"), ("get", "question kind"),
            ("bin", "bin"), ("cue", "cue"), ("trace", "retrieval type"))
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     """Text for HTML content or a quoted attribute value."""
     return html.escape(visible_controls(str(value)), quote=True)
 
@@ -42,7 +43,7 @@ class Section:
     title: str
     text: str = ""
     tables: list[Table] = field(default_factory=list)
-    figures: list[Any] = field(default_factory=list)   # figures.Figure
+    figures: list[Figure] = field(default_factory=list)
     pre: str = ""                                      # preformatted text (e.g. the ranking)
 
 
@@ -76,7 +77,7 @@ def table_html(table: Table) -> str:
             f'<p class="files">tables/{esc(table.key)}.md, tables/{esc(table.key)}.csv</p>')
 
 
-def figure_html(figure: Any) -> str:
+def figure_html(figure: Figure) -> str:
     data = base64.b64encode(figure.png).decode("ascii")
     caption = esc(figure.title) + (f" &mdash; {esc(figure.caption)}" if figure.caption else "")
     return (f'<figure id="f-{esc(figure.name)}"><img alt="{esc(figure.title)}" src="data:image/png;base64,{data}">'

@@ -46,6 +46,7 @@ from engine.evaluation.templates import (
     TIMES,
     Template,
 )
+from engine.generation.bookdir import Book
 from engine.generation.published import load_book
 from engine.generation.universe import load_universe  # the generation side owns the universe
 
@@ -229,7 +230,7 @@ def _changed_fields(n: int, seed: int) -> list[set[str]]:
     return [set(rng.sample(list(FIELDS), rng.randint(1, 4))) for _ in range(n)]
 
 
-def _unused_universe(book: Any) -> dict[str, list[str]]:
+def _unused_universe(book: Book) -> dict[str, list[str]]:
     """Per field, the universe's values (universe order) that none of the
     book's sampled events uses (failed events included); the whole list if
     every value is used."""
@@ -244,7 +245,7 @@ def _unused_universe(book: Any) -> dict[str, list[str]]:
     return unused
 
 
-def empty_candidates(book: Any) -> list[Question]:
+def empty_candidates(book: Book) -> list[Question]:
     chapters = book.chapters
     index = ChapterIndex(chapters)
     by_number = {ch["chapter"]: ch for ch in chapters}
@@ -299,14 +300,14 @@ def select(questions: Iterable[Question], per_group: int = PER_TEMPLATE_AND_BIN)
     return chosen
 
 
-def as_book(book: Any) -> Any:
+def as_book(book: Book | str | Path) -> Book:
     """A Book object as is; a book folder or a published book name loaded."""
-    if hasattr(book, "chapters") and hasattr(book, "events"):
-        return book
-    return load_book(book)
+    if isinstance(book, (str, Path)):
+        return load_book(book)
+    return book
 
 
-def build_questions(book: Any) -> list[Question]:
+def build_questions(book: Book | str | Path) -> list[Question]:
     """The benchmark's question set for a book (a Book, a book folder or a
     published book name)."""
     book = as_book(book)
@@ -316,7 +317,7 @@ def build_questions(book: Any) -> list[Question]:
     return select(dedupe(candidates))
 
 
-def single_event_questions(book: Any) -> list[Question]:
+def single_event_questions(book: Book | str | Path) -> list[Question]:
     """Every distinct non-empty question whose cue matches exactly one chapter
     (the fine-tuning training questions), in the published generation order."""
     book = as_book(book)

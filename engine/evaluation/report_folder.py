@@ -27,9 +27,10 @@ from typing import Any
 from engine.evaluation import figures as F
 from engine.evaluation.agreement import agreement_figures, agreement_results, disagreement_table, summary_table
 from engine.evaluation.html_report import DrillRow, Section, render_html
+from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunSet, load_runs
 from engine.evaluation.scores import BINS
-from engine.evaluation.statistics import average_ranks, paired_bootstrap
+from engine.evaluation.statistics import BootstrapResult, average_ranks, paired_bootstrap
 from engine.evaluation.tables import PUBLISHED_BOOKS, Table, _load_published, build_tables, f1_stat, to_csv, to_markdown
 from engine.generation.published import load_book
 
@@ -44,7 +45,7 @@ class ReportFiles:
     notes: list[str]
 
 
-def _status(r: Any) -> str:
+def _status(r: ResultRecord) -> str:
     if r.answer_error:
         return "answer error"
     if r.judge_failed:
@@ -52,7 +53,7 @@ def _status(r: Any) -> str:
     return "ok"
 
 
-def _items(r: Any) -> str:
+def _items(r: ResultRecord) -> str:
     scores = list(r.matching_scores or [])
     items = [str(i) for i in (r.identified_items or [])]
     text = "; ".join(items) if items else "(none)"
@@ -84,14 +85,14 @@ def drill_rows(runset: RunSet) -> list[DrillRow]:
 
 
 def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, notes: list[str]
-             ) -> dict[str, list[Any]]:
+             ) -> dict[str, list[F.Figure]]:
     """Figures by section id; empty when matplotlib is missing (said in `notes`)."""
     try:
         F._plt()
     except ImportError:
         notes.append("figures left out: matplotlib is not installed (pip install 'tulving[plots]')")
         return {}
-    out: dict[str, list[Any]] = {"recall": [], "breakdowns": [], "ranking": [], "book": []}
+    out: dict[str, list[F.Figure]] = {"recall": [], "breakdowns": [], "ranking": [], "book": []}
     labels = {k: runset.label(k) for k in runset.groups}
     present = [b for b in BINS if any(r.bin == b and r.get == "all" for r in runset.records)]
     series = {}
@@ -170,7 +171,7 @@ BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 
 
-def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, Any]]:
+def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, list[tuple[str, BootstrapResult]]]]:
     """Per (book, judge) with two full runs or more: the paired bootstrap of
     each full run's F1 minus the best-ranked run's, on the questions all of
     them scored (as the ranking). [(group label, best run, [(run, result)])]."""
@@ -193,7 +194,7 @@ def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, Any]]:
     return out
 
 
-def _bootstrap_table(boot: Sequence[tuple[str, str, Any]]) -> Table | None:
+def _bootstrap_table(boot: Sequence[tuple[str, str, list[tuple[str, BootstrapResult]]]]) -> Table | None:
     rows = [[group, best, name, str(r.n), f"{r.mean_difference:+.4f}", f"{r.ci_low:+.4f}", f"{r.ci_high:+.4f}",
              str(r.n_resamples), str(r.seed)] for group, best, results in boot for name, r in results]
     if not rows:

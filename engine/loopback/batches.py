@@ -49,6 +49,7 @@ import math
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -60,10 +61,18 @@ from aiohttp import web
 from engine.loopback.errors import _json, anthropic_error, openai_error
 
 
+class BatchStats(Protocol):
+    """The server's counters the batch APIs add to (ServerStats)."""
+
+    @property
+    def batch_requests(self) -> Counter[str]: ...  # batch lines by outcome
+
+
 class BatchHost(Protocol):
     """What the batch APIs need of the server that hosts them (LoopbackServer)."""
 
-    stats: Any                       # ServerStats: batch_requests is a Counter
+    @property
+    def stats(self) -> BatchStats: ...
     files: dict[str, dict[str, Any]]  # uploaded and produced files by id
 
     def _next_id(self) -> str: ...
@@ -212,14 +221,14 @@ class Batches:
         seen: set[str] = set()
         model = None
 
-        def error(code: str, message: str, line: int, param: str | None = None) -> None:
+        def error(code: str, message: str, line: int | None, param: str | None = None) -> None:
             errors.append({"code": code, "message": message, "param": param, "line": line})
 
         raw_lines = [(n, raw) for n, raw in enumerate(content.splitlines(), 1) if raw.strip()]
         if not raw_lines:
-            error("empty_file", "The batch input file is empty.", None)  # type: ignore[arg-type]
+            error("empty_file", "The batch input file is empty.", None)
         if len(raw_lines) > MAX_OPENAI_LINES:
-            error("too_many_tasks", f"The batch input file has more than {MAX_OPENAI_LINES} requests.", None)  # type: ignore[arg-type]
+            error("too_many_tasks", f"The batch input file has more than {MAX_OPENAI_LINES} requests.", None)
         for number, raw in raw_lines:
             try:
                 item = orjson.loads(raw)

@@ -367,7 +367,7 @@ class LoopbackServer:
     async def __aenter__(self) -> LoopbackServer:
         return await self.start()
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     @property
@@ -406,7 +406,7 @@ class LoopbackServer:
         stats.by_path[request.path] += 1
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
-        status: Any = "client_gone"  # cancelled: the client left (e.g. timed out on a stall)
+        status: int | str = "client_gone"  # cancelled: the client left (e.g. timed out on a stall)
         try:
             response = await self._respond(request, api, build)
             status = response.status
