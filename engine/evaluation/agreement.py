@@ -62,7 +62,7 @@ def compare_judges(runset: RunSet, a: RunKey, b: RunKey) -> JudgePair:
     return JudgePair(a=a, b=b, figures=figures, pairs=pairs, different_answers=different)
 
 
-def _num(x: Any, digits: int = 3) -> str:
+def _num(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
@@ -104,7 +104,7 @@ def agreement_results(runset: RunSet) -> list[JudgePair]:
     return [compare_judges(runset, a, b) for a, b in judge_pairs(runset)]
 
 
-def agreement_figures(results: Sequence[JudgePair], folder: Path) -> list[Any]:
+def agreement_figures(results: Sequence[JudgePair], folder: Path) -> list[F.Figure]:
     out = []
     for i, p in enumerate(results):
         judged = [(ra.f1, rb.f1) for ra, rb in p.pairs if ra.f1 is not None and rb.f1 is not None]

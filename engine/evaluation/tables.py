@@ -57,7 +57,7 @@ class Stat:
         return f"{self.mean:.2f}±{self.sd:.2f}" if self.sd is not None else f"{self.mean:.2f}"
 
 
-Cell = Any  # str | Stat
+Cell = str | Stat
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ class Table:
     key: str                 # file stem: tables/<key>.md, tables/<key>.csv
     title: str
     head: list[str]
-    rows: list[list[Cell]]
+    rows: Sequence[Sequence[Cell]]
     note: str = ""
     # Columns that hold the configuration (the drill-down filters match on them).
     label_columns: int = 1
@@ -117,9 +117,10 @@ def _label_head(runset: RunSet) -> list[str]:
     return ["Model", "Memory"] + (["Book"] if books else []) + (["Judge"] if judges else [])
 
 
-def _label_cells(runset: RunSet, key: RunKey) -> list[str]:
+def _label_cells(runset: RunSet, key: RunKey) -> list[Cell]:
     books, judges = runset.varying()
-    return [key.model, key.mode] + ([key.book] if books else []) + ([key.judge] if judges else [])
+    cells: list[Cell] = [key.model, key.mode]
+    return cells + ([key.book] if books else []) + ([key.judge] if judges else [])
 
 
 def _bins_of(records: Iterable[ResultRecord], bins: Sequence[str] = BINS) -> list[str]:
