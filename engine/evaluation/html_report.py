@@ -21,7 +21,6 @@ import base64
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine.evaluation.figures import Figure
 from engine.evaluation.tables import Stat, Table, cell_text, visible_controls
@@ -53,7 +52,7 @@ class DrillRow:
 
     data: dict[str, str]
     status: str            # "ok" | "judge failure" | "answer error"
-    cells: list[Any]
+    cells: list[object]    # shown with esc()
 
 
 DRILL_HEAD = ["model", "mode", "book", "judge", "q", "kind", "bin", "cue", "retrieval type", "question",

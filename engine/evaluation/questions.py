@@ -92,7 +92,7 @@ class Question:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> Question:
+    def from_json(cls, data: object) -> Question:
         if not isinstance(data, dict):
             raise ValueError("a question is a JSON object")
         missing = [f for f in _FIELDS if f not in data]
