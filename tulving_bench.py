@@ -28,7 +28,7 @@ def _owner(origin: Path) -> str | None:
         for file in dist.files or ():
             if file.name == origin.name and file.parent.name == origin.parent.name:
                 try:
-                    if Path(dist.locate_file(file)).resolve() == origin:
+                    if Path(str(dist.locate_file(file))).resolve() == origin:
                         return f"{dist.metadata['Name']} {dist.version}"
                 except (OSError, ValueError):
                     continue

@@ -48,9 +48,10 @@ class ServerProcess:
     def __init__(self, *args: str):
         self.args = ["--port", "0", "--uvloop", *args]
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *self.args],
                                      cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None  # stdout=PIPE
         line = self.proc.stdout.readline().strip()
         if not line.startswith("openai_base_url="):
             self.proc.kill()

@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.builtin import writer as builtin_writer  # noqa: E402
 from engine.config import Config  # noqa: E402
 from engine.generation.chapters import ChapterGenerator  # noqa: E402
 from engine.generation.events import sample_events, sample_meta_events  # noqa: E402
 from engine.generation.universe import load_universe  # noqa: E402
-from engine.scheduler import Engine  # noqa: E402
-from engine.builtin import writer as builtin_writer  # noqa: E402
 from engine.loopback.server import LoopbackServer, constant  # noqa: E402
+from engine.scheduler import Engine  # noqa: E402
 
 
 def _reply(api: str, body: dict) -> str:
@@ -57,7 +57,7 @@ async def bench(events: int, latency: float, rpm: float, concurrency: int, sleep
         sent = server.stats.by_path["/v1/chat/completions"]
         rate_limited = server.stats.rate_limited
     (wall, run), (rerun_wall, rerun) = timings
-    per_event = Counter()
+    per_event: Counter[int] = Counter()
     for r in run.log:
         per_event[r["event"]] += 1 if r["outcome"] == "failed_exact" else 2
     chain = max(per_event.values())

@@ -34,15 +34,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # engine_bench's server process and requests
 
+from engine_bench import ServerProcess, config_for, requests  # noqa: E402
+
 import providers  # noqa: E402
 from cache.store import ResponseCache  # noqa: E402
 from engine import gc_tuning  # noqa: E402
 from engine.config import Config  # noqa: E402
-from providers.base import ChatResult  # noqa: E402
 from engine.resolve import resolve  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
-from engine_bench import ServerProcess, config_for, requests  # noqa: E402
-from providers.base import Provider  # noqa: E402
+from providers.base import ChatResult, Provider  # noqa: E402
 from providers.http_client import JsonHttpClient  # noqa: E402
 
 
@@ -127,12 +127,14 @@ async def writer_cost(n: int, tmp: str) -> None:
         spent = [0.0]
 
         class TimedCache(ResponseCache):
+            spent_box = spent  # this round's counter, bound now (not the loop variable at call time)
+
             def _commit(self, conn, rows):
                 start = time.thread_time()
                 try:
                     super()._commit(conn, rows)
                 finally:
-                    spent[0] += time.thread_time() - start
+                    self.spent_box[0] += time.thread_time() - start
 
         async with TimedCache(os.path.join(tmp, f"writer{seconds}.sqlite"), batch_seconds=seconds) as cache:
             for i, r in enumerate(resolved):
@@ -169,7 +171,7 @@ async def http_client_cost(n: int, rounds: int) -> None:
         clients = {name: JsonHttpClient(endpoint="bench", max_concurrency=64, headers={}, secret=None,
                                         request_id_header="x-request-id", http_client=name) for name in runs}
         try:
-            for name, client in clients.items():  # warm up: connections open
+            for client in clients.values():  # warm up: connections open
                 await http_client_run(client, url, 1000, 64)
             for _ in range(rounds):
                 for name, client in clients.items():

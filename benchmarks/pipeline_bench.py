@@ -26,8 +26,8 @@ from engine.config import Config  # noqa: E402
 from engine.evaluation import pipeline  # noqa: E402
 from engine.evaluation.questions import build_questions  # noqa: E402
 from engine.generation.published import load_book  # noqa: E402
-from engine.scheduler import Engine  # noqa: E402
 from engine.loopback.server import LoopbackServer, constant  # noqa: E402
+from engine.scheduler import Engine  # noqa: E402
 
 
 def peak_rss_mb() -> float:

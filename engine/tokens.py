@@ -5,14 +5,21 @@ package bpe-openai ships the same encoding and is faster.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
+from typing import Protocol
+
+
+class _Encoding(Protocol):
+    def encode(self, text: str) -> Sequence[int]: ...
 
 
 @lru_cache(maxsize=1)
-def _encoding():
-    import bpe_openai
+def _encoding() -> _Encoding:
+    import bpe_openai  # ships no type information
 
-    return bpe_openai.get_encoding("cl100k_base")
+    encoding: _Encoding = bpe_openai.get_encoding("cl100k_base")
+    return encoding
 
 
 def count_tokens(text: str) -> int:

@@ -27,7 +27,8 @@ def provider_class(kind: str) -> type[Provider]:
     except KeyError:
         raise ProviderError(CONFIG, f"unknown endpoint kind {kind!r} (known: {', '.join(sorted(REGISTRY))})") from None
     module_name, _, cls_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), cls_name)
+    cls: type[Provider] = getattr(importlib.import_module(module_name), cls_name)
+    return cls
 
 
 def make_provider(spec: EndpointSpec, api_key: str | None) -> Provider:

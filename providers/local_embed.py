@@ -17,13 +17,14 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, EmbedResult, EndpointSpec, Provider, ProviderError
+from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, ChatResult, EmbedResult, EndpointSpec, Provider, ProviderError
 from providers.local_models import MINILM_INSTALL, minilm_dir
 
 BATCH_TOKENS = 2048  # padded tokens per forward batch (measured best of 1k-8k on 2 cores)
@@ -33,13 +34,15 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
     mean = x.mean(axis=-1, keepdims=True)
     centred = x - mean
     var = np.mean(centred * centred, axis=-1, keepdims=True)
-    return centred / np.sqrt(var + eps) * weight + bias
+    out: np.ndarray = centred / np.sqrt(var + eps) * weight + bias
+    return out
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
     from scipy.special import erf  # exact (erf) GELU, as BERT's "gelu"
 
-    return 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0))))
+    out: np.ndarray = 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0))))
+    return out
 
 
 class MiniLMEncoder:
@@ -140,7 +143,7 @@ class MiniLMEncoder:
             mask[row, :len(tokens)] = 1.0
         states = self._forward(ids, mask)
         summed = np.einsum("bld,bl->bd", states, mask)
-        pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        pooled: np.ndarray = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
         if self.normalize:
             pooled /= np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return pooled
@@ -185,7 +188,7 @@ class LocalEmbedProvider(Provider):
         self.calls = 0  # encode calls actually run (not cached by the engine)
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> Any:
+                   params: Mapping[str, Any], timeout: float) -> ChatResult:
         raise ProviderError(BAD_REQUEST, f"endpoint {self.spec.name!r} serves embeddings only, not chat "
                                          f"(model {model!r})")
 

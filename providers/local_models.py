@@ -12,8 +12,9 @@ path and how to install the missing piece.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from providers.base import CONFIG, ProviderError
 

@@ -32,7 +32,8 @@ import ast
 import datetime as dt
 import json
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rapidfuzz import fuzz
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from providers.base import CONFIG, ChatResult, Provider, ProviderError
 

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from engine.evaluation.templates import TEMPLATES
+from engine.evaluation.templates import TEMPLATES, Template
 
 NO_MATCH = "No event in the text matches this question."
 
@@ -68,7 +69,7 @@ class ParsedQuestion:
 
 
 @lru_cache(maxsize=1)
-def _template_patterns() -> list[tuple[re.Pattern, Any]]:
+def _template_patterns() -> list[tuple[re.Pattern[str], Template]]:
     patterns = []
     for template in TEMPLATES:
         regex = re.escape(template.text)
@@ -287,8 +288,8 @@ def extract(event: Event, parsed: ParsedQuestion) -> list[str]:
     # Event contents
     if parsed.cue.get("content"):
         return [parsed.cue["content"]]
-    found = content_of(text)
-    return [found] if found else []
+    content = content_of(text)
+    return [content] if content else []
 
 
 def format_items(items: Sequence[str]) -> str:

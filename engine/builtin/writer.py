@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, TypeVar
 
 DEFAULT_FLAW_RATE = 0.2
 EXACT_FLAWS = ("paragraph_count", "numbering", "misplaced_item", "stray_entity")
@@ -94,10 +95,13 @@ def parse_chapter_prompt(prompt: str) -> ChapterSpec:
                        entity=values["entity"], detail_phrase=values["content"], position=position)
 
 
+_T = TypeVar("_T")
+
+
 class _Dice:
     """Deterministic choices from a hash stream."""
 
-    def __init__(self, *parts: Any):
+    def __init__(self, *parts: object):
         self._seed = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).digest()
         self._counter = 0
 
@@ -106,7 +110,7 @@ class _Dice:
         digest = hashlib.sha256(self._seed + self._counter.to_bytes(8, "big")).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
 
-    def pick(self, options: Sequence[Any]) -> Any:
+    def pick(self, options: Sequence[_T]) -> _T:
         return options[int(self.unit() * len(options))]
 
     def integer(self, low: int, high: int) -> int:

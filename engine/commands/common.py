@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from cache.store import ResponseCache
 from engine.config import Config

@@ -9,14 +9,14 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Sequence
 
 from engine.commands.common import load_config
 from engine.errors import TulvingError
+from engine.loopback import cli as loopback_cli
 from engine.requests import ChatRequest, EmbedRequest
 from engine.scheduler import Engine
-from engine.loopback import cli as loopback_cli
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -122,10 +122,11 @@ async def _bench_latency(args: argparse.Namespace) -> int:
     # No cache: every probe is a real call. The window bounds concurrency.
     async with Engine(config, cache_path=None, progress=not args.quiet, window=args.concurrency) as engine:
         async for outcome in engine.stream(requests(), total=args.n, label=f"bench {args.model}"):
-            if outcome.ok:
-                latencies.append(outcome.result.latency)
-            else:
-                errors[outcome.error.kind] = errors.get(outcome.error.kind, 0) + 1
+            result, error = outcome.result, outcome.error
+            if result is not None:
+                latencies.append(result.latency)
+            elif error is not None:
+                errors[error.kind] = errors.get(error.kind, 0) + 1
     wall = time.perf_counter() - start
     latencies.sort()
     print(f"model {args.model} ({alias.model} on {', '.join(alias.endpoints)}): {args.n} calls, "

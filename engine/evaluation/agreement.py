@@ -12,11 +12,13 @@ when its runs hold the same configuration under two judges.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from engine.evaluation import figures as F
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunKey, RunSet
 from engine.evaluation.scores import agreement
@@ -60,7 +62,7 @@ def compare_judges(runset: RunSet, a: RunKey, b: RunKey) -> JudgePair:
     return JudgePair(a=a, b=b, figures=figures, pairs=pairs, different_answers=different)
 
 
-def _num(x: Any, digits: int = 3) -> str:
+def _num(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
@@ -83,15 +85,15 @@ def summary_table(results: Sequence[JudgePair]) -> Table:
 def disagreement_table(results: Sequence[JudgePair], top: int = TOP_DISAGREEMENTS) -> Table:
     rows = []
     for p in results:
-        judged = [(ra, rb) for ra, rb in p.pairs if ra.f1 is not None and rb.f1 is not None]
-        judged.sort(key=lambda t: (-abs(t[0].f1 - t[1].f1), t[0].q_idx))
-        for ra, rb in judged[:top]:
-            if abs(ra.f1 - rb.f1) < 1e-9:
+        judged = [(ra, rb, fa, fb) for ra, rb in p.pairs if (fa := ra.f1) is not None and (fb := rb.f1) is not None]
+        judged.sort(key=lambda t: (-abs(t[2] - t[3]), t[0].q_idx))
+        for ra, rb, fa, fb in judged[:top]:
+            if abs(fa - fb) < 1e-9:
                 break
             rows.append([p.a.model, p.a.mode, p.a.judge, p.b.judge, str(ra.q_idx), ra.question,
                          "; ".join(map(str, ra.correct_answer or [])), ra.answer,
                          "; ".join(map(str, ra.identified_items or [])), "; ".join(map(str, rb.identified_items or [])),
-                         f"{ra.f1:.3f}", f"{rb.f1:.3f}"])
+                         f"{fa:.3f}", f"{fb:.3f}"])
     return Table(key="judge_disagreements", title="Where the judges disagree most",
                  head=["Model", "Memory", "judge A", "judge B", "q", "question", "ground truth", "answer",
                        "items (A)", "items (B)", "F1 A", "F1 B"], rows=rows, label_columns=4,
@@ -102,9 +104,7 @@ def agreement_results(runset: RunSet) -> list[JudgePair]:
     return [compare_judges(runset, a, b) for a, b in judge_pairs(runset)]
 
 
-def agreement_figures(results: Sequence[JudgePair], folder: Path) -> list[Any]:
-    from engine.evaluation import figures as F
-
+def agreement_figures(results: Sequence[JudgePair], folder: Path) -> list[F.Figure]:
     out = []
     for i, p in enumerate(results):
         judged = [(ra.f1, rb.f1) for ra, rb in p.pairs if ra.f1 is not None and rb.f1 is not None]

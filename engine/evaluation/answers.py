@@ -18,9 +18,11 @@ most the engine's in-flight window of them exists at any time.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from engine.errors import TulvingError
+from engine.evaluation.questions import Question
+from engine.generation.bookdir import Book
 from engine.requests import ChatRequest
 
 SYSTEM_PROMPT = "You are an expert in memory tests."
@@ -99,7 +101,7 @@ def rag_prompt(chunks: Sequence[str], question: str) -> str:
     return _RAG_TEMPLATE.format(book_chunks=format_chunks(chunks), question=question)
 
 
-def book_title(book: Any) -> str:
+def book_title(book: Book) -> str:
     """The title a fine-tuned model knows the book by."""
     title = getattr(book, "title", None)
     if title:
@@ -124,9 +126,9 @@ def messages(user_prompt: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user_prompt}]
 
 
-def answer_requests(questions: Iterable[Any], *, model: str, mode: str, book: Any,
-                    chunks_for: Callable[[Any], Sequence[str]] | None = None,
-                    tag: Callable[[Any], Any] = lambda q: q.q_idx) -> Iterator[ChatRequest]:
+def answer_requests(questions: Iterable[Question], *, model: str, mode: str, book: Book,
+                    chunks_for: Callable[[Question], Sequence[str]] | None = None,
+                    tag: Callable[[Question], object] = lambda q: q.q_idx) -> Iterator[ChatRequest]:
     """One answering request per question, built only when the consumer asks
     for it. `chunks_for(question)` gives the retrieved chunks (RAG modes)."""
     check_mode(mode)
@@ -139,5 +141,6 @@ def answer_requests(questions: Iterable[Any], *, model: str, mode: str, book: An
         elif mode == FINETUNED:
             prompt = finetuned_prompt(q.question, title)
         else:
-            prompt = rag_prompt(chunks_for(q), q.question)  # type: ignore[misc]
+            assert chunks_for is not None  # a RAG mode: checked above
+            prompt = rag_prompt(chunks_for(q), q.question)
         yield ChatRequest(model=model, messages=messages(prompt), tag=tag(q))

@@ -17,13 +17,15 @@ judge failures are left out on both sides (and, paired, the question with them).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from engine.errors import TulvingError
+from engine.evaluation import figures as F
 from engine.evaluation.runset import RunKey, RunSet, load_runs
 from engine.evaluation.statistics import mann_whitney_greater, paired_bootstrap, wilcoxon_p
 
@@ -96,18 +98,17 @@ def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str 
     if key_a.book == key_b.book and qa == qb:
         f1a = {r.q_idx: r.f1 for r in recs_a}
         f1b = {r.q_idx: r.f1 for r in recs_b}
-        common = sorted(q for q in qa if f1a[q] is not None and f1b[q] is not None)
+        both = {q: (fa, fb) for q in qa if (fa := f1a[q]) is not None and (fb := f1b[q]) is not None}
+        common = sorted(both)
         if len(common) < len(qa):
             notes.append(f"{len(qa) - len(common)} question(s) with a judge failure on a side left out")
-        x = [float(f1a[q]) for q in common]
-        y = [float(f1b[q]) for q in common]
+        x = [float(both[q][0]) for q in common]
+        y = [float(both[q][1]) for q in common]
         boot = paired_bootstrap(x, y, n_resamples=resamples, seed=seed)
         result = Comparison(label_a, label_b, "paired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
                             "the same questions on both sides", wilcoxon_p(x, y),
                             bootstrap={k: v for k, v in asdict(boot).items() if k != "distribution"}, notes=notes)
         if out is not None:
-            from engine.evaluation import figures as F
-
             caption = (f"{boot.n_resamples} paired resamples, seed {boot.seed}; "
                        f"{100 * boot.confidence:.0f}% CI [{boot.ci_low:+.4f}, {boot.ci_high:+.4f}]")
             fig = F.bootstrap_differences(Path(out) / "figures", x, y, boot.distribution,

@@ -19,11 +19,17 @@ half on the left), each clique a thick bar under the axis.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
+from engine.evaluation.tables import visible_controls
+from engine.generation.bookdir import Book
+from engine.generation.stats import ITEMS, LEVELS, N_HIST_BINS
+from engine.generation.stats import item_positions as positions_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +51,8 @@ def _plt():
     return plt
 
 
-def _t(text: Any) -> str:
+def _t(text: object) -> str:
     """Text from a run (model names, judges, places) as drawn: control characters as \\xNN."""
-    from engine.evaluation.tables import visible_controls
-
     return visible_controls(str(text))
 
 
@@ -81,10 +85,10 @@ def f1_by_bin(folder: Path, series: Mapping[str, Mapping[str, tuple[float, float
         if last is not None:
             ax.text(x[last] + 0.05, ys[last], _t(label), fontsize=5, color="0.45", va="center")
     n = max(1, len(series))
-    for i, (label, per_bin) in enumerate(series.items()):
+    for i, (label, stats) in enumerate(series.items()):
         shift = (i - (n - 1) / 2) * 0.06
-        ys = [per_bin.get(b, (np.nan, np.nan)) for b in bins]
-        ax.errorbar(x + shift, [m for m, _ in ys], yerr=[s for _, s in ys], marker="o", capsize=3, label=_t(label))
+        points = [stats.get(b, (np.nan, np.nan)) for b in bins]
+        ax.errorbar(x + shift, [m for m, _ in points], yerr=[s for _, s in points], marker="o", capsize=3, label=_t(label))
     ax.set_xticks(x, bins)
     ax.set_xlabel("matching events (bin)")
     ax.set_ylabel("F1 (mean ± sd)")
@@ -104,10 +108,10 @@ def cue_heatmaps(folder: Path, cells: Mapping[str, Mapping[tuple[str, str], floa
                              squeeze=False, sharey=True)
     image = None
     for ax, b in zip(axes[0], bins):
-        grid = np.array([[cells[b].get((c, l), np.nan) for l in labels] for c in cues], dtype=float)
+        grid = np.array([[cells[b].get((c, lab), np.nan) for lab in labels] for c in cues], dtype=float)
         image = ax.imshow(np.ma.masked_invalid(grid), vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_title(f"bin {b}")
-        ax.set_xticks(range(len(labels)), [_t(l) for l in labels], rotation=60, ha="right", fontsize=7)
+        ax.set_xticks(range(len(labels)), [_t(lab) for lab in labels], rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(len(cues)), [_t(c) for c in cues], fontsize=7)
         for (i, j), v in np.ndenumerate(grid):
             if not np.isnan(v):
@@ -182,7 +186,7 @@ def bootstrap_forest(folder: Path, rows: Sequence[tuple[str, float, float, float
     """Mean F1 difference (run - reference) with its bootstrap CI, one row per run."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 0.9 + 0.35 * max(1, len(rows))))
-    for i, (label, mean, low, high) in enumerate(rows):
+    for i, (_label, mean, low, high) in enumerate(rows):
         ax.errorbar([mean], [i], xerr=[[mean - low], [high - mean]], fmt="o", color="tab:blue", capsize=3)
     ax.axvline(0, color="tab:red", linestyle=":")
     ax.set_yticks(range(len(rows)), [_t(r[0]) for r in rows], fontsize=7)
@@ -208,11 +212,8 @@ def agreement_scatter(folder: Path, x: Sequence[float], y: Sequence[float], labe
     return _save(fig, folder, name, title)
 
 
-def item_positions(folder: Path, book: Any) -> Figure:
+def item_positions(folder: Path, book: Book) -> Figure:
     """Relative position of each item's first mention in the book, chapter and paragraph."""
-    from engine.generation.stats import ITEMS, LEVELS, N_HIST_BINS
-    from engine.generation.stats import item_positions as positions_of
-
     plt = _plt()
     positions = positions_of(book)
     fig, axes = plt.subplots(1, len(LEVELS), figsize=(10, 3))
@@ -224,7 +225,7 @@ def item_positions(folder: Path, book: Any) -> Figure:
     return _save(fig, folder, "item_positions", f"Positions of the items in {book.name}")
 
 
-def entity_track(folder: Path, book: Any, entity: str | None = None) -> Figure:
+def entity_track(folder: Path, book: Book, entity: str | None = None) -> Figure:
     """The chapters of one entity (default: the one in most chapters): chapter
     number against story date, each point labelled with its place."""
     import datetime as dt

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from engine.config import Config
+from engine.config import Config, ModelAlias
 from engine.errors import TulvingError
 from engine.evaluation.answers import book_title, finetuned_prompt, finetuning_system_prompt
+from engine.evaluation.questions import Question
 from engine.evaluation.templates import FULL_DETAILS
+from engine.generation.bookdir import Book
+from providers.openai_finetune import submit_finetune
 
 
 def format_items(items: list[str]) -> str:
@@ -36,7 +40,7 @@ def format_items(items: list[str]) -> str:
     return ", ".join(items[:-1]) + f", and {items[-1]}"
 
 
-def training_examples(book: Any, questions: Iterable[Any]) -> list[dict[str, Any]]:
+def training_examples(book: Book, questions: Iterable[Question]) -> list[dict[str, Any]]:
     title = book_title(book)
     system = finetuning_system_prompt(title)
     examples = []
@@ -60,7 +64,7 @@ def write_training_file(path: str | os.PathLike, examples: Iterable[dict[str, An
     return path
 
 
-def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: Any | None = None) -> str:
+def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: ModelAlias | None = None) -> str:
     """TOML declaring the fine-tuned model as an alias (prices of its base model)."""
     lines = [f'[models."{alias_name}"]', f'endpoint = "{endpoint}"', f'model = "{model_id}"',
              "params = { temperature = 1.0, max_tokens = 4096 }"]
@@ -79,8 +83,6 @@ PAPER_HYPERPARAMETERS = {"n_epochs": 30, "batch_size": 64, "learning_rate_multip
 async def run_finetune(config: Config, *, endpoint: str, model: str, training_file: Path,
                        suffix: str | None, poll_interval: float, timeout: float,
                        hyperparameters: dict[str, Any] | None = None) -> dict[str, Any]:
-    from providers.openai_finetune import submit_finetune
-
     spec = config.endpoints.get(endpoint)
     if spec is None:
         raise TulvingError(f"unknown endpoint {endpoint!r} (known: {', '.join(sorted(config.endpoints))})")

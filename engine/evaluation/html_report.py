@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
 
+from engine.evaluation.figures import Figure
 from engine.evaluation.tables import Stat, Table, cell_text, visible_controls
 
 FILTERS = (("model", "model"), ("mode", "mode"), ("book", "book"), ("judge", "judge"), ("get", "question kind"),
            ("bin", "bin"), ("cue", "cue"), ("trace", "retrieval type"))
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     """Text for HTML content or a quoted attribute value."""
     return html.escape(visible_controls(str(value)), quote=True)
 
@@ -41,7 +42,7 @@ class Section:
     title: str
     text: str = ""
     tables: list[Table] = field(default_factory=list)
-    figures: list[Any] = field(default_factory=list)   # figures.Figure
+    figures: list[Figure] = field(default_factory=list)
     pre: str = ""                                      # preformatted text (e.g. the ranking)
 
 
@@ -51,7 +52,7 @@ class DrillRow:
 
     data: dict[str, str]
     status: str            # "ok" | "judge failure" | "answer error"
-    cells: list[Any]
+    cells: list[object]    # shown with esc()
 
 
 DRILL_HEAD = ["model", "mode", "book", "judge", "q", "kind", "bin", "cue", "retrieval type", "question",
@@ -75,7 +76,7 @@ def table_html(table: Table) -> str:
             f'<p class="files">tables/{esc(table.key)}.md, tables/{esc(table.key)}.csv</p>')
 
 
-def figure_html(figure: Any) -> str:
+def figure_html(figure: Figure) -> str:
     data = base64.b64encode(figure.png).decode("ascii")
     caption = esc(figure.title) + (f" &mdash; {esc(figure.caption)}" if figure.caption else "")
     return (f'<figure id="f-{esc(figure.name)}"><img alt="{esc(figure.title)}" src="data:image/png;base64,{data}">'

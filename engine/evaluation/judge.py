@@ -27,12 +27,15 @@ Replies are parsed by judge_parse.py; the built-in judge
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from engine.evaluation.questions import Question
 from engine.evaluation.scores import distinct
 from engine.evaluation.templates import FULL_DETAILS
+from engine.generation.bookdir import Book
 from engine.requests import ChatRequest
 
 JUDGE_SYSTEM_PROMPT = "You are an expert in memory tests."
@@ -111,7 +114,7 @@ _CHRONO_TEMPLATE = """You are an expert judge evaluating the alignment between a
     """
 
 
-def _field(question: Any, name: str) -> Any:
+def _field(question: Question | Mapping[str, Any], name: str) -> Any:
     return question[name] if isinstance(question, dict) else getattr(question, name)
 
 
@@ -120,7 +123,7 @@ def score_template(ground_truth: Sequence[str]) -> str:
     return json.dumps([{item: "score_between_0_and_1"} for item in ground_truth])
 
 
-def _chapter_text(book: Any, k: int) -> str:
+def _chapter_text(book: Book, k: int) -> str:
     if hasattr(book, "chapter_text"):
         return book.chapter_text(k)
     return book.chapter_texts[k - 1]
@@ -153,8 +156,8 @@ def chrono_prompt(ground_truth: Sequence[str], identified_items: Sequence[str]) 
                                    predicted_items=list(identified_items))
 
 
-def judge_request(question: Any, answer_text: str, *, book: Any, model: str, draw: int = 0,
-                  tag: Any = None) -> ChatRequest:
+def judge_request(question: Question | Mapping[str, Any], answer_text: str, *, book: Book, model: str,
+                  draw: int = 0, tag: object = None) -> ChatRequest:
     """The judge call for one answer. `question` is a Question (or its JSON
     dict); `book` is needed for full-detail questions (chapter text)."""
     rtype = _field(question, "retrieval_type")
@@ -168,8 +171,8 @@ def judge_request(question: Any, answer_text: str, *, book: Any, model: str, dra
         {"role": "user", "content": prompt}))
 
 
-def chrono_judge_request(question: Any, answer_text: str, identified_items: Sequence[str], *, model: str,
-                         draw: int = 0, tag: Any = None) -> ChatRequest:
+def chrono_judge_request(question: Question | Mapping[str, Any], answer_text: str, identified_items: Sequence[str],
+                         *, model: str, draw: int = 0, tag: object = None) -> ChatRequest:
     """The second judge call of a chronological question: the items the main
     judge identified in the answer, matched to ground-truth indexes.
     `answer_text` is accepted for symmetry with `judge_request` but is not

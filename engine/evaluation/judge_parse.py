@@ -22,8 +22,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 ITEMS_KEY = "identified_items_in_AI_answer"
 SCORES_KEY = "matching_score"
@@ -213,10 +214,11 @@ def _norm_key(s: str) -> str:
 
 def _align(pairs: list[tuple[str | None, Any]], ground_truth: int | Sequence[str]) -> list[float]:
     n = ground_truth if isinstance(ground_truth, int) else len(ground_truth)
-    if not isinstance(ground_truth, int) and all(k is not None for k, _ in pairs):
+    keyed = [(k, v) for k, v in pairs if k is not None]
+    if not isinstance(ground_truth, int) and len(keyed) == len(pairs):
         by_key: dict[str, Any] = {}
-        for k, v in pairs:
-            by_key.setdefault(_norm_key(k), v)  # type: ignore[arg-type]
+        for k, v in keyed:
+            by_key.setdefault(_norm_key(k), v)
         wanted = [_norm_key(g) for g in ground_truth]
         if all(w in by_key for w in wanted):
             return [_score(by_key[w]) for w in wanted]

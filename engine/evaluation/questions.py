@@ -28,14 +28,27 @@ import datetime as dt
 import json
 import os
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from engine.errors import TulvingError
-from engine.evaluation.templates import (CONTENTS, ENTITIES, FIELDS, FULL_DETAILS, OTHER_ENTITIES, SPACES,
-                                         TEMPLATES, TIMES, Template)
+from engine.evaluation.templates import (
+    CONTENTS,
+    ENTITIES,
+    FIELDS,
+    FULL_DETAILS,
+    OTHER_ENTITIES,
+    SPACES,
+    TEMPLATES,
+    TIMES,
+    Template,
+)
+from engine.generation.bookdir import Book
+from engine.generation.published import load_book
+from engine.generation.universe import load_universe  # the generation side owns the universe
 
 BINS = ("0", "1", "2", "3-5", "6+")
 PER_TEMPLATE_AND_BIN = 5
@@ -79,7 +92,7 @@ class Question:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> "Question":
+    def from_json(cls, data: object) -> Question:
         if not isinstance(data, dict):
             raise ValueError("a question is a JSON object")
         missing = [f for f in _FIELDS if f not in data]
@@ -142,7 +155,7 @@ class ChapterIndex:
         return [ch for ch in pools[0] if all(ch[name] == v for name, v in fixed)]
 
 
-def _index(chapters: "Sequence[dict] | ChapterIndex") -> "ChapterIndex":
+def _index(chapters: Sequence[dict] | ChapterIndex) -> ChapterIndex:
     return chapters if isinstance(chapters, ChapterIndex) else ChapterIndex(chapters)
 
 
@@ -155,7 +168,7 @@ def _story_date(chapter: dict) -> dt.date:
     return _parse_date(chapter["date"])
 
 
-def ground_truth(chapters: "Sequence[dict] | ChapterIndex", template: Template,
+def ground_truth(chapters: Sequence[dict] | ChapterIndex, template: Template,
                  values: Sequence[str]) -> tuple[list[str], list[int]]:
     """(correct_answer, matching chapter numbers) of a template filled with
     values = (t, s, e, c), over the book's chapter ground truth."""
@@ -181,7 +194,7 @@ def ground_truth(chapters: "Sequence[dict] | ChapterIndex", template: Template,
     return items, [ch["chapter"] for ch in ordered]
 
 
-def make_question(chapters: "Sequence[dict] | ChapterIndex", template: Template,
+def make_question(chapters: Sequence[dict] | ChapterIndex, template: Template,
                   values: Sequence[str]) -> Question:
     text, cue_completed = template.fill(*values)
     answer, numbers = ground_truth(chapters, template, values)
@@ -198,13 +211,14 @@ def _chapter_order(n_chapters: int, n_events: int, seed: int) -> list[int]:
 
 
 def _tsec(chapter: dict) -> tuple[str, str, str, str]:
-    return tuple(chapter[f] for f in FIELDS)  # type: ignore[return-value]
+    t, s, e, c = (chapter[f] for f in FIELDS)
+    return t, s, e, c
 
 
 def non_empty_candidates(chapters: Sequence[dict], n_events: int) -> list[Question]:
     index = ChapterIndex(chapters)
     by_number = {ch["chapter"]: ch for ch in chapters}
-    out = []
+    out: list[Question] = []
     for k in _chapter_order(len(chapters), n_events, SEED_NON_EMPTY):
         values = _tsec(by_number[k])
         out.extend(make_question(index, t, values) for t in TEMPLATES)
@@ -216,12 +230,10 @@ def _changed_fields(n: int, seed: int) -> list[set[str]]:
     return [set(rng.sample(list(FIELDS), rng.randint(1, 4))) for _ in range(n)]
 
 
-def _unused_universe(book: Any) -> dict[str, list[str]]:
+def _unused_universe(book: Book) -> dict[str, list[str]]:
     """Per field, the universe's values (universe order) that none of the
     book's sampled events uses (failed events included); the whole list if
     every value is used."""
-    from engine.generation.universe import load_universe  # the generation side owns the universe
-
     universe = load_universe(getattr(book, "universe", None) or "default",
                              int((getattr(book, "metadata", None) or {}).get("universe_seed", 0)))
     lists = {"date": universe.dates, "location": universe.locations,
@@ -233,7 +245,7 @@ def _unused_universe(book: Any) -> dict[str, list[str]]:
     return unused
 
 
-def empty_candidates(book: Any) -> list[Question]:
+def empty_candidates(book: Book) -> list[Question]:
     chapters = book.chapters
     index = ChapterIndex(chapters)
     by_number = {ch["chapter"]: ch for ch in chapters}
@@ -288,16 +300,14 @@ def select(questions: Iterable[Question], per_group: int = PER_TEMPLATE_AND_BIN)
     return chosen
 
 
-def as_book(book: Any) -> Any:
+def as_book(book: Book | str | Path) -> Book:
     """A Book object as is; a book folder or a published book name loaded."""
-    if hasattr(book, "chapters") and hasattr(book, "events"):
-        return book
-    from engine.generation.published import load_book
-
-    return load_book(book)
+    if isinstance(book, (str, Path)):
+        return load_book(book)
+    return book
 
 
-def build_questions(book: Any) -> list[Question]:
+def build_questions(book: Book | str | Path) -> list[Question]:
     """The benchmark's question set for a book (a Book, a book folder or a
     published book name)."""
     book = as_book(book)
@@ -307,7 +317,7 @@ def build_questions(book: Any) -> list[Question]:
     return select(dedupe(candidates))
 
 
-def single_event_questions(book: Any) -> list[Question]:
+def single_event_questions(book: Book | str | Path) -> list[Question]:
     """Every distinct non-empty question whose cue matches exactly one chapter
     (the fine-tuning training questions), in the published generation order."""
     book = as_book(book)

@@ -19,16 +19,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Protocol
 
 import numpy as np
 
+from engine.config import ModelAlias
 from engine.errors import TulvingError
 from engine.evaluation.answers import RAG_CHAPTER, RAG_PARAGRAPH, format_chunks, rag_prompt
-from engine.requests import EmbedRequest
+from engine.evaluation.questions import Question
+from engine.requests import EmbedRequest, Outcome
 from engine.tokens import count_tokens
+from providers.base import EmbedResult
 
 EMBED_BATCH = 256  # texts per embeddings call (OpenAI accepts up to 2048)
 PARAGRAPHS_PER_CHAPTER = 4  # date, location, entity, content: at most 4 paragraphs hold an event
@@ -46,7 +50,7 @@ def chapter_chunks(book_text: str) -> list[str]:
 
 
 def paragraph_chunks(book_text: str) -> list[str]:
-    chunks = []
+    chunks: list[str] = []
     for k, chapter in enumerate(chapter_chunks(book_text), 1):
         lines = [line.strip() for line in chapter.split("\n") if line.strip()]
         heading = _HEADING.fullmatch(lines[0]) if lines else None
@@ -65,13 +69,19 @@ def chunks_for_mode(book_text: str, mode: str) -> list[str]:
     raise ValueError(f"{mode} is not a RAG mode")
 
 
-def top_k(questions: Iterable[Any], mode: str) -> int:
+def top_k(questions: Iterable[Question], mode: str) -> int:
     most = max((q.n_chapters for q in questions), default=0)
     most = max(most, 1)
     return most * PARAGRAPHS_PER_CHAPTER if mode == RAG_PARAGRAPH else most
 
 
-async def embed_texts(engine: Any, model: str, texts: Sequence[str], *, batch: int = EMBED_BATCH,
+class EmbedRunner(Protocol):
+    """What retrieval needs of the engine: `Engine.run` (or a wrapper that counts its calls)."""
+
+    async def run(self, requests: Sequence[EmbedRequest], *, label: str = "") -> list[Outcome]: ...
+
+
+async def embed_texts(engine: EmbedRunner, model: str, texts: Sequence[str], *, batch: int = EMBED_BATCH,
                       label: str = "") -> np.ndarray:
     """Unit-normalised vectors, one row per text, through the engine."""
     if not texts:
@@ -81,12 +91,13 @@ async def embed_texts(engine: Any, model: str, texts: Sequence[str], *, batch: i
     outcomes = await engine.run(requests, label=label or f"embeddings ({model})")
     rows: list[list[float]] = []
     for outcome in outcomes:
-        if not outcome.ok:
+        result, request = outcome.result, outcome.request
+        if not isinstance(result, EmbedResult) or not isinstance(request, EmbedRequest):
             raise TulvingError(f"embedding with {model} failed: {outcome.error}")
-        vectors = outcome.result.vectors
-        if len(vectors) != len(outcome.request.texts):
+        vectors = result.vectors
+        if len(vectors) != len(request.texts):
             raise TulvingError(f"embedding with {model} returned {len(vectors)} vectors "
-                               f"for {len(outcome.request.texts)} texts")
+                               f"for {len(request.texts)} texts")
         rows.extend(vectors)
     matrix = np.asarray(rows, dtype=np.float64)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
@@ -112,7 +123,7 @@ class Retrieval:
         return [self.chunks[i] for i in self.ranked[question_text]]
 
 
-async def retrieve(engine: Any, book_text: str, questions: Sequence[Any], mode: str,
+async def retrieve(engine: EmbedRunner, book_text: str, questions: Sequence[Question], mode: str,
                    embed_model: str) -> Retrieval:
     """Embed the chunks and the questions, keep each question's top-K."""
     chunks = chunks_for_mode(book_text, mode)
@@ -163,7 +174,7 @@ def fit_chunks(chunks: Sequence[str], question: str, *, context_tokens: int | No
     return kept
 
 
-def check_in_context_fits(alias: Any, book_tokens: int) -> None:
+def check_in_context_fits(alias: ModelAlias, book_tokens: int) -> None:
     """One-line error before sending when the whole book cannot fit."""
     context = getattr(alias, "context_tokens", None)
     if not context:

@@ -19,15 +19,20 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from engine.evaluation import figures as F
 from engine.evaluation.agreement import agreement_figures, agreement_results, disagreement_table, summary_table
 from engine.evaluation.html_report import DrillRow, Section, render_html
+from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunSet, load_runs
 from engine.evaluation.scores import BINS
-from engine.evaluation.tables import Table, build_tables, f1_stat, to_csv, to_markdown
+from engine.evaluation.statistics import BootstrapResult, average_ranks, paired_bootstrap
+from engine.evaluation.tables import PUBLISHED_BOOKS, Table, _load_published, build_tables, f1_stat, to_csv, to_markdown
+from engine.generation.published import load_book
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +45,7 @@ class ReportFiles:
     notes: list[str]
 
 
-def _status(r: Any) -> str:
+def _status(r: ResultRecord) -> str:
     if r.answer_error:
         return "answer error"
     if r.judge_failed:
@@ -48,7 +53,7 @@ def _status(r: Any) -> str:
     return "ok"
 
 
-def _items(r: Any) -> str:
+def _items(r: ResultRecord) -> str:
     scores = list(r.matching_scores or [])
     items = [str(i) for i in (r.identified_items or [])]
     text = "; ".join(items) if items else "(none)"
@@ -80,16 +85,14 @@ def drill_rows(runset: RunSet) -> list[DrillRow]:
 
 
 def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, notes: list[str]
-             ) -> dict[str, list[Any]]:
+             ) -> dict[str, list[F.Figure]]:
     """Figures by section id; empty when matplotlib is missing (said in `notes`)."""
     try:
-        from engine.evaluation import figures as F
-
         F._plt()
     except ImportError:
         notes.append("figures left out: matplotlib is not installed (pip install 'tulving[plots]')")
         return {}
-    out: dict[str, list[Any]] = {"recall": [], "breakdowns": [], "ranking": [], "book": []}
+    out: dict[str, list[F.Figure]] = {"recall": [], "breakdowns": [], "ranking": [], "book": []}
     labels = {k: runset.label(k) for k in runset.groups}
     present = [b for b in BINS if any(r.bin == b and r.get == "all" for r in runset.records)]
     series = {}
@@ -136,8 +139,6 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
         where = next((r.get("book_path") for (b, _), r in runset.runs.items() if b == book_name and r.get("book_path")),
                      None)
         try:
-            from engine.generation.published import load_book
-
             book = load_book(where or book_name, verify=False)
         except Exception as exc:  # a book that is not published or not found: no book figures
             notes.append(f"book figures left out for {book_name}: {exc}")
@@ -158,8 +159,6 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
 def _published_series(runset: RunSet) -> dict[str, dict[str, float]] | None:
     """The paper's F1-by-bin rows ("model / memory" -> bin -> mean) when the
     runs are all on one published book."""
-    from engine.evaluation.tables import PUBLISHED_BOOKS, _load_published
-
     books = {k.book for k in runset.groups}
     if len(books) != 1 or next(iter(books)) not in PUBLISHED_BOOKS:
         return None
@@ -172,12 +171,10 @@ BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 
 
-def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, Any]]:
+def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, list[tuple[str, BootstrapResult]]]]:
     """Per (book, judge) with two full runs or more: the paired bootstrap of
     each full run's F1 minus the best-ranked run's, on the questions all of
     them scored (as the ranking). [(group label, best run, [(run, result)])]."""
-    from engine.evaluation.statistics import average_ranks, paired_bootstrap
-
     out = []
     for (book, judge) in runset.runs:
         full = [k for k in runset.groups if (k.book, k.judge) == (book, judge) and runset.samples.get(k) is None]
@@ -197,7 +194,7 @@ def bootstrap_vs_best(runset: RunSet) -> list[tuple[str, str, Any]]:
     return out
 
 
-def _bootstrap_table(boot: Sequence[tuple[str, str, Any]]) -> Table | None:
+def _bootstrap_table(boot: Sequence[tuple[str, str, list[tuple[str, BootstrapResult]]]]) -> Table | None:
     rows = [[group, best, name, str(r.n), f"{r.mean_difference:+.4f}", f"{r.ci_low:+.4f}", f"{r.ci_high:+.4f}",
              str(r.n_resamples), str(r.seed)] for group, best, results in boot for name, r in results]
     if not rows:

@@ -16,9 +16,10 @@ figures differ (wall_seconds, and calls/cache hits when the caches differed).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.errors import TulvingError
 from engine.evaluation.report import summarize
@@ -149,7 +150,7 @@ def load_runs(paths: Iterable[str | Path]) -> RunSet:
     ordered = {k: [v[q] for q in sorted(v)] for k, v in sorted(groups.items())}
     samples, cached = {}, {}
     for key in ordered:
-        job = next((j for j in runs[(key.book, key.judge)].get("jobs", [])
+        job: dict[str, Any] = next((j for j in runs[(key.book, key.judge)].get("jobs", [])
                     if (j["model"], j["mode"]) == (key.model, key.mode)), {})
         samples[key] = job.get("sample")
         cached[key] = set(job["cached_answers"]) if "cached_answers" in job else None

@@ -25,11 +25,14 @@ A row is a mapping or an object with these fields (results.jsonl lines and
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import stats
+
+_H = TypeVar("_H", bound=Hashable)
 
 BINS = ("0", "1", "2", "3-5", "6+")
 LATEST_BINS = ("2", "3-5", "6+")
@@ -103,7 +106,7 @@ def chrono_match(indices: Sequence[int], n_ground_truth: int) -> ChronoMatch:
 
 
 # -- a run -----------------------------------------------------------------------------------
-def _get(row: Any, name: str, default: Any = None) -> Any:
+def _get(row: object, name: str, default: object = None) -> Any:
     if isinstance(row, Mapping):
         return row.get(name, default)
     return getattr(row, name, default)
@@ -141,7 +144,7 @@ def simple_recall(rows: Iterable[Any]) -> tuple[float, dict[str, float]]:
     return _round_like_pandas(float(np.mean(list(bin_means.values()))), 3), bin_means
 
 
-def distinct(items: Iterable[Any]) -> list[Any]:
+def distinct(items: Iterable[_H]) -> list[_H]:
     """Items without repeats, first occurrence kept, order kept (the
     reference's default `remove_duplicates` policy)."""
     return list(dict.fromkeys(items))

@@ -16,7 +16,7 @@ RAG retrieval still ranks chunks for the full question set, as unsplit.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from engine.errors import TulvingError
 from engine.evaluation.pipeline import Job

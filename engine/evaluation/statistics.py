@@ -15,9 +15,9 @@ Pure functions over plain Python/numpy data; scipy does the tests.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Mapping, Sequence
 
 import numpy as np
 from scipy import stats

@@ -26,11 +26,13 @@ import io
 import json
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from engine.datadir import data_dir
 from engine.evaluation.report import BASELINE_NOTES
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunKey, RunSet
@@ -55,7 +57,7 @@ class Stat:
         return f"{self.mean:.2f}±{self.sd:.2f}" if self.sd is not None else f"{self.mean:.2f}"
 
 
-Cell = Any  # str | Stat
+Cell = str | Stat
 
 
 @dataclass(slots=True)
@@ -63,7 +65,7 @@ class Table:
     key: str                 # file stem: tables/<key>.md, tables/<key>.csv
     title: str
     head: list[str]
-    rows: list[list[Cell]]
+    rows: Sequence[Sequence[Cell]]
     note: str = ""
     # Columns that hold the configuration (the drill-down filters match on them).
     label_columns: int = 1
@@ -115,9 +117,10 @@ def _label_head(runset: RunSet) -> list[str]:
     return ["Model", "Memory"] + (["Book"] if books else []) + (["Judge"] if judges else [])
 
 
-def _label_cells(runset: RunSet, key: RunKey) -> list[str]:
+def _label_cells(runset: RunSet, key: RunKey) -> list[Cell]:
     books, judges = runset.varying()
-    return [key.model, key.mode] + ([key.book] if books else []) + ([key.judge] if judges else [])
+    cells: list[Cell] = [key.model, key.mode]
+    return cells + ([key.book] if books else []) + ([key.judge] if judges else [])
 
 
 def _bins_of(records: Iterable[ResultRecord], bins: Sequence[str] = BINS) -> list[str]:
@@ -255,8 +258,6 @@ def chronological_table(runset: RunSet) -> Table:
 
 def _load_published(name: str) -> dict[str, Any] | None:
     try:
-        from engine.datadir import data_dir
-
         path = data_dir() / "published" / name
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -330,7 +331,8 @@ def execution_table(runset: RunSet) -> Table:
     rows = []
     for k, recs in runset.groups.items():
         run = runset.runs[(k.book, k.judge)]
-        job = next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (k.model, k.mode)), {})
+        job: dict[str, Any] = next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (k.model, k.mode)),
+                                   {})
         cached = runset.cached_answers.get(k)
         rows.append(_label_cells(runset, k) + [
             str(len(recs)), str(job.get("calls", "-")), str(job.get("cache_hits", "-")),
@@ -396,7 +398,7 @@ def to_csv(table: Table) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(head)
     for row in table.rows:
-        out = []
+        out: list[str | int] = []
         for i, cell in enumerate(row):
             if i in stat_cols:
                 out += [_num(cell.mean), _num(cell.sd), cell.n] if isinstance(cell, Stat) else ["", "", ""]

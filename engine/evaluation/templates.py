@@ -40,8 +40,8 @@ class Template:
     @property
     def fixed(self) -> tuple[bool, bool, bool, bool]:
         """Which of (date, location, entity, content) the cue fixes."""
-        parts = cue_parts(self.cue)
-        return tuple(p != "*" for p in parts)  # type: ignore[return-value]
+        t, s, e, c = (p != "*" for p in cue_parts(self.cue))
+        return t, s, e, c
 
     def fill(self, t: str, s: str, ent: str, c: str) -> tuple[str, str]:
         """(question text, filled cue) for these cue values."""

@@ -3,11 +3,13 @@ paragraphs joined by a blank line, each chapter "Chapter {k}\\n\\n{text}",
 chapters joined by "\\n\\n\\n", k from 1 in event order."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.generation.bookdir import CHAPTER_SEPARATOR
 from engine.generation.checks import split_paragraphs, strip_numbering
 from engine.generation.secondary import NameDealer
+from engine.tokens import count_tokens
 
 
 def chapter_body(candidate: str) -> str:
@@ -57,8 +59,6 @@ def book_tokens(text: str) -> int:
     The header follows "\\n\\n\\n", and cl100k's pre-tokenizer never joins a
     newline to the letters after it, so the cut is a pre-token boundary and
     the sum is the exact count of the whole text."""
-    from engine.tokens import count_tokens
-
     if len(text) < _TOKEN_CHUNK_CHARS:
         return count_tokens(text)
     total, start = 0, 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from engine.generation.prompts import lower_first
 

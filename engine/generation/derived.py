@@ -15,11 +15,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from engine.generation.assemble import assemble_book
 from engine.generation.bookdir import Book
 from engine.requests import ChatRequest
+from engine.scheduler import Engine
 
 REALISM_SYSTEM_PROMPT = "You are an expert in judging the plausibility of events."
 REALISM_PROMPT = """Rate the realism of the following event on a scale from 1 (impossible or absurd) to 5 (entirely ordinary), considering whether such an event could plausibly take place at that location.
@@ -66,7 +68,7 @@ def parse_realism(reply: str) -> int | None:
     return None
 
 
-async def rate_realism(engine: Any, book: Book, model: str) -> list[dict[str, Any]]:
+async def rate_realism(engine: Engine, book: Book, model: str) -> list[dict[str, Any]]:
     """One record per chapter: chapter, event_index, realism (None if unparsable), reply."""
     outcomes = await engine.run([realism_request(c, model) for c in book.chapters], label="realism")
     rows = []

@@ -18,7 +18,7 @@ default novel wording.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from engine.requests import Message
 

@@ -27,7 +27,7 @@ from engine.generation.checks import check_assembled_chapter
 LONG = "synaptic-echoes"
 SHORT = "synaptic-echoes-short"
 PUBLISHED = published_names("books")
-PUBLISHED_META = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
+PUBLISHED_META: dict[str, Any] = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
                   "distribution": "geometric"}
 
 
@@ -46,7 +46,7 @@ def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
     key = str(name_or_path)
     if key in PUBLISHED:
         raw = read_book_dir(published_book_dir(key))
-        metadata = {"name": key, "n_events": len(raw["events"]), **PUBLISHED_META}
+        metadata: dict[str, Any] = {"name": key, "n_events": len(raw["events"]), **PUBLISHED_META}
         name, path = key, None
     else:
         folder = book_dir(key)

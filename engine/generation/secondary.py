@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
-from typing import Iterable, Iterator, Sequence
 
 N_DRAWS = 500_000
 N_NAMES = 100_000

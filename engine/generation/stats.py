@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.generation.bookdir import Book
 from engine.generation.checks import item_values
@@ -57,7 +58,7 @@ def repetition_bins(values: Iterable[str]) -> dict[str, int]:
 
 def item_positions(book: Book) -> dict[str, dict[str, list[float]]]:
     """Relative position (0..1) of the first occurrence of each item."""
-    out = {item: {level: [] for level in LEVELS} for item in ITEMS}
+    out: dict[str, dict[str, list[float]]] = {item: {level: [] for level in LEVELS} for item in ITEMS}
     offset = 0
     total = max(1, len(book.text))
     for k, (body, chapter) in enumerate(zip(book.chapter_texts, book.chapters), start=1):

@@ -13,9 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from engine.datadir import published_names, universe_path, user_data_dir
 from engine.errors import TulvingError

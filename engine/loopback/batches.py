@@ -49,9 +49,11 @@ import math
 import random
 import re
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -59,11 +61,18 @@ from aiohttp import web
 from engine.loopback.errors import _json, anthropic_error, openai_error
 
 
+class BatchStats(Protocol):
+    """The server's counters the batch APIs add to (ServerStats)."""
+
+    @property
+    def batch_requests(self) -> Counter[str]: ...  # batch lines by outcome
+
 
 class BatchHost(Protocol):
     """What the batch APIs need of the server that hosts them (LoopbackServer)."""
 
-    stats: Any                       # ServerStats: batch_requests is a Counter
+    @property
+    def stats(self) -> BatchStats: ...
     files: dict[str, dict[str, Any]]  # uploaded and produced files by id
 
     def _next_id(self) -> str: ...
@@ -99,7 +108,7 @@ class BatchKnobs:
 def _rfc3339(timestamp: float | None) -> str | None:
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -212,14 +221,14 @@ class Batches:
         seen: set[str] = set()
         model = None
 
-        def error(code: str, message: str, line: int, param: str | None = None) -> None:
+        def error(code: str, message: str, line: int | None, param: str | None = None) -> None:
             errors.append({"code": code, "message": message, "param": param, "line": line})
 
         raw_lines = [(n, raw) for n, raw in enumerate(content.splitlines(), 1) if raw.strip()]
         if not raw_lines:
-            error("empty_file", "The batch input file is empty.", None)  # type: ignore[arg-type]
+            error("empty_file", "The batch input file is empty.", None)
         if len(raw_lines) > MAX_OPENAI_LINES:
-            error("too_many_tasks", f"The batch input file has more than {MAX_OPENAI_LINES} requests.", None)  # type: ignore[arg-type]
+            error("too_many_tasks", f"The batch input file has more than {MAX_OPENAI_LINES} requests.", None)
         for number, raw in raw_lines:
             try:
                 item = orjson.loads(raw)
@@ -291,9 +300,11 @@ class Batches:
         batch["request_counts"].update(completed=ok, failed=len(run.done) - ok)
 
     def _openai_end(self, batch: dict, run: _Run, status: str, now: int) -> None:
-        outputs, failures = [], []
-        usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                 "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+        outputs: list[dict[str, Any]] = []
+        failures: list[dict[str, Any]] = []
+        usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+                                 "input_tokens_details": {"cached_tokens": 0},
+                                 "output_tokens_details": {"reasoning_tokens": 0}}
         for index in run.order:
             custom_id = run.lines[index][0]
             line_id = f"batch_req_{self.server._next_id()}"

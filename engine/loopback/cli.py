@@ -13,11 +13,10 @@ import asyncio
 import signal
 import ssl
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from engine.loopback.batches import BatchKnobs
-from engine.loopback.server import (FAULT_KINDS, Faults, LatencyFn, LoopbackServer, constant, lognormal,
-                                       uniform)
+from engine.loopback.server import FAULT_KINDS, Faults, LatencyFn, LoopbackServer, constant, lognormal, uniform
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 class TokenBucket:
@@ -130,4 +130,4 @@ def go_duration(seconds: float) -> str:
 
 
 def rfc3339(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -32,8 +32,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import orjson
 

@@ -102,17 +102,18 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, cast
 
 import orjson
 from aiohttp import web
 
-from engine.loopback.batches import BatchKnobs, Batches
-from engine.loopback.prompt_cache import NO_CACHE, CacheError, PromptCache
+from engine.loopback.batches import Batches, BatchKnobs
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, openai_error
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
+from engine.loopback.prompt_cache import NO_CACHE, CacheError, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
 from engine.tokens import count_tokens
 
@@ -178,7 +179,7 @@ class Faults:
         self._kinds = list(self.rates)
 
     @classmethod
-    def first(cls, n: int, kind: str, **kwargs: Any) -> "Faults":
+    def first(cls, n: int, kind: str, **kwargs: Any) -> Faults:
         """Fail the first `n` calls with `kind`, then serve normally."""
         return cls(schedule=[kind] * n, **kwargs)
 
@@ -309,7 +310,7 @@ class LoopbackServer:
                  ttft: LatencyFn | None = None, token_delay: LatencyFn | None = None,
                  cache_min_tokens: int = 1024, cache_ttl: float = 300.0,
                  batch: BatchKnobs | None = None,
-                 host: str = "127.0.0.1", port: int = 0, ssl_context: "ssl.SSLContext | None" = None):
+                 host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None):
         if burst_seconds <= 0:
             raise ValueError("burst_seconds must be > 0")
         self.reply = reply or default_reply
@@ -335,7 +336,7 @@ class LoopbackServer:
         self._closing: asyncio.Event | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def start(self) -> "LoopbackServer":
+    async def start(self) -> LoopbackServer:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
@@ -363,10 +364,10 @@ class LoopbackServer:
             runner, self._runner = self._runner, None
             await runner.cleanup()
 
-    async def __aenter__(self) -> "LoopbackServer":
+    async def __aenter__(self) -> LoopbackServer:
         return await self.start()
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     @property
@@ -405,7 +406,7 @@ class LoopbackServer:
         stats.by_path[request.path] += 1
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
-        status: Any = "client_gone"  # cancelled: the client left (e.g. timed out on a stall)
+        status: int | str = "client_gone"  # cancelled: the client left (e.g. timed out on a stall)
         try:
             response = await self._respond(request, api, build)
             status = response.status
@@ -580,7 +581,7 @@ class LoopbackServer:
         assert self._closing is not None
         try:
             await asyncio.wait_for(self._closing.wait(), self.faults.stall_seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     @staticmethod
@@ -751,7 +752,7 @@ class LoopbackServer:
     async def _upload(self, request: web.Request) -> web.Response:
         form = await request.post()
         upload, purpose = form.get("file"), form.get("purpose")
-        if not hasattr(upload, "file") or not isinstance(purpose, str):
+        if not isinstance(upload, web.FileField) or not isinstance(purpose, str):
             return openai_error(400, "multipart fields 'file' and 'purpose' are required", param="file")
         content = upload.file.read()
         file_id = f"file-{self._next_id()}"
@@ -800,7 +801,7 @@ class LoopbackServer:
     @staticmethod
     def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
         """An error in the API's shape, as a JSON object (the body of its error reply)."""
-        return orjson.loads(error_response(api, status, message, code, param).body)
+        return orjson.loads(cast(bytes, error_response(api, status, message, code, param).body))
 
     async def _create_job(self, request: web.Request) -> web.Response:
         try:
@@ -814,7 +815,9 @@ class LoopbackServer:
             return openai_error(400, f"invalid training_file: {training_file}", param="training_file",
                                 code="invalid_training_file")
         job_id = f"ftjob-{self._next_id()}"
-        method = body.get("method") if isinstance(body.get("method"), dict) else {}
+        method = body.get("method")
+        if not isinstance(method, dict):
+            method = {}
         hyperparameters = {"n_epochs": "auto", "batch_size": "auto", "learning_rate_multiplier": "auto",
                            **((method.get("supervised") or {}).get("hyperparameters") or {})}
         suffix = body.get("suffix")

@@ -35,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 from aiohttp import web
