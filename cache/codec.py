@@ -6,7 +6,8 @@ digests of its chunks (cache/chunks.py) kept in the `blobs` table. A real
 dict with a key starting with "$" is wrapped as `{"$literal": {...}}`, so
 decoding is exact whatever the request holds.
 
-Response: the result fields as JSON, except an embedding reply's `vectors`
+Response (`result_to_record` / `result_from_record`): the result fields as
+JSON, except an embedding reply's `vectors`
 (a list of equal-length float lists), which go into a BLOB as little-endian
 float32 when every value survives the float32 round trip exactly (local
 models, OpenAI's base64 embeddings), float64 otherwise -- so the decoded
@@ -22,6 +23,7 @@ import numpy as np
 import orjson
 
 from cache.chunks import split_text
+from providers.base import ChatResult, EmbedResult, Result
 
 CHUNKS = "$chunks"
 LITERAL = "$literal"
@@ -125,3 +127,23 @@ def _pack_vectors(vectors: list) -> tuple[bytes, str] | None:
     if np.array_equal(single, array):
         return single.astype("<f4").tobytes(), "<f4"
     return array.astype("<f8").tobytes(), "<f8"
+
+
+# -- results ----------------------------------------------------------------------
+def result_to_record(result: Result) -> dict[str, Any]:
+    """The cache's response: the result's fields (an embedding has `vectors`)."""
+    if isinstance(result, ChatResult):
+        return {"text": result.text, "finish_reason": result.finish_reason,
+                "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
+                "latency": result.latency, "request_id": result.request_id}
+    return {"vectors": result.vectors, "input_tokens": result.input_tokens,
+            "latency": result.latency, "request_id": result.request_id}
+
+
+def result_from_record(record: dict[str, Any]) -> Result:
+    if "vectors" in record:
+        return EmbedResult(vectors=record["vectors"], input_tokens=record.get("input_tokens", 0),
+                           latency=record.get("latency", 0.0), request_id=record.get("request_id"))
+    return ChatResult(text=record["text"], finish_reason=record.get("finish_reason", "stop"),
+                      input_tokens=record.get("input_tokens", 0), output_tokens=record.get("output_tokens", 0),
+                      latency=record.get("latency", 0.0), request_id=record.get("request_id"))

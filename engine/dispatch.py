@@ -21,6 +21,13 @@ process on the account, a provider's bad minute -- must not starve the run).
 Endpoints whose provider `prefers_prefix_order` (llama.cpp keeps only the
 previous prompt's KV cache) run one call at a time and pick, among the waiting
 calls, the one sharing the longest prompt prefix with the previous call.
+
+The dispatcher runs each attempt itself, top-down: budget admission
+(engine/budget.py), the endpoint's limits, the timeout, the provider call,
+the reply's usage and cost, the release of the slot. It reports how the
+attempt ended to its owner, the engine, through one typed callback
+(`CallOwner.attempt_done`), which counts, caches and settles the call or
+queues it again. Nothing here calls back up any other way.
 """
 from __future__ import annotations
 
@@ -30,12 +37,15 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from engine.budget import Budget
 from engine.limiter import EndpointLimits
 from engine.resolve import Resolved
-from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
+from providers.base import BAD_REPLY, CONFIG, EndpointSpec, Provider, ProviderError, Result
+from providers.http_errors import exception_error
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +91,39 @@ class Job:
 
     def __lt__(self, other: "Job") -> bool:  # heap order: oldest first
         return self.seq < other.seq
+
+
+@dataclass(slots=True)
+class AttemptOutcome:
+    """How one attempt of a call ended, as the dispatcher reports it."""
+
+    result: Result | None = None
+    error: ProviderError | None = None
+    usage: tuple[int, int] | None = None  # (input, output) tokens the reply reported
+    cost: float = 0.0                     # USD, from the reported usage
+    started: float = 0.0                  # time.monotonic() when it was sent
+    sent: bool = True                     # False: settled unsent (over budget, could not start)
+    final: bool = False                   # settle with this error: no retry (the engine itself failed)
+
+
+class CallOwner(Protocol):
+    """The engine, as its dispatchers see it (engine/scheduler.py)."""
+
+    def attempt_done(self, endpoint: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
+        """Count, cache and settle the call, or queue it again: once per
+        attempt, and once for a call settled without being sent."""
+
+    def notice(self, message: str, *, key: Any = None, every: float = 10.0) -> None:
+        """A line on stderr saying why the run waits."""
+
+
+def check_usage(result: Result) -> tuple[int, int]:
+    """(input, output) tokens of a result, checked: a provider that reports
+    anything but non-negative integers broke its contract (a bad reply)."""
+    used_in, used_out = result.input_tokens, getattr(result, "output_tokens", 0)
+    if type(used_in) is not int or type(used_out) is not int or used_in < 0 or used_out < 0:
+        raise ProviderError(BAD_REPLY, f"reply reports token counts {used_in!r} and {used_out!r}, not integers")
+    return used_in, used_out
 
 
 class Pool:
@@ -145,22 +188,18 @@ def shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
 class EndpointState:
     """One endpoint's provider, limits, in-flight count and dispatcher task.
 
-    `owner` is the engine: `owner.admit(job) -> bool` refuses calls over
-    budget (settling them), `owner.launch(endpoint, job)` starts a call,
-    `owner.fail(job, error)` settles a call that cannot be made.
+    `owner` (the engine) is told how every attempt ended; `budget` (shared by
+    the engine's endpoints) admits and prices the calls.
     """
 
-    def __init__(self, spec: EndpointSpec, provider: Provider, owner: Any):
+    def __init__(self, spec: EndpointSpec, provider: Provider, owner: CallOwner, budget: Budget | None = None):
         self.spec = spec
         self.name = spec.name
         self.provider = provider
         self.owner = owner
-        self.prefix_order = bool(getattr(provider, "prefers_prefix_order", False))
-        # True when the provider bounds every call by the `timeout` it is given
-        # (the HTTP providers: their client's total timeout covers waiting for
-        # a connection, sending and reading), so the engine need not wrap the
-        # call in a timer of its own.
-        self.enforces_timeout = bool(getattr(provider, "enforces_timeout", False))
+        self.budget = budget if budget is not None else Budget()
+        self.prefix_order = provider.prefers_prefix_order
+        self.enforces_timeout = provider.enforces_timeout
         self.max_concurrency = 1 if self.prefix_order else max(1, int(spec.max_concurrency))
         now = time.monotonic()
         self.limits = EndpointLimits(spec, now=now)
@@ -380,8 +419,13 @@ class EndpointState:
             if picked is None:
                 return None
             job, pool = picked
-            if not self.owner.admit(job):  # over budget: settled without a call
+            if job.cancelled:
                 pool.remove(job)
+                continue
+            refusal = self.budget.admit(job.resolved.alias, job.input_estimate, job.output_estimate)
+            if refusal is not None:  # over budget: settled without a call
+                pool.remove(job)
+                self._report(job, AttemptOutcome(error=refusal, sent=False, final=True))
                 continue
             if self.limits.limited:
                 self.limits.set_scale(factor, now)
@@ -395,19 +439,89 @@ class EndpointState:
             self.in_flight += 1
             self.calls += 1
             try:
-                self.owner.launch(self, job)
+                self._launch(job)
             except Exception as exc:  # noqa: BLE001 -- a call that cannot start is settled, never lost
                 self.in_flight -= 1
                 log.exception("endpoint %s: starting a call failed", self.name)
-                self.owner.fail(job, ProviderError(CONFIG, f"engine could not start the call: "
-                                                           f"{type(exc).__name__}: {exc}"))
+                self._report(job, AttemptOutcome(error=ProviderError(
+                    CONFIG, f"engine could not start the call: {type(exc).__name__}: {exc}"), sent=False, final=True))
 
     def _fail_waiting(self, error: ProviderError) -> None:
         for pool in self.pools:
             jobs, pool.heap = pool.heap, []
             for job in jobs:
                 if not job.cancelled:
-                    self.owner.fail(job, error)
+                    self._report(job, AttemptOutcome(error=error, sent=False, final=True))
+
+    # -- one attempt, top-down ------------------------------------------------------
+    def _launch(self, job: Job) -> None:
+        task = asyncio.get_running_loop().create_task(self._attempt(job))
+        job.task = task
+        job.cost_reserved = self.budget.reserve(job.resolved.alias, job.input_estimate, job.output_estimate)
+        task.add_done_callback(lambda t: self._after_attempt(t, job))
+
+    def _call(self, r: Resolved, timeout: float) -> Awaitable[Result]:
+        if r.messages is not None:
+            return self.provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout)
+        return self.provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
+
+    async def _attempt(self, job: Job) -> None:
+        """One attempt: the provider call under its timeout, the reply's usage
+        and cost, the slot released exactly once whatever raises, then one
+        report to the owner."""
+        r = job.resolved
+        policy = r.endpoints[0]  # retry settings of the alias's first endpoint
+        start = time.monotonic()
+        job.attempts += 1
+        if job.deadline is None and policy.total_timeout:
+            job.deadline = start + policy.total_timeout
+        spec_timeout = self.spec.timeout
+        timeout = spec_timeout if job.deadline is None else max(0.001, min(spec_timeout, job.deadline - start))
+        outcome = AttemptOutcome(started=start)
+        try:
+            try:
+                if self.enforces_timeout:  # the provider's own timer bounds the call: no second one
+                    outcome.result = await self._call(r, timeout)
+                else:
+                    async with asyncio.timeout(timeout):
+                        outcome.result = await self._call(r, timeout)
+                outcome.usage = check_usage(outcome.result)
+            except ProviderError as exc:
+                outcome.error = exc
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- a provider bug must not end the run
+                outcome.error = exception_error(exc, endpoint=self.name, timeout=timeout, secret=None)
+        finally:
+            try:
+                # spent before release(), which may start the next call under max_cost
+                reserved, job.cost_reserved = job.cost_reserved, 0.0
+                outcome.cost = self.budget.settle(reserved, r.alias, outcome.usage)
+            except Exception as exc:  # noqa: BLE001 -- reported as an error below, never a hang
+                outcome = AttemptOutcome(error=exception_error(exc, endpoint=self.name, timeout=timeout, secret=None),
+                                         started=start)
+            finally:
+                self.release(job, outcome.usage)
+        if outcome.result is not None and outcome.error is not None:
+            outcome.result = None
+        self._report(job, outcome)
+
+    def _after_attempt(self, task: asyncio.Task[None], job: Job) -> None:
+        """The last guard of a call's life: an attempt that ended by an
+        exception nobody caught still settles its call, so no stream waits
+        for it forever."""
+        if task.cancelled() or job.cancelled or not job.waiters:
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._report(job, AttemptOutcome(error=ProviderError(
+                BAD_REPLY, f"engine error after the reply: {type(exc).__name__}: {exc}"), final=True))
+
+    def _report(self, job: Job, outcome: AttemptOutcome) -> None:
+        try:
+            self.owner.attempt_done(self, job, outcome)
+        except Exception:  # noqa: BLE001 -- the owner settles its own failures; this only logs a bug there
+            log.exception("endpoint %s: the engine failed to take an attempt's outcome", self.name)
 
     def release(self, job: Job, usage: tuple[int, int] | None) -> None:
         """A call ended: free its slot and correct (or refund) its tokens."""

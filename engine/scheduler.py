@@ -47,18 +47,19 @@ from collections import Counter, defaultdict, deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, AsyncIterable, AsyncIterator, Iterable
 
-import aiohttp
-
 from engine import gc_tuning
 from engine.config import Config
-from engine.dispatch import EndpointState, Job, Pool
+from engine.budget import Budget
+from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
 from engine.progress import Progress, notice as progress_notice
 from engine.requests import ChatRequest, Outcome, Request
 from providers.base import ChatResult, EmbedResult, Result
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
+from cache.codec import result_from_record, result_to_record
+from cache.store import ResponseCache
 from providers import make_provider
-from providers.base import BAD_REPLY, BUDGET, CONNECTION, RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError
+from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError
 
 log = logging.getLogger(__name__)
 
@@ -113,27 +114,6 @@ class EngineStats:
         return d
 
 
-# -- cache records ---------------------------------------------------------------
-
-def result_to_record(result: Result) -> dict[str, Any]:
-    """The cache's response: the result's fields (an embedding has `vectors`)."""
-    if isinstance(result, ChatResult):
-        return {"text": result.text, "finish_reason": result.finish_reason,
-                "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
-                "latency": result.latency, "request_id": result.request_id}
-    return {"vectors": result.vectors, "input_tokens": result.input_tokens,
-            "latency": result.latency, "request_id": result.request_id}
-
-
-def result_from_record(record: dict[str, Any]) -> Result:
-    if "vectors" in record:
-        return EmbedResult(vectors=record["vectors"], input_tokens=record.get("input_tokens", 0),
-                           latency=record.get("latency", 0.0), request_id=record.get("request_id"))
-    return ChatResult(text=record["text"], finish_reason=record.get("finish_reason", "stop"),
-                      input_tokens=record.get("input_tokens", 0), output_tokens=record.get("output_tokens", 0),
-                      latency=record.get("latency", 0.0), request_id=record.get("request_id"))
-
-
 def _copy_result(result: Result) -> Result:
     if isinstance(result, ChatResult):
         return ChatResult(result.text, result.finish_reason, result.input_tokens, result.output_tokens,
@@ -148,34 +128,6 @@ def _request_chars(request: Request) -> int:
     if isinstance(request, ChatRequest):
         return sum(map(len, map(_content, request.messages)))
     return sum(map(len, request.texts))
-
-
-def _usage(result: Any) -> tuple[int, int]:
-    """(input, output) tokens of a result, checked: a provider that reports
-    anything but non-negative integers broke its contract (a bad reply)."""
-    used_in, used_out = getattr(result, "input_tokens", None), getattr(result, "output_tokens", 0)
-    if type(used_in) is not int or type(used_out) is not int or used_in < 0 or used_out < 0:
-        raise ProviderError(BAD_REPLY, f"reply reports token counts {used_in!r} and {used_out!r}, not integers")
-    return used_in, used_out
-
-
-def _safe_cost(alias: Any, input_tokens: int, output_tokens: int) -> float:
-    """The alias's cost of a call; 0 when its prices cannot be used (the
-    config's schema refuses such prices at load, so this is a last guard)."""
-    try:
-        cost = float(alias.cost(input_tokens, output_tokens))
-    except Exception:  # noqa: BLE001
-        return 0.0
-    return cost if cost == cost and cost >= 0.0 else 0.0
-
-
-def _as_provider_error(exc: BaseException, timeout: float) -> ProviderError:
-    """A provider broke its contract by raising something else: classify it."""
-    if isinstance(exc, TimeoutError):
-        return ProviderError(TIMEOUT, f"no reply within {timeout:g} s")
-    if isinstance(exc, (aiohttp.ClientError, OSError)):
-        return ProviderError(CONNECTION, f"{type(exc).__name__}: {exc}")
-    return ProviderError(BAD_REPLY, f"provider raised {type(exc).__name__}: {exc}")
 
 
 class Engine:
@@ -193,8 +145,7 @@ class Engine:
         self._pools: dict[tuple[str, ...], Pool] = {}
         self._inflight: dict[str, Job] = {}
         self._seq = itertools.count()
-        self._spent = 0.0
-        self._reserved_cost = 0.0
+        self._budget = Budget(max_cost)
         self._stats = EngineStats()
         self._opened_at = time.monotonic()
         self._closed = False
@@ -216,8 +167,6 @@ class Engine:
             gc_tuning.engine_opened()
             self._gc_tuned = True
         if self.cache_path is not None and self._cache is None:
-            from cache.store import ResponseCache
-
             cache = ResponseCache(self.cache_path)
             try:
                 await cache.open()
@@ -276,7 +225,7 @@ class Engine:
         ep = self._endpoints.get(spec.name)
         if ep is None:
             key = self.config.api_key(spec)  # ConfigError naming the variable
-            ep = EndpointState(spec, make_provider(spec, key), self)
+            ep = EndpointState(spec, make_provider(spec, key), self, self._budget)
             self._endpoints[spec.name] = ep
             ep.start()
         return ep
@@ -451,97 +400,28 @@ class Engine:
                 if job.task is not None:
                     job.task.cancel()
 
-    # -- called by the endpoint dispatchers --------------------------------------------
-    def admit(self, job: Job) -> bool:
-        """False (and the job settled with a budget error) when sending it
-        could take spending past max_cost."""
-        if job.cancelled:
-            return False
-        if self.max_cost is None:
-            return True
-        estimate = _safe_cost(job.resolved.alias, job.input_estimate, job.output_estimate)
-        if estimate > 0 and self._spent + self._reserved_cost + estimate > self.max_cost:
-            self._settle(job, error=ProviderError(
-                BUDGET, f"not sent: max cost ${self.max_cost:.2f} reached "
-                        f"(spent ${self._spent:.2f}, this call up to ${estimate:.4f})"))
-            return False
-        return True
-
-    def fail(self, job: Job, error: ProviderError) -> None:
-        self._settle(job, error=error)
-
-    def launch(self, ep: EndpointState, job: Job) -> None:
-        job.cost_reserved = _safe_cost(job.resolved.alias, job.input_estimate, job.output_estimate)
-        self._reserved_cost += job.cost_reserved
-        task = asyncio.get_running_loop().create_task(self._attempt(ep, job))
-        job.task = task
-        task.add_done_callback(lambda t: self._after_attempt(t, job))
-
-    def _after_attempt(self, task: asyncio.Task, job: Job) -> None:
-        """The last guard of a call's life: an attempt that ended by an
-        exception nobody caught (a bug, a broken callback) still settles its
-        call, so no stream waits for it forever."""
-        if task.cancelled() or job.cancelled or not job.waiters:
-            return
-        exc = task.exception()
-        if exc is None:
-            return
-        self._settle(job, error=ProviderError(BAD_REPLY, f"engine error after the reply: {type(exc).__name__}: "
-                                                         f"{exc}"))
-
-    async def _attempt(self, ep: EndpointState, job: Job) -> None:
-        """One attempt of a call, from the provider call to its outcome. Every
-        step after the call is guarded: whatever raises, the endpoint's slot is
-        released exactly once and the call is settled (or queued again)."""
-        r = job.resolved
-        spec = ep.spec
-        policy = r.endpoints[0]  # retry settings of the alias's first endpoint
-        start = time.monotonic()
-        job.attempts += 1
-        self._stats.calls += 1
-        if job.deadline is None and policy.total_timeout:
-            job.deadline = start + policy.total_timeout
-        timeout = spec.timeout if job.deadline is None else max(0.001, min(spec.timeout, job.deadline - start))
-        result: Result | None = None
-        error: ProviderError | None = None
-        usage: tuple[int, int] | None = None
-        cost = 0.0
+    # -- called by the endpoint dispatchers (dispatch.CallOwner) -------------------------
+    def attempt_done(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
+        """How an attempt ended: count, cache and settle the call, or queue it
+        again. Whatever raises here still settles the call: never a hang."""
         try:
-            try:
-                if ep.enforces_timeout:  # the provider's own timer bounds the call: no second one
-                    result = await self._call(ep.provider, r, timeout)
-                else:
-                    async with asyncio.timeout(timeout):
-                        result = await self._call(ep.provider, r, timeout)
-                usage = _usage(result)
-            except ProviderError as exc:
-                error = exc
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 -- a provider bug must not end the run
-                error = _as_provider_error(exc, timeout)
-        finally:
-            try:
-                self._reserved_cost -= job.cost_reserved
-                job.cost_reserved = 0.0
-                if usage is not None:  # spent before release(), which may start the next call under max_cost
-                    cost = r.alias.cost(usage[0], usage[1])
-                    self._spent += cost
-            except Exception as exc:  # noqa: BLE001 -- settled as an error below, never a hang
-                error, result, usage, cost = _as_provider_error(exc, timeout), None, None, 0.0
-            finally:
-                ep.release(job, usage)
-        try:
-            self._after_reply(ep, job, start, result, error, usage, cost)
+            self._handle_attempt(ep, job, outcome)
         except Exception as exc:  # noqa: BLE001 -- a broken step after the reply settles the call
             log.exception("engine: handling a reply from %s failed", ep.name)
             if not job.cancelled and job.waiters:
-                if error is None and result is not None:
-                    self._settle(job, result=result, cost=cost, endpoint=ep.name)
+                if outcome.error is None and outcome.result is not None:
+                    self._settle(job, result=outcome.result, cost=outcome.cost, endpoint=ep.name)
                 else:
                     self._settle(job, error=ProviderError(BAD_REPLY, f"engine error after the reply: "
                                                                      f"{type(exc).__name__}: {exc}"),
                                  endpoint=ep.name)
+
+    def _handle_attempt(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
+        if not outcome.sent or outcome.final:  # refused unsent, or the engine itself failed: settle now
+            self._settle(job, error=outcome.error, endpoint=ep.name if outcome.sent else None)
+            return
+        self._stats.calls += 1
+        self._after_reply(ep, job, outcome.started, outcome.result, outcome.error, outcome.usage, outcome.cost)
 
     def _after_reply(self, ep: EndpointState, job: Job, start: float, result: Result | None,
                      error: ProviderError | None, usage: tuple[int, int] | None, cost: float) -> None:
@@ -641,12 +521,6 @@ class Engine:
             del self._stats.notices[:50]
         if self.progress:
             progress_notice(message)
-
-    @staticmethod
-    def _call(provider: Any, r: Resolved, timeout: float) -> Any:
-        if r.messages is not None:
-            return provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout)
-        return provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
 
     def _settle(self, job: Job, *, result: Result | None = None, error: ProviderError | None = None,
                 cost: float = 0.0, endpoint: str | None = None) -> None:

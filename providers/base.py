@@ -119,6 +119,11 @@ class Provider(abc.ABC):
     # the scheduler then runs one request at a time and orders requests so that
     # those sharing a prefix run consecutively.
     prefers_prefix_order: bool = False
+    # True when the provider bounds every call by the `timeout` it is given
+    # (the HTTP providers: their client's total timeout covers waiting for a
+    # connection, sending and reading), so the engine need not wrap the call
+    # in a timer of its own.
+    enforces_timeout: bool = False
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         self.spec = spec

@@ -92,18 +92,18 @@ def _boom(*args: Any, **kwargs: Any) -> Any:
 
 STEPS = [
     ("providers.openai_http.OpenAIProvider.chat", None),     # the provider call itself
-    ("engine.scheduler._usage", None),                       # reading the reply's usage
+    ("engine.dispatch.check_usage", None),                   # reading the reply's usage
     ("engine.config.ModelAlias.cost", None),                 # pricing the call
     ("engine.limiter.EndpointLimits.settle", None),          # refunding the token reservation
     ("engine.dispatch.EndpointState.record_reply", None),    # counting the reply
-    ("engine.scheduler.result_to_record", None),             # turning it into a cache record
+    ("engine.scheduler.result_to_record", None),             # turning it into a cache record (cache/codec.py)
     ("cache.store.ResponseCache.put", None),                 # handing it to the cache
     ("engine.limiter.EndpointLimits.reserve", None),         # reserving capacity before the call
-    ("engine.scheduler.Engine.launch", None),                # starting the call's task
+    ("engine.dispatch.EndpointState._launch", None),         # starting the call's task
     ("engine.dispatch.EndpointState.on_rate_limited", {"429": 0.5}),  # after a 429
     ("engine.retry.RetryPolicy.delay", {"503": 0.5}),        # planning the retry
     ("engine.dispatch.Pool.push", {"503": 0.5}),             # queueing the retry (and the first try)
-    ("engine.scheduler.Engine._after_reply", None),          # everything after the reply at once
+    ("engine.scheduler.Engine._handle_attempt", None),       # everything after the reply at once
 ]
 
 

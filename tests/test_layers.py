@@ -23,7 +23,7 @@ PACKAGES = ("engine", "providers", "cache")
 LAYERS: list[tuple[str, list[list[str]]]] = [
     ("shared types", [["providers.base"]]),
     ("providers, cache", [["providers"], ["cache"]]),
-    ("engine core", [["engine.errors", "engine.requests", "engine.tokens", "engine.config", "engine.resolve",
+    ("engine core", [["engine.errors", "engine.requests", "engine.tokens", "engine.config", "engine.resolve", "engine.budget",
                       "engine.limiter", "engine.retry", "engine.dispatch", "engine.scheduler", "engine.progress",
                       "engine.gc_tuning"]]),
     ("development server", [["engine.loopback"]]),
