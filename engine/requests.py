@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from providers.base import ProviderError, Result
+from providers.base import BAD_REPLY, ProviderError, Result
 
 Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -73,5 +73,5 @@ class Outcome:
     def text(self) -> str:
         """The chat reply text; raises the stored error if the call failed."""
         if self.result is None:
-            raise self.error or ProviderError("bad_reply", "no result")
+            raise self.error or ProviderError(BAD_REPLY, "no result")
         return self.result.text  # type: ignore[union-attr]

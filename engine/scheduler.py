@@ -110,7 +110,7 @@ class EngineStats:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["errors"] = dict(self.errors)
+        d["errors"] = {str(kind): n for kind, n in self.errors.items()}  # plain strings in JSON
         return d
 
 

@@ -13,6 +13,7 @@ those (see engine/scheduler.py), so every provider module stays small.
 from __future__ import annotations
 
 import abc
+from enum import StrEnum
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -49,19 +50,38 @@ class EmbedResult:
 
 Result = ChatResult | EmbedResult
 
-# Error kinds. The engine retries the RETRYABLE ones with backoff.
-RATE_LIMITED = "rate_limited"      # 429; carries retry_after when the server said so
-OVERLOADED = "overloaded"          # 500/502/503/504, Anthropic 529
-TIMEOUT = "timeout"                # no complete reply within the attempt timeout
-CONNECTION = "connection"          # refused, reset, truncated body
-BAD_REPLY = "bad_reply"            # a 200 whose body is not the expected format
-BAD_REQUEST = "bad_request"        # 400/404/422: the request itself is wrong
-PROMPT_TOO_LONG = "prompt_too_long"  # the prompt does not fit the model's context
-AUTH = "auth"                      # 401/403 or a missing key
-CONTENT_FILTER = "content_filter"  # refused by the provider's safety system
-CONFIG = "config"                  # unknown model, missing model file, ...
-BUDGET = "budget"                  # not sent: the run's max_cost would be exceeded
-CRASHED = "crashed"                # a local model's worker process died on this call again
+class ErrorKind(StrEnum):
+    """What went wrong with a call. Values are the strings written to results
+    and reports (a StrEnum: JSON and the cache hold the same text as before).
+    The engine retries the RETRYABLE ones with backoff."""
+
+    RATE_LIMITED = "rate_limited"        # 429; carries retry_after when the server said so
+    OVERLOADED = "overloaded"            # 500/502/503/504, Anthropic 529
+    TIMEOUT = "timeout"                  # no complete reply within the attempt timeout
+    CONNECTION = "connection"            # refused, reset, truncated body
+    BAD_REPLY = "bad_reply"              # a 200 whose body is not the expected format
+    BAD_REQUEST = "bad_request"          # 400/404/422: the request itself is wrong
+    PROMPT_TOO_LONG = "prompt_too_long"  # the prompt does not fit the model's context
+    AUTH = "auth"                        # 401/403 or a missing key
+    CONTENT_FILTER = "content_filter"    # refused by the provider's safety system
+    CONFIG = "config"                    # unknown model, missing model file, ...
+    BUDGET = "budget"                    # not sent: the run's max_cost would be exceeded
+    CRASHED = "crashed"                  # a local model's worker process died on this call again
+
+
+# The short names every module imports.
+RATE_LIMITED = ErrorKind.RATE_LIMITED
+OVERLOADED = ErrorKind.OVERLOADED
+TIMEOUT = ErrorKind.TIMEOUT
+CONNECTION = ErrorKind.CONNECTION
+BAD_REPLY = ErrorKind.BAD_REPLY
+BAD_REQUEST = ErrorKind.BAD_REQUEST
+PROMPT_TOO_LONG = ErrorKind.PROMPT_TOO_LONG
+AUTH = ErrorKind.AUTH
+CONTENT_FILTER = ErrorKind.CONTENT_FILTER
+CONFIG = ErrorKind.CONFIG
+BUDGET = ErrorKind.BUDGET
+CRASHED = ErrorKind.CRASHED
 
 RETRYABLE = frozenset({RATE_LIMITED, OVERLOADED, TIMEOUT, CONNECTION, BAD_REPLY})
 
@@ -70,10 +90,10 @@ class ProviderError(Exception):
     """A classified provider failure. `str(err)` is one line, safe to log
     (never contains a key)."""
 
-    def __init__(self, kind: str, message: str, *, status: int | None = None,
+    def __init__(self, kind: ErrorKind | str, message: str, *, status: int | None = None,
                  retry_after: float | None = None, request_id: str | None = None):
         super().__init__(message)
-        self.kind = kind
+        self.kind = ErrorKind(kind)
         self.message = message
         self.status = status
         self.retry_after = retry_after

@@ -126,7 +126,7 @@ async def _bench_latency(args: argparse.Namespace) -> int:
             if result is not None:
                 latencies.append(result.latency)
             elif error is not None:
-                errors[error.kind] = errors.get(error.kind, 0) + 1
+                errors[str(error.kind)] = errors.get(str(error.kind), 0) + 1
     wall = time.perf_counter() - start
     latencies.sort()
     print(f"model {args.model} ({alias.model} on {', '.join(alias.endpoints)}): {args.n} calls, "
