@@ -22,9 +22,10 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import orjson
 

@@ -17,7 +17,8 @@ floats always equal the stored ones, at 4 (or 8) bytes a number instead of
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import orjson

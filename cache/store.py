@@ -58,9 +58,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import orjson
 
@@ -261,7 +262,7 @@ def iso_utc(timestamp: float) -> str:
         whole, micros = whole + 1, micros - 1_000_000
     second, text = _second_text
     if second != whole:
-        text = datetime.fromtimestamp(whole, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _second_text = (whole, text)
     return f"{text}.{micros:06d}Z"
 
@@ -359,7 +360,7 @@ def _settle_future(future: asyncio.Future, outcome: Any, failed: bool) -> None:
 
 
 _STOP = object()
-_OPEN_CACHES: "weakref.WeakSet[ResponseCache]" = weakref.WeakSet()
+_OPEN_CACHES: weakref.WeakSet[ResponseCache] = weakref.WeakSet()
 
 
 @atexit.register
@@ -415,7 +416,7 @@ class ResponseCache:
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------------
-    async def open(self) -> "ResponseCache":
+    async def open(self) -> ResponseCache:
         """Create the file (and parent directories) and schema if needed; start
         the reader and the writer. Raises CacheError for a file that is not a cache."""
         if self._open:
@@ -452,7 +453,7 @@ class ResponseCache:
         conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of pages for lookups
         return conn
 
-    async def __aenter__(self) -> "ResponseCache":
+    async def __aenter__(self) -> ResponseCache:
         return await self.open()
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -23,14 +23,23 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from engine.commands.argtypes import non_negative_float
 from engine.commands import cache as cache_commands
 from engine.commands import evaluate, generate, tools
+from engine.commands.argtypes import non_negative_float
 from engine.commands.common import DEFAULT_CACHE
-from engine.errors import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_STORAGE, EXIT_TERMINATED, EXIT_USAGE,
-                           TulvingError, printable)
+from engine.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_PIPE,
+    EXIT_STORAGE,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    TulvingError,
+    printable,
+)
 from providers.base import AUTH, CONFIG, ProviderError
 
 COMMAND_MODULES = (tools, cache_commands, generate, evaluate)

@@ -30,9 +30,10 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from engine.errors import TulvingError
@@ -113,7 +114,7 @@ class Config:
 
     # -- loading -----------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None) -> "Config":
+    def load(cls, path: str | os.PathLike | None = None) -> Config:
         """Built-in defaults, with the TOML file at `path` merged over them."""
         raw_endpoints = {k: dict(v) for k, v in DEFAULT_ENDPOINTS.items()}
         raw_models = {k: dict(v) for k, v in DEFAULT_MODELS.items()}
@@ -141,7 +142,7 @@ class Config:
 
     @classmethod
     def from_dicts(cls, endpoints: Mapping[str, Mapping[str, Any]], models: Mapping[str, Mapping[str, Any]],
-                   source: str = "dict") -> "Config":
+                   source: str = "dict") -> Config:
         eps = {name: _endpoint(name, table, source) for name, table in endpoints.items()}
         config = cls(endpoints=eps, models={}, source=source)
         for name, table in models.items():

@@ -80,7 +80,7 @@ class Job:
     output_estimate: int
     prompt: tuple[str, ...] | None = None       # roles and contents, for prefix ordering
     waiters: list[tuple[Any, Any]] = field(default_factory=list)  # (request, sink)
-    pool: "Pool | None" = None
+    pool: Pool | None = None
     attempts: int = 0
     rate_limited: int = 0                       # attempts answered 429
     deadline: float | None = None
@@ -89,7 +89,7 @@ class Job:
     task: asyncio.Task | None = None
     last_error: ProviderError | None = None
 
-    def __lt__(self, other: "Job") -> bool:  # heap order: oldest first
+    def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq
 
 
@@ -131,7 +131,7 @@ class Pool:
 
     __slots__ = ("heap", "endpoints", "prefix_order")
 
-    def __init__(self, endpoints: list["EndpointState"]):
+    def __init__(self, endpoints: list[EndpointState]):
         self.heap: list[Job] = []
         self.endpoints = endpoints
         self.prefix_order = any(ep.prefix_order for ep in endpoints)  # calls need their prompt kept

@@ -31,11 +31,11 @@ class _Display:
         self.file = file
         self.stats = stats
         self.live = bool(getattr(file, "isatty", lambda: False)())
-        self.streams: list["Progress"] = []
+        self.streams: list[Progress] = []
         self.bar = None
         self.next_draw = 0.0
 
-    def attach(self, stream: "Progress") -> None:
+    def attach(self, stream: Progress) -> None:
         self.streams.append(stream)
         if self.live and self.bar is None:
             from tqdm import tqdm
@@ -44,7 +44,7 @@ class _Display:
                             mininterval=_REFRESH_SECONDS, dynamic_ncols=True, leave=True)
         self.draw(force=True)
 
-    def detach(self, stream: "Progress") -> None:
+    def detach(self, stream: Progress) -> None:
         self.draw(force=True)
         self.streams.remove(stream)
         if not self.live:

@@ -7,8 +7,9 @@ yields one `Outcome` per request, tagged with the caller's `tag`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from providers.base import BAD_REPLY, ProviderError, Result
 

@@ -8,8 +8,9 @@ Credentials, timeouts and retry settings are not part of it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from cache.keys import dumps_normalized, key_of_canonical, normalize
 from engine.config import Config, ModelAlias

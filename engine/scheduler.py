@@ -44,22 +44,23 @@ import logging
 import operator
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, AsyncIterable, AsyncIterator, Iterable
+from typing import Any
 
-from engine import gc_tuning
-from engine.config import Config
-from engine.budget import Budget
-from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
-from engine.progress import Progress, notice as progress_notice
-from engine.requests import ChatRequest, Outcome, Request
-from providers.base import ChatResult, EmbedResult, Result
-from engine.resolve import Resolved, resolve_many
-from engine.retry import RetryPolicy
 from cache.codec import result_from_record, result_to_record
 from cache.store import ResponseCache
+from engine import gc_tuning
+from engine.budget import Budget
+from engine.config import Config
+from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
+from engine.progress import Progress
+from engine.progress import notice as progress_notice
+from engine.requests import ChatRequest, Outcome, Request
+from engine.resolve import Resolved, resolve_many
+from engine.retry import RetryPolicy
 from providers import make_provider
-from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError
+from providers.base import BAD_REPLY, RATE_LIMITED, ChatResult, EmbedResult, EndpointSpec, ProviderError, Result
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class Engine:
         self._retry_waiting = 0  # calls sleeping before their next attempt
 
     # -- lifecycle -------------------------------------------------------------------
-    async def __aenter__(self) -> "Engine":
+    async def __aenter__(self) -> Engine:
         await self.open()
         return self
 

@@ -19,7 +19,8 @@ names never sent: newer models may reject e.g. "temperature"; the anthropic SDK
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from providers.base import ChatResult, EndpointSpec
 from providers.http_client import HttpProvider, JsonHttpClient

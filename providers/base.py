@@ -13,9 +13,10 @@ those (see engine/scheduler.py), so every provider module stays small.
 from __future__ import annotations
 
 import abc
-from enum import StrEnum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
 
 
 class TulvingError(Exception):
@@ -160,7 +161,7 @@ class Provider(abc.ABC):
                     timeout: float) -> EmbedResult:
         raise ProviderError(BAD_REQUEST, f"{self.kind} endpoints do not serve embeddings")
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 -- optional: most providers hold nothing to release
         """Release connections / model memory."""
 
     def count_tokens(self, text: str) -> int:

@@ -13,9 +13,10 @@ providers/http_errors.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from collections.abc import Mapping as MappingABC
 from time import perf_counter
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -88,7 +89,7 @@ class JsonHttpClient:
 
     @classmethod
     def for_endpoint(cls, spec: Any, api_key: str | None, *, auth: Mapping[str, str],
-                     base_headers: Mapping[str, str] | None = None, request_id_header: str) -> "JsonHttpClient":
+                     base_headers: Mapping[str, str] | None = None, request_id_header: str) -> JsonHttpClient:
         """The client of one provider endpoint: its base headers, the
         endpoint's extra `headers` option, then `auth` (only when a key is set)."""
         headers = {**(base_headers or {}), **(spec.options.get("headers") or {}), **(auth if api_key else {})}
@@ -112,7 +113,7 @@ class JsonHttpClient:
                 status, headers, raw = await pool.post(url, payload, timeout)
         except HttpConfigError as exc:
             raise ProviderError(CONFIG, redact(f"{self.endpoint}: {exc}", self._secret)) from None
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret) from exc
         latency = perf_counter() - start
         if not 200 <= status < 300:

@@ -24,15 +24,27 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Mapping
+from typing import Any
 
 import aiohttp
 import orjson
 
-from providers.base import (AUTH, BAD_REPLY, BAD_REQUEST, CONFIG, CONNECTION, CONTENT_FILTER, OVERLOADED,
-                            PROMPT_TOO_LONG, RATE_LIMITED, TIMEOUT, ProviderError)
+from providers.base import (
+    AUTH,
+    BAD_REPLY,
+    BAD_REQUEST,
+    CONFIG,
+    CONNECTION,
+    CONTENT_FILTER,
+    OVERLOADED,
+    PROMPT_TOO_LONG,
+    RATE_LIMITED,
+    TIMEOUT,
+    ProviderError,
+)
 
 _MAX_MESSAGE = 300
 

@@ -33,7 +33,7 @@ import socket
 import ssl
 import zlib
 from collections import deque
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import httptools
@@ -87,7 +87,7 @@ def _decode_body(body: bytes, encoding: str) -> bytes:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; one request at a time (no pipelining)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, pool: "HttpPool", origin: tuple):
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool: HttpPool, origin: tuple):
         self.loop = loop
         self.pool = pool
         self.origin = origin

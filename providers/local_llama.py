@@ -37,12 +37,22 @@ import hashlib
 import importlib.util
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from providers.base import (BAD_REPLY, BAD_REQUEST, CONFIG, CONNECTION, CRASHED, ChatResult, EndpointSpec, Provider,
-                            ProviderError)
+from providers.base import (
+    BAD_REPLY,
+    BAD_REQUEST,
+    CONFIG,
+    CONNECTION,
+    CRASHED,
+    ChatResult,
+    EndpointSpec,
+    Provider,
+    ProviderError,
+)
 from providers.llama_worker import INSTALL_HINT
 from providers.local_models import gguf_path
 from providers.worker_process import WorkerDied, WorkerProcess

@@ -18,7 +18,8 @@ servers that reject some, e.g. ["seed"]).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from providers.base import ChatResult, EmbedResult, EndpointSpec, ProviderError
 from providers.http_client import HttpProvider, JsonHttpClient

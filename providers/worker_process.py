@@ -33,8 +33,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from providers.worker_pipe import encode, read_frame
 

@@ -21,8 +21,9 @@ import json
 import random
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -80,7 +81,7 @@ class FaultServer:
         self.port = 0
 
     # -- lifecycle ------------------------------------------------------------------
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         started = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(started,), daemon=True)
         self._thread.start()

@@ -15,9 +15,8 @@ from engine.config import Config
 from engine.errors import TulvingError
 from engine.evaluation import answers as A
 from engine.evaluation import rag
-from engine.scheduler import Engine
 from engine.loopback.server import LoopbackServer, hashed_embedding
-
+from engine.scheduler import Engine
 
 # -- prompts ---------------------------------------------------------------------------
 

@@ -20,8 +20,16 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.report_runs import (EVIL_JUDGE_FAILURES, EVIL_MODEL, SAMPLE, SAMPLED_MODEL, hostile_run, offline_run,
-                               renamed_run, tulving)
+from tests.report_runs import (
+    EVIL_JUDGE_FAILURES,
+    EVIL_MODEL,
+    SAMPLE,
+    SAMPLED_MODEL,
+    hostile_run,
+    offline_run,
+    renamed_run,
+    tulving,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "benchmarks" / "artifacts"

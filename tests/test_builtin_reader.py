@@ -9,12 +9,12 @@ import json
 
 import pytest
 
+from engine.builtin import reader as builtin_reader
+from engine.builtin.reader import NO_MATCH, parse_question, respond
 from engine.datadir import published_book_dir
 from engine.evaluation.answers import in_context_prompt, messages, rag_prompt
 from engine.evaluation.rag import paragraph_chunks
 from engine.evaluation.templates import TEMPLATES
-from engine.builtin import reader as builtin_reader
-from engine.builtin.reader import NO_MATCH, parse_question, respond
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,17 @@ import asyncio
 import json
 import random
 import sqlite3
+from datetime import UTC
 
 import numpy as np
 import orjson
 import pytest
 
 from cache import admin
-from engine.commands import cache as command
 from cache.chunks import split_text
 from cache.keys import canonical_bytes, request_key
 from cache.store import CacheError, ResponseCache
+from engine.commands import cache as command
 from engine.config import Config
 from engine.errors import TulvingError
 from engine.requests import ChatRequest, EmbedRequest
@@ -445,7 +446,7 @@ def test_iso_utc_matches_datetime_formatting():
     """The writer's fast timestamp equals what datetime prints, at second
     boundaries and at microsecond rounding edges."""
     import random
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from cache.store import iso_utc
 
@@ -453,7 +454,7 @@ def test_iso_utc_matches_datetime_formatting():
     stamps = [1_700_000_000.0, 1_700_000_000.9999996, 1_700_000_000.0000004, 1_799_999_999.5]
     stamps += [rng.uniform(1.6e9, 1.9e9) for _ in range(2000)]
     for t in stamps:
-        expected = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        expected = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         assert iso_utc(t) == expected, t
 
 

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from cache.keys import request_key
 from cache.store import ResponseCache
 from engine.config import Config

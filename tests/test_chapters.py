@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.builtin import writer as builtin_writer
 from engine.config import Config
 from engine.generation.chapters import ChapterGenerator
 from engine.generation.checks import exact_check, parse_llm_check
@@ -11,9 +12,8 @@ from engine.generation.events import sample_events, sample_meta_events
 from engine.generation.prompts import CHECKER_SYSTEM_PROMPT, chapter_messages, verification_messages
 from engine.generation.stats import iteration_table
 from engine.generation.universe import load_universe
-from engine.scheduler import Engine
-from engine.builtin import writer as builtin_writer
 from engine.loopback.server import LoopbackServer
+from engine.scheduler import Engine
 
 # The reference's template (epbench/src/generation/prompts.py, complete_prompt_func) filled
 # by hand for event 0 / meta-event 0: one opening line, "paragraphs", trailing newline
@@ -195,7 +195,7 @@ async def test_generation_retries_logs_and_replays_from_cache(tmp_path, universe
             assert i in run.failed_events and len(records) == 10
         assert all(r["reason"] for r in records if r["outcome"] != "valid")
     evs, metas = events
-    for i, (draw, text) in run.valid.items():
+    for i, (_draw, text) in run.valid.items():
         assert exact_check(text, evs[i], metas[i]) is None
     table = iteration_table(run.log, 30)
     assert table[0]["remaining"] == 30

@@ -13,9 +13,9 @@ import trustme
 
 from engine.commands.common import dry_run_report, open_engine
 from engine.config import Config
+from engine.loopback.server import LoopbackServer
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
-from engine.loopback.server import LoopbackServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

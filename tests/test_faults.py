@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from engine.builtin.provider import BuiltinProvider
 from engine.config import Config, ModelAlias
 from engine.dispatch import TRIAL_REPLIES, EndpointState
 from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
-from tests.fault_server import FaultServer, answer_for
 from providers.base import BAD_REPLY, EndpointSpec
-from engine.builtin.provider import BuiltinProvider
+from tests.fault_server import FaultServer, answer_for
 
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 RUN_LIMIT = 30.0  # seconds: a run that takes longer has hung
@@ -118,7 +118,7 @@ async def test_an_exception_at_any_step_of_a_call_ends_the_run(target, faults, t
         try:
             async with engine:
                 outcomes = await asyncio.wait_for(engine.run(reqs), RUN_LIMIT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pytest.fail(f"the run hung with {target} raising")
         except RuntimeError as exc:  # raised out of the stream itself (e.g. queueing the first try): ended
             assert "injected fault" in str(exc)

@@ -16,8 +16,13 @@ import pytest
 
 from engine.evaluation.answers import SYSTEM_PROMPT, finetuned_prompt, finetuning_system_prompt
 from engine.evaluation.finetune import training_examples
-from engine.evaluation.judge import (CHRONO_SYSTEM_PROMPT, JUDGE_SYSTEM_PROMPT, chrono_judge_request, judge_prompt,
-                                     judge_request)
+from engine.evaluation.judge import (
+    CHRONO_SYSTEM_PROMPT,
+    JUDGE_SYSTEM_PROMPT,
+    chrono_judge_request,
+    judge_prompt,
+    judge_request,
+)
 from engine.generation.events import sample_events, sample_meta_events
 from engine.generation.prompts import chapter_user_prompt, verification_messages
 from engine.generation.universe import load_universe

@@ -19,9 +19,9 @@ import pytest
 import trustme
 from aiohttp import web
 
+from engine.loopback.server import LoopbackServer, default_reply
 from providers.base import CONFIG, EndpointSpec, ProviderError
 from providers.http_pool import HttpConfigError, HttpPool, MalformedReply, ReplyCutShort
-from engine.loopback.server import LoopbackServer, default_reply
 from providers.openai_http import OpenAIProvider
 
 USER = [{"role": "user", "content": "Where did Maya meet Sam on March 3?"}]
@@ -79,7 +79,7 @@ class RawServer:
         self.received = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
 
-    async def __aenter__(self) -> "RawServer":
+    async def __aenter__(self) -> RawServer:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self.server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/v1/chat"

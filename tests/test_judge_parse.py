@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluation.judge import (CHRONO_SYSTEM_PROMPT, JUDGE_SYSTEM_PROMPT, chrono_judge_request, chrono_prompt,
-                                     judge_prompt, judge_request)
+from engine.evaluation.judge import (
+    CHRONO_SYSTEM_PROMPT,
+    JUDGE_SYSTEM_PROMPT,
+    chrono_judge_request,
+    chrono_prompt,
+    judge_prompt,
+    judge_request,
+)
 from engine.evaluation.judge_parse import JudgeReplyError, JudgeVerdict, parse_chrono_reply, parse_judge_reply
 from engine.evaluation.questions import Question
 

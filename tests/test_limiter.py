@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from engine.builtin.provider import BuiltinProvider
 from engine.dispatch import INFERRED_DOUBLING, RECOVERY_SECONDS, EndpointState
 from engine.limiter import EndpointLimits, LeakyBucket
 from engine.retry import RetryPolicy
 from providers.base import EndpointSpec
-from engine.builtin.provider import BuiltinProvider
 
 
 def test_bucket_admits_its_burst_then_spaces_requests_at_the_rate():

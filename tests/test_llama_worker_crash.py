@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from engine.config import Config
-from engine.requests import ChatRequest
-from engine.scheduler import Engine
 from engine.errors import EXIT_INCOMPLETE
-from providers.base import CONNECTION, CRASHED
 from engine.evaluation.questions import write_questions
 from engine.evaluation.results import load_results
+from engine.requests import ChatRequest
+from engine.scheduler import Engine
+from providers.base import CONNECTION, CRASHED
 from providers.llama_worker import CRASH_HOOK_ENV
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is the [local] extra")

@@ -6,11 +6,11 @@ import asyncio
 import base64
 import math
 import os
+import re
 import signal
 import struct
 import subprocess
 import sys
-import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,10 +20,9 @@ import orjson
 import pytest
 from multidict import CIMultiDict
 
+from engine.loopback.server import Faults, LoopbackServer, constant, go_duration, hashed_embedding, lognormal, uniform
 from engine.tokens import count_tokens
 from providers.http_errors import retry_after
-from engine.loopback.server import (Faults, LoopbackServer, constant, go_duration, hashed_embedding, lognormal,
-                                       uniform)
 
 REPO = Path(__file__).resolve().parents[1]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}

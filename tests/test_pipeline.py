@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.builtin import judge as builtin_judge
 from engine.config import Config
 from engine.errors import TulvingError
 from engine.evaluation import answers as A
@@ -11,9 +12,8 @@ from engine.evaluation import pipeline
 from engine.evaluation.judge import judge_request
 from engine.evaluation.questions import build_questions
 from engine.evaluation.report import summarize
-from engine.scheduler import Engine
-from engine.builtin import judge as builtin_judge
 from engine.loopback.server import LoopbackServer
+from engine.scheduler import Engine
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,30 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
+from engine.loopback.server import Faults, LoopbackServer, default_reply, hashed_embedding
 from providers import make_provider
 from providers.anthropic_http import AnthropicProvider
-from providers.base import (AUTH, BAD_REPLY, BAD_REQUEST, CONNECTION, CONTENT_FILTER, OVERLOADED, PROMPT_TOO_LONG,
-                            RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError)
+from providers.base import (
+    AUTH,
+    BAD_REPLY,
+    BAD_REQUEST,
+    CONNECTION,
+    CONTENT_FILTER,
+    OVERLOADED,
+    PROMPT_TOO_LONG,
+    RATE_LIMITED,
+    TIMEOUT,
+    EndpointSpec,
+    ProviderError,
+)
 from providers.http_errors import parse_duration, redact, retry_after, status_error
-from engine.loopback.server import Faults, LoopbackServer, default_reply, hashed_embedding
 from providers.openai_http import OpenAIProvider
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +128,8 @@ async def test_openai_embeddings_vectors_match_texts():
             await provider.aclose()
     assert result.vectors == [hashed_embedding(t, 32) for t in texts]
     assert result.input_tokens == sum(math.ceil(len(t) / 4) for t in texts)
-    dot = lambda a, b: sum(x * y for x, y in zip(a, b))
+    def dot(a, b):
+        return sum(x * y for x, y in zip(a, b))
     assert dot(result.vectors[0], result.vectors[2]) > dot(result.vectors[0], result.vectors[1])
 
 
@@ -410,13 +422,13 @@ def test_retry_after_formats():
     now = 1_700_000_000.0
     assert retry_after({"retry-after": "7"}, now=now) == 7.0
     assert retry_after({"retry-after-ms": "250", "retry-after": "1"}, now=now) == 0.25
-    http_date = format_datetime(datetime.fromtimestamp(now + 30, timezone.utc), usegmt=True)
+    http_date = format_datetime(datetime.fromtimestamp(now + 30, UTC), usegmt=True)
     assert retry_after({"retry-after": http_date}, now=now) == pytest.approx(30, abs=1)
     assert retry_after({"x-ratelimit-reset-requests": "6m0s", "x-ratelimit-remaining-requests": "0",
                         "x-ratelimit-reset-tokens": "20ms", "x-ratelimit-remaining-tokens": "900"}, now=now) == 360
     assert retry_after({"x-ratelimit-reset-requests": "1s", "x-ratelimit-remaining-requests": "5",
                         "x-ratelimit-reset-tokens": "1m30.5s", "x-ratelimit-remaining-tokens": "0"}, now=now) == 90.5
-    reset = (datetime.fromtimestamp(now, timezone.utc) + timedelta(seconds=12)).isoformat().replace("+00:00", "Z")
+    reset = (datetime.fromtimestamp(now, UTC) + timedelta(seconds=12)).isoformat().replace("+00:00", "Z")
     assert retry_after({"anthropic-ratelimit-input-tokens-reset": reset,
                         "anthropic-ratelimit-input-tokens-remaining": "0"}, now=now) == pytest.approx(12)
     assert retry_after({}, now=now) is None and retry_after({"retry-after": "soon"}, now=now) is None

@@ -11,9 +11,9 @@ import pytest
 from engine.datadir import published_book_dir
 from engine.generation import BookError, load_book
 from engine.generation.assemble import build_book
+from engine.generation.bookdir import write_book_dir
 from engine.generation.checks import exact_check
 from engine.generation.derived import chronological_book, story_date
-from engine.generation.bookdir import write_book_dir
 from engine.generation.secondary import secondary_names
 from engine.generation.stats import compute_stats
 from engine.generation.universe import load_universe_spec

@@ -8,11 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import TulvingError
-from engine.evaluation.questions import (BINS, Question, QuestionsError, bin_of, build_questions,
-                                         make_question, read_questions, single_event_questions, write_questions)
-from engine.evaluation.templates import TEMPLATES, cue_parts
 from engine.datadir import published_book_dir
+from engine.errors import TulvingError
+from engine.evaluation.questions import (
+    BINS,
+    Question,
+    QuestionsError,
+    bin_of,
+    build_questions,
+    make_question,
+    read_questions,
+    single_event_questions,
+    write_questions,
+)
+from engine.evaluation.templates import TEMPLATES, cue_parts
 
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper" / "episodic-memory-benchmark.tex"
 
@@ -33,7 +42,7 @@ def test_templates_are_the_papers_word_for_word():
     trace_names = {"Spaces": "Spaces", "Entities": "Entities", "Contents": "Event contents", "Times": "Times",
                    "Other entities": "Other entities", "Full details": "Full event details"}
     gets = {"all": "all", "latest": "latest", "chrono.": "chronological"}
-    for (idx, cue, trace, get, text), template in zip(rows, TEMPLATES):
+    for (_idx, cue, trace, get, text), template in zip(rows, TEMPLATES):
         assert template.text == text
         assert template.cue.replace(" ", "").replace("ent", "e") == f"({cue})"
         assert template.retrieval_type == trace_names[trace]

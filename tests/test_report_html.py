@@ -10,8 +10,16 @@ import pytest
 
 from engine.evaluation.html_report import esc
 from engine.evaluation.tables import md_cell
-from tests.report_runs import (EVIL_JUDGE_FAILURES, EVIL_MODEL, SAMPLE, SAMPLED_MODEL,
-                               hostile_run, offline_run, renamed_run, tulving)
+from tests.report_runs import (
+    EVIL_JUDGE_FAILURES,
+    EVIL_MODEL,
+    SAMPLE,
+    SAMPLED_MODEL,
+    hostile_run,
+    offline_run,
+    renamed_run,
+    tulving,
+)
 
 TABLES = ["leaderboard", "f1_by_bin_all", "f1_by_bin_latest", "f1_by_bin_chronological", "published_f1_by_bin",
           "f1_by_cue_bin", "f1_by_trace_bin", "f1_by_cue_items_bin", "f1_by_cue_trace", "latest", "chronological",
@@ -81,7 +89,8 @@ def test_markdown_tables_escape_pipes(report):
 
     header = next(line for line in md.splitlines() if line.startswith("| Model"))
     assert "evil\\|<b>$\\\\frac$model</b>" in row
-    unescaped = lambda line: len(re.findall(r"(?<!\\)\|", line))
+    def unescaped(line):
+        return len(re.findall(r"(?<!\\)\|", line))
     assert unescaped(row) == unescaped(header)
 
 

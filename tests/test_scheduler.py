@@ -9,19 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
 import providers
 from engine.config import Config, ConfigError
 from engine.dispatch import shared_prefix
+from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.requests import ChatRequest
-from providers.base import ChatResult
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
-from providers.base import BAD_REPLY, BUDGET, OVERLOADED, PROMPT_TOO_LONG, Provider
-from engine.loopback.server import Faults, LoopbackServer, constant
+from providers.base import BAD_REPLY, BUDGET, OVERLOADED, PROMPT_TOO_LONG, ChatResult, Provider
 
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 

@@ -13,8 +13,17 @@ import pytest
 from scipy.stats import kendalltau
 
 from engine.datadir import data_dir
-from engine.evaluation.scores import (agreement, bin_mean, chrono_match, chronological_awareness, distinct,
-                                      is_considered, kendall_tau, lenient_f1, simple_recall)
+from engine.evaluation.scores import (
+    agreement,
+    bin_mean,
+    chrono_match,
+    chronological_awareness,
+    distinct,
+    is_considered,
+    kendall_tau,
+    lenient_f1,
+    simple_recall,
+)
 
 LONG_ALL_COUNTS = {"0": 150, "1": 150, "2": 90, "3-5": 98, "6+": 60}
 

@@ -8,8 +8,8 @@ import openai
 import orjson
 import pytest
 
-from providers.base import BAD_REQUEST, CONFIG, ProviderError
 from engine.loopback.server import Faults, LoopbackServer, default_reply, hashed_embedding
+from providers.base import BAD_REQUEST, CONFIG, ProviderError
 from providers.openai_finetune import submit_finetune
 
 KEY = "sk-loopback-test-key"

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from engine.evaluation.statistics import (average_ranks, format_ranking, holm, mann_whitney_greater,
-                                          rank_runs, wilcoxon_p)
+from engine.evaluation.statistics import (
+    average_ranks,
+    format_ranking,
+    holm,
+    mann_whitney_greater,
+    rank_runs,
+    wilcoxon_p,
+)
 
 
 def test_holm_matches_hand_computation():

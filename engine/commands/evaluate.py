@@ -37,18 +37,19 @@ import itertools
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from engine.commands.argtypes import csv_list, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, TulvingError, printable
-from engine.generation.bookdir import check_output_folder
-from providers.base import BUDGET
 from engine.evaluation import answers as A
-from engine.commands.argtypes import csv_list, positive_int
 from engine.evaluation import pipeline, rag
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
+from engine.generation.bookdir import check_output_folder
+from providers.base import BUDGET
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"

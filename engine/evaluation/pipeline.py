@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from engine.config import Config
 from engine.errors import TulvingError
@@ -197,10 +198,9 @@ class JobRunner:
         for q in self.job.questions:
             self.pending[q.q_idx] = _Pending(question=q, record=self._new_record(q))
         chunks_for = self._chunks_for if self.job.mode in A.RAG_MODES else None
-        for request in A.answer_requests(self.job.questions, model=self.job.model, mode=self.job.mode,
+        yield from A.answer_requests(self.job.questions, model=self.job.model, mode=self.job.mode,
                                          book=self.book, chunks_for=chunks_for,
-                                         tag=lambda q: ("answer", q.q_idx, 0)):
-            yield request
+                                         tag=lambda q: ("answer", q.q_idx, 0))
 
     def _new_record(self, q: Any) -> ResultRecord:
         data = q.to_json()

@@ -11,7 +11,8 @@ jobs (with their sample size), calls and cache hits of this run. Without it
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -182,7 +183,8 @@ _LEADER_HEAD = ["#", "model", "mode", "Simple Recall", "Chronological Awareness"
 
 def _plain_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+    def line(cells):
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

@@ -25,8 +25,9 @@ the alias's parameters only (as in the paper: temperature 1.0, 4096 tokens).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from engine.errors import EXIT_BUDGET, TulvingError
 from engine.generation.checks import exact_check, parse_llm_check
