@@ -1,0 +1,92 @@
+"""The path of one uncached chat call, as the interpreter walks it: which of
+Tulving's files it enters, in first-entry order, and how many calls go back up
+the layers (a frame of a lower layer calling into a higher one).
+
+The loopback server runs in a child process, so only the client's path is
+traced: scheduler -> dispatch -> provider -> HTTP pool -> cache, and back to
+the stream as an Outcome.
+
+    python benchmarks/call_path.py
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from engine_bench import ServerProcess, config_for  # noqa: E402
+from test_layers import layer_of  # noqa: E402
+
+from engine.requests import ChatRequest  # noqa: E402
+from engine.scheduler import Engine  # noqa: E402
+
+
+def _module(filename: str) -> str | None:
+    path = Path(filename)
+    try:
+        rel = path.resolve().relative_to(ROOT)
+    except ValueError:
+        return None
+    if rel.parts[0] not in ("engine", "providers", "cache") or rel.suffix != ".py":
+        return None
+    parts = list(rel.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+async def one_call(base_url: str, cache: Path) -> tuple[list[str], list[tuple[str, str]], list[tuple[str, str]]]:
+    config = config_for(base_url, concurrency=4)
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "the path of one call"}])
+    async with Engine(config, cache_path=str(cache)) as engine:
+        await engine.run([ChatRequest(model="m", messages=[{"role": "user", "content": "warm up"}])])
+        entered: list[str] = []
+        upward: list[tuple[str, str]] = []
+        back: list[tuple[str, str, str]] = []  # (caller, callee, function): into a file entered earlier
+
+        def profile(frame, event, arg):  # noqa: ANN001 -- sys.setprofile's signature
+            if event != "call":
+                return
+            callee = _module(frame.f_code.co_filename)
+            if callee is None:
+                return
+            caller = _module(frame.f_back.f_code.co_filename) if frame.f_back is not None else None
+            if callee not in entered:
+                entered.append(callee)
+            elif caller is not None and caller != callee and caller in entered \
+                    and entered.index(callee) < entered.index(caller) and not frame.f_code.co_name.startswith("<"):
+                back.append((caller, callee, frame.f_code.co_name))
+            lc, le = (layer_of(caller) if caller else None), layer_of(callee)
+            if lc is not None and le is not None and le[0] > lc[0]:
+                upward.append((caller, callee))
+
+        sys.setprofile(profile)
+        try:
+            outcomes = await engine.run([request])
+        finally:
+            sys.setprofile(None)
+        assert outcomes[0].ok and not outcomes[0].cached
+    return entered, sorted(set(upward)), sorted({(f"{a}", f"{b}.{fn}") for a, b, fn in back})
+
+
+def main() -> None:
+    with ServerProcess() as server, tempfile.TemporaryDirectory() as tmp:
+        entered, upward, back = asyncio.run(one_call(server.base_url, Path(tmp) / "cache.sqlite"))
+    print(f"one uncached chat call entered {len(entered)} of Tulving's files:")
+    for module in entered:
+        print("  ", module.replace(".", "/") + ".py")
+    print(f"calls back up the layers: {len(upward)}")
+    for caller, callee in upward:
+        print(f"   {caller} -> {callee}")
+    print(f"calls back into a file the path entered earlier (distinct caller -> function): {len(back)}")
+    for caller, callee in back:
+        print(f"   {caller} -> {callee}")
+
+
+if __name__ == "__main__":
+    main()
