@@ -43,13 +43,13 @@ from typing import Any
 
 from engine.commands.argtypes import csv_list, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
-from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, TulvingError, printable
+from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.evaluation import answers as A
 from engine.evaluation import pipeline, rag
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
 from engine.generation.bookdir import check_output_folder
-from providers.base import BUDGET
+from providers.base import BUDGET, TulvingError
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"

@@ -20,16 +20,17 @@ from typing import Any
 
 from engine.commands.argtypes import non_negative_int, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
-from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, TulvingError, printable
+from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
 from engine.generation.assemble import book_tokens, build_book
 from engine.generation.bookdir import check_output_folder, write_book_dir, write_events
 from engine.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests
-from engine.generation.events import N_UNIVERSE, n_candidates, sample_events, sample_meta_events
+from engine.generation.events import n_candidates, sample_events, sample_meta_events
 from engine.generation.prompts import chapter_messages
 from engine.generation.published import load_book
 from engine.generation.secondary import secondary_names
 from engine.generation.stats import write_stats
-from engine.generation.universe import PUBLISHED_UNIVERSES, load_universe
+from engine.generation.universe import N_UNIVERSE, PUBLISHED_UNIVERSES, load_universe
+from providers.base import TulvingError
 
 # Events a universe can hold: the filter keeps one event per (date, entity) pair.
 MAX_EVENTS = N_UNIVERSE * N_UNIVERSE

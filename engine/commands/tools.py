@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 from engine.commands.common import load_config
-from engine.errors import TulvingError
 from engine.loopback import cli as loopback_cli
 from engine.requests import ChatRequest, EmbedRequest
 from engine.scheduler import Engine
+from providers.base import TulvingError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
