@@ -37,10 +37,9 @@ from engine.errors import (
     EXIT_STORAGE,
     EXIT_TERMINATED,
     EXIT_USAGE,
-    TulvingError,
     printable,
 )
-from providers.base import AUTH, CONFIG, ProviderError
+from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
 COMMAND_MODULES = (tools, cache_commands, generate, evaluate)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine.errors import TulvingError
+from providers.base import TulvingError
 
 ENV_VAR = "TULVING_DATA"
 # Package data, installed with the code (a wheel unpacks it beside this file).

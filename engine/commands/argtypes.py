@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TypeVar
+
+_N = TypeVar("_N", int, float)
 
 
-def _number(text: str, kind: type, minimum: float, what: str):
+def _number(text: str, kind: type[_N], minimum: float, what: str) -> _N:
     try:
         value = kind(text)
     except ValueError:

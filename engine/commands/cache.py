@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cache import admin
-from engine.errors import TulvingError
+from providers.base import TulvingError
+
+if TYPE_CHECKING:
+    from engine.requests import ChatRequest, EmbedRequest
 
 _CHAT_FIELDS = {"model", "messages", "temperature", "max_tokens", "seed", "stop", "extra", "draw"}
 _EMBED_FIELDS = {"model", "texts"}
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("cache", help="inspect and maintain the response cache",
                                    description="Inspect and maintain the response cache (--cache PATH).")
     commands = parser.add_subparsers(dest="cache_command", metavar="COMMAND", required=True)
@@ -55,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_damage_is_one_line(_import))
 
 
-def _damage_is_one_line(handler):
+def _damage_is_one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A cache command over a file SQLite cannot read through: one line naming
     the file and what to do, not a traceback."""
     import functools
@@ -115,7 +119,7 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_request(data: Any):
+def parse_request(data: Any) -> ChatRequest | EmbedRequest:
     """A ChatRequest or EmbedRequest from the JSON form `explain` takes."""
     from engine.requests import ChatRequest, EmbedRequest
 

@@ -32,7 +32,7 @@ def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
                   **kwargs)
 
 
-async def dry_run_report(config: Config, cache_path: str | os.PathLike | None,
+async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | None,
                          requests: Iterable[Request]) -> tuple[int, int]:
     """(requests, how many of them the cache already holds), calling nothing.
     Raises ConfigError for an unknown model alias."""

@@ -37,19 +37,19 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.commands.argtypes import csv_list, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
-from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, TulvingError, printable
+from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.evaluation import answers as A
 from engine.evaluation import pipeline, rag
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
 from engine.generation.bookdir import check_output_folder
-from providers.base import BUDGET
+from providers.base import BUDGET, TulvingError
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"
@@ -370,19 +370,19 @@ def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[st
 
 async def _dry_run(args: argparse.Namespace, config: Any, book: Any, questions: list[Any],
                    jobs: list[pipeline.Job], embed_model: str) -> int:
-    from engine.requests import EmbedRequest
+    from engine.requests import ChatRequest, EmbedRequest
 
     pipeline.check_jobs(config, book, jobs, args.judge, embed_model)
     rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
     texts = list(dict.fromkeys(q.question for q in questions))
 
-    def embed_requests():
+    def embed_requests() -> Iterator[EmbedRequest]:
         for mode in rag_modes:
             for batch in (rag.chunks_for_mode(book.text, mode), texts):
                 for i in range(0, len(batch), rag.EMBED_BATCH):
                     yield EmbedRequest(model=embed_model, texts=batch[i:i + rag.EMBED_BATCH])
 
-    def direct_answers():  # prompts known without retrieval
+    def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
         for job in jobs:
             if job.mode not in A.RAG_MODES:
                 yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)

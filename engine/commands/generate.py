@@ -16,20 +16,24 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.commands.argtypes import non_negative_int, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
-from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, TulvingError, printable
+from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
 from engine.generation.assemble import book_tokens, build_book
 from engine.generation.bookdir import check_output_folder, write_book_dir, write_events
-from engine.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests
-from engine.generation.events import N_UNIVERSE, n_candidates, sample_events, sample_meta_events
+from engine.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests, ChapterRun
+from engine.generation.events import n_candidates, sample_events, sample_meta_events
 from engine.generation.prompts import chapter_messages
 from engine.generation.published import load_book
 from engine.generation.secondary import secondary_names
 from engine.generation.stats import write_stats
-from engine.generation.universe import PUBLISHED_UNIVERSES, load_universe
+from engine.generation.universe import N_UNIVERSE, PUBLISHED_UNIVERSES, Universe, load_universe
+from providers.base import TulvingError
+
+if TYPE_CHECKING:
+    from engine.scheduler import Engine
 
 # Events a universe can hold: the filter keeps one event per (date, entity) pair.
 MAX_EVENTS = N_UNIVERSE * N_UNIVERSE
@@ -88,7 +92,7 @@ def _say(args: argparse.Namespace, message: str) -> None:
         print(message, file=sys.stderr)
 
 
-def _open_engine(args: argparse.Namespace):
+def _open_engine(args: argparse.Namespace) -> Engine:
 
     return open_engine(args)
 
@@ -137,7 +141,8 @@ def generate_handler(args: argparse.Namespace) -> int:
     return asyncio.run(_generate(args, universe, events, metas, distribution, out))
 
 
-async def _generate(args, universe, events, metas, distribution, out: Path) -> int:
+async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
+                    metas: list[dict[str, Any]], distribution: str, out: Path) -> int:
     from tqdm import tqdm
 
     from engine.scheduler import Engine
@@ -147,7 +152,7 @@ async def _generate(args, universe, events, metas, distribution, out: Path) -> i
     bar = tqdm(total=len(events), desc="events", unit="ev", file=sys.stderr, disable=args.quiet,
                dynamic_ncols=True)
 
-    def progress(run) -> None:
+    def progress(run: ChapterRun) -> None:
         delta = run.done_events - bar.n
         if delta:
             bar.set_postfix_str(f"calls={run.calls} cached={run.cache_hits} dropped={len(run.failed_events)}",
@@ -231,7 +236,7 @@ def realism_handler(args: argparse.Namespace) -> int:
 
     book = load_book(args.book)
 
-    async def run():
+    async def run() -> list[dict[str, Any]]:
         async with _open_engine(args) as engine:
             return await rate_realism(engine, book, args.model)
 

@@ -9,17 +9,17 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields
 
 from engine.commands.common import load_config
-from engine.errors import TulvingError
 from engine.loopback import cli as loopback_cli
 from engine.requests import ChatRequest, EmbedRequest
 from engine.scheduler import Engine
+from providers.base import TulvingError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("models", help="list model aliases, their endpoints and whether keys are set")
     p.set_defaults(func=_cmd_models)
 
@@ -108,7 +108,7 @@ async def _bench_latency(args: argparse.Namespace) -> int:
     nonce = uuid.uuid4().hex[:8]  # fresh prompts: no server-side cache either
     embed = config.endpoints_of(alias)[0].kind == "local-embed" or args.embed
 
-    def requests():
+    def requests() -> Iterator[ChatRequest | EmbedRequest]:
         for i in range(args.n):
             if embed:
                 yield EmbedRequest(model=args.model, texts=[f"latency probe {nonce} {i}"])

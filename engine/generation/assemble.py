@@ -22,7 +22,7 @@ def assemble_book(bodies: Iterable[str]) -> str:
     return CHAPTER_SEPARATOR.join(f"Chapter {k}\n\n{body}" for k, body in enumerate(bodies, start=1))
 
 
-def ground_truth(chapter: int, event_index: int, event: Mapping[str, str], meta: Mapping,
+def ground_truth(chapter: int, event_index: int, event: Mapping[str, str], meta: Mapping[str, Any],
                  secondary: list[str]) -> dict[str, Any]:
     """One chapters.json entry (same keys and order as the published file)."""
     idx = meta["idx_paragraph"]
@@ -33,7 +33,7 @@ def ground_truth(chapter: int, event_index: int, event: Mapping[str, str], meta:
             "paragraph_of": {key: idx[key] for key in ("date", "location", "entity", "content")}}
 
 
-def build_book(valid: Mapping[int, str], events: Sequence[Mapping[str, str]], metas: Sequence[Mapping],
+def build_book(valid: Mapping[int, str], events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
                names: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
     """Valid raw candidates (event index -> text) -> (book text, chapters.json).
 

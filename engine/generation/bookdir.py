@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import TulvingError
+from providers.base import TulvingError
 
 FORMAT_VERSION = 1
 CHAPTER_SEPARATOR = "\n\n\n"
@@ -179,7 +179,7 @@ def _dump(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def write_events(folder: str | Path, events: list[dict], meta_events: list[dict]) -> Path:
+def write_events(folder: str | Path, events: list[dict[str, Any]], meta_events: list[dict[str, Any]]) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     _dump(folder / "events.json", events)
@@ -187,9 +187,9 @@ def write_events(folder: str | Path, events: list[dict], meta_events: list[dict]
     return folder
 
 
-def write_book_dir(folder: str | Path, *, text: str, chapters: list[dict], events: list[dict],
-                   meta_events: list[dict], metadata: dict[str, Any],
-                   log: list[dict] | None = None) -> Path:
+def write_book_dir(folder: str | Path, *, text: str, chapters: list[dict[str, Any]], events: list[dict[str, Any]],
+                   meta_events: list[dict[str, Any]], metadata: dict[str, Any],
+                   log: list[dict[str, Any]] | None = None) -> Path:
     """Write a complete book folder (see the module docstring)."""
     folder = write_events(folder, events, meta_events)
     _dump(folder / "book.txt", text)

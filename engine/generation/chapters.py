@@ -29,12 +29,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import EXIT_BUDGET, TulvingError
+from engine.errors import EXIT_BUDGET
 from engine.generation.checks import exact_check, parse_llm_check
 from engine.generation.prompts import chapter_messages, verification_messages
 from engine.requests import ChatRequest, Outcome
+from providers.base import TulvingError
 
 DEFAULT_ITERMAX = 10
+# A unit of work: ("write", event, draw) or ("check", event, draw, candidate).
+_Work = tuple[Any, ...]
 # Follow-up requests go out as a new stream once this many have collected
 # (or a twentieth of the events, if more) or after BATCH_DELAY seconds.
 MIN_BATCH = 8
@@ -83,13 +86,14 @@ class _Tag:
 
 def seeds_draws(config: Any, model: str) -> bool:
     """Whether requests of `model` carry `seed=draw` (built-in models only)."""
-    return config.endpoints_of(config.alias(model))[0].kind == "builtin"
+    kind: str = config.endpoints_of(config.alias(model))[0].kind
+    return kind == "builtin"
 
 
 class ChapterRequests:
     """Builds the chat requests of candidate `draw` of event `event` and of its LLM check."""
 
-    def __init__(self, config: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping],
+    def __init__(self, config: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
                  styles: Mapping[str, Sequence[str]], *, model: str, universe: str = "default",
                  seed_draws: bool | None = None, temperature: float | None = None):
         self.events, self.metas, self.styles = events, metas, styles
@@ -112,7 +116,7 @@ class ChapterRequests:
 class ChapterGenerator:
     """Generates the chapters of `events` with `model` through `engine`."""
 
-    def __init__(self, engine: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping],
+    def __init__(self, engine: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
                  styles: Mapping[str, Sequence[str]], *, model: str, universe: str = "default",
                  itermax: int = DEFAULT_ITERMAX, seed_draws: bool | None = None,
                  temperature: float | None = None):
@@ -128,10 +132,10 @@ class ChapterGenerator:
     async def run(self, progress: Callable[[ChapterRun], None] | None = None) -> ChapterRun:
         """Generate; `progress(result)` is called after every outcome."""
         result = ChapterRun()
-        self._ready: list[tuple] = [("write", i, 0) for i in range(len(self.events))]
+        self._ready: list[_Work] = [("write", i, 0) for i in range(len(self.events))]
         self._enough = asyncio.Event()
         batch_size = max(MIN_BATCH, len(self.events) // 20)
-        running: set[asyncio.Task] = set()
+        running: set[asyncio.Task[None]] = set()
         try:
             while self._ready or running:
                 if self._ready:
@@ -156,12 +160,12 @@ class ChapterGenerator:
         result.log.sort(key=lambda r: (r["event"], r["draw"]))
         return result
 
-    def _follow_up(self, item: tuple, batch_size: int) -> None:
+    def _follow_up(self, item: _Work, batch_size: int) -> None:
         self._ready.append(item)
         if len(self._ready) >= batch_size:
             self._enough.set()
 
-    async def _consume(self, batch: list[tuple], result: ChapterRun, batch_size: int,
+    async def _consume(self, batch: list[_Work], result: ChapterRun, batch_size: int,
                        progress: Callable[[ChapterRun], None] | None) -> None:
         candidates = {(item[1], item[2]): item[3] for item in batch if item[0] == "check"}
         async for outcome in self.engine.stream(self._requests(batch), total=len(batch)):
@@ -189,7 +193,7 @@ class ChapterGenerator:
             if progress is not None:
                 progress(result)
 
-    def _requests(self, work: list[tuple]) -> Iterator[ChatRequest]:
+    def _requests(self, work: list[_Work]) -> Iterator[ChatRequest]:
         for item in work:
             if item[0] == "write":
                 yield self.requests.write(item[1], item[2])
@@ -214,6 +218,7 @@ class ChapterGenerator:
 
     def _on_error(self, outcome: Outcome, tag: _Tag, result: ChapterRun, batch_size: int) -> None:
         err = outcome.error
+        assert err is not None  # the caller handles error outcomes only
         if err.kind == "budget":
             raise BudgetStop(f"generation with {self.model} stopped by --max-cost: {err}; finished calls are "
                              f"cached, rerun with a higher --max-cost to continue")
@@ -229,6 +234,6 @@ class ChapterGenerator:
             result.error_events.append(tag.event)
 
 
-async def generate_chapters(engine: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping],
+async def generate_chapters(engine: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
                             styles: Mapping[str, Sequence[str]], **options: Any) -> ChapterRun:
     return await ChapterGenerator(engine, events, metas, styles, **options).run()

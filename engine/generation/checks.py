@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from engine.generation.prompts import lower_first
 
@@ -71,7 +72,7 @@ def item_values(event: Mapping[str, str]) -> dict[str, str]:
             "content": lower_first(event["detail"])}
 
 
-def _placement_problem(paragraphs: list[str], event: Mapping[str, str], meta: Mapping) -> str | None:
+def _placement_problem(paragraphs: list[str], event: Mapping[str, str], meta: Mapping[str, Any]) -> str | None:
     lowered = [p.lower() for p in paragraphs]
     for key, value in item_values(event).items():
         target = meta["idx_paragraph"][key]
@@ -85,7 +86,7 @@ def _placement_problem(paragraphs: list[str], event: Mapping[str, str], meta: Ma
     return None
 
 
-def exact_check(candidate: str, event: Mapping[str, str], meta: Mapping) -> str | None:
+def exact_check(candidate: str, event: Mapping[str, str], meta: Mapping[str, Any]) -> str | None:
     """None if the raw candidate passes every exact check, else the reason."""
     paragraphs = split_paragraphs(candidate)
     nb = meta["nb_paragraphs"]
@@ -106,7 +107,7 @@ def exact_check(candidate: str, event: Mapping[str, str], meta: Mapping) -> str 
     return _placement_problem([strip_numbering(p) for p in paragraphs], event, meta)
 
 
-def check_assembled_chapter(text: str, chapter: Mapping) -> str | None:
+def check_assembled_chapter(text: str, chapter: Mapping[str, Any]) -> str | None:
     """The exact checks on a chapter of book.txt against its ground truth."""
     paragraphs = text.split("\n\n")
     nb = chapter["nb_paragraphs"]

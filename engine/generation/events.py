@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import TulvingError
 from engine.generation.universe import N_UNIVERSE, Universe
+from providers.base import TulvingError
 
 GEOMETRIC_P = 0.1
 DISTRIBUTIONS = ("geometric", "uniform")

@@ -73,8 +73,8 @@ def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
                 path=path, chapter_texts=chapter_texts)
 
 
-def verify_chapters(source: str, chapter_texts: list[str], chapters: list[dict], events: list[dict],
-                    metas: list[dict]) -> None:
+def verify_chapters(source: str, chapter_texts: list[str], chapters: list[dict[str, Any]], events: list[dict[str, Any]],
+                    metas: list[dict[str, Any]]) -> None:
     for k, (body, chapter) in enumerate(zip(chapter_texts, chapters), start=1):
         if chapter.get("chapter") != k:
             raise BookError(f"book {source}: chapters.json entry {k} has chapter number {chapter.get('chapter')}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.datadir import published_names, universe_path, user_data_dir
-from engine.errors import TulvingError
+from providers.base import TulvingError
 
 N_UNIVERSE = 100
 PUBLISHED_UNIVERSES = published_names("universes")  # default, news, scifi (packaged)
@@ -61,7 +61,7 @@ class Universe:
     entities: tuple[str, ...]
     locations: tuple[str, ...]
     contents: tuple[str, ...]
-    stream_state: tuple  # Python random state after step 2 (feeds the detail draws)
+    stream_state: tuple[Any, ...]  # Python random state after step 2 (feeds the detail draws)
 
     @property
     def name(self) -> str:
