@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import Config, ModelAlias
-from engine.errors import TulvingError
 from engine.evaluation.answers import book_title, finetuned_prompt, finetuning_system_prompt
 from engine.evaluation.questions import Question
 from engine.evaluation.templates import FULL_DETAILS
 from engine.generation.bookdir import Book
+from providers.base import TulvingError
 from providers.openai_finetune import submit_finetune
 
 

@@ -34,7 +34,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from engine.errors import TulvingError
 from engine.evaluation.templates import (
     CONTENTS,
     ENTITIES,
@@ -49,6 +48,7 @@ from engine.evaluation.templates import (
 from engine.generation.bookdir import Book
 from engine.generation.published import load_book
 from engine.generation.universe import load_universe  # the generation side owns the universe
+from providers.base import TulvingError
 
 BINS = ("0", "1", "2", "3-5", "6+")
 PER_TEMPLATE_AND_BIN = 5

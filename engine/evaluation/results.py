@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from engine.errors import TulvingError
+from providers.base import TulvingError
 
 RESULTS_FILE = "results.jsonl"
 # Written on every line as "results_version"; lines of another version are refused, so

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import TulvingError
 from engine.evaluation.report import summarize
 from engine.evaluation.results import RESULTS_FILE, ResultRecord, load_results
+from providers.base import TulvingError
 
 _SUMMED = ("questions", "calls", "cache_hits")
 
