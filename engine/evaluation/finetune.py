@@ -55,7 +55,7 @@ def training_examples(book: Book, questions: Iterable[Question]) -> list[dict[st
     return examples
 
 
-def write_training_file(path: str | os.PathLike, examples: Iterable[dict[str, Any]]) -> Path:
+def write_training_file(path: str | os.PathLike[str], examples: Iterable[dict[str, Any]]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:

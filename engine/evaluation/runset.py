@@ -80,7 +80,8 @@ def _read_run_json(folder: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
     except json.JSONDecodeError as exc:
         raise TulvingError(f"{path}: not JSON ({exc})") from None
 
