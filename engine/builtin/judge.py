@@ -32,7 +32,7 @@ import ast
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rapidfuzz import fuzz
@@ -66,7 +66,7 @@ def _iso(y: str | int, m: int, d: str | int) -> str | None:
 
 def iso_dates(text: str) -> str:
     """The text with every recognised date rewritten YYYY-MM-DD."""
-    def sub(pattern: re.Pattern, build) -> None:
+    def sub(pattern: re.Pattern[str], build: Callable[[re.Match[str]], str | None]) -> None:
         nonlocal text
         text = pattern.sub(lambda m: build(m) or m.group(0), text)
     sub(_MDY, lambda m: _iso(m.group(3), _month(m.group(1)), m.group(2)))

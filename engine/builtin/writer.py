@@ -68,7 +68,7 @@ class ChapterSpec:
     position: dict[str, int]    # item -> paragraph (1-based)
 
 
-def _field(pattern: str, text: str) -> re.Match:
+def _field(pattern: str, text: str) -> re.Match[str]:
     match = re.search(pattern, text, re.MULTILINE)
     if match is None:
         raise ValueError(pattern)

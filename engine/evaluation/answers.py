@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from engine.errors import TulvingError
 from engine.evaluation.questions import Question
 from engine.generation.bookdir import Book
 from engine.requests import ChatRequest
+from providers.base import TulvingError
 
 SYSTEM_PROMPT = "You are an expert in memory tests."
 

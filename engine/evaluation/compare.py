@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import TulvingError
 from engine.evaluation import figures as F
 from engine.evaluation.runset import RunKey, RunSet, load_runs
 from engine.evaluation.statistics import mann_whitney_greater, paired_bootstrap, wilcoxon_p
+from providers.base import TulvingError
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ class Figure:
     caption: str = ""
 
 
-def _plt():
+def _plt() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")

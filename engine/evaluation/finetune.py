@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import Config, ModelAlias
-from engine.errors import TulvingError
 from engine.evaluation.answers import book_title, finetuned_prompt, finetuning_system_prompt
 from engine.evaluation.questions import Question
 from engine.evaluation.templates import FULL_DETAILS
 from engine.generation.bookdir import Book
+from providers.base import TulvingError
 from providers.openai_finetune import submit_finetune
 
 
@@ -55,7 +55,7 @@ def training_examples(book: Book, questions: Iterable[Question]) -> list[dict[st
     return examples
 
 
-def write_training_file(path: str | os.PathLike, examples: Iterable[dict[str, Any]]) -> Path:
+def write_training_file(path: str | os.PathLike[str], examples: Iterable[dict[str, Any]]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:

@@ -27,21 +27,28 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.config import Config
-from engine.errors import TulvingError
 from engine.evaluation import answers as A
-from engine.evaluation import rag
+from engine.evaluation import judge_parse, rag, scores
+from engine.evaluation.judge import chrono_judge_request, judge_request
+from engine.evaluation.judge_parse import JudgeVerdict
+from engine.evaluation.questions import Question
 from engine.evaluation.results import ResultRecord
-from engine.requests import ChatRequest, Outcome, Request
+from engine.generation.bookdir import Book
+from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
+from providers.base import ChatResult, TulvingError
+
+if TYPE_CHECKING:
+    from engine.scheduler import Engine
 
 JUDGE_REDRAWS = 3  # unparsable judge replies are asked again this many times
 
 
 # -- the feed: answers from a generator, judge follow-ups as answers complete ------
 
-def feed(followups: deque, initial: Iterator[Request]) -> Iterator[Request]:
+def feed(followups: deque[Request], initial: Iterator[Request]) -> Iterator[Request]:
     """The requests of one `engine.stream` round: follow-ups (judgments) queued
     while outcomes are handled go out first, then further answers. It never
     waits (the engine pulls sources inline): when both are empty it ends, and
@@ -62,7 +69,7 @@ def feed(followups: deque, initial: Iterator[Request]) -> Iterator[Request]:
 class Job:
     model: str
     mode: str
-    questions: list[Any]
+    questions: list[Question]
     sample: int | None = None  # the number of questions when run on a sample
 
     @property
@@ -76,7 +83,7 @@ class JobStats:
     cache_hits: int = 0
     spent: float = 0.0      # USD spent by this run (0 for cached calls)
     wall: float = 0.0       # seconds
-    cached_answers: list = field(default_factory=list)  # q_idx whose answer came from the cache
+    cached_answers: list[int] = field(default_factory=list)  # q_idx whose answer came from the cache
 
 
 @dataclass(slots=True)
@@ -91,7 +98,7 @@ class Evaluation:
     retrieval_seconds: float = 0.0
 
 
-def sample_questions(questions: Sequence[Any], n: int | None) -> list[Any]:
+def sample_questions(questions: Sequence[Question], n: int | None) -> list[Question]:
     """`n` questions spread evenly over the set (which is ordered by template,
     bin and cue), so that every part of the benchmark is represented."""
     if n is None or n >= len(questions):
@@ -102,7 +109,7 @@ def sample_questions(questions: Sequence[Any], n: int | None) -> list[Any]:
     return [questions[int(i * step)] for i in range(n)]
 
 
-def plan_jobs(questions: Sequence[Any], models: Sequence[str], modes: Sequence[str],
+def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Sequence[str],
               samples: dict[tuple[str, str], int] | None = None) -> list[Job]:
     jobs = []
     for model in models:
@@ -115,7 +122,7 @@ def plan_jobs(questions: Sequence[Any], models: Sequence[str], modes: Sequence[s
     return jobs
 
 
-def check_jobs(config: Config, book: Any, jobs: Sequence[Job], judge: str, embed_model: str | None) -> None:
+def check_jobs(config: Config, book: Book, jobs: Sequence[Job], judge: str, embed_model: str | None) -> None:
     """Everything that can be refused before a single call: unknown models,
     a book too long for a model's context, a RAG mode without embedder."""
     aliases = [config.alias(judge)]
@@ -136,7 +143,7 @@ def check_jobs(config: Config, book: Any, jobs: Sequence[Job], judge: str, embed
             config.api_key(endpoint)
 
 
-def book_tokens(book: Any) -> int:
+def book_tokens(book: Book) -> int:
     n = getattr(book, "n_tokens", None)
     if n:
         return int(n)
@@ -147,19 +154,20 @@ def book_tokens(book: Any) -> int:
 
 # -- judging -----------------------------------------------------------------------
 
-def _judge_api():
-    from engine.evaluation import judge, judge_parse, scores
-
-    return judge, judge_parse, scores
-
-
 @dataclass(slots=True)
 class _Pending:
     """One question of one job, while it is being answered and judged."""
 
-    question: Any
+    question: Question
     record: ResultRecord
-    verdict: Any = None
+    verdict: JudgeVerdict | None = None
+
+
+def _chat_result(outcome: Outcome) -> ChatResult:
+    """The reply of a call that succeeded (`outcome.ok`): the pipeline sends chat requests only."""
+    result = outcome.result
+    assert isinstance(result, ChatResult)
+    return result
 
 
 def _error_text(outcome: Outcome) -> str:
@@ -169,7 +177,7 @@ def _error_text(outcome: Outcome) -> str:
 class JobRunner:
     """Runs one job's stream: answers in, judge requests out, records filled."""
 
-    def __init__(self, engine: Any, config: Config, book: Any, job: Job, judge_model: str,
+    def __init__(self, engine: Engine, config: Config, book: Book, job: Job, judge_model: str,
                  retrieval: rag.Retrieval | None):
         self.engine = engine
         self.config = config
@@ -182,10 +190,9 @@ class JobRunner:
         self.pending: dict[int, _Pending] = {}
         self.records: list[ResultRecord] = []
         self.stats = JobStats()
-        self.judge, self.parse, self.scores = _judge_api()
 
     # requests -------------------------------------------------------------------
-    def _chunks_for(self, question: Any) -> list[str]:
+    def _chunks_for(self, question: Question) -> list[str]:
         assert self.retrieval is not None
         chunks = self.retrieval.chunks_for(question.question)
         max_out = int(self.alias.params.get("max_tokens") or 0)
@@ -202,7 +209,7 @@ class JobRunner:
                                          book=self.book, chunks_for=chunks_for,
                                          tag=lambda q: ("answer", q.q_idx, 0))
 
-    def _new_record(self, q: Any) -> ResultRecord:
+    def _new_record(self, q: Question) -> ResultRecord:
         data = q.to_json()
         record = ResultRecord.from_json(data)
         record.model, record.mode, record.judge = self.job.model, self.job.mode, self.judge_model
@@ -257,7 +264,7 @@ class JobRunner:
         if not outcome.ok:
             rec.answer_error = _error_text(outcome)
             return None
-        result = outcome.result
+        result = _chat_result(outcome)
         rec.answer = result.text
         rec.input_tokens, rec.output_tokens = result.input_tokens, result.output_tokens
         rec.latency = round(float(result.latency or 0.0), 3)
@@ -265,19 +272,21 @@ class JobRunner:
         return self._judge_request(item, 0)
 
     def _judge_request(self, item: _Pending, draw: int) -> ChatRequest:
-        return self.judge.judge_request(item.question, item.record.answer, book=self.book,
-                                        model=self.judge_model, draw=draw,
-                                        tag=("judge", item.question.q_idx, draw))
+        return judge_request(item.question, item.record.answer, book=self.book,
+                             model=self.judge_model, draw=draw,
+                             tag=("judge", item.question.q_idx, draw))
 
     def _chrono_request(self, item: _Pending, draw: int) -> ChatRequest:
-        return self.judge.chrono_judge_request(item.question, item.record.answer,
-                                               list(item.verdict.identified_items), model=self.judge_model,
-                                               draw=draw, tag=("chrono", item.question.q_idx, draw))
+        assert item.verdict is not None  # set by the main judgment
+        return chrono_judge_request(item.question, item.record.answer,
+                                    list(item.verdict.identified_items), model=self.judge_model,
+                                    draw=draw, tag=("chrono", item.question.q_idx, draw))
 
     def _judge_cost(self, outcome: Outcome) -> float:
         if not outcome.ok:
             return 0.0
-        return self.judge_alias.cost(outcome.result.input_tokens, outcome.result.output_tokens)
+        result = _chat_result(outcome)
+        return self.judge_alias.cost(result.input_tokens, result.output_tokens)
 
     def _on_judge(self, item: _Pending, outcome: Outcome, draw: int) -> ChatRequest | None:
         rec = item.record
@@ -286,11 +295,11 @@ class JobRunner:
         if not outcome.ok:
             rec.judge_failed, rec.judge_error = True, f"judge call failed: {_error_text(outcome)}"
             return None
-        rec.judge_reply = outcome.result.text
+        rec.judge_reply = _chat_result(outcome).text
         ground_truth = list(item.question.correct_answer)
         try:
-            verdict = self.parse.parse_judge_reply(rec.judge_reply, ground_truth)
-        except self.parse.JudgeReplyError as exc:
+            verdict = judge_parse.parse_judge_reply(rec.judge_reply, ground_truth)
+        except judge_parse.JudgeReplyError as exc:
             if draw < JUDGE_REDRAWS:
                 return self._judge_request(item, draw + 1)
             rec.judge_failed, rec.judge_error = True, f"unparsable judge reply after {draw + 1} draws: {exc}"
@@ -298,16 +307,16 @@ class JobRunner:
         item.verdict = verdict
         rec.identified_items = list(verdict.identified_items)
         rec.matching_scores = list(verdict.scores)
-        rec.f1 = _round(self.scores.lenient_f1(verdict.identified_items, ground_truth, verdict.scores))
+        rec.f1 = _round(scores.lenient_f1(verdict.identified_items, ground_truth, verdict.scores))
         if item.question.get == "chronological":
             if ground_truth and rec.identified_items:
                 return self._chrono_request(item, 0)
             # Nothing to order: no call, the outcome is known (no index found).
-            self._set_chrono(rec, [], len(self.scores.distinct(ground_truth)))
+            self._set_chrono(rec, [], len(scores.distinct(ground_truth)))
         return None
 
     def _set_chrono(self, rec: ResultRecord, indices: list[int], n_gt: int) -> None:
-        match = self.scores.chrono_match(indices, n_gt)
+        match = scores.chrono_match(indices, n_gt)
         rec.chrono_indices = list(indices)
         rec.exact_match = bool(match.exact_match)
         rec.tau = _round(match.tau)
@@ -319,13 +328,14 @@ class JobRunner:
             rec.judge_failed, rec.judge_error = True, f"chronological judge call failed: {_error_text(outcome)}"
             rec.f1 = None
             return None
-        rec.chrono_reply = outcome.result.text
+        rec.chrono_reply = _chat_result(outcome).text
         # The chronological judge sees both lists de-duplicated (judge.py).
-        identified = self.scores.distinct(item.verdict.identified_items)
-        n_gt = len(self.scores.distinct(item.question.correct_answer))
+        assert item.verdict is not None  # set by the main judgment
+        identified = scores.distinct(item.verdict.identified_items)
+        n_gt = len(scores.distinct(item.question.correct_answer))
         try:
-            indices = self.parse.parse_chrono_reply(rec.chrono_reply, len(identified), n_gt)
-        except self.parse.JudgeReplyError as exc:
+            indices = judge_parse.parse_chrono_reply(rec.chrono_reply, len(identified), n_gt)
+        except judge_parse.JudgeReplyError as exc:
             if draw < JUDGE_REDRAWS:
                 return self._chrono_request(item, draw + 1)
             rec.judge_failed = True
@@ -344,7 +354,7 @@ def _round(x: float | None) -> float | None:
 
 # -- the whole run -----------------------------------------------------------------
 
-async def build_retrievals(engine: Any, book: Any, questions: Sequence[Any], modes: Iterable[str],
+async def build_retrievals(engine: Engine, book: Book, questions: Sequence[Question], modes: Iterable[str],
                            embed_model: str | None) -> tuple[dict[str, rag.Retrieval], JobStats]:
     """One retrieval per RAG mode in the run (top-K from the full question set)."""
     out: dict[str, rag.Retrieval] = {}
@@ -353,7 +363,9 @@ async def build_retrievals(engine: Any, book: Any, questions: Sequence[Any], mod
     start = time.perf_counter()
     for mode in dict.fromkeys(modes):
         if mode in A.RAG_MODES:
-            out[mode] = await rag.retrieve(counting, book.text, questions, mode, embed_model)  # type: ignore[arg-type]
+            if not embed_model:  # refused earlier by check_jobs
+                raise TulvingError(f"mode {mode} needs an embedding model (--embed-model)")
+            out[mode] = await rag.retrieve(counting, book.text, questions, mode, embed_model)
     stats.wall = time.perf_counter() - start
     return out, stats
 
@@ -361,11 +373,11 @@ async def build_retrievals(engine: Any, book: Any, questions: Sequence[Any], mod
 class _CountingEngine:
     """Counts the calls and cache hits of `run` on the way through."""
 
-    def __init__(self, engine: Any, stats: JobStats):
+    def __init__(self, engine: Engine, stats: JobStats):
         self._engine, self._stats = engine, stats
 
-    async def run(self, requests, **kw):
-        outcomes = await self._engine.run(requests, **kw)
+    async def run(self, requests: Sequence[EmbedRequest], *, label: str = "") -> list[Outcome]:
+        outcomes = await self._engine.run(requests, label=label)
         for o in outcomes:
             self._stats.calls += 1
             self._stats.cache_hits += bool(o.cached)
@@ -373,7 +385,7 @@ class _CountingEngine:
         return outcomes
 
 
-async def evaluate(engine: Any, config: Config, book: Any, questions: Sequence[Any], jobs: Sequence[Job], *,
+async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequence[Question], jobs: Sequence[Job], *,
                    judge: str, embed_model: str | None = None) -> Evaluation:
     """Answer and judge every job's questions (jobs from `plan_jobs`); the
     records come back sorted as results.jsonl stores them. Retrieval top-K

@@ -34,7 +34,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from engine.errors import TulvingError
 from engine.evaluation.templates import (
     CONTENTS,
     ENTITIES,
@@ -49,6 +48,7 @@ from engine.evaluation.templates import (
 from engine.generation.bookdir import Book
 from engine.generation.published import load_book
 from engine.generation.universe import load_universe  # the generation side owns the universe
+from providers.base import TulvingError
 
 BINS = ("0", "1", "2", "3-5", "6+")
 PER_TEMPLATE_AND_BIN = 5
@@ -139,14 +139,14 @@ def bin_of(n_chapters: int) -> str:
 class ChapterIndex:
     """The chapters by field value, so that a cue's matches are found fast."""
 
-    def __init__(self, chapters: Sequence[dict]):
+    def __init__(self, chapters: Sequence[dict[str, Any]]):
         self.chapters = list(chapters)
-        self.by_value: dict[tuple[str, str], list[dict]] = {}
+        self.by_value: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for ch in self.chapters:
             for name in FIELDS:
                 self.by_value.setdefault((name, ch[name]), []).append(ch)
 
-    def matching(self, template: Template, values: Sequence[str]) -> list[dict]:
+    def matching(self, template: Template, values: Sequence[str]) -> list[dict[str, Any]]:
         """The chapters matching the template's cue filled with values, in chapter order."""
         fixed = [(name, v) for f, name, v in zip(template.fixed, FIELDS, values) if f]
         if not fixed:
@@ -155,7 +155,7 @@ class ChapterIndex:
         return [ch for ch in pools[0] if all(ch[name] == v for name, v in fixed)]
 
 
-def _index(chapters: Sequence[dict] | ChapterIndex) -> ChapterIndex:
+def _index(chapters: Sequence[dict[str, Any]] | ChapterIndex) -> ChapterIndex:
     return chapters if isinstance(chapters, ChapterIndex) else ChapterIndex(chapters)
 
 
@@ -164,11 +164,11 @@ def _parse_date(text: str) -> dt.date:
     return dt.datetime.strptime(text, DATE_FORMAT).date()
 
 
-def _story_date(chapter: dict) -> dt.date:
+def _story_date(chapter: dict[str, Any]) -> dt.date:
     return _parse_date(chapter["date"])
 
 
-def ground_truth(chapters: Sequence[dict] | ChapterIndex, template: Template,
+def ground_truth(chapters: Sequence[dict[str, Any]] | ChapterIndex, template: Template,
                  values: Sequence[str]) -> tuple[list[str], list[int]]:
     """(correct_answer, matching chapter numbers) of a template filled with
     values = (t, s, e, c), over the book's chapter ground truth."""
@@ -194,7 +194,7 @@ def ground_truth(chapters: Sequence[dict] | ChapterIndex, template: Template,
     return items, [ch["chapter"] for ch in ordered]
 
 
-def make_question(chapters: Sequence[dict] | ChapterIndex, template: Template,
+def make_question(chapters: Sequence[dict[str, Any]] | ChapterIndex, template: Template,
                   values: Sequence[str]) -> Question:
     text, cue_completed = template.fill(*values)
     answer, numbers = ground_truth(chapters, template, values)
@@ -210,12 +210,12 @@ def _chapter_order(n_chapters: int, n_events: int, seed: int) -> list[int]:
     return random.Random(seed).sample(range(1, n_chapters + 1), min(cap, n_chapters))
 
 
-def _tsec(chapter: dict) -> tuple[str, str, str, str]:
+def _tsec(chapter: dict[str, Any]) -> tuple[str, str, str, str]:
     t, s, e, c = (chapter[f] for f in FIELDS)
     return t, s, e, c
 
 
-def non_empty_candidates(chapters: Sequence[dict], n_events: int) -> list[Question]:
+def non_empty_candidates(chapters: Sequence[dict[str, Any]], n_events: int) -> list[Question]:
     index = ChapterIndex(chapters)
     by_number = {ch["chapter"]: ch for ch in chapters}
     out: list[Question] = []
@@ -329,7 +329,7 @@ def single_event_questions(book: Book | str | Path) -> list[Question]:
 
 
 # -- JSON Lines ------------------------------------------------------------------------
-def write_questions(path: str | os.PathLike, questions: Iterable[Question]) -> Path:
+def write_questions(path: str | os.PathLike[str], questions: Iterable[Question]) -> Path:
     """One question per line, keys in a fixed order; written atomically."""
     path = Path(path)
     if path.parent and not path.parent.exists():
@@ -342,7 +342,7 @@ def write_questions(path: str | os.PathLike, questions: Iterable[Question]) -> P
     return path
 
 
-def read_questions(path: str | os.PathLike) -> list[Question]:
+def read_questions(path: str | os.PathLike[str]) -> list[Question]:
     """Questions from a JSON Lines file; a malformed line raises QuestionsError
     naming the file and line."""
     path = Path(path)

@@ -27,12 +27,11 @@ from typing import Protocol
 import numpy as np
 
 from engine.config import ModelAlias
-from engine.errors import TulvingError
 from engine.evaluation.answers import RAG_CHAPTER, RAG_PARAGRAPH, format_chunks, rag_prompt
 from engine.evaluation.questions import Question
 from engine.requests import EmbedRequest, Outcome
 from engine.tokens import count_tokens
-from providers.base import EmbedResult
+from providers.base import EmbedResult, TulvingError
 
 EMBED_BATCH = 256  # texts per embeddings call (OpenAI accepts up to 2048)
 PARAGRAPHS_PER_CHAPTER = 4  # date, location, entity, content: at most 4 paragraphs hold an event

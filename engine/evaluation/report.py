@@ -183,7 +183,7 @@ _LEADER_HEAD = ["#", "model", "mode", "Simple Recall", "Chronological Awareness"
 
 def _plain_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
-    def line(cells):
+    def line(cells: Sequence[object]) -> str:
         return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 

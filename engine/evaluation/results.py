@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from engine.errors import TulvingError
+from providers.base import TulvingError
 
 RESULTS_FILE = "results.jsonl"
 # Written on every line as "results_version"; lines of another version are refused, so
@@ -70,8 +70,8 @@ class ResultRecord:
     cue_completed: Any = None
     retrieval_type: str = ""
     get: str = "all"
-    correct_answer: list = field(default_factory=list)
-    chapters: list = field(default_factory=list)
+    correct_answer: list[str] = field(default_factory=list)
+    chapters: list[int] = field(default_factory=list)
     n_chapters: int = 0
     bin: str = ""
     # answer
@@ -90,11 +90,11 @@ class ResultRecord:
     judge_draws: int = 0
     judge_failed: bool = False
     judge_error: str | None = None
-    identified_items: list = field(default_factory=list)
-    matching_scores: list = field(default_factory=list)
+    identified_items: list[str] = field(default_factory=list)
+    matching_scores: list[float] = field(default_factory=list)
     f1: float | None = None
     chrono_reply: str | None = None
-    chrono_indices: list | None = None
+    chrono_indices: list[int] | None = None
     tau: float | None = None
     exact_match: bool | None = None
     judge_cost: float = 0.0
@@ -112,7 +112,7 @@ class ResultRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def sort_key(record: ResultRecord) -> tuple:
+def sort_key(record: ResultRecord) -> tuple[str, str, int]:
     return (record.model, record.mode, record.q_idx)
 
 
@@ -122,7 +122,7 @@ def dumps(records: Iterable[ResultRecord]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
-def write_results(path: str | os.PathLike, records: Iterable[ResultRecord]) -> Path:
+def write_results(path: str | os.PathLike[str], records: Iterable[ResultRecord]) -> Path:
     """Write atomically (a half-written file never replaces a good one)."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -131,7 +131,7 @@ def write_results(path: str | os.PathLike, records: Iterable[ResultRecord]) -> P
     return path
 
 
-def load_results(path: str | os.PathLike) -> list[ResultRecord]:
+def load_results(path: str | os.PathLike[str]) -> list[ResultRecord]:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
@@ -164,7 +164,7 @@ def load_results(path: str | os.PathLike) -> list[ResultRecord]:
 
 _NUMBER = (int, float)
 # The type(s) each key of a line may hold (None allowed where the format says null).
-_TYPES: dict[str, tuple] = {
+_TYPES: dict[str, tuple[type, ...]] = {
     "q_idx": (int,), "question": (str,), "retrieval_type": (str,), "get": (str,), "correct_answer": (list,),
     "chapters": (list,), "n_chapters": (int,), "bin": (str,), "model": (str,), "mode": (str,),
     "answer": (str,), "answer_error": (str, type(None)), "n_chunks": (int, type(None)),

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import TulvingError
 from engine.evaluation.report import summarize
 from engine.evaluation.results import RESULTS_FILE, ResultRecord, load_results
+from providers.base import TulvingError
 
 _SUMMED = ("questions", "calls", "cache_hits")
 
@@ -80,7 +80,8 @@ def _read_run_json(folder: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
     except json.JSONDecodeError as exc:
         raise TulvingError(f"{path}: not JSON ({exc})") from None
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from engine.errors import TulvingError
 from engine.evaluation.pipeline import Job
+from providers.base import TulvingError
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -132,7 +132,7 @@ def _bin_head(records: Sequence[ResultRecord], bins: Sequence[str]) -> list[str]
     """Bin columns with their question count, as the paper's header shows it."""
     heads = []
     for b in bins:
-        per_config: dict[tuple, int] = {}
+        per_config: dict[tuple[str, str, str], int] = {}
         for r in records:
             if r.bin == b:
                 per_config[(r.model, r.mode, r.judge)] = per_config.get((r.model, r.mode, r.judge), 0) + 1
@@ -259,7 +259,8 @@ def chronological_table(runset: RunSet) -> Table:
 def _load_published(name: str) -> dict[str, Any] | None:
     try:
         path = data_dir() / "published" / name
-        return json.loads(path.read_text())
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
     except (OSError, ValueError):
         return None
 
