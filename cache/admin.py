@@ -22,7 +22,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,8 @@ def fetch_blobs(conn: sqlite3.Connection, digests: Iterable[str]) -> dict[str, s
 
 
 def rebuild_identity(conn: sqlite3.Connection, identity_json: str) -> dict[str, Any]:
-    return decode_identity(orjson.loads(identity_json), lambda digests: fetch_blobs(conn, digests))
+    identity: dict[str, Any] = decode_identity(orjson.loads(identity_json), lambda digests: fetch_blobs(conn, digests))
+    return identity
 
 
 @dataclass
@@ -79,7 +80,7 @@ def load_entry(conn: sqlite3.Connection, key: str) -> Entry | None:
                  decode_response(text, vectors, dtype, count))
 
 
-def open_existing(path: str | os.PathLike | None) -> sqlite3.Connection:
+def open_existing(path: str | os.PathLike[str] | None) -> sqlite3.Connection:
     if path is None:
         raise TulvingError("no cache file given: pass --cache PATH")
     return connect(path, create=False)
@@ -90,7 +91,7 @@ def _file_bytes(path: Path) -> int:
 
 
 # -- stats ----------------------------------------------------------------------
-def stats(path: str | os.PathLike) -> dict[str, Any]:
+def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
     conn = open_existing(path)
     try:
         by_model = [{"op": op, "model": model, "entries": n, "oldest": lo, "newest": hi}
@@ -115,7 +116,7 @@ def format_stats(s: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("bytes", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
@@ -155,7 +156,7 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(path: str | os.PathLike, identity: Mapping[str, Any]) -> Explanation:
+def explain(path: str | os.PathLike[str], identity: Mapping[str, Any]) -> Explanation:
     """Why the request with this identity is (not) cached: a hit, or the
     nearest cached entry of the same op and the fields that differ."""
     identity = normalize(identity)
@@ -198,12 +199,12 @@ def explain(path: str | os.PathLike, identity: Mapping[str, Any]) -> Explanation
         if apart:  # an entry of another model or provider is not "near": say so rather than compare
             result.unrelated = f"the nearest differs in {', '.join(apart)}"
             return result
-        names = sorted(wanted.keys() | cached.keys(), key=_field_order)
+        ordered = sorted(wanted.keys() | cached.keys(), key=_field_order)
         result.nearest, result.nearest_model, result.nearest_created_at = cand_key, model, created_at
-        result.fields = len(names)
-        result.agree = sum(1 for n in names if wanted.get(n, _ABSENT) == cached.get(n, _ABSENT))
+        result.fields = len(ordered)
+        result.agree = sum(1 for n in ordered if wanted.get(n, _ABSENT) == cached.get(n, _ABSENT))
         result.differences = [_describe(n, cached.get(n, _ABSENT), wanted.get(n, _ABSENT))
-                              for n in names if wanted.get(n, _ABSENT) != cached.get(n, _ABSENT)]
+                              for n in ordered if wanted.get(n, _ABSENT) != cached.get(n, _ABSENT)]
         return result
     finally:
         conn.close()
@@ -273,7 +274,7 @@ def _fields(identity: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _field_order(name: str) -> tuple:
+def _field_order(name: str) -> tuple[int, int, str]:
     head = name.split("[")[0].split(".")[0]
     order = {"kind": 0, "base_url": 1, "model": 2, "params": 3, "messages": 4, "texts": 4, "draw": 5}
     index = int(name.split("[")[1].rstrip("]")) if "[" in name else -1
@@ -318,7 +319,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 2 * SNIPPET else text[:2 * SNIPPET] + f"… ({len(text):,} chars)"
 
 
-def show_entry(path: str | os.PathLike, key: str, *, full: bool = False) -> str:
+def show_entry(path: str | os.PathLike[str], key: str, *, full: bool = False) -> str:
     """One entry as indented JSON (long texts shortened unless `full`)."""
     conn = open_existing(path)
     try:
@@ -364,7 +365,7 @@ class PruneReport:
                 f"file {_size(self.bytes_before)} -> {_size(self.bytes_after)}")
 
 
-def prune(path: str | os.PathLike, *, older_than_days: float | None = None, models: Iterable[str] = (),
+def prune(path: str | os.PathLike[str], *, older_than_days: float | None = None, models: Iterable[str] = (),
           now: float | None = None) -> PruneReport:
     """Delete the entries older than `older_than_days` and/or of the given
     model names (both filters: entries matching both), then the chunks no
@@ -409,7 +410,7 @@ def prune(path: str | os.PathLike, *, older_than_days: float | None = None, mode
 
 
 # -- export / import ------------------------------------------------------------
-def export_jsonl(path: str | os.PathLike, out: str | os.PathLike) -> dict[str, int]:
+def export_jsonl(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> dict[str, int]:
     """Write the whole cache to `out` (JSON Lines, see the module docstring);
     `out` "-" is stdout. Returns {"entries": n, "blobs": m}."""
     conn = open_existing(path)
@@ -442,14 +443,14 @@ def export_jsonl(path: str | os.PathLike, out: str | os.PathLike) -> dict[str, i
         conn.close()
 
 
-def import_jsonl(path: str | os.PathLike, source: str | os.PathLike) -> dict[str, int]:
+def import_jsonl(path: str | os.PathLike[str], source: str | os.PathLike[str]) -> dict[str, int]:
     """Merge an export into the cache at `path` (created if missing). Existing
     keys are kept. Returns {"imported": n, "skipped": m, "blobs": k}."""
-    source = Path(source) if str(source) != "-" else None
-    if source is not None and not source.is_file():
-        raise TulvingError(f"no export file at {source}")
-    stream = sys.stdin.buffer if source is None else open(source, "rb")
-    name = "stdin" if source is None else str(source)
+    source_path = Path(source) if str(source) != "-" else None
+    if source_path is not None and not source_path.is_file():
+        raise TulvingError(f"no export file at {source_path}")
+    stream = sys.stdin.buffer if source_path is None else open(source_path, "rb")
+    name = "stdin" if source_path is None else str(source_path)
     conn = connect(path, create=True)
     imported = skipped = blobs = 0
     header = False
@@ -491,7 +492,7 @@ def import_jsonl(path: str | os.PathLike, source: str | os.PathLike) -> dict[str
     return {"imported": imported, "skipped": skipped, "blobs": blobs}
 
 
-def _import_blob(conn: sqlite3.Connection, item: dict, name: str, number: int) -> int:
+def _import_blob(conn: sqlite3.Connection, item: dict[str, Any], name: str, number: int) -> int:
     digest, text = item.get("blob"), item.get("text")
     if not isinstance(text, str) or not isinstance(digest, str):
         raise TulvingError(f"{name}: line {number}: a chunk needs a digest and a text")
@@ -501,7 +502,7 @@ def _import_blob(conn: sqlite3.Connection, item: dict, name: str, number: int) -
     return conn.execute(INSERT_BLOB, (digest, len(raw), text)).rowcount
 
 
-def _import_entry(conn: sqlite3.Connection, item: dict, name: str, number: int) -> bool:
+def _import_entry(conn: sqlite3.Connection, item: dict[str, Any], name: str, number: int) -> bool:
     try:
         key, identity, response = item["key"], item["identity"], item["response"]
         created_at = item.get("created_at") or iso_utc(time.time())
@@ -553,7 +554,7 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def check(path: str | os.PathLike) -> CheckReport:
+def check(path: str | os.PathLike[str]) -> CheckReport:
     """Read every entry of the cache and compare it with its checksum, plus
     SQLite's quick_check. Raises CacheError for a file that cannot be opened."""
     from cache.store import entry_checksum
@@ -600,11 +601,11 @@ class RecoverReport:
                 f"--cache {self.target}, or move it over the damaged file")
 
 
-def _rows(conn: sqlite3.Connection, table: str, columns: str) -> Iterator[tuple | None]:
+def _rows(conn: sqlite3.Connection, table: str, columns: str) -> Iterator[tuple[Any, ...] | None]:
     """Every row of `table` SQLite can still read, by rowid; None for a row
     (or a stretch of rows) it cannot."""
     try:
-        rowids = [r[0] for r in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        rowids: Sequence[int] = [r[0] for r in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
     except sqlite3.DatabaseError:
         try:
             top = conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] or 0
@@ -621,7 +622,7 @@ def _rows(conn: sqlite3.Connection, table: str, columns: str) -> Iterator[tuple 
             yield row
 
 
-def recover(path: str | os.PathLike, out: str | os.PathLike) -> RecoverReport:
+def recover(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> RecoverReport:
     """Copy every readable, undamaged entry (and chunk) of the cache at `path`
     into a new cache at `out`, which must not exist."""
     from cache.store import entry_checksum

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -105,18 +105,18 @@ def encode_response(response: dict[str, Any]) -> tuple[str, bytes | None, str | 
         return orjson.dumps(response).decode(), None, None, None
     rest = {k: v for k, v in response.items() if k != "vectors"}
     blob, dtype = packed
-    return orjson.dumps(rest).decode(), blob, dtype, len(vectors)
+    return orjson.dumps(rest).decode(), blob, dtype, len(cast(list[Any], vectors))  # packed: a list
 
 
 def decode_response(text: str, vectors: bytes | None, dtype: str | None, count: int | None) -> dict[str, Any]:
-    response = orjson.loads(text)
+    response: dict[str, Any] = orjson.loads(text)
     if vectors is not None:
         array = np.frombuffer(vectors, dtype=dtype).astype(np.float64)
         response["vectors"] = array.reshape(count, -1).tolist() if count else []
     return response
 
 
-def _pack_vectors(vectors: list) -> tuple[bytes, str] | None:
+def _pack_vectors(vectors: list[Any]) -> tuple[bytes, str] | None:
     try:
         array = np.asarray(vectors)
     except ValueError:  # ragged

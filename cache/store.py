@@ -123,7 +123,7 @@ def _insert_entries_sql(rows: int) -> str:
             + ", ".join([_ROW_PLACEHOLDERS] * rows))
 
 
-def _insert_entries(conn: sqlite3.Connection, entries: list[tuple]) -> None:
+def _insert_entries(conn: sqlite3.Connection, entries: list[tuple[Any, ...]]) -> None:
     for start in range(0, len(entries), ENTRY_ROWS_PER_INSERT):
         part = entries[start:start + ENTRY_ROWS_PER_INSERT]
         conn.execute(_insert_entries_sql(len(part)), [value for row in part for value in row])
@@ -156,7 +156,7 @@ def entry_checksum(key: str, response: str, vectors: bytes | None) -> str:
 
 
 # -- the file -------------------------------------------------------------------
-def connect(path: str | os.PathLike, *, create: bool) -> sqlite3.Connection:
+def connect(path: str | os.PathLike[str], *, create: bool) -> sqlite3.Connection:
     """An autocommit connection to the cache at `path`, checked to be a Tulving
     cache. With `create`, a missing file (and its parent directories) is made
     and the schema written; without, a missing file is a CacheError."""
@@ -301,7 +301,7 @@ def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
 class _Flush:
     __slots__ = ("loop", "future", "event")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None, future: asyncio.Future | None):
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, future: asyncio.Future[None] | None):
         self.loop, self.future, self.event = loop, future, threading.Event()
 
     def done(self) -> None:
@@ -313,6 +313,9 @@ class _Flush:
                 pass
 
 
+_ReaderItem = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Any, tuple[Any, ...]]  # loop, future, fn, args
+
+
 class _ReaderThread:
     """One thread running the cache's reads, one at a time, in order.
     A lighter hand-off than ThreadPoolExecutor.run_in_executor (no work item,
@@ -320,14 +323,14 @@ class _ReaderThread:
     engine makes one lookup per batch of requests it pulls."""
 
     def __init__(self, name: str):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_ReaderItem | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, fn: Any, *args: Any) -> asyncio.Future:
+    def run(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
         """`fn(*args)` on the thread; a future of its result in the running loop."""
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self._queue.put((loop, future, fn, args))
         return future
 
@@ -350,7 +353,7 @@ class _ReaderThread:
                 pass
 
 
-def _settle_future(future: asyncio.Future, outcome: Any, failed: bool) -> None:
+def _settle_future(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
     if future.done():  # the caller was cancelled
         return
     if failed:
@@ -384,7 +387,7 @@ class ResponseCache:
     returned by `get`/`get_many` (from memory).
     """
 
-    def __init__(self, path: str | os.PathLike, *, blob_min_chars: int = 4096,
+    def __init__(self, path: str | os.PathLike[str], *, blob_min_chars: int = 4096,
                  batch_rows: int = 512, batch_seconds: float = 0.02):
         self.path = Path(path)
         self.blob_min_chars = blob_min_chars
@@ -396,7 +399,7 @@ class ResponseCache:
         # writer wakes on `_wake` (set by the first item after it went idle),
         # gathers for up to batch_seconds unless `_urgent` (a full batch, a
         # flush, a stop), then takes everything queued at once.
-        self._items: deque = deque()
+        self._items: deque[Any] = deque()  # row tuples, _Flush markers, _STOP
         self._wake = threading.Event()
         self._urgent = threading.Event()
         self._pending: dict[str, dict[str, Any]] = {}  # put, not yet committed
@@ -410,8 +413,8 @@ class ResponseCache:
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._reader: _ReaderThread | None = None
-        self._get_waiters: dict[str, list[asyncio.Future]] = {}
-        self._get_tasks: set[asyncio.Task] = set()
+        self._get_waiters: dict[str, list[asyncio.Future[dict[str, Any] | None]]] = {}
+        self._get_tasks: set[asyncio.Task[None]] = set()
         self._open = False
         self._closed = False
 
@@ -464,9 +467,9 @@ class ResponseCache:
         if not self._open or self._closed and self._writer is None:
             return
         loop = asyncio.get_running_loop()
-        marker = _Flush(loop, loop.create_future())
-        self._send(marker)
-        await marker.future
+        future: asyncio.Future[None] = loop.create_future()
+        self._send(_Flush(loop, future))
+        await future
 
     async def close(self) -> None:
         """Flush, stop the writer, close both connections. Idempotent."""
@@ -476,6 +479,7 @@ class ResponseCache:
         self._closed = True
         await asyncio.to_thread(self._stop_writer)
         _OPEN_CACHES.discard(self)
+        assert self._reader is not None  # open
         if self._read_conn is not None:
             await self._reader.run(self._read_conn.close)
         self._reader.stop()  # idle by now: it exits at once
@@ -506,6 +510,7 @@ class ResponseCache:
             missing = list(keys)
         if missing:
             corrupt: list[str] = []
+            assert self._reader is not None  # _check_open passed
             try:
                 found.update(await self._reader.run(read_entries, self._read_conn, missing, corrupt))
             except sqlite3.DatabaseError as exc:
@@ -520,7 +525,7 @@ class ResponseCache:
         """The response for `key` or None. Concurrent calls are looked up together."""
         self._check_open()
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[dict[str, Any] | None] = loop.create_future()
         first = not self._get_waiters
         self._get_waiters.setdefault(key, []).append(future)
         if first:
@@ -533,7 +538,7 @@ class ResponseCache:
         self._get_tasks.add(task)
         task.add_done_callback(self._get_tasks.discard)
 
-    async def _answer_gets(self, waiters: dict[str, list[asyncio.Future]]) -> None:
+    async def _answer_gets(self, waiters: dict[str, list[asyncio.Future[dict[str, Any] | None]]]) -> None:
         try:
             found = await self.get_many(list(waiters))
         except BaseException as exc:
@@ -605,7 +610,7 @@ class ResponseCache:
             # Clear before taking: anything appended from here on sets them again.
             self._wake.clear()
             self._urgent.clear()
-            rows: list[tuple] = []
+            rows: list[tuple[Any, ...]] = []
             while items:
                 item = items.popleft()
                 if item is _STOP:
@@ -628,7 +633,7 @@ class ResponseCache:
             if isinstance(item, _Flush):
                 item.done()
 
-    def _commit_rows(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
+    def _commit_rows(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return
         try:
@@ -639,8 +644,8 @@ class ResponseCache:
         finally:
             self._written_chars += sum(row[5] for row in rows)
 
-    def _commit(self, conn: sqlite3.Connection, rows: list[tuple]) -> None:
-        entries: list[tuple] = []
+    def _commit(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+        entries: list[tuple[Any, ...]] = []
         blobs: dict[str, tuple[str, int]] = {}
         for key, identity, canonical, response, created, _size in rows:
             try:

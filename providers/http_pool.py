@@ -34,9 +34,13 @@ import ssl
 import zlib
 from collections import deque
 from collections.abc import Mapping
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httptools
+
+_Origin = tuple[str, str, int]  # scheme, host, port
+_Reply = tuple[int, dict[str, str], bytes]  # status, lower-cased headers, decoded body
 
 _default_ssl_context: ssl.SSLContext | None = None
 
@@ -62,7 +66,7 @@ class ReplyCutShort(ConnectionError):
     """The connection closed before the reply was complete."""
 
 
-def _expire(waiter: asyncio.Future) -> None:
+def _expire(waiter: asyncio.Future[Any]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError())
 
@@ -87,13 +91,13 @@ def _decode_body(body: bytes, encoding: str) -> bytes:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; one request at a time (no pipelining)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, pool: HttpPool, origin: tuple):
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool: HttpPool, origin: _Origin):
         self.loop = loop
         self.pool = pool
         self.origin = origin
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.waiter: asyncio.Future | None = None
+        self.waiter: asyncio.Future[_Reply] | None = None
         self.closed = False
         self.reusable = False  # the last reply ended and the server keeps the connection open
         self.idle_since = 0.0
@@ -106,10 +110,11 @@ class _Connection(asyncio.Protocol):
         self.headers_done = False
         self.framed = False  # Content-Length or chunked: the reply's end is known without a close
 
-    def send(self, parts: list[bytes]) -> asyncio.Future:
+    def send(self, parts: list[bytes]) -> asyncio.Future[_Reply]:
         self.reusable = False
         self._reset()
         self.waiter = waiter = self.loop.create_future()
+        assert self.transport is not None  # sent only on a connected connection
         self.transport.writelines(parts)
         return waiter
 
@@ -120,7 +125,7 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a TCP connection's transport
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -259,9 +264,9 @@ class HttpPool:
         self._headers = merged_headers({"Accept-Encoding": "gzip, deflate"}, headers or {})
         self._header_block: bytes | None = None
         self._targets: dict[str, _Target] = {}
-        self._idle: dict[tuple, list[_Connection]] = {}
+        self._idle: dict[_Origin, list[_Connection]] = {}
         self._active = 0  # calls holding a slot
-        self._slot_waiters: deque[asyncio.Future] = deque()
+        self._slot_waiters: deque[asyncio.Future[None]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.connections_opened = 0
         self.closed = False
@@ -310,10 +315,11 @@ class HttpPool:
             self._targets[url] = target
         return target
 
-    def _idle_connection(self, origin: tuple, now: float) -> _Connection | None:
+    def _idle_connection(self, origin: _Origin, now: float) -> _Connection | None:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to have been dropped
+            assert conn.transport is not None  # idle connections are connected
             if conn.closed or conn.transport.is_closing():
                 continue
             if now - conn.idle_since > self.keepalive_timeout:
@@ -386,6 +392,7 @@ class HttpPool:
                 try:
                     conn.abort()
                 except RuntimeError:  # its loop is closed: end the TCP connection by hand
+                    assert conn.transport is not None  # idle connections are connected
                     sock = conn.transport.get_extra_info("socket")
                     try:
                         sock.shutdown(socket.SHUT_RDWR)
@@ -403,6 +410,7 @@ class HttpPool:
             self._idle = {}
             for conn in idle:
                 conn.closed = True
+                assert conn.transport is not None  # idle connections are connected
                 conn.transport.close()
             # Let the transports closed here and those aborted by the last
             # calls report connection_lost (and close their sockets) before

@@ -42,10 +42,14 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from providers.base import BAD_REPLY, BAD_REQUEST, CONFIG, PROMPT_TOO_LONG, TIMEOUT, ProviderError
 from providers.worker_pipe import read_frame_blocking, write_frame
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 INSTALL_HINT = "the local provider needs llama-cpp-python: pip install 'tulving-bench[local]'"
 CRASH_HOOK_ENV = "TULVING_TEST_CRASH_ON"
@@ -77,14 +81,14 @@ def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int, n_gpu_la
     import llama_cpp.llama_cpp as low_level
     from llama_cpp import Llama
 
-    kwargs = dict(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+    kwargs: dict[str, Any] = dict(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
                   n_batch=n_batch, n_gpu_layers=n_gpu_layers, verbose=verbose)
     default_params = low_level.llama_model_default_params
     has_field = hasattr(default_params(), "use_extra_bufts")
     if "use_extra_bufts" in inspect.signature(Llama.__init__).parameters:
         kwargs["use_extra_bufts"] = extra_bufts
     elif has_field:
-        def params_with_our_choice():
+        def params_with_our_choice() -> Any:  # a llama_model_params ctypes struct
             params = default_params()
             params.use_extra_bufts = extra_bufts
             return params
@@ -111,7 +115,16 @@ class _Model:
     n_ctx: int
 
 
-def _load(path: Path, load: dict[str, int]) -> _Model:
+class LoadOptions(TypedDict):
+    """A chat call's "load" entry: load_llama's keywords."""
+
+    n_ctx: int
+    n_threads: int
+    n_batch: int
+    n_gpu_layers: int
+
+
+def _load(path: Path, load: LoadOptions) -> _Model:
     try:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
     except ImportError:
@@ -143,12 +156,14 @@ def _prompt_tokens(model: _Model, messages: list[dict[str, str]]) -> list[int]:
         except Exception as exc:  # jinja2 errors and the template's raise_exception
             raise ProviderError(BAD_REQUEST, f"the chat template of {model.path.name} rejected the "
                                              f"messages: {exc}") from None
-        return model.llm.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special,
-                                  special=True)
+        tokens: list[int] = model.llm.tokenize(rendered.prompt.encode("utf-8"),
+                                               add_bos=not rendered.added_special, special=True)
+        return tokens
     # No template in the file: llama-cpp-python falls back to a built-in
     # format; the contents alone are a lower bound of its length.
     text = "\n".join(m["content"] for m in messages)
-    return model.llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+    tokens = model.llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+    return tokens
 
 
 # -- serving ------------------------------------------------------------------------
@@ -219,7 +234,8 @@ class Worker:
         cancel = self._cancel
         stopped = threading.Event()
 
-        def guard(_input_ids, scores):  # called once per generated token
+        def guard(_input_ids: npt.NDArray[np.intc], scores: npt.NDArray[np.single]
+                  ) -> npt.NDArray[np.single]:  # called once per generated token
             if cancel.is_set() or time.monotonic() > deadline:
                 stopped.set()
                 scores = np.full_like(scores, -np.inf)

@@ -65,7 +65,7 @@ class OpenAIProvider(HttpProvider):
         return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens,
                           output_tokens=output_tokens or 0, latency=latency, request_id=request_id)
 
-    def _content(self, data: dict, message: dict, finish: str, output_tokens: int | None,
+    def _content(self, data: dict[str, Any], message: dict[str, Any], finish: str, output_tokens: int | None,
                  usage: Any, request_id: str | None) -> str:
         """The reply text. A string is the answer; an empty or missing one is
         a legitimate empty answer only when the provider says so: it finished
@@ -109,7 +109,7 @@ class OpenAIProvider(HttpProvider):
             raise self._malformed(data, f"embeddings reply's {exc}", request_id) from None
         return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id)
 
-    def _malformed(self, data: dict, what: str, request_id: str | None) -> ProviderError:
+    def _malformed(self, data: dict[str, Any], what: str, request_id: str | None) -> ProviderError:
         # Some compatible servers (OpenRouter) report failures as a 200 with an
         # "error" object; surface their message.
         error = data.get("error")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import pickle
 import struct
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 1 << 30  # a corrupt header must not make us allocate more
@@ -56,6 +56,6 @@ async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
         (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
         if size > MAX_FRAME:
             raise ValueError(f"frame of {size} bytes")
-        return pickle.loads(await reader.readexactly(size))
+        return cast(dict[str, Any], pickle.loads(await reader.readexactly(size)))
     except asyncio.IncompleteReadError:
         return None

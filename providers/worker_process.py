@@ -95,12 +95,12 @@ class WorkerProcess:
         self._env = dict(env or {})
         self._proc: asyncio.subprocess.Process | None = None
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future] = {}
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._abandoned: set[int] = set()
         self._running: int | None = None
-        self._stderr = collections.deque()  # chunks, at most STDERR_TAIL bytes in all
+        self._stderr: collections.deque[bytes] = collections.deque()  # chunks, at most STDERR_TAIL bytes in all
         self._stderr_size = 0
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.death: str | None = None       # set once the worker is gone
         self._killed = False
 
@@ -128,13 +128,15 @@ class WorkerProcess:
         if self.dead or self._proc is None:
             how = self.death or ("killed" if self._killed else "not started")
             raise WorkerDied(how, running=False)
+        stdin = self._proc.stdin
+        assert stdin is not None  # started with stdin=PIPE
         call_id = next(self._ids)
-        reply = asyncio.get_running_loop().create_future()
+        reply: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = reply
         try:
             try:
-                self._proc.stdin.write(encode({**message, "id": call_id}))
-                await self._proc.stdin.drain()
+                stdin.write(encode({**message, "id": call_id}))
+                await stdin.drain()
             except (ConnectionError, RuntimeError):  # the pipe broke: the reader tells how the worker died
                 pass
             return await reply
@@ -151,6 +153,7 @@ class WorkerProcess:
             log.warning("worker %s owes replies to %d cancelled calls: killing it", self.pid, len(self._abandoned))
             self.kill()
             return
+        assert self._proc is not None and self._proc.stdin is not None  # a call was sent: started, stdin=PIPE
         try:
             self._proc.stdin.write(encode({"op": "cancel", "id": call_id}))
         except (ConnectionError, RuntimeError):
@@ -166,19 +169,20 @@ class WorkerProcess:
 
     async def _read_replies(self) -> None:
         proc = self._proc
+        assert proc is not None and proc.stdout is not None  # started (with stdout=PIPE) before this task
         try:
             while True:
                 message = await read_frame(proc.stdout)
                 if message is None:
                     break
-                call_id = message.get("id")
+                call_id: int | None = message.get("id")
                 if message.get("started"):
                     self._running = call_id
                     continue
                 if self._running == call_id:
                     self._running = None
                 self._abandoned.discard(call_id)
-                reply = self._pending.pop(call_id, None)
+                reply = None if call_id is None else self._pending.pop(call_id, None)
                 if reply is not None and not reply.done():
                     reply.set_result(message)
         except Exception as exc:  # noqa: BLE001 -- a garbled frame: this worker is unusable
@@ -197,6 +201,7 @@ class WorkerProcess:
                 reply.set_exception(WorkerDied(self.death, running=call_id == self._running, stderr=stderr))
 
     async def _read_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None  # started (with stderr=PIPE) before this task
         stream = self._proc.stderr
         while chunk := await stream.read(65536):
             self._stderr.append(chunk)
@@ -209,6 +214,7 @@ class WorkerProcess:
         proc = self._proc
         if proc is None:
             return
+        assert proc.stdin is not None  # started with stdin=PIPE
         try:
             proc.stdin.close()
         except (ConnectionError, RuntimeError):
