@@ -114,7 +114,7 @@ class Config:
 
     # -- loading -----------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None) -> Config:
+    def load(cls, path: str | os.PathLike[str] | None = None) -> Config:
         """Built-in defaults, with the TOML file at `path` merged over them."""
         raw_endpoints = {k: dict(v) for k, v in DEFAULT_ENDPOINTS.items()}
         raw_models = {k: dict(v) for k, v in DEFAULT_MODELS.items()}

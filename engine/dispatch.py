@@ -86,7 +86,7 @@ class Job:
     deadline: float | None = None
     cost_reserved: float = 0.0
     cancelled: bool = False
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     last_error: ProviderError | None = None
 
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
@@ -216,12 +216,12 @@ class EndpointState:
         self._mark_time, self._mark_done = now, 0
         self._last_slowdown = -math.inf
         self._replies: deque[tuple[float, bool]] = deque(maxlen=4 * SHARE_WINDOW)  # (sent at, answered 429)
-        self._trial: tuple | None = None
+        self._trial: tuple[Any, ...] | None = None
         self._ignore_until = -math.inf
         self._ignored_share = 0.0
         self.reverted = 0           # slow-downs undone because they did not lower the 429 share
         self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     # -- signals -------------------------------------------------------------------
     def start(self) -> None:
@@ -306,6 +306,7 @@ class EndpointState:
         return len(before) >= MIN_TRIAL_EVIDENCE and not plainly_too_fast
 
     def _judge_trial(self, now: float) -> None:
+        assert self._trial is not None  # judged only while a trial runs
         started, factor, inferred, requests = self._trial
         after = [limited for sent, limited in self._replies if sent >= started]
         if len(after) < TRIAL_REPLIES:
@@ -381,7 +382,7 @@ class EndpointState:
                 pool.heap = [job for job in pool.heap if not job.cancelled]
                 heapq.heapify(pool.heap)
             for job in pool.heap:
-                score = shared_prefix(job.prompt or (), last)
+                score = shared_prefix(job.prompt or (), last or ())
                 if best is None or score > best[0] or (score == best[0] and job.seq < best[1]):
                     best = (score, job.seq, job, pool)
         return None if best is None else (best[2], best[3])

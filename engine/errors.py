@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from providers.base import TulvingError  # the shared base: every layer raises it
+from providers.base import TulvingError as TulvingError  # the shared base: every layer raises it
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -39,7 +39,7 @@ class StorageError(TulvingError):
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def _escape(match: re.Match) -> str:
+def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 

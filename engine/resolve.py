@@ -8,9 +8,9 @@ Credentials, timeouts and retry settings are not part of it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cache.keys import dumps_normalized, key_of_canonical, normalize
 from engine.config import Config, ModelAlias
@@ -44,7 +44,7 @@ def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, Any]:
     for name, value in (("temperature", request.temperature), ("max_tokens", request.max_tokens),
                         ("seed", request.seed), ("stop", request.stop)):
         if value is not None:
-            params[name] = list(value) if name == "stop" else value
+            params[name] = list(cast(Sequence[str], value)) if name == "stop" else value
     if alias.reasoning:
         for name in _REASONING_DROPPED:
             params.pop(name, None)
@@ -101,10 +101,10 @@ def _resolve(target: _Target, request: Request) -> Resolved:
                 and request.stop is None and not request.extra):
             # The alias's defaults, shared by the requests of this batch (read
             # only), normalised once for all of them.
+            if target.default_params is None:
+                target.default_params = chat_params(alias, request)
+                target.default_params_normalized = normalize(target.default_params)
             params = target.default_params
-            if params is None:
-                params = target.default_params = chat_params(alias, request)
-                target.default_params_normalized = normalize(params)
             params_normalized = target.default_params_normalized
         else:
             params = chat_params(alias, request)

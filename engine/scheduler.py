@@ -44,7 +44,7 @@ import logging
 import operator
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,7 +56,7 @@ from engine.config import Config
 from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
 from engine.progress import Progress
 from engine.progress import notice as progress_notice
-from engine.requests import ChatRequest, Outcome, Request
+from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from providers import make_provider
@@ -100,14 +100,14 @@ class EngineStats:
     retries: int = 0
     rate_limited: int = 0      # 429 replies received
     succeeded: int = 0         # calls that returned a result
-    errors: Counter = field(default_factory=Counter)  # final errors by kind
+    errors: Counter[str] = field(default_factory=Counter[str])  # final errors by kind
     tokens_in: int = 0
     tokens_out: int = 0
     cost: float = 0.0          # USD
     elapsed: float = 0.0       # seconds the engine has been open
     retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
     cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
-    notices: list = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
+    notices: list[str] = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -141,7 +141,7 @@ class Engine:
         self.max_cost = max_cost
         self.window = window
         self.retry_policy = retry_policy or RetryPolicy()
-        self._cache = None
+        self._cache: ResponseCache | None = None
         self._endpoints: dict[str, EndpointState] = {}
         self._pools: dict[tuple[str, ...], Pool] = {}
         self._inflight: dict[str, Job] = {}
@@ -160,7 +160,7 @@ class Engine:
         await self.open()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def open(self) -> None:
@@ -252,8 +252,8 @@ class Engine:
             raise RuntimeError("engine is closed")
         if total is None and hasattr(requests, "__len__"):
             total = len(requests)  # type: ignore[arg-type]
-        is_async = hasattr(requests, "__aiter__")
-        source = requests.__aiter__() if is_async else iter(requests)  # type: ignore[union-attr]
+        is_async = isinstance(requests, AsyncIterable)
+        source: Any = requests.__aiter__() if isinstance(requests, AsyncIterable) else iter(requests)
         sink: asyncio.Queue[Outcome] = asyncio.Queue()
         progress = Progress(enabled=self.progress, total=total, label=label, stats=self._stats)
         stats = self._stats
@@ -304,19 +304,19 @@ class Engine:
         order: dict[int, deque[int]] = defaultdict(deque)
         counter = itertools.count()
 
-        def numbered(items):
+        def numbered(items: Iterable[Request]) -> Iterator[Request]:
             for r in items:
                 order[id(r)].append(next(counter))
                 yield r
 
-        async def anumbered(items):
+        async def anumbered(items: AsyncIterable[Request]) -> AsyncIterator[Request]:
             async for r in items:
                 order[id(r)].append(next(counter))
                 yield r
 
         if total is None and hasattr(requests, "__len__"):
             total = len(requests)  # type: ignore[arg-type]
-        source = anumbered(requests) if hasattr(requests, "__aiter__") else numbered(requests)
+        source = anumbered(requests) if isinstance(requests, AsyncIterable) else numbered(requests)
         slots: list[Outcome | None] = []
         async for outcome in self.stream(source, total=total, label=label):
             positions = order[id(outcome.request)]
@@ -343,7 +343,7 @@ class Engine:
             return chunk, chars, True
         return chunk, chars, False
 
-    async def _submit(self, chunk: list[Request], sink: asyncio.Queue) -> None:
+    async def _submit(self, chunk: list[Request], sink: asyncio.Queue[Outcome]) -> None:
         config = self.config
         resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
         for r in resolved:  # missing keys fail before anything is queued
@@ -369,7 +369,7 @@ class Engine:
                 continue
             self._queue_new(r, sink)
 
-    def _queue_new(self, r: Resolved, sink: asyncio.Queue) -> None:
+    def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome]) -> None:
         pool = self._pool(r)
         provider = pool.endpoints[0].provider
         if r.messages is not None:
@@ -377,7 +377,9 @@ class Engine:
             output_est = int(r.params.get("max_tokens") or r.params.get("max_completion_tokens")
                              or DEFAULT_OUTPUT_RESERVE)
         else:
-            input_est = sum(provider.count_tokens(t) for t in r.request.texts)  # type: ignore[union-attr]
+            request = r.request
+            assert isinstance(request, EmbedRequest)  # no messages: an embedding request
+            input_est = sum(provider.count_tokens(t) for t in request.texts)
             output_est = 0
         prompt = None
         if pool.prefix_order and r.messages is not None:
@@ -387,7 +389,7 @@ class Engine:
         self._inflight[r.key] = job
         pool.push(job)
 
-    def _abandon(self, sink: asyncio.Queue) -> None:
+    def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
         """The stream ended (normally, by an error, or the caller stopped
         early): drop its waiters and cancel calls nobody else waits for."""
         for key, job in list(self._inflight.items()):
@@ -432,6 +434,7 @@ class Engine:
         now = time.monotonic()
         ep.record_reply(error is not None and error.kind == RATE_LIMITED, now, start)
         if error is None:
+            assert usage is not None and result is not None  # a reply without an error has both
             stats = self._stats
             stats.succeeded += 1
             stats.tokens_in += usage[0]
@@ -495,6 +498,7 @@ class Engine:
             if job.cancelled or self._closed:
                 return
             try:
+                assert job.pool is not None  # queued once, so it has its pool
                 job.pool.push(job)
             except Exception as exc:  # noqa: BLE001 -- a call that cannot be queued is settled, never lost
                 self._settle(job, error=ProviderError(BAD_REPLY, f"engine error: could not queue a retry: "

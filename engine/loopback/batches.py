@@ -76,10 +76,10 @@ class BatchHost(Protocol):
     files: dict[str, dict[str, Any]]  # uploaded and produced files by id
 
     def _next_id(self) -> str: ...
-    def _control(self, handler: Callable, api: str = "openai") -> Callable: ...
-    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict]: ...
+    def _control(self, handler: Callable[..., Any], api: str = "openai") -> Callable[..., Any]: ...
+    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict[str, Any]]: ...
     def error_body(self, api: str, status: int, message: str, code: str | None = None,
-                   param: str | None = None) -> dict: ...
+                   param: str | None = None) -> dict[str, Any]: ...
 
 OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings")
 MAX_OPENAI_LINES = 50_000
@@ -119,9 +119,9 @@ class _Run:
     order: list[int]
     failing: set[int]
     polls: int = 0
-    done: dict[int, tuple[int, dict]] = field(default_factory=dict)  # line -> (status, body)
+    done: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # line -> (status, body)
 
-    def process(self, target: int, run_line) -> None:
+    def process(self, target: int, run_line: Callable[[int, Any], tuple[int, dict[str, Any]]]) -> None:
         for index in self.order[len(self.done):target]:
             self.done[index] = run_line(index, self.lines[index][1])
 
@@ -165,7 +165,7 @@ class Batches:
             share = min(share, self.knobs.expire_after)
         return min(total, math.ceil(total * share))
 
-    def _line(self, api: str, path: str, run: _Run, index: int, body: Any) -> tuple[int, dict]:
+    def _line(self, api: str, path: str, run: _Run, index: int, body: Any) -> tuple[int, dict[str, Any]]:
         if index in run.failing:
             self.server.stats.batch_requests["injected_500"] += 1
             return 500, self.server.error_body(api, 500, "The server had an error while processing your request.")
@@ -214,10 +214,10 @@ class Batches:
         return _json(batch)
 
     @staticmethod
-    def _openai_validate(content: bytes, endpoint: str) -> tuple[list, list[dict], str | None]:
+    def _openai_validate(content: bytes, endpoint: str) -> tuple[list[Any], list[dict[str, Any]], str | None]:
         """(lines, validation errors, model) of a batch input file."""
         lines: list[tuple[str, Any]] = []
-        errors: list[dict] = []
+        errors: list[dict[str, Any]] = []
         seen: set[str] = set()
         model = None
 
@@ -262,7 +262,7 @@ class Batches:
             lines.append((custom_id, item["body"]))
         return lines, errors, model
 
-    def _openai_entry(self, request: web.Request) -> dict | None:
+    def _openai_entry(self, request: web.Request) -> dict[str, Any] | None:
         return self.openai.get(request.match_info["batch_id"])
 
     async def _openai_get(self, request: web.Request) -> web.Response:
@@ -295,11 +295,11 @@ class Batches:
             self._openai_counts(batch, run)
         return _json(batch)
 
-    def _openai_counts(self, batch: dict, run: _Run) -> None:
+    def _openai_counts(self, batch: dict[str, Any], run: _Run) -> None:
         ok = sum(1 for status, _ in run.done.values() if status == 200)
         batch["request_counts"].update(completed=ok, failed=len(run.done) - ok)
 
-    def _openai_end(self, batch: dict, run: _Run, status: str, now: int) -> None:
+    def _openai_end(self, batch: dict[str, Any], run: _Run, status: str, now: int) -> None:
         outputs: list[dict[str, Any]] = []
         failures: list[dict[str, Any]] = []
         usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
@@ -335,7 +335,7 @@ class Batches:
         if status == "completed" and batch["finalizing_at"] is None:
             batch["finalizing_at"] = now
 
-    def _save(self, batch_id: str, kind: str, lines: list[dict]) -> str | None:
+    def _save(self, batch_id: str, kind: str, lines: list[dict[str, Any]]) -> str | None:
         if not lines:
             return None
         file_id = f"file-{self.server._next_id()}"
@@ -400,7 +400,7 @@ class Batches:
         self.anthropic[batch_id] = entry
         return _json(self._anthropic_object(batch_id, entry))
 
-    def _anthropic_object(self, batch_id: str, entry: dict) -> dict:
+    def _anthropic_object(self, batch_id: str, entry: dict[str, Any]) -> dict[str, Any]:
         run: _Run = entry["run"]
         counts = {"processing": len(run.lines), "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
         if entry["status"] == "ended":
@@ -414,7 +414,7 @@ class Batches:
                 "results_url": (f"{entry['origin']}/v1/messages/batches/{batch_id}/results"
                                 if entry["status"] == "ended" else None)}
 
-    def _anthropic_results_of(self, entry: dict) -> list[tuple[str, dict]]:
+    def _anthropic_results_of(self, entry: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         run: _Run = entry["run"]
         results = []
         for index in run.order:

@@ -56,7 +56,7 @@ class RateLimits:
         self.output = TokenBucket(output_tpm, burst_seconds) if output_tpm else None
         self.active = any((self.requests, self.input, self.output))
 
-    def _buckets(self, now: float):
+    def _buckets(self, now: float) -> None:
         for bucket in (self.requests, self.input, self.output):
             if bucket is not None:
                 bucket.refill(now)

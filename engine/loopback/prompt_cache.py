@@ -110,7 +110,7 @@ class PromptCache:
         system = body.get("system")
         groups: list[tuple[str, Any]] = [("system", system)] if system else []
         groups += [(m.get("role", ""), m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)]
-        boundaries: list[tuple[int, bytes, dict | None]] = []  # (prefix tokens, key, cache_control or None)
+        boundaries: list[tuple[int, bytes, dict[str, Any] | None]] = []  # (prefix tokens, key, cache_control or None)
         done_tokens = 0
         for role, content in groups:
             hasher.update(b"\x1e" + role.encode() + b"\x1f")
@@ -151,7 +151,7 @@ class PromptCache:
                 lookup.write_1h = lookup.write
         return lookup
 
-    def _lifetime(self, control: dict | None) -> float:
+    def _lifetime(self, control: dict[str, Any] | None) -> float:
         return 3600.0 if control and control.get("ttl") == "1h" else self.ttl
 
     # -- OpenAI ---------------------------------------------------------------------------

@@ -117,7 +117,7 @@ from engine.loopback.prompt_cache import NO_CACHE, CacheError, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
 from engine.tokens import count_tokens
 
-ReplyFn = Callable[[str, dict], "str | tuple[str, str]"]
+ReplyFn = Callable[[str, dict[str, Any]], "str | tuple[str, str]"]
 LatencyFn = Callable[[], float]
 
 FAULT_KINDS = frozenset({"500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
@@ -211,7 +211,7 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
-def default_reply(api: str, body: dict) -> str:
+def default_reply(api: str, body: dict[str, Any]) -> str:
     """Short, deterministic, derived from the last user message."""
     text = last_user_text(body)
     digest = hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
@@ -258,10 +258,10 @@ def hashed_embedding(text: str, dim: int) -> list[float]:
 @dataclass
 class ServerStats:
     requests: int = 0
-    by_status: Counter = field(default_factory=Counter)   # HTTP status -> count
-    by_path: Counter = field(default_factory=Counter)
+    by_status: Counter[int | str] = field(default_factory=Counter)   # HTTP status (or what cut it short) -> count
+    by_path: Counter[str] = field(default_factory=Counter)
     rate_limited: int = 0
-    faults: Counter = field(default_factory=Counter)      # fault kind -> count injected
+    faults: Counter[str] = field(default_factory=Counter)      # fault kind -> count injected
     in_flight: int = 0
     max_in_flight: int = 0
     accepted_times: list[float] = field(default_factory=list)  # time.monotonic() of calls past the limits
@@ -271,7 +271,7 @@ class ServerStats:
     cache_write_tokens: int = 0   # ...and written to it (Anthropic)
     streams: int = 0              # streamed replies started
     streams_cancelled: int = 0    # ...whose client left before the end
-    batch_requests: Counter = field(default_factory=Counter)  # batch lines by outcome
+    batch_requests: Counter[str] = field(default_factory=Counter)  # batch lines by outcome
     batch_input_tokens: int = 0
     batch_output_tokens: int = 0
 
@@ -399,7 +399,7 @@ class LoopbackServer:
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         return await self._serve(request, "anthropic", self._anthropic_messages)
 
-    async def _serve(self, request: web.Request, api: str, build: Callable) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, api: str, build: Callable[..., Any]) -> web.StreamResponse:
         """Count, authenticate, inject faults, rate-limit, wait, reply."""
         stats = self.stats
         stats.requests += 1
@@ -418,7 +418,7 @@ class LoopbackServer:
             stats.in_flight -= 1
             stats.by_status[status] += 1
 
-    async def _respond(self, request: web.Request, api: str, build: Callable) -> web.StreamResponse:
+    async def _respond(self, request: web.Request, api: str, build: Callable[..., Any]) -> web.StreamResponse:
         error = openai_error if api == "openai" else anthropic_error
         denied = self._check_auth(request, api)
         if denied is not None:
@@ -480,21 +480,21 @@ class LoopbackServer:
             delay += sum(self.token_delay() for _ in range(output_tokens - 1))
         return delay
 
-    def _finish(self, api: str, prepared: dict, output_tokens: int) -> dict[str, str]:
+    def _finish(self, api: str, prepared: dict[str, Any], output_tokens: int) -> dict[str, str]:
         """Account a served reply (limits, stats, prompt cache); its headers."""
         now = time.monotonic()
         self.limits.charge_output(output_tokens, now)
         self._account(prepared, output_tokens)
         return self._reply_headers(api, prepared, now)
 
-    def _reply_headers(self, api: str, prepared: dict, now: float) -> dict[str, str]:
+    def _reply_headers(self, api: str, prepared: dict[str, Any], now: float) -> dict[str, str]:
         headers = self._limit_headers(api, now)
         headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
         if api == "openai":
             headers["openai-processing-ms"] = str(int((now - prepared["start"]) * 1000))
         return headers
 
-    def _account(self, prepared: dict, output_tokens: int, batch: bool = False) -> None:
+    def _account(self, prepared: dict[str, Any], output_tokens: int, batch: bool = False) -> None:
         cache = prepared["cache"]
         self.prompt_cache.commit(cache)
         stats = self.stats
@@ -507,7 +507,7 @@ class LoopbackServer:
             stats.input_tokens += prepared["input_tokens"]
             stats.output_tokens += output_tokens
 
-    async def _stream(self, request: web.Request, api: str, body: dict, prepared: dict, data: dict,
+    async def _stream(self, request: web.Request, api: str, body: dict[str, Any], prepared: dict[str, Any], data: dict[str, Any],
                       output_tokens: int, fault: str | None) -> web.StreamResponse:
         """Send the reply as server-sent events (loopback_stream)."""
         if api == "openai":
@@ -607,7 +607,7 @@ class LoopbackServer:
         raise _Aborted("truncate")
 
     # -- request parsing ------------------------------------------------------------------
-    def _prepare(self, api: str, path: str, body: dict) -> dict[str, Any]:
+    def _prepare(self, api: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """Validate the body; count input tokens; apply the context limit."""
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise _Reject(400, "you must provide a model parameter", param="model")
@@ -649,7 +649,7 @@ class LoopbackServer:
             raise _Reject(400, str(exc)) from None
         return {"input_tokens": input_tokens, "cache": cache, "start": start}
 
-    def _generate(self, api: str, body: dict, max_tokens: int | None, stops: Sequence[str]
+    def _generate(self, api: str, body: dict[str, Any], max_tokens: int | None, stops: Sequence[str]
                   ) -> tuple[str, str, str | None, int]:
         """(text, finish, matched stop sequence, output tokens) under max_tokens/stop."""
         produced = self.reply(api, body)
@@ -669,7 +669,7 @@ class LoopbackServer:
         return text, finish, matched, tokens
 
     # -- OpenAI ---------------------------------------------------------------------------
-    def _openai_chat(self, body: dict, prepared: dict, fault: str | None) -> tuple[dict, int]:
+    def _openai_chat(self, body: dict[str, Any], prepared: dict[str, Any], fault: str | None) -> tuple[dict[str, Any], int]:
         stop = body.get("stop") or []
         stops = [stop] if isinstance(stop, str) else list(stop)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -690,7 +690,7 @@ class LoopbackServer:
         }
         return data, output_tokens
 
-    def _openai_embeddings(self, body: dict, prepared: dict, fault: str | None) -> tuple[dict, int]:
+    def _openai_embeddings(self, body: dict[str, Any], prepared: dict[str, Any], fault: str | None) -> tuple[dict[str, Any], int]:
         dim = body.get("dimensions") or self.embed_dim
         if not isinstance(dim, int) or dim < 1:
             raise _Reject(400, "'dimensions' must be a positive integer", param="dimensions")
@@ -710,7 +710,7 @@ class LoopbackServer:
         return {"object": "list", "data": data, "model": body["model"], "usage": usage}, 0
 
     # -- Anthropic ------------------------------------------------------------------------
-    def _anthropic_messages(self, body: dict, prepared: dict, fault: str | None) -> tuple[dict, int]:
+    def _anthropic_messages(self, body: dict[str, Any], prepared: dict[str, Any], fault: str | None) -> tuple[dict[str, Any], int]:
         stops = list(body.get("stop_sequences") or [])
         text, finish, matched, output_tokens = self._generate("anthropic", body, body["max_tokens"], stops)
         if fault == "content_filter":
@@ -731,7 +731,7 @@ class LoopbackServer:
         return data, output_tokens
 
     # -- files and fine-tuning (OpenAI) ---------------------------------------------------------
-    def _control(self, handler: Callable, api: str = "openai") -> Callable:
+    def _control(self, handler: Callable[..., Any], api: str = "openai") -> Callable[..., Any]:
         """Count, authenticate and serve a control-plane call (no limits, no faults)."""
         async def serve(request: web.Request) -> web.Response:
             route = request.match_info.route.resource
@@ -760,7 +760,7 @@ class LoopbackServer:
                                "created_at": int(time.time())}
         return _json(self._file_object(file_id))
 
-    def _file_object(self, file_id: str) -> dict:
+    def _file_object(self, file_id: str) -> dict[str, Any]:
         entry = self.files[file_id]
         return {"id": file_id, "object": "file", "bytes": len(entry["content"]), "created_at": entry["created_at"],
                 "filename": entry["filename"], "purpose": entry["purpose"], "status": "processed",
@@ -779,7 +779,7 @@ class LoopbackServer:
         return web.Response(body=self.files[file_id]["content"], content_type="application/octet-stream")
 
     # -- batches (loopback_batches) ------------------------------------------------------------
-    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict]:
+    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         """(status, body) of one batch request, built exactly as the direct
         endpoint would (same text and usage; no limits, faults or latency)."""
         builders = {"/v1/chat/completions": self._openai_chat, "/v1/embeddings": self._openai_embeddings,
@@ -799,9 +799,9 @@ class LoopbackServer:
         return 200, data
 
     @staticmethod
-    def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
+    def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
         """An error in the API's shape, as a JSON object (the body of its error reply)."""
-        return orjson.loads(cast(bytes, error_response(api, status, message, code, param).body))
+        return cast(dict[str, Any], orjson.loads(cast(bytes, error_response(api, status, message, code, param).body)))
 
     async def _create_job(self, request: web.Request) -> web.Response:
         try:
