@@ -43,12 +43,15 @@ from typing import Any
 
 from engine.commands.argtypes import csv_list, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
+from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.evaluation import answers as A
 from engine.evaluation import pipeline, rag
+from engine.evaluation.questions import Question
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
-from engine.generation.bookdir import check_output_folder
+from engine.generation.bookdir import Book, check_output_folder
+from engine.scheduler import Engine
 from providers.base import BUDGET, TulvingError
 
 DEFAULT_BOOK = "synaptic-echoes-short"
@@ -182,7 +185,7 @@ def _load_book(name: str) -> Any:
     return load_book(name)
 
 
-def _questions(args: argparse.Namespace, book: Any) -> list[Any]:
+def _questions(args: argparse.Namespace, book: Book) -> list[Question]:
     from engine.evaluation.questions import build_questions, read_questions
 
     if getattr(args, "questions", None):
@@ -226,7 +229,7 @@ def _minilm_installed() -> bool:
     return package_dir(MINILM_PACKAGE) is not None
 
 
-async def _embedder_works(engine: Any, model: str) -> str | None:
+async def _embedder_works(engine: Engine, model: str) -> str | None:
     """None if `model` embeds a probe text, else why not."""
     from engine.requests import EmbedRequest
 
@@ -259,7 +262,7 @@ def _plan(args: argparse.Namespace, questions: list[Any], models: list[str], mod
     return pipeline.plan_jobs(questions, models, modes, samples)
 
 
-async def _run(args: argparse.Namespace, config: Any, book: Any, questions: list[Any], models: list[str],
+async def _run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question], models: list[str],
                modes: list[str], default_run: bool, out: Path) -> int:
 
     started = time.perf_counter()
@@ -342,7 +345,7 @@ def _error(message: str) -> None:
     print(f"tulving: {printable(message)}", file=sys.stderr)
 
 
-def _run_record(book: Any, questions: list[Any], ev: pipeline.Evaluation, wall: float,
+def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, wall: float,
                 engine_stats: dict[str, Any]) -> dict[str, Any]:
     jobs = []
     for job in ev.jobs:
@@ -350,7 +353,7 @@ def _run_record(book: Any, questions: list[Any], ev: pipeline.Evaluation, wall: 
         jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
                      "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
                      "wall_seconds": round(st.wall, 3), "cached_answers": sorted(st.cached_answers)})
-    return {"book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if getattr(book, "path", None)
+    return {"book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if book.path is not None
                                        else {}),
             "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
@@ -368,7 +371,7 @@ def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[st
     return summary
 
 
-async def _dry_run(args: argparse.Namespace, config: Any, book: Any, questions: list[Any],
+async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
                    jobs: list[pipeline.Job], embed_model: str) -> int:
     from engine.requests import ChatRequest, EmbedRequest
 

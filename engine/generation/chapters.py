@@ -29,10 +29,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.config import Config
 from engine.errors import EXIT_BUDGET
 from engine.generation.checks import exact_check, parse_llm_check
 from engine.generation.prompts import chapter_messages, verification_messages
 from engine.requests import ChatRequest, Outcome
+from engine.scheduler import Engine
 from providers.base import TulvingError
 
 DEFAULT_ITERMAX = 10
@@ -84,7 +86,7 @@ class _Tag:
     check: bool  # False: chapter writing, True: LLM check
 
 
-def seeds_draws(config: Any, model: str) -> bool:
+def seeds_draws(config: Config, model: str) -> bool:
     """Whether requests of `model` carry `seed=draw` (built-in models only)."""
     kind: str = config.endpoints_of(config.alias(model))[0].kind
     return kind == "builtin"
@@ -93,7 +95,7 @@ def seeds_draws(config: Any, model: str) -> bool:
 class ChapterRequests:
     """Builds the chat requests of candidate `draw` of event `event` and of its LLM check."""
 
-    def __init__(self, config: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
+    def __init__(self, config: Config, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
                  styles: Mapping[str, Sequence[str]], *, model: str, universe: str = "default",
                  seed_draws: bool | None = None, temperature: float | None = None):
         self.events, self.metas, self.styles = events, metas, styles
@@ -116,7 +118,7 @@ class ChapterRequests:
 class ChapterGenerator:
     """Generates the chapters of `events` with `model` through `engine`."""
 
-    def __init__(self, engine: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
+    def __init__(self, engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
                  styles: Mapping[str, Sequence[str]], *, model: str, universe: str = "default",
                  itermax: int = DEFAULT_ITERMAX, seed_draws: bool | None = None,
                  temperature: float | None = None):
@@ -234,6 +236,6 @@ class ChapterGenerator:
             result.error_events.append(tag.event)
 
 
-async def generate_chapters(engine: Any, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
+async def generate_chapters(engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
                             styles: Mapping[str, Sequence[str]], **options: Any) -> ChapterRun:
     return await ChapterGenerator(engine, events, metas, styles, **options).run()
