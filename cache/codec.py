@@ -134,9 +134,15 @@ def _pack_vectors(vectors: list[Any]) -> tuple[bytes, str] | None:
 def result_to_record(result: Result) -> dict[str, Any]:
     """The cache's response: the result's fields (an embedding has `vectors`)."""
     if isinstance(result, ChatResult):
-        return {"text": result.text, "finish_reason": result.finish_reason,
-                "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
-                "latency": result.latency, "request_id": result.request_id}
+        record = {"text": result.text, "finish_reason": result.finish_reason,
+                  "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
+                  "latency": result.latency, "request_id": result.request_id}
+        # Prompt-cache counts only when there are some: older records stay as they were.
+        if result.cache_read_tokens:
+            record["cache_read_tokens"] = result.cache_read_tokens
+        if result.cache_write_tokens:
+            record["cache_write_tokens"] = result.cache_write_tokens
+        return record
     return {"vectors": result.vectors, "input_tokens": result.input_tokens,
             "latency": result.latency, "request_id": result.request_id}
 
@@ -147,4 +153,6 @@ def result_from_record(record: dict[str, Any]) -> Result:
                            latency=record.get("latency", 0.0), request_id=record.get("request_id"))
     return ChatResult(text=record["text"], finish_reason=record.get("finish_reason", "stop"),
                       input_tokens=record.get("input_tokens", 0), output_tokens=record.get("output_tokens", 0),
-                      latency=record.get("latency", 0.0), request_id=record.get("request_id"))
+                      latency=record.get("latency", 0.0), request_id=record.get("request_id"),
+                      cache_read_tokens=record.get("cache_read_tokens", 0),
+                      cache_write_tokens=record.get("cache_write_tokens", 0))

@@ -59,9 +59,22 @@ class ModelAlias:
     # Reasoning models (o1/o3) take no system prompt, temperature or token limit.
     reasoning: bool = False
     context_tokens: int | None = None
+    price_cached_in: float | None = None    # USD per 1M input tokens read from the provider's prompt cache
+    price_cache_write: float | None = None  # USD per 1M input tokens written to it
+    batch_discount: float = 0.5             # share of the price a batch-API call costs
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        return ((self.price_in or 0.0) * input_tokens + (self.price_out or 0.0) * output_tokens) / 1e6
+    def cost(self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0,
+             batch: bool = False) -> float:
+        """USD of one call. `input_tokens` counts the whole prompt, of which
+        `cache_read` / `cache_write` tokens are priced at the prompt-cache
+        prices (the plain input price where none is set)."""
+        price_in = self.price_in or 0.0
+        plain = max(0, input_tokens - cache_read - cache_write)
+        read_price = price_in if self.price_cached_in is None else self.price_cached_in
+        write_price = price_in if self.price_cache_write is None else self.price_cache_write
+        total = (price_in * plain + read_price * cache_read + write_price * cache_write
+                 + (self.price_out or 0.0) * output_tokens) / 1e6
+        return total * self.batch_discount if batch else total
 
 
 DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
@@ -103,7 +116,8 @@ def register_defaults(*, endpoints: Mapping[str, Mapping[str, Any]] | None = Non
     DEFAULT_MODELS.update({name: dict(table) for name, table in (models or {}).items()})
 
 _ENDPOINT_FIELDS = {f.name for f in fields(EndpointSpec)} - {"name"}
-_MODEL_FIELDS = {"endpoint", "endpoints", "model", "params", "price_in", "price_out", "reasoning", "context_tokens"}
+_MODEL_FIELDS = {"endpoint", "endpoints", "model", "params", "price_in", "price_out", "reasoning", "context_tokens",
+                 "price_cached_in", "price_cache_write", "batch_discount"}
 
 
 @dataclass(slots=True)
@@ -341,11 +355,13 @@ def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, Endpoint
     for key in ("max_tokens", "max_completion_tokens"):
         if key in params and params[key] is not None and (type(params[key]) is not int or params[key] < 1):
             raise ConfigError(f"{where} params.{key} must be a whole number >= 1, got {params[key]!r}")
-    for key in ("price_in", "price_out"):
+    for key in ("price_in", "price_out", "price_cached_in", "price_cache_write", "batch_discount"):
         _positive(table, key, where, allow_zero=True)
     _positive(table, "context_tokens", where, integer=True)
     if "reasoning" in table and not isinstance(table["reasoning"], bool):
         raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
     return ModelAlias(name=name, endpoints=tuple(names), model=table["model"], params=dict(params),
                       price_in=table.get("price_in"), price_out=table.get("price_out"),
-                      reasoning=bool(table.get("reasoning", False)), context_tokens=table.get("context_tokens"))
+                      reasoning=bool(table.get("reasoning", False)), context_tokens=table.get("context_tokens"),
+                      price_cached_in=table.get("price_cached_in"), price_cache_write=table.get("price_cache_write"),
+                      batch_discount=float(table.get("batch_discount", 0.5)))

@@ -39,6 +39,7 @@ calls in flight past it; cached requests still yield.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import operator
@@ -60,7 +61,7 @@ from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from providers import make_provider
-from providers.base import BAD_REPLY, RATE_LIMITED, ChatResult, EmbedResult, EndpointSpec, ProviderError, Result
+from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError, Result
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +117,7 @@ class EngineStats:
 
 
 def _copy_result(result: Result) -> Result:
-    if isinstance(result, ChatResult):
-        return ChatResult(result.text, result.finish_reason, result.input_tokens, result.output_tokens,
-                          result.latency, result.request_id)
-    return EmbedResult(result.vectors, result.input_tokens, result.latency, result.request_id)
+    return dataclasses.replace(result)
 
 
 _content = operator.itemgetter("content")

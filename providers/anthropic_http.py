@@ -64,12 +64,16 @@ class AnthropicProvider(HttpProvider):
         self._drop = frozenset(spec.options.get("drop_params") or ())
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> ChatResult:
+                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         data, headers, latency = await self._http.post(self._url, messages_body(model, messages, params), timeout)
         request_id = headers.get("request-id") or data.get("id")
-        request_id = request_id if isinstance(request_id, str) and request_id else None
+        return self.chat_result(data, request_id if isinstance(request_id, str) and request_id else None, latency)
+
+    def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
+        """The normalised result of a `message` object (a direct reply's body,
+        or a batch result's `result.message`)."""
         content = data.get("content")
         if not isinstance(content, list):
             raise bad_reply(self.spec.name, "messages reply has no content list",
@@ -90,6 +94,9 @@ class AnthropicProvider(HttpProvider):
         try:
             input_tokens = token_count(usage, "input_tokens") or 0
             output_tokens = token_count(usage, "output_tokens") or 0
+            # Prompt caching: reported beside input_tokens, which excludes them.
+            cache_write = token_count(usage, "cache_creation_input_tokens") or 0
+            cache_read = token_count(usage, "cache_read_input_tokens") or 0
         except ValueError as exc:
             raise bad_reply(self.spec.name, f"messages reply's {exc}", secret=self._api_key,
                             request_id=request_id) from None
@@ -101,5 +108,6 @@ class AnthropicProvider(HttpProvider):
             raise bad_reply(self.spec.name, f"messages reply has no text (stop_reason {stop_reason!r}, "
                                             f"{output_tokens} output tokens)",
                             secret=self._api_key, request_id=request_id)
-        return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens,
-                          output_tokens=output_tokens, latency=latency, request_id=request_id)
+        return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens + cache_write + cache_read,
+                          output_tokens=output_tokens, latency=latency, request_id=request_id,
+                          cache_read_tokens=cache_read, cache_write_tokens=cache_write)

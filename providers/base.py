@@ -27,9 +27,48 @@ class TulvingError(Exception):
     exit_code = 2
 
 
+@dataclass(frozen=True, slots=True)
+class StreamTimings:
+    """When the pieces of a streamed reply arrived, in seconds after the request
+    was sent (perf_counter differences). Only a streamed call has them; they are
+    not cached (a cached reply is never timed)."""
+
+    ttft: float                        # the first chunk carrying output text
+    chunk_times: tuple[float, ...]     # every chunk carrying output text, the first included
+    first_byte: float | None = None    # the reply's first byte (status line), when known
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitInfo:
+    """The limits a reply's headers reported: OpenAI's `x-ratelimit-*` (reset as
+    a relative duration) or Anthropic's `anthropic-ratelimit-*` (reset as an
+    absolute RFC 3339 time). None where a header was absent or unreadable.
+    Resets are seconds from when the reply arrived; `tokens_*` is the most
+    restrictive token limit in force (OpenAI's only token limit)."""
+
+    requests_limit: float | None = None
+    requests_remaining: float | None = None
+    requests_reset: float | None = None
+    tokens_limit: float | None = None
+    tokens_remaining: float | None = None
+    tokens_reset: float | None = None
+    input_tokens_limit: float | None = None
+    input_tokens_remaining: float | None = None
+    input_tokens_reset: float | None = None
+    output_tokens_limit: float | None = None
+    output_tokens_remaining: float | None = None
+    output_tokens_reset: float | None = None
+
+
 @dataclass(slots=True)
 class ChatResult:
-    """A provider's normalised chat reply."""
+    """A provider's normalised chat reply.
+
+    `input_tokens` counts the whole prompt; `cache_read_tokens` and
+    `cache_write_tokens` are the parts of it the provider read from / wrote to
+    its prompt cache (OpenAI `prompt_tokens_details.cached_tokens`; Anthropic
+    `cache_read_input_tokens` / `cache_creation_input_tokens`, which Anthropic
+    reports beside `input_tokens`, so they are added to it here)."""
 
     text: str
     finish_reason: str = "stop"
@@ -37,6 +76,10 @@ class ChatResult:
     output_tokens: int = 0
     latency: float = 0.0  # seconds, wall time of the successful attempt
     request_id: str | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    timings: StreamTimings | None = None     # a streamed call's arrival times (not cached)
+    rate_limits: RateLimitInfo | None = None  # what the reply's headers said (not cached)
 
 
 @dataclass(slots=True)
@@ -47,6 +90,7 @@ class EmbedResult:
     input_tokens: int = 0
     latency: float = 0.0
     request_id: str | None = None
+    rate_limits: RateLimitInfo | None = None  # what the reply's headers said (not cached)
 
 
 Result = ChatResult | EmbedResult
@@ -92,13 +136,15 @@ class ProviderError(Exception):
     (never contains a key)."""
 
     def __init__(self, kind: ErrorKind | str, message: str, *, status: int | None = None,
-                 retry_after: float | None = None, request_id: str | None = None):
+                 retry_after: float | None = None, request_id: str | None = None,
+                 rate_limits: RateLimitInfo | None = None):
         super().__init__(message)
         self.kind = ErrorKind(kind)
         self.message = message
         self.status = status
         self.retry_after = retry_after
         self.request_id = request_id
+        self.rate_limits = rate_limits  # what the error reply's headers said of the limits
 
     @property
     def retryable(self) -> bool:
@@ -150,12 +196,17 @@ class Provider(abc.ABC):
         self.spec = spec
         self._api_key = api_key  # never logged, never cached
 
+    # True when `chat(..., stream=True)` streams the reply (server-sent events)
+    # and returns its `timings`; others ignore `stream` and return none.
+    can_stream: bool = False
+
     @abc.abstractmethod
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> ChatResult:
+                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         """One chat call. `params` holds temperature, max_tokens, seed, stop and
         any extra wire parameters, already merged with the alias defaults; keys
-        whose value is None are absent."""
+        whose value is None are absent. `stream`: receive the reply as it is
+        generated (when `can_stream`); the result is the same, plus `timings`."""
 
     async def embed(self, model: str, texts: Sequence[str], *,
                     timeout: float) -> EmbedResult:

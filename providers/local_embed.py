@@ -188,7 +188,7 @@ class LocalEmbedProvider(Provider):
         self.calls = 0  # encode calls actually run (not cached by the engine)
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> ChatResult:
+                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         raise ProviderError(BAD_REQUEST, f"endpoint {self.spec.name!r} serves embeddings only, not chat "
                                          f"(model {model!r})")
 

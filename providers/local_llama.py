@@ -156,7 +156,7 @@ class LocalLlamaProvider(Provider):
 
     # -- Provider interface -------------------------------------------------------
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> ChatResult:
+                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         unknown = set(params) - _SAMPLING_PARAMS
         if unknown:
             raise ProviderError(BAD_REQUEST, f"the local provider does not take parameter(s) {sorted(unknown)} "

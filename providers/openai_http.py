@@ -41,12 +41,16 @@ class OpenAIProvider(HttpProvider):
         self._drop = frozenset(spec.options.get("drop_params") or ())
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> ChatResult:
+                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         body = {"model": model, "messages": messages, **params}
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
-        request_id = _request_id(headers.get("x-request-id") or data.get("id"))
+        return self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
+
+    def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
+        """The normalised result of a `chat.completion` object (a direct
+        reply's body, or a batch result line's `response.body`)."""
         try:
             choice = data["choices"][0]
             message = choice["message"]
@@ -59,11 +63,14 @@ class OpenAIProvider(HttpProvider):
         try:
             input_tokens = token_count(usage, "prompt_tokens") or 0
             output_tokens = token_count(usage, "completion_tokens")
+            details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+            cached = token_count(details, "cached_tokens") or 0  # OpenAI's automatic prompt caching
         except ValueError as exc:
             raise self._malformed(data, f"chat reply's {exc}", request_id) from None
         text = self._content(data, message, finish, output_tokens, usage, request_id)
         return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens,
-                          output_tokens=output_tokens or 0, latency=latency, request_id=request_id)
+                          output_tokens=output_tokens or 0, latency=latency, request_id=request_id,
+                          cache_read_tokens=min(cached, input_tokens))
 
     def _content(self, data: dict[str, Any], message: dict[str, Any], finish: str, output_tokens: int | None,
                  usage: Any, request_id: str | None) -> str:

@@ -35,7 +35,7 @@ class BuiltinProvider(Provider):
     kind = "builtin"
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float) -> ChatResult:
+                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         try:
             module = importlib.import_module(MODELS[model])
         except KeyError:
