@@ -3,27 +3,37 @@
     budget = Budget(max_cost=20.0)
     refusal = budget.admit(alias, input_estimate, output_estimate)  # None: may send
     reserved = budget.reserve(alias, input_estimate, output_estimate)
-    cost = budget.settle(reserved, alias, usage)                     # what it cost
+    cost = budget.settle(reserved, alias, result)                    # what it cost (batch=True: discounted)
 
 A call's worst case (its prompt estimate plus max_tokens, at the alias's
 prices) is reserved before it is sent and released when it ends, so calls in
 flight together cannot overshoot the cap; `spent` counts what the replies
-reported. The dispatcher (engine/dispatch.py) is the only caller.
+reported (prompt-cache reads and writes at their own prices).
 """
 from __future__ import annotations
 
 from engine.config import ModelAlias
-from providers.base import BUDGET, ProviderError
+from providers.base import BUDGET, ChatResult, ProviderError, Result
 
 
-def safe_cost(alias: ModelAlias, input_tokens: int, output_tokens: int) -> float:
+def safe_cost(alias: ModelAlias, input_tokens: int, output_tokens: int, *, cache_read: int = 0,
+              cache_write: int = 0, batch: bool = False) -> float:
     """The alias's cost of a call; 0 when its prices cannot be used (the
     config's schema refuses such prices at load, so this is a last guard)."""
     try:
-        cost = float(alias.cost(input_tokens, output_tokens))
+        cost = float(alias.cost(input_tokens, output_tokens, cache_read=cache_read, cache_write=cache_write,
+                                batch=batch))
     except Exception:  # noqa: BLE001
         return 0.0
     return cost if cost == cost and cost >= 0.0 else 0.0
+
+
+def worst_case(alias: ModelAlias, input_tokens: int, output_tokens: int, *, batch: bool = False) -> float:
+    """The most a call of this size can cost: every prompt token at the
+    dearest input price (a cache write may cost more than plain input)."""
+    plain = safe_cost(alias, input_tokens, output_tokens, batch=batch)
+    written = safe_cost(alias, input_tokens, output_tokens, cache_write=input_tokens, batch=batch)
+    return max(plain, written)
 
 
 class Budget:
@@ -36,30 +46,36 @@ class Budget:
         self.spent = 0.0
         self.reserved = 0.0
 
-    def admit(self, alias: ModelAlias, input_tokens: int, output_tokens: int) -> ProviderError | None:
+    def admit(self, alias: ModelAlias, input_tokens: int, output_tokens: int, *,
+              batch: bool = False) -> ProviderError | None:
         """None when a call of this size may be sent; else the budget error
         that settles it unsent."""
         if self.max_cost is None:
             return None
-        estimate = safe_cost(alias, input_tokens, output_tokens)
+        estimate = worst_case(alias, input_tokens, output_tokens, batch=batch)
         if estimate > 0 and self.spent + self.reserved + estimate > self.max_cost:
             return ProviderError(BUDGET, f"not sent: max cost ${self.max_cost:.2f} reached "
                                          f"(spent ${self.spent:.2f}, this call up to ${estimate:.4f})")
         return None
 
-    def reserve(self, alias: ModelAlias, input_tokens: int, output_tokens: int) -> float:
+    def reserve(self, alias: ModelAlias, input_tokens: int, output_tokens: int, *, batch: bool = False) -> float:
         """Hold a sent call's worst case; returns the amount to `settle` later."""
-        reserved = safe_cost(alias, input_tokens, output_tokens)
+        reserved = worst_case(alias, input_tokens, output_tokens, batch=batch)
         self.reserved += reserved
         return reserved
 
-    def settle(self, reserved: float, alias: ModelAlias, usage: tuple[int, int] | None) -> float:
+    def settle(self, reserved: float, alias: ModelAlias, result: Result | None, *, batch: bool = False) -> float:
         """Release a call's reservation and count what it cost (0 without a
-        reply). Raises what the alias's prices raise: the caller settles the
-        call as an error, never hangs."""
+        reply), from the reply's usage: its prompt-cache reads and writes at
+        their prices, a batch call at the batch discount. Raises what the
+        alias's prices raise: the caller settles the call as an error, never hangs."""
         self.reserved -= reserved
-        if usage is None:
+        if result is None:
             return 0.0
-        cost = float(alias.cost(usage[0], usage[1]))
+        if isinstance(result, ChatResult):
+            cost = float(alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
+                                    cache_write=result.cache_write_tokens, batch=batch))
+        else:
+            cost = float(alias.cost(result.input_tokens, 0, batch=batch))
         self.spent += cost
         return cost

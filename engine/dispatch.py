@@ -497,7 +497,7 @@ class EndpointState:
             try:
                 # spent before release(), which may start the next call under max_cost
                 reserved, job.cost_reserved = job.cost_reserved, 0.0
-                outcome.cost = self.budget.settle(reserved, r.alias, outcome.usage)
+                outcome.cost = self.budget.settle(reserved, r.alias, outcome.result if outcome.usage else None)
             except Exception as exc:  # noqa: BLE001 -- reported as an error below, never a hang
                 outcome = AttemptOutcome(error=exception_error(exc, endpoint=self.name, timeout=timeout, secret=None),
                                          started=start)
