@@ -35,6 +35,10 @@ class ChatRequest:
     extra: Mapping[str, Any] | None = None  # other wire parameters (top_p, ...)
     draw: int = 0
     tag: Any = None
+    # How the call is made, not what it asks: none of these is in the cache key.
+    stream: bool = False       # receive the reply as server-sent events (result.timings: TTFT, chunk times)
+    cache_read: bool = True    # False: never answered from the cache or by joining an identical call in flight
+    cache_write: bool = True   # False: the reply is not stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,8 @@ class Outcome:
     cost: float = 0.0  # USD spent on this call (0 when cached or unpriced)
     endpoint: str | None = None
     key: str | None = None  # cache key
+    queued: float | None = None   # seconds from the engine taking the request to its first attempt's send
+    sent_at: float | None = None  # time.monotonic() when the last attempt was sent
 
     @property
     def tag(self) -> Any:
