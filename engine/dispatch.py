@@ -88,7 +88,7 @@ class Job:
     cancelled: bool = False
     task: asyncio.Task[None] | None = None
     last_error: ProviderError | None = None
-    taken_at: float = 0.0                       # time.monotonic() when the engine took the request
+    taken_at: float | None = None               # time.monotonic() when the engine took the request
     first_sent: float | None = None             # ... when its first attempt was sent
     last_sent: float | None = None              # ... and its last one
 

@@ -9,6 +9,12 @@ For each request pulled (lazily, never more than `window` ahead of the
 outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
 alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
+A request's own switches (engine/requests.py): `stream` (the provider streams
+the reply, when it can, and the result carries its timings), `cache_read=False`
+(no lookup and no joining: a call of its own, which nobody joins either) and
+`cache_write=False` (the reply is not stored). Each outcome of a call says how
+long it was queued before its first send (`queued`) and when its last attempt
+was sent (`sent_at`); one from the cache has neither, nor timings.
 A failed attempt of a retryable kind is queued again after a backoff
 (engine/retry.py); 429s have their own allowance of attempts and a capped wait
 (the endpoint's max_retry_after, reported when applied); a call that fails for
@@ -351,13 +357,13 @@ class Engine:
 
     async def _submit(self, chunk: list[Request], sink: asyncio.Queue[Outcome]) -> None:
         config = self.config
+        taken = time.monotonic()  # the engine has the requests: their time queued starts
         resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
         for r in resolved:  # missing keys fail before anything is queued
             for spec in r.endpoints:
                 if spec.name not in self._endpoints:
                     self._endpoint(spec)
         inflight = self._inflight
-        taken = time.monotonic()
         hits: dict[str, Any] = {}
         if self._cache is not None:
             lookup = [r.key for r in resolved if r.key not in inflight and r.cache_read]
@@ -551,7 +557,7 @@ class Engine:
             del self._inflight[slot]
         first = True
         sent = job.first_sent
-        queued = None if sent is None else sent - job.taken_at
+        queued = None if sent is None or job.taken_at is None else sent - job.taken_at
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
