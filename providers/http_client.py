@@ -154,7 +154,7 @@ class JsonHttpClient:
             if self.uses_aiohttp:
                 source: _StreamSource = await self._stream_aiohttp(url, payload, timeout)
             else:
-                source = await self._pool_of().post_stream(url, payload, timeout)  # type: ignore[attr-defined]  # until the pool branch lands
+                source = await self._pool_of().post_stream(url, payload, timeout)
         except (HttpConfigError, TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise self._failed(exc, timeout) from exc
         try:
@@ -234,9 +234,12 @@ class _StreamSource(Protocol):
     """A streamed reply as the HTTP clients give it: the pool's PooledStream
     (providers/http_pool.py), or `_AiohttpStream`."""
 
-    status: int
-    headers: Mapping[str, str]   # looked up by lower-case name
-    first_byte: float            # perf_counter() when the status line arrived
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...  # looked up by lower-case name
+    @property
+    def first_byte(self) -> float: ...           # perf_counter() when the reply's first byte arrived
 
     def __aiter__(self) -> AsyncIterator[bytes]: ...
     async def read(self) -> bytes: ...

@@ -23,7 +23,7 @@ from providers.base import BAD_REPLY, CONNECTION, OVERLOADED, RATE_LIMITED, TIME
 from providers.openai_http import OpenAIProvider
 from providers.sse import SSEEvent, SSEParser
 
-CLIENTS = ["aiohttp"]  # TODO pool
+CLIENTS = ["pool", "aiohttp"]
 APIS = ["openai", "anthropic"]
 USER = [{"role": "user", "content": "Where did Maya meet Sam on March 3?"}]
 LONG = lambda api, body: "word " * 60  # noqa: E731 -- 300 characters: 75 tokens, 75 deltas
