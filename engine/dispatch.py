@@ -466,7 +466,7 @@ class EndpointState:
 
     def _call(self, r: Resolved, timeout: float) -> Awaitable[Result]:
         if r.messages is not None:
-            if r.stream and self.provider.can_stream:  # asked only then: other providers need not know the flag
+            if r.request.stream and self.provider.can_stream:  # asked only then: other providers need not know the flag
                 return self.provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout, stream=True)
             return self.provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout)
         return self.provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]

@@ -129,14 +129,6 @@ def _copy_result(result: Result) -> Result:
 _content = operator.itemgetter("content")
 
 
-def _inflight_key(job: Job) -> str:
-    """Where a call sits among the calls in flight: under its cache key, for
-    identical requests to join it, unless its request reads no cache (then
-    under a key of its own)."""
-    r = job.resolved
-    return r.key if r.cache_read else f"{r.key}#{job.seq}"
-
-
 def _request_chars(request: Request) -> int:
     if isinstance(request, ChatRequest):
         return sum(map(len, map(_content, request.messages)))
@@ -366,11 +358,11 @@ class Engine:
         inflight = self._inflight
         hits: dict[str, Any] = {}
         if self._cache is not None:
-            lookup = [r.key for r in resolved if r.key not in inflight and r.cache_read]
+            lookup = [r.key for r in resolved if r.key not in inflight and r.request.cache_read]
             if lookup:
                 hits = await self._cache.get_many(lookup)
         for r in resolved:
-            if not r.cache_read:  # its own call: no cache, no joining (and nobody joins it)
+            if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
                 self._queue_new(r, sink, taken)
                 continue
             record = hits.get(r.key)
@@ -402,7 +394,9 @@ class Engine:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
                   prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken)
-        self._inflight[_inflight_key(job)] = job
+        # In flight under its cache key, for identical requests to join it;
+        # one that reads no cache under a key of its own (nobody joins it).
+        self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
         pool.push(job)
 
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
@@ -460,7 +454,7 @@ class Engine:
             stats.tokens_out += usage[1]
             stats.cost += cost
             if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
-                    r.cache_write or any(getattr(request, "cache_write", True) for request, _ in job.waiters)):
+                    r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
                 try:
                     self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
                 except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
@@ -551,8 +545,9 @@ class Engine:
                 cost: float = 0.0, endpoint: str | None = None) -> None:
         """Hand the call's outcome to every request waiting on it (once: a
         call already settled has no waiters left)."""
-        key = job.resolved.key
-        slot = _inflight_key(job)
+        r = job.resolved
+        key = r.key
+        slot = key if r.request.cache_read else f"{key}#{job.seq}"
         if self._inflight.get(slot) is job:
             del self._inflight[slot]
         first = True

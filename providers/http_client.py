@@ -11,7 +11,7 @@ them) and every failure leaves as a classified `ProviderError` (see
 providers/http_errors.py).
 
 `JsonHttpClient.stream` is the streamed twin of `post` (server-sent events):
-the reply's body pieces as they arrive, with the time of the status line, the
+the reply's body pieces as they arrive, with the time of its first byte, the
 same error classification, and the connection dropped (never reused) when the
 body is not read to its end (cancelled, or an error mid-stream).
 """
@@ -274,7 +274,7 @@ class _AiohttpStream:
 class StreamReply:
     """A 2xx streamed reply (see `JsonHttpClient.stream`): iterate it for the
     body's pieces. `start` is perf_counter() before the call was sent,
-    `first_byte` when its status line arrived."""
+    `first_byte` when its first byte arrived."""
 
     __slots__ = ("_client", "_source", "_pieces", "_timeout", "headers", "start", "first_byte")
 
