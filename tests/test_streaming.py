@@ -406,6 +406,37 @@ async def test_requests_that_skip_the_cache_each_make_their_own_call(tmp_path, a
     assert stats.requests == 1 + 3 + 2
 
 
+async def test_a_reply_nobody_asked_to_store_is_stored_when_an_identical_request_joined_it(tmp_path):
+    cache = str(tmp_path / "cache.sqlite")
+    async with LoopbackServer(latency=constant(0.05)) as server:
+        config = engine_config(server, "openai")
+        async with Engine(config, cache_path=cache) as engine:
+            alone, joined = await engine.run([ask("a", cache_write=False), ask("a")])
+            [later] = await engine.run([ask("a")])
+            engine_stats = engine.stats
+    assert engine_stats.deduplicated == 1 and not alone.cached and later.cached
+    assert later.result.text == alone.result.text == joined.result.text
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_cancelling_a_run_mid_stream_leaves_the_server_cleanly(api):
+    async with LoopbackServer(token_delay=constant(0.02), reply=LONG) as server:
+        async with Engine(engine_config(server, api)) as engine:
+            run = asyncio.create_task(engine.run([ask(stream=True)]))
+            await asyncio.sleep(0.3)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            for _ in range(200):
+                if server.stats.in_flight == 0:
+                    break
+                await asyncio.sleep(0.01)
+            [after] = await engine.run([ask("next", stream=True)])
+        stats = server.stats
+    assert stats.streams_cancelled == 1 and stats.by_status["client_gone"] == 1
+    assert after.ok and after.result.output_tokens == 75 and stats.by_status[200] == 1
+
+
 async def test_queued_and_sent_at_tell_when_each_call_was_sent():
     async with LoopbackServer(latency=constant(0.1), faults=Faults(schedule=[None, None, "503"])) as server:
         config = engine_config(server, "openai", max_concurrency=1)
