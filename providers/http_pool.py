@@ -65,6 +65,8 @@ KEEPALIVE_TIMEOUT = 30.0  # s an idle connection is kept
 CONNECT_TIMEOUT = 30.0  # s to open a connection (TCP and TLS)
 MAX_HEADER_SIZE = 64 * 1024  # bytes of a reply's status line and headers
 MAX_BODY_SIZE = 256 * 1024 * 1024  # bytes of a reply body, as sent and once decoded
+# Endpoint options (engine/config.py checks them) passed to HttpPool as they are.
+TIMEOUT_OPTIONS = ("connect_timeout", "first_byte_timeout", "read_timeout", "keepalive_timeout")
 # A streamed body's bytes buffered before reading from the socket pauses
 # (the consumer lags); reading resumes when it takes them.
 STREAM_HIGH_WATER = 256 * 1024
