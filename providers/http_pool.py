@@ -284,11 +284,14 @@ class _Connection(asyncio.Protocol):
         except MalformedReply as exc:
             self._fail(exc)
             self.abort()
-        except Exception as exc:  # HttpParserError, or an upgrade (101) this client never asks for
-            cause = exc.__context__  # a callback's own error (limits) is the parser error's context
-            if not isinstance(cause, MalformedReply):
-                cause = MalformedReply(f"the server's reply is not valid HTTP ({type(exc).__name__}: {exc})")
-            self._fail(cause)
+        except httptools.HttpParserCallbackError as exc:
+            # A callback's own error is the parser error's context: a limit
+            # (MalformedReply) goes to the caller; anything else would be a
+            # bug here, and goes to the caller as it is (not hidden as a bad reply).
+            self._fail(exc.__context__ or exc)
+            self.abort()
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # (a 101 is never asked for)
+            self._fail(MalformedReply(f"the server's reply is not valid HTTP ({type(exc).__name__}: {exc})"))
             self.abort()
 
     def eof_received(self) -> bool:
