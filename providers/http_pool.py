@@ -73,11 +73,14 @@ STREAM_HIGH_WATER = 256 * 1024
 
 
 def default_ssl_context() -> ssl.SSLContext:
-    """The system's trust store, hostname checks on (what aiohttp uses too);
-    built once per process: loading the store takes milliseconds."""
+    """The system's trust store (or `SSL_CERT_FILE`), hostname checks on (what
+    aiohttp uses too), ALPN offering http/1.1 only; built once per process:
+    loading the store takes milliseconds."""
     global _default_ssl_context
     if _default_ssl_context is None:
-        _default_ssl_context = ssl.create_default_context()
+        context = ssl.create_default_context()
+        context.set_alpn_protocols(["http/1.1"])  # a server that would pick h2 by ALPN must not
+        _default_ssl_context = context
     return _default_ssl_context
 
 
@@ -181,7 +184,6 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[_Reply] | None = None
         self.closed = False
         self.reusable = False  # the last reply ended and the server keeps the connection open
-        self.replies = 0  # replies completed on this connection
         self.idle_until = 0.0  # loop time after which an idle connection is closed
         self.keepalive = pool.keepalive_timeout  # this connection's idle time (the server may shorten it)
         self.first_byte = 0.0  # perf_counter() when the current reply's first byte arrived
@@ -269,6 +271,10 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # a TCP connection's transport
 
     def data_received(self, data: bytes) -> None:
+        waiter = self.waiter
+        if waiter is None or (self.body_done if self.streaming else waiter.done()):
+            self.abort()  # bytes nobody asked for (an idle connection): it cannot carry the next reply
+            return
         if not self.first_byte:
             self.first_byte = perf_counter()
         self.last_read = self.loop.time()
@@ -382,7 +388,6 @@ class _Connection(asyncio.Protocol):
     # -- ending a reply -----------------------------------------------------------------
     def _finish(self, keep_alive: bool) -> None:
         self.disarm()
-        self.replies += 1
         headers = self.headers
         hint = headers.get("keep-alive")
         if hint is not None:
