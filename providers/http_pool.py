@@ -186,6 +186,10 @@ class _Connection(asyncio.Protocol):
         self.reusable = False  # the last reply ended and the server keeps the connection open
         self.idle_until = 0.0  # loop time after which an idle connection is closed
         self.keepalive = pool.keepalive_timeout  # this connection's idle time (the server may shorten it)
+        self.max_header = pool.max_header_size
+        self.max_body = pool.max_body_size
+        self.max_body_digits = len(str(pool.max_body_size))  # a shorter Content-Length is within it
+        self.timed_reads = pool.first_byte_timeout is not None or pool.read_timeout is not None
         self.first_byte = 0.0  # perf_counter() when the current reply's first byte arrived
         self.last_read = 0.0  # loop time of the last bytes read
         self.timer: asyncio.TimerHandle | None = None
@@ -213,17 +217,21 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         self._reset()
         self.first_byte = 0.0
-        self.streaming = streaming
-        self.body_done = False
-        self.error = None
+        if streaming or self.streaming:
+            self.streaming = streaming
+            self.body_done = False
+            self.error = None
         self.waiter = waiter = self.loop.create_future()
-        if self.closed or self.transport is None or self.transport.is_closing():
+        if self.closed:
             waiter.set_exception(ReplyCutShort("the connection closed before the request was sent"))
             return waiter
-        self.transport.writelines(parts)
+        self.transport.writelines(parts)  # type: ignore[union-attr]  # connected
         self.deadline = deadline
-        self.sent_at = self.loop.time()
-        self._arm()
+        if self.timed_reads:
+            self.sent_at = self.loop.time()
+            self._arm()
+        else:  # only the call's own timeout
+            self.timer = self.loop.call_at(deadline, self._check, _TOTAL)
         return waiter
 
     def abort(self) -> None:
@@ -234,6 +242,9 @@ class _Connection(asyncio.Protocol):
 
     # -- the watchdog: total, first-byte and between-reads timeouts ---------------------
     def _arm(self) -> None:
+        if not self.timed_reads:  # only the call's own timeout
+            self.timer = self.loop.call_at(self.deadline, self._check, _TOTAL)
+            return
         pool = self.pool
         when, why = self.deadline, _TOTAL
         if not self.first_byte:
@@ -277,15 +288,16 @@ class _Connection(asyncio.Protocol):
             return
         if not self.first_byte:
             self.first_byte = perf_counter()
-        self.last_read = self.loop.time()
+        if self.timed_reads:
+            self.last_read = self.loop.time()
         try:
             if self.headers_done:
                 self.parser.feed_data(data)
             else:
                 self.head_size += len(data)
                 self.parser.feed_data(data)
-                if not self.headers_done and self.head_size > self.pool.max_header_size:
-                    raise HeadersTooLarge(f"the reply's headers exceed {self.pool.max_header_size} bytes"
+                if not self.headers_done and self.head_size > self.max_header:
+                    raise HeadersTooLarge(f"the reply's headers exceed {self.max_header} bytes"
                                           " (max_header_size)")
         except MalformedReply as exc:
             self._fail(exc)
@@ -330,14 +342,14 @@ class _Connection(asyncio.Protocol):
         self.status = self.parser.get_status_code()
         self.headers_done = True
         headers = self.headers
-        pool = self.pool
-        if self.head_size > pool.max_header_size and \
-                sum(len(k) + len(v) + 4 for k, v in headers.items()) > pool.max_header_size:
-            raise HeadersTooLarge(f"the reply's headers exceed {pool.max_header_size} bytes (max_header_size)")
+        if self.head_size > self.max_header and \
+                sum(len(k) + len(v) + 4 for k, v in headers.items()) > self.max_header:
+            raise HeadersTooLarge(f"the reply's headers exceed {self.max_header} bytes (max_header_size)")
         length = headers.get("content-length")
         self.framed = length is not None or "chunked" in headers.get("transfer-encoding", "").lower()
-        if length is not None and length.isdigit() and int(length) > pool.max_body_size:
-            raise BodyTooLarge(f"the reply body of {length} bytes exceeds {pool.max_body_size} bytes"
+        if length is not None and len(length) >= self.max_body_digits and length.isdigit() \
+                and int(length) > self.max_body:
+            raise BodyTooLarge(f"the reply body of {length} bytes exceeds {self.max_body} bytes"
                                " (max_body_size)")
         if self.streaming and self.status >= 200:
             waiter = self.waiter
@@ -348,8 +360,8 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.body_size += len(body)
-        if self.body_size > self.pool.max_body_size:
-            raise BodyTooLarge(f"the reply body exceeds {self.pool.max_body_size} bytes (max_body_size)")
+        if self.body_size > self.max_body:
+            raise BodyTooLarge(f"the reply body exceeds {self.max_body} bytes (max_body_size)")
         if self.streaming:
             if self.closed or self.body_done:
                 return  # an unasked reply after the stream's end: the connection is dropped
@@ -387,7 +399,9 @@ class _Connection(asyncio.Protocol):
 
     # -- ending a reply -----------------------------------------------------------------
     def _finish(self, keep_alive: bool) -> None:
-        self.disarm()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         headers = self.headers
         hint = headers.get("keep-alive")
         if hint is not None:
@@ -407,7 +421,7 @@ class _Connection(asyncio.Protocol):
         encoding = headers.get("content-encoding")
         if encoding:
             try:
-                body = _decode_body(body, encoding, self.pool.max_body_size)
+                body = _decode_body(body, encoding, self.max_body)
             except MalformedReply as exc:
                 self._fail(exc)
                 self.abort()
