@@ -67,8 +67,9 @@ class JsonHttpClient:
     included); `secret` is scrubbed from every error message. `http_client`
     is "pool" (providers/http_pool.py) or "aiohttp"; `trust_env` (proxies from
     the environment) needs aiohttp. `timeouts` are the endpoint's
-    TIMEOUT_OPTIONS (HttpPool's keywords; aiohttp takes `connect_timeout` and
-    `read_timeout` as its `connect` and `sock_read`)."""
+    TIMEOUT_OPTIONS (HttpPool's keywords; aiohttp takes `connect_timeout`,
+    `read_timeout` and `keepalive_timeout` as its `connect`, `sock_read` and
+    keep-alive time, and has no first-byte limit of its own)."""
 
     def __init__(self, *, endpoint: str, max_concurrency: int, headers: Mapping[str, str],
                  secret: str | None, request_id_header: str, trust_env: bool = False,
@@ -149,7 +150,8 @@ class JsonHttpClient:
         if self._session is not None and not self._session.closed:
             _abandon(self._session)
         self._loop = asyncio.get_running_loop()
-        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, keepalive_timeout=30.0)
+        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
+                                         keepalive_timeout=self._pool_options.get("keepalive_timeout", 30.0))
         # The headers are the session's defaults: merged in C-backed multidicts
         # once per call rather than converted from a dict each time.
         self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,

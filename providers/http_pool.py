@@ -734,7 +734,7 @@ class HttpPool:
         if ok and conn.reusable and not conn.closed and not self.closed and conn.keepalive > 0:
             until = conn.idle_until = loop.time() + conn.keepalive
             self._idle.setdefault(conn.origin, []).append(conn)
-            if self._sweeper is None or until < self._sweep_at:
+            if (self._sweeper is None or until < self._sweep_at) and until != float("inf"):
                 self._schedule_sweep(loop, until)
         else:  # failed, timed out, cancelled or not kept alive: a late reply must not reach the next call
             conn.abort()
