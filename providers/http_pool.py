@@ -222,10 +222,11 @@ class _Connection(asyncio.Protocol):
             self.body_done = False
             self.error = None
         self.waiter = waiter = self.loop.create_future()
-        if self.closed:
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():  # (uvloop raises on writing to it)
             waiter.set_exception(ReplyCutShort("the connection closed before the request was sent"))
             return waiter
-        self.transport.writelines(parts)  # type: ignore[union-attr]  # connected
+        transport.writelines(parts)
         self.deadline = deadline
         if self.timed_reads:
             self.sent_at = self.loop.time()
@@ -286,10 +287,14 @@ class _Connection(asyncio.Protocol):
         if waiter is None or (self.body_done if self.streaming else waiter.done()):
             self.abort()  # bytes nobody asked for (an idle connection): it cannot carry the next reply
             return
-        if not self.first_byte:
-            self.first_byte = perf_counter()
         if self.timed_reads:
             self.last_read = self.loop.time()
+            if not self.first_byte and self.timer is not None:
+                self.first_byte = perf_counter()
+                self.timer.cancel()
+                self._arm()  # the reply has begun: from now on, the gaps between reads
+        if not self.first_byte:
+            self.first_byte = perf_counter()
         try:
             if self.headers_done:
                 self.parser.feed_data(data)

@@ -277,6 +277,11 @@ async def test_first_byte_timeout_and_read_timeout_fire_before_the_total():
             await pool.post(server.url, b"", timeout=30)
         assert time.monotonic() - start < 5
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart of it"
+    async with RawServer(stalls(head)) as server, open_pool(read_timeout=0.2) as pool:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="read_timeout"):
+            await pool.post(server.url, b"", timeout=30)
+        assert time.monotonic() - start < 5
     async with RawServer(stalls(head)) as server, open_pool(first_byte_timeout=0.2, read_timeout=0.2) as pool:
         with pytest.raises(TimeoutError, match="read_timeout"):
             await pool.post(server.url, b"", timeout=30)
