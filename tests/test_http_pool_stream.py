@@ -177,9 +177,11 @@ async def test_a_task_cancelled_while_iterating_drops_the_connection_and_frees_i
     stepper = Stepper([b"data: 1\n\n", b"data: 2\n\n"])
     async with RawServer(stepper) as server, open_pool(limit=1) as pool:
         got: list[bytes] = []
+        streams: list[PooledStream] = []  # held here: no garbage collection does the work for it
 
         async def consume() -> None:
-            async for piece in await pool.post_stream(server.url, b"", timeout=5):
+            streams.append(await pool.post_stream(server.url, b"", timeout=5))
+            async for piece in streams[0]:
                 got.append(piece)
 
         task = asyncio.create_task(consume())
@@ -187,9 +189,11 @@ async def test_a_task_cancelled_while_iterating_drops_the_connection_and_frees_i
         await wait_for(lambda: got == [b"data: 1\n\n"])
         conn = next(iter(pool._idle.values()), None) if pool._idle else None
         assert conn is None  # the stream's connection is in use, not idle
+        conn = streams[0]._conn
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert conn is not None and conn.closed and streams[0]._conn is None
         assert not any(pool._idle.values())  # dropped, not given back
         async with await pool.post_stream(server.url, b"", timeout=2) as again:  # limit=1: the slot is free
             assert await again.read() == b"data: 1\n\ndata: 2\n\n"
