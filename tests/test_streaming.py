@@ -267,6 +267,22 @@ async def test_error_statuses_and_timeouts_of_streamed_calls(api, client):
     assert isinstance(slow, ProviderError) and slow.kind == TIMEOUT  # the timeout bounds the whole stream
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("api", APIS)
+async def test_streaming_every_call_lets_a_between_reads_timeout_catch_a_stalled_reply(api, client):
+    async with LoopbackServer(token_delay=constant(1.0), reply=LONG) as server:
+        p = provider(api, base_url(server, api), client, stream=True, read_timeout=0.3)
+        started = time.monotonic()
+        try:
+            stalled = await p.chat("m", USER, params={}, timeout=30)
+        except ProviderError as exc:
+            stalled = exc
+        finally:
+            await p.aclose()
+    assert isinstance(stalled, ProviderError) and stalled.kind == TIMEOUT
+    assert time.monotonic() - started < 5  # not the call's 30 s
+
+
 # -- cancelling a stream mid-way --------------------------------------------------------------------
 
 class CountingRelay:
