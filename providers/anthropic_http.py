@@ -102,7 +102,8 @@ class AnthropicProvider(HttpProvider):
         times: list[float] = []                       # when each piece of text arrived, seconds after the send
         async with self._http.stream(self._url, body, timeout) as reply:
             start = reply.start
-            header_id = reply.headers.get("request-id")
+            headers = reply.headers
+            header_id = headers.get("request-id")
 
             def malformed(what: str) -> ProviderError:
                 return bad_reply(self.spec.name, f"stream {what}", secret=self._api_key, request_id=header_id)

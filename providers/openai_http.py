@@ -78,7 +78,8 @@ class OpenAIProvider(HttpProvider):
         done = False
         async with self._http.stream(self._chat_url, body, timeout) as reply:
             start = reply.start
-            header_id = reply.headers.get("x-request-id")
+            headers = reply.headers
+            header_id = headers.get("x-request-id")
             async for piece in reply:  # read to the end (after [DONE] too): the connection is then reused
                 arrived = perf_counter() - start
                 for event in parser.feed(piece):
