@@ -36,6 +36,7 @@ class Resolved:
     key: str
     canonical: bytes = b""  # canonical_bytes(identity), what `key` hashes (handed to the cache's writer)
 
+
 def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, Any]:
     params = dict(alias.params)
     if request.extra:
