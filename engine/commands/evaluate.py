@@ -31,7 +31,6 @@ A run folder holds:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import itertools
 import json
@@ -41,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.commands import lifecycle
 from engine.commands.argtypes import csv_list, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
 from engine.config import Config
@@ -220,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / str(book.name))
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
-    return asyncio.run(_run(args, config, book, questions, models, modes, default_run, out))
+    return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
 
 
 def _minilm_installed() -> bool:
@@ -429,7 +429,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     if args.data_only:
         return 0
     started = time.perf_counter()
-    job = asyncio.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
+    job = lifecycle.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
                                             training_file=data_path, suffix=args.suffix,
                                             poll_interval=args.poll_interval, timeout=args.timeout,
                                             hyperparameters={"n_epochs": args.epochs, "batch_size": args.batch_size,

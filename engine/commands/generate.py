@@ -11,13 +11,13 @@ model call; `--dry-run` prints the plan and the first prompt and calls nothing.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.commands import lifecycle
 from engine.commands.argtypes import non_negative_int, positive_int
 from engine.commands.common import dry_run_report, load_config, open_engine
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
@@ -120,7 +120,7 @@ def generate_handler(args: argparse.Namespace) -> int:
 
             config = load_config(args)
             first = ChapterRequests(config, events, metas, styles, model=args.model, universe=universe.name)
-            total, cached = asyncio.run(dry_run_report(config, getattr(args, "cache", None),
+            total, cached = lifecycle.run(dry_run_report(config, getattr(args, "cache", None),
                                                        (first.write(i, 0) for i in range(len(events)))))
             print(f"model {args.model}: {total} first-candidate chapter calls ({cached} already cached), "
                   f"at most {2 * args.itermax * len(events)} calls in all (itermax {args.itermax})")
@@ -138,7 +138,7 @@ def generate_handler(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise TulvingError("generate needs --model (or --events-only / --dry-run)")
-    return asyncio.run(_generate(args, universe, events, metas, distribution, out))
+    return lifecycle.run(_generate(args, universe, events, metas, distribution, out))
 
 
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
@@ -240,7 +240,7 @@ def realism_handler(args: argparse.Namespace) -> int:
         async with _open_engine(args) as engine:
             return await rate_realism(engine, book, args.model)
 
-    rows = asyncio.run(run())
+    rows = lifecycle.run(run())
     target = Path(args.out) if args.out else (book.path / "realism.json" if book.path else None)
     if target is None:
         raise TulvingError(f"{args.book} is a published book: give --out for realism.json")
