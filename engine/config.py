@@ -259,7 +259,7 @@ def _check_options(options: Any, kind: str, where: str) -> None:
     drop = options.get("drop_params")
     if drop is not None and (not isinstance(drop, list) or not all(isinstance(x, str) for x in drop)):
         raise ConfigError(f"{where} options.drop_params must be a list of parameter names, got {drop!r}")
-    for flag in ("trust_env",):
+    for flag in ("trust_env", "prompt_cache", "prompt_cache_key"):
         if flag in options and not isinstance(options[flag], bool):
             raise ConfigError(f"{where} options.{flag} must be true or false, got {options[flag]!r}")
     if "http_client" in options:
