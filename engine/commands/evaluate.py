@@ -52,6 +52,7 @@ from engine.evaluation.report import leaderboard_text, render_markdown, summariz
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
 from engine.generation.bookdir import Book, check_output_folder
 from engine.scheduler import Engine
+from engine.spending import spending_lines
 from providers.base import BUDGET, TulvingError
 
 DEFAULT_BOOK = "synaptic-echoes-short"
@@ -301,6 +302,9 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
                 f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
                                                           "without new calls")
         raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
+    if not getattr(args, "quiet", False):
+        for line in spending_lines(run["spending"]):
+            print(line, file=sys.stderr)
     print(leaderboard_text(summary))
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
     return run_exit_code(evaluation.records, engine_stats, args)
@@ -358,7 +362,7 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
             "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
                           "wall_seconds": round(ev.retrieval_seconds, 3)},
-            "wall_seconds": round(wall, 3), "engine": engine_stats}
+            "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
 
 
 def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[str, Any]:

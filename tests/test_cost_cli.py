@@ -1,0 +1,62 @@
+"""Cost a user can trust, through the CLI as a subprocess against the loopback
+server: the run summary and the report split cost and tokens by model and
+role and show what prompt caching saved; --max-cost is a hard cap under
+concurrent calls, stops with exit 4 keeping what finished, and a rerun with a
+higher cap continues without paying twice; --dry-run prints the estimate."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.loopback.server import LoopbackServer, constant
+from tests.test_run_cli import atulving
+
+SONNET = 'price_in = 3.0\nprice_cached_in = 0.3\nprice_cache_write = 3.75\nprice_out = 15.0\nbatch_discount = 0.5\n'
+GPT4O = 'price_in = 2.5\nprice_cached_in = 1.25\nprice_out = 10.0\nbatch_discount = 0.5\n'
+
+
+def write_config(tmp_path: Path, server: LoopbackServer, concurrency: int = 8) -> Path:
+    path = tmp_path / "tulving.toml"
+    path.write_text(
+        f'[endpoints.ant]\nkind = "anthropic"\nbase_url = "{server.anthropic_base_url}"\n'
+        f'max_concurrency = {concurrency}\nmax_attempts = 2\n\n'
+        f'[endpoints.oai]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nmax_concurrency = {concurrency}\n'
+        f'max_attempts = 2\n\n'
+        f'[models.sonnet-loop]\nendpoint = "ant"\nmodel = "claude-loop"\nparams = {{ max_tokens = 50 }}\n{SONNET}\n'
+        f'[models.gpt4o-loop]\nendpoint = "oai"\nmodel = "gpt-loop"\nparams = {{ max_tokens = 50 }}\n{GPT4O}\n')
+    return path
+
+
+async def test_the_run_summary_and_report_split_cost_by_model_and_role(tmp_path):
+    async with LoopbackServer(latency=constant(0.02)) as server:
+        config = write_config(tmp_path, server)
+        code, out, err = await atulving(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run",
+                                        "--book", "synaptic-echoes-short", "--models", "sonnet-loop,gpt4o-loop",
+                                        "--sample", "6", "--out", "run")
+        writes, reads = server.stats.cache_write_tokens, server.stats.cache_read_tokens
+    assert code == 0, err
+    assert "cost: $" in err and "prompt caching saved $" in err
+    assert "sonnet-loop answer: 6 calls (0 cached)" in err and "builtin:judge judge:" in err
+    scores = json.loads((tmp_path / "run" / "scores.json").read_text())
+    rows = {(r["model"], r["role"]): r for r in scores["spending"]}
+    assert set(rows) == {("sonnet-loop", "answer"), ("gpt4o-loop", "answer"), ("builtin:judge", "judge")}
+    sonnet, gpt = rows[("sonnet-loop", "answer")], rows[("gpt4o-loop", "answer")]
+    assert sonnet["cache_write_tokens"] == writes  # one write of the book (warmed first)...
+    assert sonnet["cache_read_tokens"] == 5 * writes  # ...read by the five other questions
+    assert gpt["cache_read_tokens"] == reads - 5 * writes > 0  # OpenAI's automatic cache
+    for row in (sonnet, gpt):
+        assert 0 < row["spent_usd"] < row["list_usd"]
+        assert row["caching_saved_usd"] == pytest.approx(row["list_usd"] - row["spent_usd"], abs=2e-6)
+    assert rows[("builtin:judge", "judge")]["spent_usd"] == 0
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Cost by model and role" in report and "| sonnet-loop | answer | 6 | 0 |" in report
+    # The records price each answer with its prompt-cache usage.
+    lines = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert sum(r["cache_write_tokens"] for r in lines if r["model"] == "sonnet-loop") == writes
+    # The report over the run folder has the cost table.
+    code, out, err = await atulving(tmp_path, "report", "run", "--out", "rep")
+    assert code == 0, err
+    table = (tmp_path / "rep" / "tables" / "cost.md").read_text()
+    assert "| gpt4o-loop | answer | 6 | 0 |" in table and "| total |" in table
