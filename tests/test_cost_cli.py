@@ -60,3 +60,62 @@ async def test_the_run_summary_and_report_split_cost_by_model_and_role(tmp_path)
     assert code == 0, err
     table = (tmp_path / "rep" / "tables" / "cost.md").read_text()
     assert "| gpt4o-loop | answer | 6 | 0 |" in table and "| total |" in table
+
+
+def estimate_rows(stdout: str) -> dict[tuple[str, str], list[str]]:
+    lines = stdout[stdout.index("cost estimate"):].splitlines()[2:]
+    rows = {}
+    for line in lines:
+        cells = line.split()
+        if cells and cells[0] == "total":
+            rows[("total", "")] = cells[1:]
+        elif len(cells) == 12:
+            rows[(cells[0], cells[1])] = cells[2:]
+    return rows
+
+
+async def test_dry_run_prints_calls_tokens_and_dollars_by_model_and_role(tmp_path, short_book, short_questions):
+    from engine.evaluation import answers as A
+    from engine.evaluation.pipeline import sample_questions
+    from engine.tokens import count_tokens
+
+    async with LoopbackServer(latency=constant(0.02)) as server:
+        config = write_config(tmp_path, server)
+        args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
+                "--models", "sonnet-loop,gpt4o-loop", "--sample", "4", "--out", "run"]
+        code, out, err = await atulving(tmp_path, *args, "--dry-run")
+        assert code == 0, err
+        assert server.stats.requests == 0  # nothing called
+        rows = estimate_rows(out)
+        # By hand: each prompt is the system prompt and the book (the shared prefix), then the question.
+        questions = sample_questions(short_questions, 4)
+        prefix = count_tokens(A.SYSTEM_PROMPT + A.in_context_prompt(short_book.text, "")[
+            :A.in_context_prefix_chars(short_book.text)])
+        rests = [count_tokens(A.in_context_prompt(short_book.text, q.question)[A.in_context_prefix_chars(
+            short_book.text):]) for q in questions]
+        tokens_in = sum(8 + prefix + rest for rest in rests)
+        calls, cached, to_call, t_in, shared, t_out, direct, batch, with_cache, both = rows[("sonnet-loop", "answer")]
+        assert (calls, cached, to_call) == ("4", "0", "4")
+        assert int(t_in.replace(",", "")) == tokens_in and int(shared.replace(",", "")) == 4 * prefix
+        assert int(t_out.replace(",", "")) == 4 * 50  # max_tokens
+        assert float(direct) == pytest.approx((tokens_in * 3.0 + 200 * 15.0) / 1e6, abs=1e-4)
+        assert float(batch) == pytest.approx(float(direct) / 2, abs=1e-4)
+        # One write of the book, three reads: Anthropic's prices.
+        by_hand = ((tokens_in - 4 * prefix) * 3.0 + prefix * 3.75 + 3 * prefix * 0.3 + 200 * 15.0) / 1e6
+        assert float(with_cache) == pytest.approx(by_hand, abs=1e-4)
+        assert float(both) == pytest.approx(by_hand / 2, abs=1e-4)
+        gpt = rows[("gpt4o-loop", "answer")]
+        step = prefix // 128 * 128  # OpenAI reads in 128-token steps, charges no write
+        assert float(gpt[8]) == pytest.approx((tokens_in * 2.5 - 3 * step * 1.25 + 200 * 10.0) / 1e6, abs=1e-4)
+        judge = rows[("builtin:judge", "judge")]
+        assert int(judge[0]) >= 8 and float(judge[6]) == 0.0 and judge[7] == "-"  # free, and no batch API
+        assert rows[("total", "")][0] == str(8 + int(judge[0]))
+        # After the run, the dry run finds every answer and judgment in the cache.
+        code, out, err = await atulving(tmp_path, *args)
+        assert code == 0, err
+        code, out, err = await atulving(tmp_path, *args, "--dry-run")
+        assert code == 0, err
+        after = estimate_rows(out)
+        assert after[("sonnet-loop", "answer")][:3] == ["4", "4", "0"]
+        assert after[("builtin:judge", "judge")][1] == after[("builtin:judge", "judge")][0]  # judgments cached too
+        assert float(after[("total", "")][7]) == 0.0

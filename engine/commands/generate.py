@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.commands.argtypes import non_negative_int, positive_int
-from engine.commands.common import dry_run_report, load_config, open_engine
+from engine.commands.common import dry_run_estimate, load_config, open_engine, print_estimate
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
+from engine.estimate import Estimator
 from engine.generation.assemble import book_tokens, build_book
 from engine.generation.bookdir import check_output_folder, write_book_dir, write_events
 from engine.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests, ChapterRun
@@ -120,10 +121,16 @@ def generate_handler(args: argparse.Namespace) -> int:
 
             config = load_config(args)
             first = ChapterRequests(config, events, metas, styles, model=args.model, universe=universe.name)
-            total, cached = asyncio.run(dry_run_report(config, getattr(args, "cache", None),
-                                                       (first.write(i, 0) for i in range(len(events)))))
+
+            async def fill(estimator: Estimator) -> None:
+                await estimator.add("write", (first.write(i, 0) for i in range(len(events))))
+
+            estimator = asyncio.run(dry_run_estimate(config, getattr(args, "cache", None), fill))
+            total, cached = sum(r.calls for r in estimator.rows()), sum(r.cached for r in estimator.rows())
             print(f"model {args.model}: {total} first-candidate chapter calls ({cached} already cached), "
                   f"at most {2 * args.itermax * len(events)} calls in all (itermax {args.itermax})")
+            print_estimate(estimator)
+            print("(first candidates only: each rejected candidate and each LLM check adds a call)")
         print("first chapter prompt:\n")
         for m in messages:
             print(f"[{m['role']}]\n{m['content']}\n")
