@@ -425,6 +425,10 @@ class EndpointState:
                 pool.remove(job)
                 continue
             refusal = self.budget.admit(job.resolved.alias, job.input_estimate, job.output_estimate)
+            if refusal is not None and self.budget.fits_after_inflight(job.resolved.alias, job.input_estimate,
+                                                                       job.output_estimate):
+                self.budget.wait_for_room(self)  # the calls in flight hold the room: woken when one settles
+                return None
             if refusal is not None:  # over budget: settled without a call
                 pool.remove(job)
                 self._report(job, AttemptOutcome(error=refusal, sent=False, final=True))

@@ -119,3 +119,39 @@ async def test_dry_run_prints_calls_tokens_and_dollars_by_model_and_role(tmp_pat
         assert after[("sonnet-loop", "answer")][:3] == ["4", "4", "0"]
         assert after[("builtin:judge", "judge")][1] == after[("builtin:judge", "judge")][0]  # judgments cached too
         assert float(after[("total", "")][7]) == 0.0
+
+
+async def test_max_cost_is_a_hard_cap_under_concurrent_calls_and_a_rerun_continues(tmp_path):
+    asked: list[tuple[str, str]] = []  # (model, prompt) of every call the server answered
+
+    def reply(api: str, body: dict) -> str:
+        content = body["messages"][-1]["content"]
+        text = content if isinstance(content, str) else "".join(b["text"] for b in content)
+        asked.append((body["model"], text))
+        return "an answer of a few words"
+
+    async with LoopbackServer(reply=reply, latency=constant(0.1)) as server:
+        config = write_config(tmp_path, server, concurrency=8)
+        args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
+                "--models", "sonnet-loop,gpt4o-loop", "--sample", "24", "--out", "run"]
+        cap = 0.25
+        code, out, err = await atulving(tmp_path, "--max-cost", str(cap), *args)
+        assert code == 4, err
+        assert f"stopped by --max-cost {cap:g}" in err and "rerun with a higher --max-cost" in err
+        first_calls = len(asked)
+        assert 2 < server.stats.max_in_flight and 0 < first_calls < 48
+        # The anthropic and openai endpoints share the cap; the spending (priced from the
+        # replies' usage, checked against hand-computed dollars in test_costs.py) stays under it.
+        run = json.loads((tmp_path / "run" / "run.json").read_text())
+        spent = sum(r["spent_usd"] for r in run["spending"])
+        assert 0 < spent <= cap
+        records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+        answered = [r for r in records if not r["answer_error"]]
+        assert len(answered) == first_calls  # everything finished is kept
+        assert all("budget" in r["answer_error"] for r in records if r["answer_error"])
+        # A rerun with a higher cap makes only the missing calls.
+        code, out, err = await atulving(tmp_path, "--max-cost", "10", *args)
+        assert code == 0, err
+        assert len(asked) == 48 and len(set(asked)) == 48  # no paid call repeated
+        run2 = json.loads((tmp_path / "run" / "run.json").read_text())
+        assert sum(r["cached"] for r in run2["spending"] if r["role"] == "answer") == first_calls

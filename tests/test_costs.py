@@ -176,3 +176,26 @@ async def test_a_request_without_a_prefix_marker_is_not_held_back():
                               for i in range(4)])
             assert engine._warmup.held_total == 0
         assert server.stats.max_in_flight == 4
+
+
+def test_a_call_refused_only_for_what_calls_in_flight_hold_waits_for_them():
+    sonnet = alias(**SONNET)
+    budget = Budget(max_cost=0.008)
+    held = budget.reserve(sonnet, 1000, 100)  # 0.00525 held by a call in flight
+    assert budget.admit(sonnet, 1000, 100) is not None
+    assert budget.fits_after_inflight(sonnet, 1000, 100)  # 0 spent + 0.00525 <= 0.008: wait, do not refuse
+    assert not budget.fits_after_inflight(sonnet, 3000, 100)  # 0.01275 > 0.008 whatever the call in flight costs
+
+    class Waiter:
+        woken = 0
+
+        def wake(self) -> None:
+            self.woken += 1
+
+    waiter = Waiter()
+    budget.wait_for_room(waiter)
+    budget.settle(held, sonnet, ChatResult(text="x", input_tokens=1000, output_tokens=10, cache_read_tokens=1000))
+    assert waiter.woken == 1 and budget.admit(sonnet, 1000, 100) is None
+    budget.settle(budget.reserve(sonnet, 1, 1), sonnet, None)
+    assert waiter.woken == 1  # woken once per wait
+    assert not Budget().fits_after_inflight(sonnet, 1000, 100)  # no cap: nothing to wait for
