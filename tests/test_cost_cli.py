@@ -155,3 +155,12 @@ async def test_max_cost_is_a_hard_cap_under_concurrent_calls_and_a_rerun_continu
         assert len(asked) == 48 and len(set(asked)) == 48  # no paid call repeated
         run2 = json.loads((tmp_path / "run" / "run.json").read_text())
         assert sum(r["cached"] for r in run2["spending"] if r["role"] == "answer") == first_calls
+
+
+async def test_generate_reports_what_writing_cost(tmp_path):
+    code, out, err = await atulving(tmp_path, "--cache", "c.sqlite", "generate", "--events", "3", "--model",
+                                    "builtin:writer", "--out", "book")
+    assert code == 0, err
+    line = next(line for line in err.splitlines() if "builtin:writer write:" in line)
+    assert "0 cached" in line and "tokens in" in line
+    assert "cost: $0.0000 spent" in err

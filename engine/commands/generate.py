@@ -195,6 +195,8 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
     _, report = write_stats(book, out)
     elapsed = time.perf_counter() - start
     _say(args, report)
+    for line in run.spending.lines():
+        _say(args, line)
     print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
           f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
           f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
