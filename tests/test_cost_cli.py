@@ -60,6 +60,8 @@ async def test_the_run_summary_and_report_split_cost_by_model_and_role(tmp_path)
     assert code == 0, err
     table = (tmp_path / "rep" / "tables" / "cost.md").read_text()
     assert "| gpt4o-loop | answer | 6 | 0 |" in table and "| total |" in table
+    assert 'id="t-cost"' in (tmp_path / "rep" / "index.html").read_text()
+    assert "Cost by model and role" in (tmp_path / "rep" / "report.md").read_text()
 
 
 def estimate_rows(stdout: str) -> dict[tuple[str, str], list[str]]:
