@@ -65,6 +65,7 @@ class Outcome:
     result: Result | None = None
     error: ProviderError | None = None
     cached: bool = False
+    joined: bool = False  # answered by an identical call in flight made for another request (cost 0 here)
     attempts: int = 0
     cost: float = 0.0  # USD spent on this call (0 when cached or unpriced)
     endpoint: str | None = None

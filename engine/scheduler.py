@@ -555,6 +555,6 @@ class Engine:
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
-                                    endpoint=endpoint, key=key))
+                                    endpoint=endpoint, key=key, joined=not first))
             first = False
         job.waiters = []

@@ -7,7 +7,7 @@ tokens, dollars, and what provider prompt caching saved.
     spending.lines()                           # the run summary on stderr
 
 Per (model, role): `calls` (outcomes), `cached` (answered from Tulving's
-cache: free), and for the calls made: prompt tokens (`input_tokens`, of which
+cache, or by an identical call made for another request: free), and for the calls made: prompt tokens (`input_tokens`, of which
 `cache_read_tokens` / `cache_write_tokens` went through the provider's prompt
 cache), `output_tokens`, `spent_usd` (what the replies cost: prompt-cache
 prices, the batch discount where a call went by batch), `list_usd` (the same
@@ -74,7 +74,7 @@ class Spending:
     def add(self, role: str, alias: ModelAlias, outcome: Outcome) -> None:
         row = self.row(alias.name, role)
         row.calls += 1
-        if outcome.cached:
+        if outcome.cached or outcome.joined:  # no call of its own: free
             row.cached += 1
             return
         result = outcome.result

@@ -199,3 +199,29 @@ def test_a_call_refused_only_for_what_calls_in_flight_hold_waits_for_them():
     budget.settle(budget.reserve(sonnet, 1, 1), sonnet, None)
     assert waiter.woken == 1  # woken once per wait
     assert not Budget().fits_after_inflight(sonnet, 1000, 100)  # no cap: nothing to wait for
+
+
+async def test_spending_counts_a_joined_call_once_and_scales_the_saving_to_the_price_paid():
+    from engine.requests import Outcome
+    from engine.spending import Spending, caching_saving
+
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "same prompt"}])
+    async with LoopbackServer(latency=constant(0.05)) as server:
+        config = priced_config(server, "anthropic", **SONNET)
+        async with Engine(config) as engine:
+            outcomes = await engine.run([request, request])
+        assert server.stats.requests == 1
+    spending = Spending()
+    for o in outcomes:
+        spending.add("answer", config.alias("m"), o)
+    [row] = spending.rows()
+    assert (row["calls"], row["cached"]) == (2, 1)
+    assert row["spent_usd"] == pytest.approx(sum(o.cost for o in outcomes), abs=1e-6) and row["spent_usd"] > 0
+    assert row["input_tokens"] == next(o.result.input_tokens for o in outcomes if not o.joined)
+    sonnet = alias(**SONNET)
+    result = ChatResult(text="x", input_tokens=10_000, output_tokens=0, cache_read_tokens=9_000)
+    direct = sonnet.cost(10_000, 0, cache_read=9_000)
+    assert caching_saving(sonnet, result, direct) == pytest.approx(9_000 * (3.0 - 0.3) / 1e6)
+    assert caching_saving(sonnet, result, direct / 2) == pytest.approx(9_000 * (3.0 - 0.3) / 2e6)  # by batch
+    spending.add("judge", sonnet, Outcome(request=request, result=result, cost=direct))
+    assert spending.rows()[1]["caching_saved_usd"] == pytest.approx(0.0243)
