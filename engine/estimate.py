@@ -199,9 +199,6 @@ class Estimator:
                  .rstrip() for cells in [head, *body]]
         return "\n".join(lines)
 
-    def as_dicts(self) -> list[dict[str, Any]]:
-        return [{**{k: getattr(r, k) for k in EstimateRow.__slots__}, "to_call": r.to_call} for r in self.rows()]
-
 
 def _cells(r: EstimateRow) -> list[str]:
     batch = f"{r.batch_usd:.4f}" if r.batchable or r.model == "total" else "-"
