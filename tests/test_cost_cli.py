@@ -106,6 +106,9 @@ async def test_dry_run_prints_calls_tokens_and_dollars_by_model_and_role(tmp_pat
         by_hand = ((tokens_in - 4 * prefix) * 3.0 + prefix * 3.75 + 3 * prefix * 0.3 + 200 * 15.0) / 1e6
         assert float(with_cache) == pytest.approx(by_hand, abs=1e-4)
         assert float(both) == pytest.approx(by_hand / 2, abs=1e-4)
+        saving = float(out.split("prompts share a prefix: $")[1].split()[0])
+        total = rows[("total", "")]
+        assert saving == pytest.approx(float(total[6]) - float(total[8]), abs=2e-4) and saving > 0
         gpt = rows[("gpt4o-loop", "answer")]
         step = prefix // 128 * 128  # OpenAI reads in 128-token steps, charges no write
         assert float(gpt[8]) == pytest.approx((tokens_in * 2.5 - 3 * step * 1.25 + 200 * 10.0) / 1e6, abs=1e-4)

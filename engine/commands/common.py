@@ -84,3 +84,8 @@ async def dry_run_estimate(config: Config, cache_path: str | os.PathLike[str] | 
 def print_estimate(estimator: Estimator) -> None:
     print(f"cost estimate, before any call ({ESTIMATE_NOTE}):")
     print(estimator.table())
+    total = estimator.totals()
+    if total.prefix_tokens:
+        print(f"prompt caching's expected saving where prompts share a prefix: "
+              f"${total.direct_usd - total.cached_direct_usd:.4f} direct, "
+              f"${total.batch_usd - total.cached_batch_usd:.4f} by batch")
