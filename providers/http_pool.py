@@ -397,9 +397,12 @@ class _Connection(asyncio.Protocol):
         pieces, self.body, self.buffered = self.body, [], 0
         if self.paused:
             self.paused = False
-            self.last_read = self.loop.time()  # the pause was ours: the between-reads clock restarts
             if self.transport is not None and not self.closed:
                 self.transport.resume_reading()
+                if self.timed_reads and self.timer is not None:
+                    self.last_read = self.loop.time()  # the pause was ours: the between-reads clock restarts
+                    self.timer.cancel()
+                    self._arm()
         return pieces
 
     # -- ending a reply -----------------------------------------------------------------
