@@ -694,7 +694,9 @@ class HttpPool:
                 conn.abort()
                 if not reused or conn.first_byte or self.closed:
                     raise
-                reused, conn = False, None  # nothing came back: the server never saw the request
+                # Not a byte back on a reused connection: the server had
+                # closed it while idle (the request crossed its close).
+                reused, conn = False, None
                 self.resent += 1
             except BaseException:  # failed, timed out or cancelled: a late reply must not reach the next call
                 conn.abort()
