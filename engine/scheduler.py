@@ -66,6 +66,7 @@ from engine.progress import notice as progress_notice
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
+from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key
 from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError, Result
 
@@ -122,6 +123,10 @@ class EngineStats:
         return d
 
 
+def _alive(job: Job) -> bool:
+    return not job.cancelled
+
+
 def _copy_result(result: Result) -> Result:
     return dataclasses.replace(result)
 
@@ -158,6 +163,7 @@ class Engine:
         self._gc_tuned = False
         self._notices: dict[Any, float] = {}
         self._retry_waiting = 0  # calls sleeping before their next attempt
+        self._warmup = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -397,7 +403,17 @@ class Engine:
         # In flight under its cache key, for identical requests to join it;
         # one that reads no cache under a key of its own (nobody joins it).
         self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
+        if r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
+                prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
+            if self._warmup.hold(job, (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))):
+                return  # queued once the call warming its prefix has finished
         pool.push(job)
+
+    def _warmed(self, job: Job, ok: bool) -> None:
+        """A call ended for good: queue the calls its prefix held back."""
+        for held in self._warmup.finished(job, ok=ok, alive=_alive):
+            assert held.pool is not None  # set when it was created
+            held.pool.push(held)
 
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
         """The stream ended (normally, by an error, or the caller stopped
@@ -412,6 +428,7 @@ class Engine:
                 del self._inflight[key]
                 if job.task is not None:
                     job.task.cancel()
+                self._warmed(job, ok=False)
 
     # -- called by the endpoint dispatchers (dispatch.CallOwner) -------------------------
     def attempt_done(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
@@ -453,6 +470,7 @@ class Engine:
             stats.tokens_in += usage[0]
             stats.tokens_out += usage[1]
             stats.cost += cost
+            self._warmed(job, ok=True)
             if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
                     r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
                 try:
@@ -550,12 +568,14 @@ class Engine:
         slot = key if r.request.cache_read else f"{key}#{job.seq}"
         if self._inflight.get(slot) is job:
             del self._inflight[slot]
+        self._warmed(job, ok=result is not None)
         first = True
         sent = job.first_sent
         queued = None if sent is None or job.taken_at is None else sent - job.taken_at
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
-                                    endpoint=endpoint, key=key, queued=queued, sent_at=job.last_sent))
+                                    endpoint=endpoint, key=key, joined=not first, queued=queued,
+                                    sent_at=job.last_sent))
             first = False
         job.waiters = []

@@ -397,9 +397,12 @@ class _Connection(asyncio.Protocol):
         pieces, self.body, self.buffered = self.body, [], 0
         if self.paused:
             self.paused = False
-            self.last_read = self.loop.time()  # the pause was ours: the between-reads clock restarts
             if self.transport is not None and not self.closed:
                 self.transport.resume_reading()
+                if self.timed_reads and self.timer is not None:
+                    self.last_read = self.loop.time()  # the pause was ours: the between-reads clock restarts
+                    self.timer.cancel()
+                    self._arm()
         return pieces
 
     # -- ending a reply -----------------------------------------------------------------
@@ -451,9 +454,11 @@ class PooledStream:
     `status`, `headers` (lower-case names) and `first_byte` (perf_counter()
     when the reply's first byte arrived) are known at once; iterate for the
     decoded body pieces, or `read()` the rest. The call's slot and connection
-    are held until the body ends or `aclose()`: a body read to its end gives
-    the connection back to the pool, any other end (aclose before the end, an
-    error, a timeout, a cancelled task) drops it."""
+    are held until the body ends or `aclose()` (`async with` calls it): a
+    reply whose body has all arrived gives the connection back to the pool;
+    any other end (aclose before the body's end, an error, a timeout, a task
+    cancelled while iterating) drops the connection, so that no rest of that
+    reply can reach the next call."""
 
     def __init__(self, pool: HttpPool, conn: _Connection, status: int, headers: dict[str, str]):
         self.status = status
@@ -514,17 +519,19 @@ class PooledStream:
         return b"".join([piece async for piece in self])
 
     async def aclose(self) -> None:
-        """Give the connection back if the body was read to its end, else drop it."""
-        self._release(reuse=False)
+        """Give the connection back if the whole body has arrived, else drop it."""
+        self._release(reuse=True)
 
     async def __aenter__(self) -> PooledStream:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        self._release(reuse=False)
+        self._release(reuse=True)
 
     def _release(self, reuse: bool) -> None:
+        """Free the call's slot; its connection goes back to the pool when
+        `reuse` and the reply has ended (pieces not taken are dropped), else it is dropped."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -687,7 +694,9 @@ class HttpPool:
                 conn.abort()
                 if not reused or conn.first_byte or self.closed:
                     raise
-                reused, conn = False, None  # nothing came back: the server never saw the request
+                # Not a byte back on a reused connection: the server had
+                # closed it while idle (the request crossed its close).
+                reused, conn = False, None
                 self.resent += 1
             except BaseException:  # failed, timed out or cancelled: a late reply must not reach the next call
                 conn.abort()

@@ -313,20 +313,28 @@ async def test_read_timeout_is_between_reads_not_for_the_whole_reply():
         assert pool.connections_opened == 1
 
 
-async def test_a_consumer_that_lags_is_not_a_read_timeout():
+async def test_a_consumer_that_lags_is_not_a_read_timeout_but_a_server_that_stalls_after_is():
     size = 4 * 1024 * 1024
 
     async def handler(server, reader, writer, n):
         await server.read(reader, n)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"z" * size)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (2 * size) + b"z" * size)
         await writer.drain()
+        await asyncio.sleep(30)  # half the body, then nothing
 
-    async with RawServer(handler) as server, open_pool(read_timeout=0.1) as pool:
-        async with await pool.post_stream(server.url, b"", timeout=10) as stream:
+    async with RawServer(handler) as server, open_pool(read_timeout=0.2) as pool:
+        async with await pool.post_stream(server.url, b"", timeout=30) as stream:
             conn = stream._conn
             await wait_for(lambda: conn.paused)
-            await asyncio.sleep(0.3)  # the pool stopped reading, on our behalf: not the server's delay
-            assert len(await stream.read()) == size
+            await asyncio.sleep(0.5)  # the pool stopped reading, on our behalf: not the server's delay
+            assert conn.error is None
+            received = 0
+            start = time.monotonic()
+            with pytest.raises(TimeoutError, match="read_timeout"):
+                async for piece in stream:
+                    received += len(piece)
+            assert received == size
+            assert time.monotonic() - start < 10  # the between-reads limit, not the call's 30 s
 
 
 # -- the endpoint options -----------------------------------------------------------------------
