@@ -563,11 +563,12 @@ class Engine:
                 cost: float = 0.0, endpoint: str | None = None) -> None:
         """Hand the call's outcome to every request waiting on it (once: a
         call already settled has no waiters left)."""
-        r = job.resolved
-        key = r.key
-        slot = key if r.request.cache_read else f"{key}#{job.seq}"
-        if self._inflight.get(slot) is job:
-            del self._inflight[slot]
+        key = job.resolved.key
+        inflight = self._inflight
+        if inflight.get(key) is job:
+            del inflight[key]
+        elif not job.resolved.request.cache_read:  # in flight under a key of its own (see _queue_new)
+            inflight.pop(f"{key}#{job.seq}", None)
         self._warmed(job, ok=result is not None)
         first = True
         sent = job.first_sent
