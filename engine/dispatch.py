@@ -89,6 +89,9 @@ class Job:
     cancelled: bool = False
     task: asyncio.Task[None] | None = None
     last_error: ProviderError | None = None
+    taken_at: float | None = None               # time.monotonic() when the engine took the request
+    first_sent: float | None = None             # ... when its first attempt was sent
+    last_sent: float | None = None              # ... and its last one
 
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq
@@ -471,6 +474,8 @@ class EndpointState:
             messages: Sequence[Mapping[str, Any]] = r.messages
             if r.prefix_end is not None and self.provider.caches_prompt_prefix:
                 messages = marked(messages, r.prefix_end)  # where the provider's prompt cache ends
+            if r.request.stream and self.provider.can_stream:  # asked only then: other providers need not know the flag
+                return self.provider.chat(r.alias.model, messages, params=r.params, timeout=timeout, stream=True)
             return self.provider.chat(r.alias.model, messages, params=r.params, timeout=timeout)
         return self.provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from providers.base import BAD_REPLY, ProviderError, Result
 
@@ -52,6 +52,11 @@ class EmbedRequest:
     model: str
     texts: Sequence[str]
     tag: Any = None
+    # An embedding is never streamed and always goes through the cache (the
+    # engine reads these of any request).
+    stream: ClassVar[bool] = False
+    cache_read: ClassVar[bool] = True
+    cache_write: ClassVar[bool] = True
 
 
 Request = ChatRequest | EmbedRequest

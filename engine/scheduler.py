@@ -9,6 +9,12 @@ For each request pulled (lazily, never more than `window` ahead of the
 outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
 alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
+A request's own switches (engine/requests.py): `stream` (the provider streams
+the reply, when it can, and the result carries its timings), `cache_read=False`
+(no lookup and no joining: a call of its own, which nobody joins either) and
+`cache_write=False` (the reply is not stored). Each outcome of a call says how
+long it was queued before its first send (`queued`) and when its last attempt
+was sent (`sent_at`); one from the cache has neither, nor timings.
 A failed attempt of a retryable kind is queued again after a backoff
 (engine/retry.py); 429s have their own allowance of attempts and a capped wait
 (the endpoint's max_retry_after, reported when applied); a call that fails for
@@ -349,6 +355,7 @@ class Engine:
 
     async def _submit(self, chunk: list[Request], sink: asyncio.Queue[Outcome]) -> None:
         config = self.config
+        taken = time.monotonic()  # the engine has the requests: their time queued starts
         resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
         for r in resolved:  # missing keys fail before anything is queued
             for spec in r.endpoints:
@@ -357,10 +364,13 @@ class Engine:
         inflight = self._inflight
         hits: dict[str, Any] = {}
         if self._cache is not None:
-            lookup = [r.key for r in resolved if r.key not in inflight]
+            lookup = [r.key for r in resolved if r.key not in inflight and r.request.cache_read]
             if lookup:
                 hits = await self._cache.get_many(lookup)
         for r in resolved:
+            if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
+                self._queue_new(r, sink, taken)
+                continue
             record = hits.get(r.key)
             if record is not None:
                 sink.put_nowait(Outcome(request=r.request, result=result_from_record(record), cached=True,
@@ -371,9 +381,9 @@ class Engine:
                 job.waiters.append((r.request, sink))
                 self._stats.deduplicated += 1
                 continue
-            self._queue_new(r, sink)
+            self._queue_new(r, sink, taken)
 
-    def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome]) -> None:
+    def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
         pool = self._pool(r)
         provider = pool.endpoints[0].provider
         if r.messages is not None:
@@ -389,8 +399,10 @@ class Engine:
         if pool.prefix_order and r.messages is not None:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
-                  prompt=prompt, waiters=[(r.request, sink)], pool=pool)
-        self._inflight[r.key] = job
+                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken)
+        # In flight under its cache key, for identical requests to join it;
+        # one that reads no cache under a key of its own (nobody joins it).
+        self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
         if r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
                 prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
             if self._warmup.hold(job, (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))):
@@ -438,6 +450,9 @@ class Engine:
         if not outcome.sent or outcome.final:  # refused unsent, or the engine itself failed: settle now
             self._settle(job, error=outcome.error, endpoint=ep.name if outcome.sent else None)
             return
+        if job.first_sent is None:
+            job.first_sent = outcome.started
+        job.last_sent = outcome.started
         self._stats.calls += 1
         self._after_reply(ep, job, outcome.started, outcome.result, outcome.error, outcome.usage, outcome.cost)
 
@@ -456,7 +471,8 @@ class Engine:
             stats.tokens_out += usage[1]
             stats.cost += cost
             self._warmed(job, ok=True)
-            if self._cache is not None and not self._closed:  # paid for: keep it even if nobody waits
+            if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
+                    r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
                 try:
                     self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
                 except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
@@ -548,13 +564,19 @@ class Engine:
         """Hand the call's outcome to every request waiting on it (once: a
         call already settled has no waiters left)."""
         key = job.resolved.key
-        if self._inflight.get(key) is job:
-            del self._inflight[key]
+        inflight = self._inflight
+        if inflight.get(key) is job:
+            del inflight[key]
+        elif not job.resolved.request.cache_read:  # in flight under a key of its own (see _queue_new)
+            inflight.pop(f"{key}#{job.seq}", None)
         self._warmed(job, ok=result is not None)
         first = True
+        sent = job.first_sent
+        queued = None if sent is None or job.taken_at is None else sent - job.taken_at
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
-                                    endpoint=endpoint, key=key, joined=not first))
+                                    endpoint=endpoint, key=key, joined=not first, queued=queued,
+                                    sent_at=job.last_sent))
             first = False
         job.waiters = []
