@@ -131,13 +131,14 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
         concurrency = default("max_concurrency")
     rate = load_shapes.parse_rate(args.rate)
     sweep = load_shapes.parse_sweep(args.sweep) if args.sweep else None
-    if duration is not None and math.isinf(rate) and not concurrency and not (sweep and sweep[0] == "concurrency"):
-        raise TulvingError("--duration at --rate inf needs --max-concurrency (a closed loop)")
     base = LoadPoint(rate=rate, arrival=load_shapes.parse_arrival(args.arrival), max_concurrency=concurrency,
                      requests=n, duration=duration, seed=_int(args.seed, "--seed", 0) or 0)
+    planned = load_shapes.points(base, sweep)
+    if any(p.duration is not None and math.isinf(p.rate) and not p.max_concurrency for p in planned):
+        raise TulvingError("--duration at --rate inf needs --max-concurrency (a closed loop)")
     output_tokens = _int(args.output_tokens, "--output-tokens", 1) or default("output_tokens")
     return {
-        "models": models, "points": load_shapes.points(base, sweep), "sweep": sweep,
+        "models": models, "points": planned, "sweep": sweep,
         "warmup": _int(args.warmup, "--warmup", 0) or 0,
         "input_tokens": _int(args.input_tokens, "--input-tokens", 1), "output_tokens": output_tokens,
         "percentiles": parse_percentiles(args.percentiles) if args.percentiles else list(DEFAULT_PERCENTILES),

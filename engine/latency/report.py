@@ -111,7 +111,7 @@ def console(runs: Sequence[BenchRun], percentiles: Sequence[float]) -> str:
             note = "the client may be the bottleneck"
         rows.append([printable(r.model), r.point.label, _num(c.cpu_us_per_request, 0), _num(100 * core),
                      _num(c.loop_lag_mean_ms, 2), _num(c.loop_lag_p99_ms, 2), _num(c.loop_lag_max_ms, 2), note])
-    out += ["Client (this process: CPU over the run per request; event-loop lag: how late a 5 ms sleep wakes)",
+    out += ["Client (this process: CPU over the run per request; event-loop lag: how late a 10 ms sleep wakes)",
             _table(rows)]
     return "\n".join(out)
 

@@ -1,0 +1,139 @@
+"""How far `tulving bench` can be trusted on this machine: a rate sweep against
+the loopback server with a known time to first token.
+
+    python benchmarks/bench_sweep.py                       # rates 10,30,100,300,1000/s, 3 s each
+    python benchmarks/bench_sweep.py --rates 10,100 --duration 2 --ttft-ms 50 --token-delay-ms 5
+
+The loopback server runs in its own process (`python -m engine.loopback
+--ttft-ms 50 --token-delay-ms 5`, constant delays) and `tulving bench --sweep
+rate=...` runs as a user would, in another, writing its JSON. Printed per
+rate: requests, achieved request rate, measured TTFT (median, p99) and its
+distance from the configured one, ITL median, the client's CPU per request and
+share of a core, and its event-loop lag; then the highest rate at which the
+median TTFT stays within --tolerance-ms (default 1 ms) of the configured one.
+The figure (`--out`, default benchmarks/bench_sweep.png) draws the measured
+TTFT against the rate beside the client's cost. The machine's load average is
+printed before and after: on shared cores the figures move with it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("TULVING")}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="10,30,100,300,1000")
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds of arrivals per rate")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--token-delay-ms", type=float, default=5.0)
+    parser.add_argument("--output-tokens", type=int, default=16)
+    parser.add_argument("--tolerance-ms", type=float, default=1.0)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "bench_sweep.png"))
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()[0]
+    server = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--ttft-ms", str(args.ttft_ms),
+                               "--token-delay-ms", str(args.token_delay_ms)], cwd=ROOT, env=_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip().partition("=")[2]
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "loop.toml"
+            config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{url}"\nmax_concurrency = 4096\n'
+                              f'timeout = 60\n\n[models.loop]\nendpoint = "loop"\nmodel = "loop-model"\n')
+            out = Path(tmp) / "sweep.json"
+            started = time.perf_counter()
+            run = subprocess.run([sys.executable, "-m", "engine.cli", "--config", str(config), "--quiet", "bench",
+                                  "--models", "loop", "--sweep", f"rate={args.rates}", "--duration",
+                                  str(args.duration), "--warmup", str(args.warmup), "--output-tokens",
+                                  str(args.output_tokens), "--input-tokens", "64", "--json", str(out)],
+                                 cwd=ROOT, env=_env(), capture_output=True, text=True)
+            wall = time.perf_counter() - started
+            if run.returncode != 0:
+                print(run.stdout, run.stderr, file=sys.stderr)
+                return 1
+            doc = json.loads(out.read_text())
+    finally:
+        server.terminate()
+        server.wait(10)
+    load_after = os.getloadavg()[0]
+
+    print(f"loopback: TTFT {args.ttft_ms:g} ms, token gap {args.token_delay_ms:g} ms (constant); "
+          f"{args.duration:g} s of Poisson arrivals per rate; {wall:.1f} s in all; "
+          f"load average {load_before:.2f} before, {load_after:.2f} after, {os.cpu_count()} cores")
+    head = ("rate/s", "requests", "achieved/s", "TTFT med ms", "TTFT p99 ms", "med - set ms", "ITL med ms",
+            "CPU µs/req", "CPU % core", "lag p99 ms")
+    rows = [head]
+    trusted = None
+    points = []
+    for r in doc["runs"]:
+        s, c = r["summary"], r["client"]
+        ttft = s["ttft"] or {}
+        median = ttft.get("median", float("nan")) * 1000
+        off = median - args.ttft_ms
+        core = c["cpu_seconds"] / s["duration"] if s["duration"] else float("nan")
+        points.append((r["load"]["rate"], median, ttft.get("percentiles", {}).get("p99", float("nan")) * 1000,
+                       c["cpu_us_per_request"], 100 * core, c["loop_lag_p99_ms"]))
+        if abs(off) <= args.tolerance_ms:
+            trusted = r["load"]["rate"]
+        rows.append((f"{r['load']['rate']:g}", str(s["requests"]), f"{s['request_throughput']:.1f}", f"{median:.2f}",
+                     f"{points[-1][2]:.2f}", f"{off:+.2f}", f"{(s['itl'] or {}).get('median', float('nan')) * 1000:.2f}",
+                     f"{c['cpu_us_per_request']:.0f}", f"{100 * core:.1f}", f"{c['loop_lag_p99_ms']:.2f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    for row in rows:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+    print(f"highest rate with median TTFT within {args.tolerance_ms:g} ms of {args.ttft_ms:g} ms: "
+          f"{trusted:g}/s" if trusted is not None else "no rate kept the median TTFT within the tolerance")
+    _plot(Path(args.out), points, args)
+    print(f"figure: {args.out}")
+    return 0
+
+
+def _plot(path: Path, points: list[tuple], args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = [p[0] for p in points]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.axhspan(args.ttft_ms - args.tolerance_ms, args.ttft_ms + args.tolerance_ms, color="grey", alpha=0.2,
+                 label=f"configured ±{args.tolerance_ms:g} ms")
+    left.plot(rates, [p[1] for p in points], "o-", label="median")
+    left.plot(rates, [p[2] for p in points], "s--", label="p99")
+    left.set_xscale("log")
+    left.set_xlabel("offered rate (requests/s, Poisson)")
+    left.set_ylabel("measured TTFT (ms)")
+    left.legend(fontsize=8)
+    left.grid(alpha=0.3)
+    right.plot(rates, [p[3] for p in points], "o-", color="C2", label="CPU µs / request")
+    right.set_xscale("log")
+    right.set_xlabel("offered rate (requests/s, Poisson)")
+    right.set_ylabel("client CPU µs per request")
+    twin = right.twinx()
+    twin.plot(rates, [p[5] for p in points], "s--", color="C3", label="event-loop lag p99 (ms)")
+    twin.set_ylabel("event-loop lag p99 (ms)")
+    right.grid(alpha=0.3)
+    fig.legend(loc="upper right", fontsize=8, bbox_to_anchor=(0.98, 0.98))
+    fig.suptitle(f"tulving bench vs loopback (TTFT {args.ttft_ms:g} ms, gap {args.token_delay_ms:g} ms)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
