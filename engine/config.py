@@ -259,9 +259,12 @@ def _check_options(options: Any, kind: str, where: str) -> None:
     drop = options.get("drop_params")
     if drop is not None and (not isinstance(drop, list) or not all(isinstance(x, str) for x in drop)):
         raise ConfigError(f"{where} options.drop_params must be a list of parameter names, got {drop!r}")
-    for flag in ("trust_env",):
+    for flag in ("trust_env", "stream"):
         if flag in options and not isinstance(options[flag], bool):
             raise ConfigError(f"{where} options.{flag} must be true or false, got {options[flag]!r}")
+    if options.get("stream") and kind not in _HTTP_KINDS:
+        raise ConfigError(f"{where} options.stream: {kind} endpoints cannot stream "
+                          f"(only {', '.join(sorted(_HTTP_KINDS))} endpoints do)")
     if "http_client" in options:
         from providers.http_client import HTTP_CLIENTS
 

@@ -88,6 +88,9 @@ class Job:
     cancelled: bool = False
     task: asyncio.Task[None] | None = None
     last_error: ProviderError | None = None
+    taken_at: float = 0.0                       # time.monotonic() when the engine took the request
+    first_sent: float | None = None             # ... when its first attempt was sent
+    last_sent: float | None = None              # ... and its last one
 
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq
@@ -463,6 +466,8 @@ class EndpointState:
 
     def _call(self, r: Resolved, timeout: float) -> Awaitable[Result]:
         if r.messages is not None:
+            if r.stream and self.provider.can_stream:  # asked only then: other providers need not know the flag
+                return self.provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout, stream=True)
             return self.provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout)
         return self.provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
 

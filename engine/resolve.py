@@ -36,6 +36,20 @@ class Resolved:
     key: str
     canonical: bytes = b""  # canonical_bytes(identity), what `key` hashes (handed to the cache's writer)
 
+    # How the call is made (ChatRequest's flags; not in the key): an embedding
+    # request is never streamed and always uses the cache.
+    @property
+    def stream(self) -> bool:
+        return getattr(self.request, "stream", False)
+
+    @property
+    def cache_read(self) -> bool:
+        return getattr(self.request, "cache_read", True)
+
+    @property
+    def cache_write(self) -> bool:
+        return getattr(self.request, "cache_write", True)
+
 
 def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, Any]:
     params = dict(alias.params)

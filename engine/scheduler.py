@@ -123,6 +123,14 @@ def _copy_result(result: Result) -> Result:
 _content = operator.itemgetter("content")
 
 
+def _inflight_key(job: Job) -> str:
+    """Where a call sits among the calls in flight: under its cache key, for
+    identical requests to join it, unless its request reads no cache (then
+    under a key of its own)."""
+    r = job.resolved
+    return r.key if r.cache_read else f"{r.key}#{job.seq}"
+
+
 def _request_chars(request: Request) -> int:
     if isinstance(request, ChatRequest):
         return sum(map(len, map(_content, request.messages)))
@@ -349,12 +357,16 @@ class Engine:
                 if spec.name not in self._endpoints:
                     self._endpoint(spec)
         inflight = self._inflight
+        taken = time.monotonic()
         hits: dict[str, Any] = {}
         if self._cache is not None:
-            lookup = [r.key for r in resolved if r.key not in inflight]
+            lookup = [r.key for r in resolved if r.key not in inflight and r.cache_read]
             if lookup:
                 hits = await self._cache.get_many(lookup)
         for r in resolved:
+            if not r.cache_read:  # its own call: no cache, no joining (and nobody joins it)
+                self._queue_new(r, sink, taken)
+                continue
             record = hits.get(r.key)
             if record is not None:
                 sink.put_nowait(Outcome(request=r.request, result=result_from_record(record), cached=True,
@@ -365,9 +377,9 @@ class Engine:
                 job.waiters.append((r.request, sink))
                 self._stats.deduplicated += 1
                 continue
-            self._queue_new(r, sink)
+            self._queue_new(r, sink, taken)
 
-    def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome]) -> None:
+    def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
         pool = self._pool(r)
         provider = pool.endpoints[0].provider
         if r.messages is not None:
@@ -383,8 +395,8 @@ class Engine:
         if pool.prefix_order and r.messages is not None:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
-                  prompt=prompt, waiters=[(r.request, sink)], pool=pool)
-        self._inflight[r.key] = job
+                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken)
+        self._inflight[_inflight_key(job)] = job
         pool.push(job)
 
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
@@ -421,6 +433,9 @@ class Engine:
         if not outcome.sent or outcome.final:  # refused unsent, or the engine itself failed: settle now
             self._settle(job, error=outcome.error, endpoint=ep.name if outcome.sent else None)
             return
+        if job.first_sent is None:
+            job.first_sent = outcome.started
+        job.last_sent = outcome.started
         self._stats.calls += 1
         self._after_reply(ep, job, outcome.started, outcome.result, outcome.error, outcome.usage, outcome.cost)
 
@@ -438,7 +453,8 @@ class Engine:
             stats.tokens_in += usage[0]
             stats.tokens_out += usage[1]
             stats.cost += cost
-            if self._cache is not None and not self._closed:  # paid for: keep it even if nobody waits
+            if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
+                    r.cache_write or any(getattr(request, "cache_write", True) for request, _ in job.waiters)):
                 try:
                     self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
                 except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
@@ -530,12 +546,15 @@ class Engine:
         """Hand the call's outcome to every request waiting on it (once: a
         call already settled has no waiters left)."""
         key = job.resolved.key
-        if self._inflight.get(key) is job:
-            del self._inflight[key]
+        slot = _inflight_key(job)
+        if self._inflight.get(slot) is job:
+            del self._inflight[slot]
         first = True
+        sent = job.first_sent
+        queued = None if sent is None else sent - job.taken_at
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
-                                    endpoint=endpoint, key=key))
+                                    endpoint=endpoint, key=key, queued=queued, sent_at=job.last_sent))
             first = False
         job.waiters = []

@@ -9,14 +9,20 @@ pool does not do: a proxy from the environment (`trust_env = true`), or
 max_concurrency calls are in flight, no retries happen here (the engine owns
 them) and every failure leaves as a classified `ProviderError` (see
 providers/http_errors.py).
+
+`JsonHttpClient.stream` is the streamed twin of `post` (server-sent events):
+the reply's body pieces as they arrive, with the time of the status line, the
+same error classification, and the connection dropped (never reused) when the
+body is not read to its end (cancelled, or an error mid-stream).
 """
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from collections.abc import Mapping as MappingABC
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -130,7 +136,59 @@ class JsonHttpClient:
                             secret=self._secret, status=status)
         return data, headers, latency
 
+    @contextlib.asynccontextmanager
+    async def stream(self, url: str, body: Mapping[str, Any], timeout: float) -> AsyncIterator[StreamReply]:
+        """POST `body` and read the reply as it arrives:
+
+            async with client.stream(url, body, timeout) as reply:
+                async for piece in reply:   # body bytes; a failure raises a classified ProviderError
+                    ...
+
+        A non-2xx reply raises (`status_error`) before anything is yielded.
+        `timeout` bounds the whole call, the body's last byte included. On
+        leaving the block the connection is released, or dropped when the
+        body was not read to its end (an error, a cancel)."""
+        payload = orjson.dumps(body, default=_plain)
+        start = perf_counter()
+        try:
+            if self.uses_aiohttp:
+                source: _StreamSource = await self._stream_aiohttp(url, payload, timeout)
+            else:
+                source = await self._pool_of().post_stream(url, payload, timeout)  # type: ignore[attr-defined]  # until the pool branch lands
+        except (HttpConfigError, TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise self._failed(exc, timeout) from exc
+        try:
+            status, headers = source.status, source.headers
+            if not 200 <= status < 300:
+                try:
+                    raw = await source.read()
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    raise self._failed(exc, timeout) from exc
+                raise status_error(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
+                                   request_id=headers.get(self._request_id_header))
+            yield StreamReply(self, source, start, timeout)
+        finally:
+            await source.aclose()
+
+    def _failed(self, exc: BaseException, timeout: float) -> ProviderError:
+        if isinstance(exc, HttpConfigError):
+            return ProviderError(CONFIG, redact(f"{self.endpoint}: {exc}", self._secret))
+        return exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret)
+
+    def _pool_of(self) -> HttpPool:
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = HttpPool(limit=self._limit, headers=self._headers)
+        return pool
+
     # -- the aiohttp client -------------------------------------------------------------
+    async def _stream_aiohttp(self, url: str, payload: bytes, timeout: float) -> _AiohttpStream:
+        session = self._session
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            session = self._open_session()
+        response = await session.post(url, data=payload, timeout=self._timeout(timeout))
+        return _AiohttpStream(response, perf_counter())
+
     async def _post_aiohttp(self, url: str, payload: bytes, timeout: float
                             ) -> tuple[int, Mapping[str, str], bytes]:
         session = self._session
@@ -170,6 +228,72 @@ class JsonHttpClient:
                 await session.close()
             except RuntimeError:  # its loop is gone; nothing left to release
                 pass
+
+
+class _StreamSource(Protocol):
+    """A streamed reply as the HTTP clients give it: the pool's PooledStream
+    (providers/http_pool.py), or `_AiohttpStream`."""
+
+    status: int
+    headers: Mapping[str, str]   # looked up by lower-case name
+    first_byte: float            # perf_counter() when the status line arrived
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+    async def read(self) -> bytes: ...
+    async def aclose(self) -> None: ...
+
+
+class _AiohttpStream:
+    """An aiohttp reply in the pool's PooledStream shape."""
+
+    __slots__ = ("_response", "status", "headers", "first_byte")
+
+    def __init__(self, response: aiohttp.ClientResponse, first_byte: float):
+        self._response = response
+        self.status = response.status
+        self.headers: Mapping[str, str] = response.headers  # case-insensitive
+        self.first_byte = first_byte
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._response.content.iter_any().__aiter__()
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    async def aclose(self) -> None:
+        response = self._response
+        if response.content.at_eof():
+            response.release()  # read to its end: the connection may serve the next call
+        else:
+            response.close()    # cut short: a late rest of the body must not reach the next call
+
+
+class StreamReply:
+    """A 2xx streamed reply (see `JsonHttpClient.stream`): iterate it for the
+    body's pieces. `start` is perf_counter() before the call was sent,
+    `first_byte` when its status line arrived."""
+
+    __slots__ = ("_client", "_source", "_pieces", "_timeout", "headers", "start", "first_byte")
+
+    def __init__(self, client: JsonHttpClient, source: _StreamSource, start: float, timeout: float):
+        self._client = client
+        self._source = source
+        self._pieces: AsyncIterator[bytes] | None = None
+        self._timeout = timeout
+        self.headers = source.headers
+        self.start = start
+        self.first_byte = source.first_byte
+
+    def __aiter__(self) -> StreamReply:
+        self._pieces = self._source.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._pieces is not None  # iterated through __aiter__
+        try:
+            return await self._pieces.__anext__()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise self._client._failed(exc, self._timeout) from exc
 
 
 class HttpProvider(Provider):
