@@ -271,6 +271,12 @@ def _check_options(options: Any, kind: str, where: str) -> None:
         if options["http_client"] not in HTTP_CLIENTS:
             raise ConfigError(f"{where} options.http_client must be one of "
                               f"{', '.join(HTTP_CLIENTS)}, got {options['http_client']!r}")
+    from providers.http_pool import TIMEOUT_OPTIONS
+
+    for seconds in TIMEOUT_OPTIONS:  # the HTTP clients' own limits, in seconds
+        value = options.get(seconds)
+        if value is not None and (not _is_number(value) or value <= 0):
+            raise ConfigError(f"{where} options.{seconds} must be a positive number of seconds, got {value!r}")
     for text in ("anthropic_version", "model_path", "model_dir"):
         if text in options and not isinstance(options[text], str):
             raise ConfigError(f"{where} options.{text} must be a string, got {options[text]!r}")
