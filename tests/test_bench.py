@@ -32,6 +32,7 @@ from engine.latency.metrics import (
     summarize,
 )
 from engine.latency.runner import LagProbe
+from engine.loopback.server import lognormal, uniform
 from engine.requests import ChatRequest, Outcome
 from providers.base import TIMEOUT, ChatResult, ProviderError, StreamTimings, TulvingError
 
@@ -290,11 +291,11 @@ def _run(tmp_path: Path, server: Server, *args: str, models=("m",)) -> dict:
 
 def test_measured_ttft_and_itl_match_the_configured_constant_ones(tmp_path, serve):
     server = serve("--ttft-ms", "40", "--token-delay-ms", "8")
-    doc = _run(tmp_path, server, "-n", "40", "--max-concurrency", "8", "--warmup", "2")
+    doc = _run(tmp_path, server, "-n", "40", "--max-concurrency", "4", "--warmup", "2")
     s = doc["runs"][0]["summary"]
     assert s["completed"] == 40 and s["failed"] == {}
     # The client adds its parsing and its event loop's lag; on this shared machine allow some ms.
-    assert 40 <= s["ttft"]["median"] * 1000 < 46
+    assert 40 <= s["ttft"]["median"] * 1000 < 48
     assert 8 <= s["itl"]["median"] * 1000 < 11
     assert s["itl"]["count"] == sum(r["output_tokens"] - 1 for r in doc["runs"][0]["requests"])
     # TPOT: (E2E - TTFT) / (n - 1) with every gap 8 ms: about 8 ms, the first token left out.
@@ -305,15 +306,30 @@ def test_measured_ttft_and_itl_match_the_configured_constant_ones(tmp_path, serv
     assert server.stats()["requests"] == 42  # warm-up included, nothing from a cache
 
 
-@pytest.mark.parametrize("kind,ratio", [("lognormal", math.exp(stats.norm.ppf(0.9) * 0.5)), ("uniform", 1.8)])
-def test_measured_ttft_percentiles_follow_the_configured_distribution(tmp_path, serve, kind, ratio):
-    server = serve("--ttft-ms", "40", "--latency", kind, "--token-delay-ms", "1")
-    doc = _run(tmp_path, server, "-n", "150", "--max-concurrency", "32", "--percentiles", "50,90",
-               "--output-tokens", "4")
-    ttft = doc["runs"][0]["summary"]["ttft"]
-    p50, p90 = ttft["percentiles"]["p50"] * 1000, ttft["percentiles"]["p90"] * 1000
-    assert 34 < p50 < 48, (p50, p90)
-    assert ratio * 0.8 < p90 / p50 < ratio * 1.25, (p50, p90)
+@pytest.mark.parametrize("kind", ["lognormal", "uniform"])
+def test_measured_percentiles_follow_the_configured_distribution(tmp_path, serve, kind):
+    """The server draws each stream's TTFT and token gaps from seeded generators
+    (engine/loopback/cli.py: seed 0 for TTFT, 1 for the gaps), so the test
+    draws the very same values: measured TTFT percentiles can only exceed the
+    drawn ones (the client sends before the server starts waiting), by the
+    network and both event loops; ITL percentiles move either way by the
+    client's jitter."""
+    server = serve("--ttft-ms", "40", "--token-delay-ms", "10", "--latency", kind)
+    n = 120
+    doc = _run(tmp_path, server, "-n", str(n), "--max-concurrency", "4", "--percentiles", "10,50,90",
+               "--output-tokens", "6")
+    summary, rows = doc["runs"][0]["summary"], doc["runs"][0]["requests"]
+    make = {"lognormal": lambda median, seed: lognormal(median, 0.5, seed),
+            "uniform": lambda median, seed: uniform(0.0, 2 * median, seed)}[kind]
+    ttft_draws, gap_draws = make(0.040, 0), make(0.010, 1)
+    drawn_ttft = [ttft_draws() for _ in range(n)]
+    drawn_gaps = [gap_draws() for _ in range(sum(r["output_tokens"] - 1 for r in rows))]
+    for p in (10, 50, 90):
+        measured, drawn = summary["ttft"]["percentiles"][f"p{p}"], np.percentile(drawn_ttft, p)
+        assert -0.0002 <= measured - drawn < 0.008, (p, measured, drawn)  # 8 ms: 2 cores shared by 5 jobs
+        measured, drawn = summary["itl"]["percentiles"][f"p{p}"], np.percentile(drawn_gaps, p)
+        assert abs(measured - drawn) < 0.003, (p, measured, drawn)
+    assert summary["itl"]["count"] == len(drawn_gaps)  # one gap per token after the first, TTFT not among them
 
 
 def test_realised_poisson_arrivals_keep_the_rate(tmp_path, serve):
