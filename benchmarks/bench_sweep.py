@@ -8,7 +8,9 @@ The loopback server runs in its own process (`python -m engine.loopback
 --ttft-ms 50 --token-delay-ms 5`, constant delays) and `tulving bench --sweep
 rate=...` runs as a user would, in another, writing its JSON. Printed per
 rate: requests, achieved request rate, measured TTFT (median, p99) and its
-distance from the configured one, ITL median, the client's CPU per request and
+distance from the configured one, the time to the reply's first byte (the
+server sends its headers before it waits) and the median of TTFT - TTFB (the
+server's wait and the first chunk's delivery), ITL median, the client's CPU per request and
 share of a core, and its event-loop lag; then the highest rate at which the
 median TTFT stays within --tolerance-ms (default 1 ms) of the configured one.
 The figure (`--out`, default benchmarks/bench_sweep.png) draws the measured
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,12 +45,14 @@ def main() -> int:
     parser.add_argument("--token-delay-ms", type=float, default=5.0)
     parser.add_argument("--output-tokens", type=int, default=16)
     parser.add_argument("--tolerance-ms", type=float, default=1.0)
+    parser.add_argument("--server-uvloop", action="store_true", help="run the loopback server on uvloop")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "bench_sweep.png"))
     args = parser.parse_args()
 
     load_before = os.getloadavg()[0]
     server = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--ttft-ms", str(args.ttft_ms),
-                               "--token-delay-ms", str(args.token_delay_ms)], cwd=ROOT, env=_env(),
+                               "--token-delay-ms", str(args.token_delay_ms), *(["--uvloop"] if args.server_uvloop else [])],
+                              cwd=ROOT, env=_env(),
                               stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip().partition("=")[2]
@@ -60,7 +65,7 @@ def main() -> int:
             run = subprocess.run([sys.executable, "-m", "engine.cli", "--config", str(config), "--quiet", "bench",
                                   "--models", "loop", "--sweep", f"rate={args.rates}", "--duration",
                                   str(args.duration), "--warmup", str(args.warmup), "--output-tokens",
-                                  str(args.output_tokens), "--input-tokens", "64", "--json", str(out)],
+                                  str(args.output_tokens), "--input-tokens", "64", "--json", str(out), "--per-request"],
                                  cwd=ROOT, env=_env(), capture_output=True, text=True)
             wall = time.perf_counter() - started
             if run.returncode != 0:
@@ -75,8 +80,8 @@ def main() -> int:
     print(f"loopback: TTFT {args.ttft_ms:g} ms, token gap {args.token_delay_ms:g} ms (constant); "
           f"{args.duration:g} s of Poisson arrivals per rate; {wall:.1f} s in all; "
           f"load average {load_before:.2f} before, {load_after:.2f} after, {os.cpu_count()} cores")
-    head = ("rate/s", "requests", "achieved/s", "TTFT med ms", "TTFT p99 ms", "med - set ms", "ITL med ms",
-            "CPU µs/req", "CPU % core", "lag p99 ms")
+    head = ("rate/s", "requests", "achieved/s", "TTFT med ms", "TTFT p99 ms", "med - set ms", "TTFB med ms",
+            "TTFT-TTFB med ms", "ITL med ms", "CPU µs/req", "CPU % core", "lag p99 ms")
     rows = [head]
     trusted = None
     points = []
@@ -90,8 +95,11 @@ def main() -> int:
                        c["cpu_us_per_request"], 100 * core, c["loop_lag_p99_ms"]))
         if abs(off) <= args.tolerance_ms:
             trusted = r["load"]["rate"]
+        after_first_byte = [q["ttft"] - q["ttfb"] for q in r["requests"] if q["ttft"] is not None and q["ttfb"]]
         rows.append((f"{r['load']['rate']:g}", str(s["requests"]), f"{s['request_throughput']:.1f}", f"{median:.2f}",
-                     f"{points[-1][2]:.2f}", f"{off:+.2f}", f"{(s['itl'] or {}).get('median', float('nan')) * 1000:.2f}",
+                     f"{points[-1][2]:.2f}", f"{off:+.2f}", f"{(s['ttfb'] or {}).get('median', float('nan')) * 1000:.2f}",
+                     f"{statistics.median(after_first_byte) * 1000:.2f}" if after_first_byte else "-",
+                     f"{(s['itl'] or {}).get('median', float('nan')) * 1000:.2f}",
                      f"{c['cpu_us_per_request']:.0f}", f"{100 * core:.1f}", f"{c['loop_lag_p99_ms']:.2f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     for row in rows:

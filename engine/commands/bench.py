@@ -43,7 +43,7 @@ from engine.scheduler import Engine
 from providers.base import TulvingError
 
 DEFAULTS = {  # (bench, bench-latency)
-    "n": (100, 50), "max_concurrency": (None, 1), "output_tokens": (64, 16),
+    "n": (100, 50), "max_concurrency": (None, 1), "output_tokens": (64, 16), "warmup": (1, 0),
 }
 
 
@@ -70,7 +70,9 @@ def _options(p: argparse.ArgumentParser) -> None:
     load.add_argument("--seed", default="0", help="seed of the arrival times (default 0)")
     load.add_argument("--max-concurrency", "-c", "--concurrency", dest="max_concurrency", metavar="C",
                       help="requests in flight at most (with --rate inf: a closed loop of C)")
-    load.add_argument("--warmup", default="0", metavar="N", help="unmeasured requests per model first (default 0)")
+    load.add_argument("--warmup", metavar="N",
+                      help="unmeasured requests per model first (default 1: the first call loads the token counter "
+                           "and opens a connection)")
     load.add_argument("--sweep", metavar="rate=R1,R2|concurrency=C1,C2",
                       help="one measurement per rate or per concurrency (overrides --rate / --max-concurrency)")
     prompts = p.add_argument_group("prompts")
@@ -139,7 +141,7 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
     output_tokens = _int(args.output_tokens, "--output-tokens", 1) or default("output_tokens")
     return {
         "models": models, "points": planned, "sweep": sweep,
-        "warmup": _int(args.warmup, "--warmup", 0) or 0,
+        "warmup": default("warmup") if args.warmup is None else _int(args.warmup, "--warmup", 0),
         "input_tokens": _int(args.input_tokens, "--input-tokens", 1), "output_tokens": output_tokens,
         "percentiles": parse_percentiles(args.percentiles) if args.percentiles else list(DEFAULT_PERCENTILES),
         "slo": parse_slo(args.slo) if args.slo else {},

@@ -3,7 +3,9 @@ vLLM's `bench serve` (../shared/spec/provider-apis.md, "Latency benchmarking").
 
 Per request (`RequestRecord`, from an engine `Outcome` by `record`): when it
 was due, handed to the engine and sent, how long it waited in the engine's
-queue, TTFT, the inter-token latencies (gaps between streamed chunks, the
+queue, TTFT (and the time to the reply's first byte, TTFB: a server that
+sends its headers at once shows its queueing there, its generation after), the
+inter-token latencies (gaps between streamed chunks, the
 first chunk excluded: its wait is TTFT's), end-to-end latency of the attempt
 that answered, input/output tokens from the reply's usage (never re-counted),
 status or error kind, retries.
@@ -51,6 +53,7 @@ class RequestRecord:
     sent: float | None = None        # the answering attempt went out
     queued: float | None = None      # in the engine before its first attempt (limits, endpoint slots)
     ttft: float | None = None        # streamed: first output chunk after the send
+    ttfb: float | None = None        # streamed: the reply's first byte (status line) after the send
     itl: list[float] = field(default_factory=list)  # gaps between output chunks, the first excluded
     e2e: float | None = None         # the answering attempt, send to last byte
     input_tokens: int = 0
@@ -102,6 +105,7 @@ def record(outcome: Outcome, *, index: int, scheduled: float, started: float, do
         timings = result.timings
         if timings is not None:
             rec.ttft = timings.ttft
+            rec.ttfb = timings.first_byte
             times = list(timings.chunk_times)
             rec.itl = [b - a for a, b in zip(times, times[1:])]
             rec.chunk_times = [rec.sent + t for t in times]
@@ -231,6 +235,7 @@ class Summary:
     itl: Distribution | None
     e2e: Distribution | None
     queued: Distribution | None      # time in the engine's queue before the first send
+    ttfb: Distribution | None        # time to the reply's first byte (streamed, when the client reports it)
     retries: int
     peak_output_throughput: float
     peak_in_flight: int
@@ -269,6 +274,7 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
         itl=dist([gap for r in ok for gap in r.itl]),
         e2e=dist([r.e2e for r in ok if r.e2e is not None]),
         queued=dist([r.queued for r in records if r.queued is not None and r.status != "cached"]),
+        ttfb=dist([r.ttfb for r in ok if r.ttfb is not None]),
         retries=sum(r.retries for r in records),
         peak_output_throughput=peak_output_rate(records), peak_in_flight=peak_in_flight(records))
     if slo:

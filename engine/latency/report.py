@@ -26,7 +26,8 @@ from engine.latency.load import LoadPoint
 from engine.latency.metrics import Distribution, RequestRecord, Summary
 from engine.latency.runner import ClientCost
 
-METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("queued", "queued"))
+METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"), ("ttfb", "TTFB"), ("queued", "queued"))
+OPTIONAL = ("ttfb", "queued")  # rows left out where no request has the figure
 # The client is suspect above these: its loop wakes late, or it burns most of a core.
 LAG_WARN_MS = 5.0
 CPU_WARN_SHARE = 0.5
@@ -94,7 +95,7 @@ def console(runs: Sequence[BenchRun], percentiles: Sequence[float]) -> str:
                     continue
                 d: Distribution | None = getattr(r.summary, key)
                 if d is None:
-                    if key != "queued":
+                    if key not in OPTIONAL:
                         rows.append([title, point_label, printable(r.model), "0"] + ["-"] * (5 + len(names)))
                     continue
                 rows.append([title, point_label, printable(r.model), str(d.count), _ms(d.mean), _ms(d.median),
