@@ -375,7 +375,7 @@ def test_cached_replies_are_never_timed_even_when_the_cache_holds_them(tmp_path,
     config = config_for(tmp_path, server.url)
     cache = tmp_path / "cache.sqlite"
     args = ("--models", "m", "-n", "6", "--book", "synaptic-echoes-short", "--mode", "finetuned",
-            "--output-tokens", "4", "--store", "--per-request")
+            "--output-tokens", "4", "--store", "--per-request", "--warmup", "0")
     for run in (1, 2):
         out = tmp_path / f"run{run}.json"
         result = bench(config, *args, "--json", str(out), cache=cache)

@@ -26,6 +26,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,11 @@ def _client_concurrency(point: LoadPoint) -> int:
     return point.requests or 0 if math.isinf(point.rate) else 0
 
 
+def _load_average() -> float:
+    """The machine's 1-minute load average: figures on shared cores move with it."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+
+
 def _note(args: argparse.Namespace, line: str) -> None:
     if not args.quiet:
         print(line, file=sys.stderr, flush=True)
@@ -228,19 +234,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             with open(path, "a", encoding="utf-8"):
                 pass
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    load_before = _load_average()
     runs = asyncio.run(_bench(args, plan, config, prompts))
-    load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-    stream = "not streamed" if args.no_stream or args.embed else "streamed"
-    what = "embeddings" if args.embed else (prompts.describe if prompts else "")
-    print(f"tulving bench: {what}, max_tokens {plan['output_tokens']}, {stream}, cache bypassed; "
-          f"machine load average {load_avg:.2f} on {os.cpu_count()} cores")
+    load_avg = _load_average()
+    if args.embed:
+        what, stream = "embeddings", "not streamed"
+    else:
+        assert prompts is not None
+        what = f"{prompts.describe}, max_tokens {plan['output_tokens']}"
+        stream = "not streamed" if args.no_stream else "streamed where the endpoint can"
+    cache = "never read from the cache, replies stored" if args.store else "no cache"
+    print(f"tulving bench: {what}, {stream}, {cache}; machine load average {load_before:.2f} at the start, "
+          f"{load_avg:.2f} at the end, {os.cpu_count()} cores")
     if plan["slo"]:
         print(f"SLO: {slo_text(plan['slo'])}")
     print(console(runs, plan["percentiles"]))
-    settings = {"models": plan["models"], "prompts": what, "max_tokens": plan["output_tokens"], "stream": stream,
+    settings = {"started_at": started_at, "models": plan["models"], "prompts": what,
+                "max_tokens": None if args.embed else plan["output_tokens"], "stream": stream,
                 "store": args.store, "warmup": plan["warmup"], "percentiles": plan["percentiles"],
                 "slo": plan["slo"], "sweep": list(plan["sweep"]) if plan["sweep"] else None,
-                "load_average": load_avg, "cpus": os.cpu_count()}
+                "load_average_start": load_before, "load_average_end": load_avg, "cpus": os.cpu_count()}
     if args.json:
         Path(args.json).write_bytes(to_json(runs, settings, per_request=args.per_request))
     if args.csv:
