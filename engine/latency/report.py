@@ -103,16 +103,19 @@ def console(runs: Sequence[BenchRun], percentiles: Sequence[float]) -> str:
     out += ["Latency (TTFT and ITL need a streaming endpoint; ITL excludes the first token, TPOT = "
             "(E2E - TTFT) / (output tokens - 1))", _table(rows), ""]
 
-    rows = [["model", "load", "CPU µs/request", "CPU % of a core", "loop lag mean ms", "p99 ms", "max ms", ""]]
+    rows = [["model", "load", "CPU µs/request", "net of idle", "idle CPU ms/s", "CPU % of a core",
+             "loop lag mean ms", "p99 ms", "max ms", ""]]
     for r in runs:
         c, s = r.client, r.summary
         core = c.cpu_seconds / s.duration if s.duration > 0 else math.nan
         note = ""
         if c.loop_lag_p99_ms > LAG_WARN_MS or core > CPU_WARN_SHARE:
             note = "the client may be the bottleneck"
-        rows.append([printable(r.model), r.point.label, _num(c.cpu_us_per_request, 0), _num(100 * core),
+        rows.append([printable(r.model), r.point.label, _num(c.cpu_us_per_request, 0),
+                     _num(c.net_cpu_us_per_request, 0), _num(c.idle_cpu_ms_per_s, 2), _num(100 * core),
                      _num(c.loop_lag_mean_ms, 2), _num(c.loop_lag_p99_ms, 2), _num(c.loop_lag_max_ms, 2), note])
-    out += ["Client (this process: CPU over the run per request; event-loop lag: how late a 10 ms sleep wakes)",
+    out += ["Client (this process: CPU over the run per request, and net of its idle cost; event-loop lag: how late "
+            "a 10 ms sleep wakes)",
             _table(rows)]
     return "\n".join(out)
 

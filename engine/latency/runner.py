@@ -18,7 +18,9 @@ The engine's own limits (the endpoint's rpm, token limits, max_concurrency)
 still apply behind that: time spent there is `queued` in the records.
 
 Client cost (`ClientCost`): the process's CPU time over the point per request
-(the engine, its HTTP client and cache threads included), and the event loop's
+(the engine, its HTTP client and cache threads included) -- and the same net
+of what the process spends idle (the lag probe, timers), measured for 0.2 s
+before the point, which dominates at low rates -- and the event loop's
 lag, measured by a probe task that sleeps `LAG_INTERVAL` and records how late
 it wakes: when the loop is busy, every reply is read late and TTFT grows with
 it, so a high lag says the client, not the server, set the figures.
@@ -40,6 +42,7 @@ from engine.latency.metrics import RequestRecord, record
 from engine.requests import Outcome, Request
 from engine.scheduler import Engine
 
+IDLE_SAMPLE = 0.2    # seconds of idling measured before each point (its fixed cost per second)
 LAG_INTERVAL = 0.010  # seconds between the probe's wake-ups (its own CPU is part of the figure)
 
 
@@ -52,6 +55,8 @@ class ClientCost:
     loop_lag_p99_ms: float
     loop_lag_max_ms: float
     lag_samples: int
+    idle_cpu_ms_per_s: float = math.nan        # the process idle (lag probe included), measured just before
+    net_cpu_us_per_request: float = math.nan   # CPU per request above that idle cost
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,6 +102,13 @@ class PointRun:
     client: ClientCost | None = None
 
 
+async def _idle_cpu_rate(seconds: float) -> float:
+    """CPU seconds per second this process spends with nothing to send."""
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    return (time.process_time() - cpu0) / (time.perf_counter() - t0)
+
+
 async def _outcome(engine: Engine, request: Request) -> Outcome:
     got: Outcome | None = None
     # aclosing: a cancelled request leaves the engine at once (its call cancelled), not when collected.
@@ -118,6 +130,8 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
     failures: list[BaseException] = []
     probe = LagProbe()
     probe.start()
+    idle_rate = await _idle_cpu_rate(IDLE_SAMPLE)
+    probe.lags.clear()
     cpu0 = time.process_time()
     origin = clock()
 
@@ -169,12 +183,15 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         await probe.stop()
-    cpu = time.process_time() - cpu0
+    cpu, wall = time.process_time() - cpu0, clock() - origin
     run.records.sort(key=lambda r: r.index)
     run.duration = max((r.done for r in run.records), default=0.0)
     n = len(run.records)
     mean, p99, worst = probe.figures()
+    net = cpu - idle_rate * wall
     run.client = ClientCost(requests=n, cpu_seconds=cpu, cpu_us_per_request=cpu / n * 1e6 if n else math.nan,
+                            idle_cpu_ms_per_s=idle_rate * 1000,
+                            net_cpu_us_per_request=max(0.0, net) / n * 1e6 if n else math.nan,
                             loop_lag_mean_ms=mean, loop_lag_p99_ms=p99, loop_lag_max_ms=worst,
                             lag_samples=len(probe.lags))
     return run
