@@ -72,13 +72,13 @@ def main() -> int:
             config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{url}"\nmax_concurrency = 4096\n'
                               f'timeout = 60\n\n[models.loop]\nendpoint = "loop"\nmodel = "loop-model"\n')
             out = Path(tmp) / "sweep.json"
-            started = time.perf_counter()
+            started, server_cpu0 = time.perf_counter(), _cpu_of(server.pid)
             run = subprocess.run([sys.executable, "-m", "engine.cli", "--config", str(config), "--quiet", "bench",
                                   "--models", "loop", "--sweep", f"rate={args.rates}", "--duration",
                                   str(args.duration), "--warmup", str(args.warmup), "--output-tokens",
                                   str(args.output_tokens), "--input-tokens", "64", "--json", str(out), "--per-request"],
                                  cwd=ROOT, env=_env(), capture_output=True, text=True)
-            wall = time.perf_counter() - started
+            wall, server_cpu = time.perf_counter() - started, _cpu_of(server.pid) - server_cpu0
             if run.returncode != 0:
                 print(run.stdout, run.stderr, file=sys.stderr)
                 return 1
@@ -118,6 +118,9 @@ def main() -> int:
         print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
     print(f"highest rate with median TTFT within {args.tolerance_ms:g} ms of {args.ttft_ms:g} ms: "
           f"{trusted:g}/s" if trusted is not None else "no rate kept the median TTFT within the tolerance")
+    sent = sum(r["summary"]["requests"] for r in doc["runs"])
+    print(f"loopback server's CPU over the sweep: {server_cpu:.1f} s, {server_cpu / sent * 1e6:.0f} µs per request "
+          f"(warm-ups left out of the count)")
     if baseline is not None:
         b_med, b_p99, b_cpu, b_n = baseline
         near = [p[0] for p in points if abs(p[1] - b_med) <= args.tolerance_ms]
@@ -129,6 +132,12 @@ def main() -> int:
     _plot(Path(args.out), points, args, baseline)
     print(f"figure: {args.out}")
     return 0
+
+
+def _cpu_of(pid: int) -> float:
+    """A process's CPU seconds (user + system) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _raw_client(url: str, args: argparse.Namespace) -> tuple[float, float, float, int]:

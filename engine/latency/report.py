@@ -5,7 +5,9 @@
   peaks, goodput), latency (one row per metric, load and model, so models
   compare on adjacent rows: mean, median, std, min, max and each percentile,
   in ms), and the client's own cost (CPU per request, event-loop lag) with a
-  warning where the client, not the server, may have set the figures;
+  warning where the client, not the server, may have set the figures: over
+  half a core busy, or an event loop waking late while the process has CPU
+  to spare (other processes hold the machine's cores);
 - `to_json(runs, settings, per_request)`: the summary (and optionally one row
   per request) as a JSON document; infinities as "inf", NaN as null;
 - `to_csv(runs)`: one row per run, every summary figure a column.
@@ -109,8 +111,10 @@ def console(runs: Sequence[BenchRun], percentiles: Sequence[float]) -> str:
         c, s = r.client, r.summary
         core = c.cpu_seconds / s.duration if s.duration > 0 else math.nan
         note = ""
-        if c.loop_lag_p99_ms > LAG_WARN_MS or core > CPU_WARN_SHARE:
-            note = "the client may be the bottleneck"
+        if core > CPU_WARN_SHARE:
+            note = "the client is busy: it may be the bottleneck"
+        elif c.loop_lag_p99_ms > LAG_WARN_MS:
+            note = "the event loop wakes late with CPU to spare: the machine is loaded"
         rows.append([printable(r.model), r.point.label, _num(c.cpu_us_per_request, 0),
                      _num(c.net_cpu_us_per_request, 0), _num(c.idle_cpu_ms_per_s, 2), _num(100 * core),
                      _num(c.loop_lag_mean_ms, 2), _num(c.loop_lag_p99_ms, 2), _num(c.loop_lag_max_ms, 2), note])
