@@ -399,3 +399,26 @@ def test_bench_latency_is_an_alias_with_its_old_defaults(tmp_path, serve):
     assert "max_tokens 16" in result.stdout and "inf c1" in result.stdout
     stats_now = server.stats()
     assert stats_now["requests"] == 5 and stats_now["max_in_flight"] == 1
+
+
+def test_a_closed_loop_holds_its_concurrency_and_the_engine_queue_is_measured(tmp_path, serve):
+    """--rate inf with --max-concurrency 6 for a duration: six in flight from
+    the client, but the endpoint allows 2, so the rest wait in the engine's
+    queue (its limits apply to bench requests) and `queued` shows it."""
+    server = serve("--ttft-ms", "20", "--token-delay-ms", "2")
+    config = config_for(tmp_path, server.url, concurrency=2)
+    out = tmp_path / "b.json"
+    result = subprocess.run([sys.executable, "-m", "engine.cli", "--config", str(config), "bench", "--models", "m",
+                             "--max-concurrency", "6", "--duration", "1", "--output-tokens", "4", "--warmup", "0",
+                             "--json", str(out), "--per-request"],
+                            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "allow 2 calls in flight" in result.stderr  # said before measuring
+    run = json.loads(out.read_text())["runs"][0]
+    s, rows = run["summary"], run["requests"]
+    assert s["requests"] > 12 and s["completed"] == s["requests"]
+    assert server.stats()["max_in_flight"] == 2 and s["peak_in_flight"] == 2  # sent to reply: the endpoint's 2
+    assert s["queued"]["median"] > 0.015  # about two replies' time waiting for a slot
+    assert max(r["started"] for r in rows) < 1.0  # nothing started after the duration
+    waiting = [r["queued"] for r in rows]
+    assert all(q is not None and q >= 0 for q in waiting)

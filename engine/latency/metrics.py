@@ -203,13 +203,15 @@ def peak_output_rate(records: Sequence[RequestRecord], bin_seconds: float = 1.0)
 
 
 def peak_in_flight(records: Sequence[RequestRecord]) -> int:
-    """Most requests between their send and their reply at one moment."""
+    """Most requests between their send and their reply's last byte at one moment."""
     events: list[tuple[float, int]] = []
     for rec in records:
         if rec.status == "cached":
             continue
         start = rec.sent if rec.sent is not None else rec.started
-        events += [(start, 1), (max(rec.done, start), -1)]
+        # A reply ends at its last byte (the engine frees the slot then), not when our task saw it.
+        end = start + rec.e2e if rec.sent is not None and rec.e2e is not None else rec.done
+        events += [(start, 1), (max(end, start), -1)]
     events.sort(key=lambda e: (e[0], e[1]))  # a reply before a send at the same instant
     peak = current = 0
     for _, delta in events:
