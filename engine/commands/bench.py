@@ -43,6 +43,18 @@ from engine.requests import ChatRequest, EmbedRequest, Request
 from engine.scheduler import Engine
 from providers.base import TulvingError
 
+_DESCRIPTION = """\
+Latency and throughput of models under a chosen load: TTFT, TPOT, ITL, E2E
+(mean, median, std, min, max, percentiles), goodput under SLOs, peaks, and
+the client's own cost. Requests go through the engine (rate limits, queue,
+retries), streamed, never answered from the cache.
+
+examples:
+  tulving bench --models gpt-4o-mini,claude-sonnet-4 --rate 4 -n 200 --slo ttft=500ms,tpot=50ms
+  tulving bench --models llama-70b --sweep concurrency=1,4,16,64 --duration 30 --plots bench/
+  tulving bench --models m --rate 10 --arrival gamma:0.5 --json out.json --per-request --csv out.csv
+  tulving bench --models m --book synaptic-echoes-short --mode in-context -n 50"""
+
 DEFAULTS = {  # (bench, bench-latency)
     "n": (100, 50), "max_concurrency": (None, 1), "output_tokens": (64, 16), "warmup": (1, 0),
 }
@@ -50,9 +62,7 @@ DEFAULTS = {  # (bench, bench-latency)
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="latency and throughput under load: TTFT, TPOT, ITL, E2E, goodput, sweeps",
-                       description=__doc__.split("\n\n")[0] + " Requests bypass the cache; see the options for "
-                                   "the load, the prompts and the output.",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _options(p)
     p = sub.add_parser("bench-latency", help="alias of `tulving bench` (defaults: -n 50, one call at a time, "
                                              "16 output tokens)")
