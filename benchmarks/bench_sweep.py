@@ -193,6 +193,7 @@ def _plot(path: Path, points: list[tuple], args: argparse.Namespace,
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     rates = [p[0] for p in points]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -218,6 +219,9 @@ def _plot(path: Path, points: list[tuple], args: argparse.Namespace,
     twin = right.twinx()
     twin.plot(rates, [p[5] for p in points], "s--", color="C3", label="event-loop lag p99 (ms)")
     twin.set_yscale("log")
+    for axis in (left.yaxis, twin.yaxis):  # 0.1, 1, 10, 100 rather than powers of ten
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
     twin.set_ylabel("event-loop lag p99 (ms)")
     right.grid(alpha=0.3)
     handles = right.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
