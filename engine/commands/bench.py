@@ -167,14 +167,15 @@ def _check_models(config: Config, models: list[str]) -> None:
             config.api_key(endpoint)
 
 
-def _factory(args: argparse.Namespace, model: str, prompts: PromptSet, output_tokens: int, nonce: str,
+def _factory(args: argparse.Namespace, model: str, prompts: PromptSet | None, output_tokens: int, nonce: str,
              embed: bool) -> Callable[[int], Request]:
-    counter = itertools.count()  # over warm-up and every point: each prompt is new
+    """The model's requests, each new (a counter over warm-up and every point)."""
+    counter = itertools.count()
     extra = {"ignore_eos": True} if args.ignore_eos else None
 
     def make(_: int) -> Request:
         k = next(counter)
-        if embed:
+        if embed or prompts is None:
             return EmbedRequest(model=model, texts=[f"latency probe {nonce} {k}"])
         return ChatRequest(model=model, messages=prompts.messages(k), max_tokens=output_tokens, extra=extra,
                            stream=not args.no_stream, cache_read=False, cache_write=args.store)
@@ -207,8 +208,7 @@ async def _bench(args: argparse.Namespace, plan: dict[str, Any], config: Config,
         for model in plan["models"]:
             alias = config.alias(model)
             embed = args.embed or config.endpoints_of(alias)[0].kind == "local-embed"
-            assert embed or prompts is not None
-            make = _factory(args, model, prompts or synthetic(1, nonce), plan["output_tokens"], nonce, embed)
+            make = _factory(args, model, None if embed else prompts, plan["output_tokens"], nonce, embed)
             slots = sum(ep.max_concurrency for ep in config.endpoints_of(alias))
             wanted = max(_client_concurrency(p) for p in plan["points"])
             if wanted > slots:
