@@ -422,3 +422,13 @@ def test_a_closed_loop_holds_its_concurrency_and_the_engine_queue_is_measured(tm
     assert max(r["started"] for r in rows) < 1.0  # nothing started after the duration
     waiting = [r["queued"] for r in rows]
     assert all(q is not None and q >= 0 for q in waiting)
+
+
+def test_embeddings_are_timed_end_to_end_only(tmp_path, serve):
+    server = serve("--latency-ms", "15")
+    doc = _run(tmp_path, server, "--embed", "-n", "4", "--warmup", "0")
+    s = doc["runs"][0]["summary"]
+    assert s["completed"] == 4 and s["ttft"] is None and s["itl"] is None and s["tpot"] is None
+    assert s["e2e"]["count"] == 4 and s["e2e"]["min"] >= 0.015
+    assert doc["settings"]["prompts"] == "embeddings" and doc["settings"]["max_tokens"] is None
+    assert server.stats()["by_path"] == {"/v1/embeddings": 4}
