@@ -9,6 +9,12 @@ For each request pulled (lazily, never more than `window` ahead of the
 outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
 alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
+A request's own switches (engine/requests.py): `stream` (the provider streams
+the reply, when it can, and the result carries its timings), `cache_read=False`
+(no lookup and no joining: a call of its own, which nobody joins either) and
+`cache_write=False` (the reply is not stored). Each outcome of a call says how
+long it was queued before its first send (`queued`) and when its last attempt
+was sent (`sent_at`); one from the cache has neither, nor timings.
 A failed attempt of a retryable kind is queued again after a backoff
 (engine/retry.py); 429s have their own allowance of attempts and a capped wait
 (the endpoint's max_retry_after, reported when applied); a call that fails for
@@ -60,6 +66,7 @@ from engine.progress import notice as progress_notice
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
+from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key
 from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError, Result
 
@@ -116,19 +123,15 @@ class EngineStats:
         return d
 
 
+def _alive(job: Job) -> bool:
+    return not job.cancelled
+
+
 def _copy_result(result: Result) -> Result:
     return dataclasses.replace(result)
 
 
 _content = operator.itemgetter("content")
-
-
-def _inflight_key(job: Job) -> str:
-    """Where a call sits among the calls in flight: under its cache key, for
-    identical requests to join it, unless its request reads no cache (then
-    under a key of its own)."""
-    r = job.resolved
-    return r.key if r.cache_read else f"{r.key}#{job.seq}"
 
 
 def _request_chars(request: Request) -> int:
@@ -160,6 +163,7 @@ class Engine:
         self._gc_tuned = False
         self._notices: dict[Any, float] = {}
         self._retry_waiting = 0  # calls sleeping before their next attempt
+        self._warmup = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -351,20 +355,20 @@ class Engine:
 
     async def _submit(self, chunk: list[Request], sink: asyncio.Queue[Outcome]) -> None:
         config = self.config
+        taken = time.monotonic()  # the engine has the requests: their time queued starts
         resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
         for r in resolved:  # missing keys fail before anything is queued
             for spec in r.endpoints:
                 if spec.name not in self._endpoints:
                     self._endpoint(spec)
         inflight = self._inflight
-        taken = time.monotonic()
         hits: dict[str, Any] = {}
         if self._cache is not None:
-            lookup = [r.key for r in resolved if r.key not in inflight and r.cache_read]
+            lookup = [r.key for r in resolved if r.key not in inflight and r.request.cache_read]
             if lookup:
                 hits = await self._cache.get_many(lookup)
         for r in resolved:
-            if not r.cache_read:  # its own call: no cache, no joining (and nobody joins it)
+            if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
                 self._queue_new(r, sink, taken)
                 continue
             record = hits.get(r.key)
@@ -396,8 +400,20 @@ class Engine:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
                   prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken)
-        self._inflight[_inflight_key(job)] = job
+        # In flight under its cache key, for identical requests to join it;
+        # one that reads no cache under a key of its own (nobody joins it).
+        self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
+        if r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
+                prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
+            if self._warmup.hold(job, (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))):
+                return  # queued once the call warming its prefix has finished
         pool.push(job)
+
+    def _warmed(self, job: Job, ok: bool) -> None:
+        """A call ended for good: queue the calls its prefix held back."""
+        for held in self._warmup.finished(job, ok=ok, alive=_alive):
+            assert held.pool is not None  # set when it was created
+            held.pool.push(held)
 
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
         """The stream ended (normally, by an error, or the caller stopped
@@ -412,6 +428,7 @@ class Engine:
                 del self._inflight[key]
                 if job.task is not None:
                     job.task.cancel()
+                self._warmed(job, ok=False)
 
     # -- called by the endpoint dispatchers (dispatch.CallOwner) -------------------------
     def attempt_done(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
@@ -453,8 +470,9 @@ class Engine:
             stats.tokens_in += usage[0]
             stats.tokens_out += usage[1]
             stats.cost += cost
+            self._warmed(job, ok=True)
             if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
-                    r.cache_write or any(getattr(request, "cache_write", True) for request, _ in job.waiters)):
+                    r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
                 try:
                     self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
                 except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
@@ -545,16 +563,19 @@ class Engine:
                 cost: float = 0.0, endpoint: str | None = None) -> None:
         """Hand the call's outcome to every request waiting on it (once: a
         call already settled has no waiters left)."""
-        key = job.resolved.key
-        slot = _inflight_key(job)
+        r = job.resolved
+        key = r.key
+        slot = key if r.request.cache_read else f"{key}#{job.seq}"
         if self._inflight.get(slot) is job:
             del self._inflight[slot]
+        self._warmed(job, ok=result is not None)
         first = True
         sent = job.first_sent
-        queued = None if sent is None else sent - job.taken_at
+        queued = None if sent is None or job.taken_at is None else sent - job.taken_at
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
-                                    endpoint=endpoint, key=key, queued=queued, sent_at=job.last_sent))
+                                    endpoint=endpoint, key=key, joined=not first, queued=queued,
+                                    sent_at=job.last_sent))
             first = False
         job.waiters = []

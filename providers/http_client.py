@@ -11,7 +11,7 @@ them) and every failure leaves as a classified `ProviderError` (see
 providers/http_errors.py).
 
 `JsonHttpClient.stream` is the streamed twin of `post` (server-sent events):
-the reply's body pieces as they arrive, with the time of the status line, the
+the reply's body pieces as they arrive, with the time of its first byte, the
 same error classification, and the connection dropped (never reused) when the
 body is not read to its end (cancelled, or an error mid-stream).
 """
@@ -73,8 +73,9 @@ class JsonHttpClient:
     included); `secret` is scrubbed from every error message. `http_client`
     is "pool" (providers/http_pool.py) or "aiohttp"; `trust_env` (proxies from
     the environment) needs aiohttp. `timeouts` are the endpoint's
-    TIMEOUT_OPTIONS (HttpPool's keywords; aiohttp takes `connect_timeout` and
-    `read_timeout` as its `connect` and `sock_read`)."""
+    TIMEOUT_OPTIONS (HttpPool's keywords; aiohttp takes `connect_timeout`,
+    `read_timeout` and `keepalive_timeout` as its `connect`, `sock_read` and
+    keep-alive time, and has no first-byte limit of its own)."""
 
     def __init__(self, *, endpoint: str, max_concurrency: int, headers: Mapping[str, str],
                  secret: str | None, request_id_header: str, trust_env: bool = False,
@@ -117,9 +118,7 @@ class JsonHttpClient:
             if self.uses_aiohttp:
                 status, headers, raw = await self._post_aiohttp(url, payload, timeout)
             else:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = HttpPool(limit=self._limit, headers=self._headers, **self._pool_options)
+                pool = self._pool or self._pool_of()
                 status, headers, raw = await pool.post(url, payload, timeout)
         except HttpConfigError as exc:
             raise ProviderError(CONFIG, redact(f"{self.endpoint}: {exc}", self._secret)) from None
@@ -158,7 +157,7 @@ class JsonHttpClient:
             if self.uses_aiohttp:
                 source: _StreamSource = await self._stream_aiohttp(url, payload, timeout)
             else:
-                source = await self._pool_of().post_stream(url, payload, timeout)  # type: ignore[attr-defined]  # until the pool branch lands
+                source = await self._pool_of().post_stream(url, payload, timeout)
         except (HttpConfigError, TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise self._failed(exc, timeout) from exc
         try:
@@ -182,7 +181,7 @@ class JsonHttpClient:
     def _pool_of(self) -> HttpPool:
         pool = self._pool
         if pool is None:
-            pool = self._pool = HttpPool(limit=self._limit, headers=self._headers)
+            pool = self._pool = HttpPool(limit=self._limit, headers=self._headers, **self._pool_options)
         return pool
 
     # -- the aiohttp client -------------------------------------------------------------
@@ -207,7 +206,8 @@ class JsonHttpClient:
         if self._session is not None and not self._session.closed:
             _abandon(self._session)
         self._loop = asyncio.get_running_loop()
-        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, keepalive_timeout=30.0)
+        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
+                                         keepalive_timeout=self._pool_options.get("keepalive_timeout", 30.0))
         # The headers are the session's defaults: merged in C-backed multidicts
         # once per call rather than converted from a dict each time.
         self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
@@ -240,9 +240,12 @@ class _StreamSource(Protocol):
     """A streamed reply as the HTTP clients give it: the pool's PooledStream
     (providers/http_pool.py), or `_AiohttpStream`."""
 
-    status: int
-    headers: Mapping[str, str]   # looked up by lower-case name
-    first_byte: float            # perf_counter() when the status line arrived
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...  # looked up by lower-case name
+    @property
+    def first_byte(self) -> float: ...           # perf_counter() when the reply's first byte arrived
 
     def __aiter__(self) -> AsyncIterator[bytes]: ...
     async def read(self) -> bytes: ...
@@ -277,7 +280,7 @@ class _AiohttpStream:
 class StreamReply:
     """A 2xx streamed reply (see `JsonHttpClient.stream`): iterate it for the
     body's pieces. `start` is perf_counter() before the call was sent,
-    `first_byte` when its status line arrived."""
+    `first_byte` when its first byte arrived."""
 
     __slots__ = ("_client", "_source", "_pieces", "_timeout", "headers", "start", "first_byte")
 

@@ -73,11 +73,14 @@ STREAM_HIGH_WATER = 256 * 1024
 
 
 def default_ssl_context() -> ssl.SSLContext:
-    """The system's trust store, hostname checks on (what aiohttp uses too);
-    built once per process: loading the store takes milliseconds."""
+    """The system's trust store (or `SSL_CERT_FILE`), hostname checks on (what
+    aiohttp uses too), ALPN offering http/1.1 only; built once per process:
+    loading the store takes milliseconds."""
     global _default_ssl_context
     if _default_ssl_context is None:
-        _default_ssl_context = ssl.create_default_context()
+        context = ssl.create_default_context()
+        context.set_alpn_protocols(["http/1.1"])  # a server that would pick h2 by ALPN must not
+        _default_ssl_context = context
     return _default_ssl_context
 
 
@@ -181,9 +184,12 @@ class _Connection(asyncio.Protocol):
         self.waiter: asyncio.Future[_Reply] | None = None
         self.closed = False
         self.reusable = False  # the last reply ended and the server keeps the connection open
-        self.replies = 0  # replies completed on this connection
         self.idle_until = 0.0  # loop time after which an idle connection is closed
         self.keepalive = pool.keepalive_timeout  # this connection's idle time (the server may shorten it)
+        self.max_header = pool.max_header_size
+        self.max_body = pool.max_body_size
+        self.max_body_digits = len(str(pool.max_body_size))  # a shorter Content-Length is within it
+        self.timed_reads = pool.first_byte_timeout is not None or pool.read_timeout is not None
         self.first_byte = 0.0  # perf_counter() when the current reply's first byte arrived
         self.last_read = 0.0  # loop time of the last bytes read
         self.timer: asyncio.TimerHandle | None = None
@@ -211,17 +217,22 @@ class _Connection(asyncio.Protocol):
         self.reusable = False
         self._reset()
         self.first_byte = 0.0
-        self.streaming = streaming
-        self.body_done = False
-        self.error = None
+        if streaming or self.streaming:
+            self.streaming = streaming
+            self.body_done = False
+            self.error = None
         self.waiter = waiter = self.loop.create_future()
-        if self.closed or self.transport is None or self.transport.is_closing():
+        transport = self.transport
+        if self.closed or transport is None or transport.is_closing():  # (uvloop raises on writing to it)
             waiter.set_exception(ReplyCutShort("the connection closed before the request was sent"))
             return waiter
-        self.transport.writelines(parts)
+        transport.writelines(parts)
         self.deadline = deadline
-        self.sent_at = self.loop.time()
-        self._arm()
+        if self.timed_reads:
+            self.sent_at = self.loop.time()
+            self._arm()
+        else:  # only the call's own timeout
+            self.timer = self.loop.call_at(deadline, self._check, _TOTAL)
         return waiter
 
     def abort(self) -> None:
@@ -232,6 +243,9 @@ class _Connection(asyncio.Protocol):
 
     # -- the watchdog: total, first-byte and between-reads timeouts ---------------------
     def _arm(self) -> None:
+        if not self.timed_reads:  # only the call's own timeout
+            self.timer = self.loop.call_at(self.deadline, self._check, _TOTAL)
+            return
         pool = self.pool
         when, why = self.deadline, _TOTAL
         if not self.first_byte:
@@ -269,26 +283,38 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # a TCP connection's transport
 
     def data_received(self, data: bytes) -> None:
+        waiter = self.waiter
+        if waiter is None or (self.body_done if self.streaming else waiter.done()):
+            self.abort()  # bytes nobody asked for (an idle connection): it cannot carry the next reply
+            return
+        if self.timed_reads:
+            self.last_read = self.loop.time()
+            if not self.first_byte and self.timer is not None:
+                self.first_byte = perf_counter()
+                self.timer.cancel()
+                self._arm()  # the reply has begun: from now on, the gaps between reads
         if not self.first_byte:
             self.first_byte = perf_counter()
-        self.last_read = self.loop.time()
         try:
             if self.headers_done:
                 self.parser.feed_data(data)
             else:
                 self.head_size += len(data)
                 self.parser.feed_data(data)
-                if not self.headers_done and self.head_size > self.pool.max_header_size:
-                    raise HeadersTooLarge(f"the reply's headers exceed {self.pool.max_header_size} bytes"
+                if not self.headers_done and self.head_size > self.max_header:
+                    raise HeadersTooLarge(f"the reply's headers exceed {self.max_header} bytes"
                                           " (max_header_size)")
         except MalformedReply as exc:
             self._fail(exc)
             self.abort()
-        except Exception as exc:  # HttpParserError, or an upgrade (101) this client never asks for
-            cause = exc.__context__  # a callback's own error (limits) is the parser error's context
-            if not isinstance(cause, MalformedReply):
-                cause = MalformedReply(f"the server's reply is not valid HTTP ({type(exc).__name__}: {exc})")
-            self._fail(cause)
+        except httptools.HttpParserCallbackError as exc:
+            # A callback's own error is the parser error's context: a limit
+            # (MalformedReply) goes to the caller; anything else would be a
+            # bug here, and goes to the caller as it is (not hidden as a bad reply).
+            self._fail(exc.__context__ or exc)
+            self.abort()
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:  # (a 101 is never asked for)
+            self._fail(MalformedReply(f"the server's reply is not valid HTTP ({type(exc).__name__}: {exc})"))
             self.abort()
 
     def eof_received(self) -> bool:
@@ -321,14 +347,14 @@ class _Connection(asyncio.Protocol):
         self.status = self.parser.get_status_code()
         self.headers_done = True
         headers = self.headers
-        pool = self.pool
-        if self.head_size > pool.max_header_size and \
-                sum(len(k) + len(v) + 4 for k, v in headers.items()) > pool.max_header_size:
-            raise HeadersTooLarge(f"the reply's headers exceed {pool.max_header_size} bytes (max_header_size)")
+        if self.head_size > self.max_header and \
+                sum(len(k) + len(v) + 4 for k, v in headers.items()) > self.max_header:
+            raise HeadersTooLarge(f"the reply's headers exceed {self.max_header} bytes (max_header_size)")
         length = headers.get("content-length")
         self.framed = length is not None or "chunked" in headers.get("transfer-encoding", "").lower()
-        if length is not None and length.isdigit() and int(length) > pool.max_body_size:
-            raise BodyTooLarge(f"the reply body of {length} bytes exceeds {pool.max_body_size} bytes"
+        if length is not None and len(length) >= self.max_body_digits and length.isdigit() \
+                and int(length) > self.max_body:
+            raise BodyTooLarge(f"the reply body of {length} bytes exceeds {self.max_body} bytes"
                                " (max_body_size)")
         if self.streaming and self.status >= 200:
             waiter = self.waiter
@@ -339,8 +365,8 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.body_size += len(body)
-        if self.body_size > self.pool.max_body_size:
-            raise BodyTooLarge(f"the reply body exceeds {self.pool.max_body_size} bytes (max_body_size)")
+        if self.body_size > self.max_body:
+            raise BodyTooLarge(f"the reply body exceeds {self.max_body} bytes (max_body_size)")
         if self.streaming:
             if self.closed or self.body_done:
                 return  # an unasked reply after the stream's end: the connection is dropped
@@ -371,15 +397,19 @@ class _Connection(asyncio.Protocol):
         pieces, self.body, self.buffered = self.body, [], 0
         if self.paused:
             self.paused = False
-            self.last_read = self.loop.time()  # the pause was ours: the between-reads clock restarts
             if self.transport is not None and not self.closed:
                 self.transport.resume_reading()
+                if self.timed_reads and self.timer is not None:
+                    self.last_read = self.loop.time()  # the pause was ours: the between-reads clock restarts
+                    self.timer.cancel()
+                    self._arm()
         return pieces
 
     # -- ending a reply -----------------------------------------------------------------
     def _finish(self, keep_alive: bool) -> None:
-        self.disarm()
-        self.replies += 1
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         headers = self.headers
         hint = headers.get("keep-alive")
         if hint is not None:
@@ -399,7 +429,7 @@ class _Connection(asyncio.Protocol):
         encoding = headers.get("content-encoding")
         if encoding:
             try:
-                body = _decode_body(body, encoding, self.pool.max_body_size)
+                body = _decode_body(body, encoding, self.max_body)
             except MalformedReply as exc:
                 self._fail(exc)
                 self.abort()
@@ -424,9 +454,11 @@ class PooledStream:
     `status`, `headers` (lower-case names) and `first_byte` (perf_counter()
     when the reply's first byte arrived) are known at once; iterate for the
     decoded body pieces, or `read()` the rest. The call's slot and connection
-    are held until the body ends or `aclose()`: a body read to its end gives
-    the connection back to the pool, any other end (aclose before the end, an
-    error, a timeout, a cancelled task) drops it."""
+    are held until the body ends or `aclose()` (`async with` calls it): a
+    reply whose body has all arrived gives the connection back to the pool;
+    any other end (aclose before the body's end, an error, a timeout, a task
+    cancelled while iterating) drops the connection, so that no rest of that
+    reply can reach the next call."""
 
     def __init__(self, pool: HttpPool, conn: _Connection, status: int, headers: dict[str, str]):
         self.status = status
@@ -487,17 +519,19 @@ class PooledStream:
         return b"".join([piece async for piece in self])
 
     async def aclose(self) -> None:
-        """Give the connection back if the body was read to its end, else drop it."""
-        self._release(reuse=False)
+        """Give the connection back if the whole body has arrived, else drop it."""
+        self._release(reuse=True)
 
     async def __aenter__(self) -> PooledStream:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        self._release(reuse=False)
+        self._release(reuse=True)
 
     def _release(self, reuse: bool) -> None:
+        """Free the call's slot; its connection goes back to the pool when
+        `reuse` and the reply has ended (pieces not taken are dropped), else it is dropped."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -660,7 +694,9 @@ class HttpPool:
                 conn.abort()
                 if not reused or conn.first_byte or self.closed:
                     raise
-                reused, conn = False, None  # nothing came back: the server never saw the request
+                # Not a byte back on a reused connection: the server had
+                # closed it while idle (the request crossed its close).
+                reused, conn = False, None
                 self.resent += 1
             except BaseException:  # failed, timed out or cancelled: a late reply must not reach the next call
                 conn.abort()
@@ -712,7 +748,7 @@ class HttpPool:
         if ok and conn.reusable and not conn.closed and not self.closed and conn.keepalive > 0:
             until = conn.idle_until = loop.time() + conn.keepalive
             self._idle.setdefault(conn.origin, []).append(conn)
-            if self._sweeper is None or until < self._sweep_at:
+            if (self._sweeper is None or until < self._sweep_at) and until != float("inf"):
                 self._schedule_sweep(loop, until)
         else:  # failed, timed out, cancelled or not kept alive: a late reply must not reach the next call
             conn.abort()

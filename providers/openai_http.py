@@ -22,10 +22,15 @@ retried), an error event in it is classified (`http_errors.stream_error`).
 Endpoint options (`[endpoints.X] options = {...}`): `headers` (extra headers,
 e.g. OpenRouter's HTTP-Referer or OpenAI-Organization), `trust_env` (honour
 HTTP(S)_PROXY, default false), `drop_params` (parameter names never sent, for
-servers that reject some, e.g. ["seed"]), `stream` (stream every chat call).
+servers that reject some, e.g. ["seed"]), `prompt_cache` (default true; false:
+no warm-first ordering of requests sharing a prefix, see engine/warmup.py),
+`prompt_cache_key` (default false; true: requests marking a shared prompt
+prefix send `prompt_cache_key`, a digest of that prefix, which OpenAI uses to
+route requests sharing it to the same cache), `stream` (stream every chat call).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from time import perf_counter
@@ -33,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from providers.base import CONNECTION, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
+from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
 from providers.sse import SSEParser
@@ -53,13 +58,17 @@ class OpenAIProvider(HttpProvider):
         self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
                                                  request_id_header="x-request-id")
         self._drop = frozenset(spec.options.get("drop_params") or ())
+        self.caches_prompt_prefix = bool(spec.options.get("prompt_cache", True))
+        self._prompt_cache_key = bool(spec.options.get("prompt_cache_key", False))
         self._stream_always = bool(spec.options.get("stream", False))
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
                    params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         body = {"model": model, "messages": messages, **params}
+        if any(PREFIX_END in m for m in messages):
+            body.update(self.prefix_fields(messages))
         if stream or self._stream_always:
             return await self._chat_streamed(body, timeout)
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
@@ -78,7 +87,8 @@ class OpenAIProvider(HttpProvider):
         done = False
         async with self._http.stream(self._chat_url, body, timeout) as reply:
             start = reply.start
-            header_id = reply.headers.get("x-request-id")
+            headers = reply.headers
+            header_id = headers.get("x-request-id")
             async for piece in reply:  # read to the end (after [DONE] too): the connection is then reused
                 arrived = perf_counter() - start
                 for event in parser.feed(piece):
@@ -137,6 +147,23 @@ class OpenAIProvider(HttpProvider):
         result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
                                        first_byte=first_byte)
         return result
+
+    def prefix_fields(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The body fields of messages marking a shared prefix (PREFIX_END):
+        the messages without the marker (OpenAI caches prefixes by itself),
+        and with `prompt_cache_key` on, a key naming the prefix, which routes
+        requests sharing it to the same cache."""
+        fields: dict[str, Any] = {"messages": [{k: v for k, v in m.items() if k != PREFIX_END} for m in messages]}
+        if self._prompt_cache_key:
+            hasher = hashlib.sha256()
+            for m in messages:
+                end = m.get(PREFIX_END)
+                hasher.update(f"\x1e{m['role']}\x1f".encode())
+                hasher.update(str(m["content"])[:end if type(end) is int else None].encode("utf-8", "surrogatepass"))
+                if type(end) is int:
+                    break
+            fields["prompt_cache_key"] = "tulving-" + hasher.hexdigest()[:32]
+        return fields
 
     def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `chat.completion` object (a direct

@@ -35,27 +35,29 @@ class SSEParser:
     def feed(self, piece: bytes) -> list[SSEEvent]:
         """The events that `piece` completes, in order."""
         buffer = self._rest + piece if self._rest else piece
-        lines = buffer.splitlines(keepends=True)  # bytes split on \n, \r\n and \r only
-        if lines and (not lines[-1].endswith((b"\n", b"\r")) or lines[-1].endswith(b"\r")):
-            self._rest = lines.pop()  # unfinished, or a \r whose \n may be in the next read
+        if b"\r" in buffer:  # rare: make every line end a \n (a final \r may pair with the next read's \n)
+            held = b"\r" if buffer.endswith(b"\r") else b""
+            buffer = (buffer[:-1] if held else buffer).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         else:
-            self._rest = b""
+            held = b""
+        lines = buffer.split(b"\n")
+        self._rest = lines.pop() + held  # after the last line end: an unfinished line (or nothing)
         events: list[SSEEvent] = []
-        for raw in lines:
-            line = raw.rstrip(b"\r\n")
-            if not line:
-                if self._data:
-                    events.append(SSEEvent(self._event or "message", "\n".join(self._data)))
-                    self._data = []
+        data = self._data
+        for line in lines:
+            if not line:  # a blank line ends the event
+                if data:
+                    events.append(SSEEvent(self._event or "message", "\n".join(data)))
+                    data = self._data = []
                 self._event = ""
+            elif line[0] == 0x3A:  # ":" a comment (keep-alive)
                 continue
-            if line[0] == 0x3A:  # ":" a comment (keep-alive)
-                continue
-            name, colon, value = line.partition(b":")
-            if colon and value[:1] == b" ":
-                value = value[1:]
-            if name == b"data":
-                self._data.append(value.decode("utf-8", "replace"))
-            elif name == b"event":
-                self._event = value.decode("utf-8", "replace")
+            else:
+                name, colon, value = line.partition(b":")
+                if colon and value[:1] == b" ":
+                    value = value[1:]
+                if name == b"data":
+                    data.append(value.decode("utf-8", "replace"))
+                elif name == b"event":
+                    self._event = value.decode("utf-8", "replace")
         return events

@@ -277,6 +277,11 @@ async def test_first_byte_timeout_and_read_timeout_fire_before_the_total():
             await pool.post(server.url, b"", timeout=30)
         assert time.monotonic() - start < 5
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart of it"
+    async with RawServer(stalls(head)) as server, open_pool(read_timeout=0.2) as pool:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="read_timeout"):
+            await pool.post(server.url, b"", timeout=30)
+        assert time.monotonic() - start < 5
     async with RawServer(stalls(head)) as server, open_pool(first_byte_timeout=0.2, read_timeout=0.2) as pool:
         with pytest.raises(TimeoutError, match="read_timeout"):
             await pool.post(server.url, b"", timeout=30)
@@ -308,20 +313,28 @@ async def test_read_timeout_is_between_reads_not_for_the_whole_reply():
         assert pool.connections_opened == 1
 
 
-async def test_a_consumer_that_lags_is_not_a_read_timeout():
+async def test_a_consumer_that_lags_is_not_a_read_timeout_but_a_server_that_stalls_after_is():
     size = 4 * 1024 * 1024
 
     async def handler(server, reader, writer, n):
         await server.read(reader, n)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"z" * size)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (2 * size) + b"z" * size)
         await writer.drain()
+        await asyncio.sleep(30)  # half the body, then nothing
 
-    async with RawServer(handler) as server, open_pool(read_timeout=0.1) as pool:
-        async with await pool.post_stream(server.url, b"", timeout=10) as stream:
+    async with RawServer(handler) as server, open_pool(read_timeout=0.2) as pool:
+        async with await pool.post_stream(server.url, b"", timeout=30) as stream:
             conn = stream._conn
             await wait_for(lambda: conn.paused)
-            await asyncio.sleep(0.3)  # the pool stopped reading, on our behalf: not the server's delay
-            assert len(await stream.read()) == size
+            await asyncio.sleep(0.5)  # the pool stopped reading, on our behalf: not the server's delay
+            assert conn.error is None
+            received = 0
+            start = time.monotonic()
+            with pytest.raises(TimeoutError, match="read_timeout"):
+                async for piece in stream:
+                    received += len(piece)
+            assert received == size
+            assert time.monotonic() - start < 10  # the between-reads limit, not the call's 30 s
 
 
 # -- the endpoint options -----------------------------------------------------------------------
@@ -359,3 +372,55 @@ async def test_the_aiohttp_client_takes_connect_and_read_timeouts():
         finally:
             await provider.aclose()
     assert info.value.kind == TIMEOUT
+
+
+# -- unasked bytes and TLS ----------------------------------------------------------------------
+
+async def test_a_connection_that_says_anything_while_idle_is_not_reused():
+    async def handler(server, reader, writer, n):
+        while (request := await server.read(reader, n)) is not None:
+            writer.write(reply(b"conn %d: %s" % (n, request[1])))
+            await writer.drain()
+            if n == 1:
+                await asyncio.sleep(0.02)
+                writer.write(b"HTTP/1.1 200 OK\r\n")  # the start of a reply nobody asked for
+                await writer.drain()
+
+    async with RawServer(handler) as server, open_pool() as pool:
+        assert (await pool.post(server.url, b"a", timeout=5))[2] == b"conn 1: a"
+        await asyncio.sleep(0.1)
+        assert (await pool.post(server.url, b"b", timeout=5))[2] == b"conn 2: b"
+        assert pool.connections_opened == 2
+
+
+async def test_the_default_tls_context_uses_ssl_cert_file_sni_and_offers_only_http11(tmp_path, monkeypatch):
+    import providers.http_pool as http_pool
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert = ca.issue_cert("localhost")
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(server_context)
+    server_context.set_alpn_protocols(["h2", "http/1.1"])  # would pick h2 if the client offered it
+    seen = []
+
+    async def handler(server, reader, writer, n):
+        seen.append(writer.get_extra_info("ssl_object").selected_alpn_protocol())
+        while (request := await server.read(reader, n)) is not None:
+            writer.write(reply(request[1]))
+            await writer.drain()
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
+    monkeypatch.setattr(http_pool, "_default_ssl_context", None)  # built afresh, reading SSL_CERT_FILE
+    names = []
+    server_context.sni_callback = lambda sock, name, context: names.append(name)
+    server = RawServer(handler)
+    server.server = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_context)
+    port = server.server.sockets[0].getsockname()[1]
+    try:
+        async with open_pool() as pool:
+            assert (await pool.post(f"https://localhost:{port}/v1", b"tls", timeout=5))[2] == b"tls"
+    finally:
+        await server.__aexit__(None, None, None)
+    assert seen == ["http/1.1"]
+    assert names == ["localhost"]

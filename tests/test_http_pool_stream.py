@@ -306,3 +306,15 @@ async def test_a_close_delimited_stream_ends_with_the_connection():
         async with await pool.post_stream(server.url, b"", timeout=5) as stream:
             assert [piece async for piece in stream] == [b"data: 1\n\n", b"data: 2\n\n"]
         assert not any(pool._idle.values())
+
+
+async def test_closing_a_stream_whose_body_has_all_arrived_keeps_the_connection():
+    async with RawServer(keep_alive_echo(b"whole:")) as server, open_pool(limit=1) as pool:
+        stream = await pool.post_stream(server.url, b"body", timeout=5)
+        assert await stream.__anext__() == b"whole:body"  # all of it, though the iteration has not ended
+        await stream.aclose()
+        async with await pool.post_stream(server.url, b"unread", timeout=5):
+            await wait_for(lambda: len(server.requests) == 2)
+            await asyncio.sleep(0.05)  # its reply has arrived, untaken
+        assert (await pool.post(server.url, b"next", timeout=5))[2] == b"whole:next"
+        assert pool.connections_opened == 1

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("providers, cache", [["providers"], ["cache"]]),
     ("engine core", [["engine.errors", "engine.requests", "engine.tokens", "engine.config", "engine.resolve", "engine.budget",
                       "engine.limiter", "engine.retry", "engine.dispatch", "engine.scheduler", "engine.progress",
-                      "engine.gc_tuning"]]),
+                      "engine.gc_tuning", "engine.warmup", "engine.spending", "engine.estimate"]]),
     ("development server", [["engine.loopback"]]),
     ("benchmark", [["engine.datadir", "engine.builtin", "engine.generation", "engine.evaluation", "engine.latency"]]),
     ("command line", [["engine.commands", "engine.cli", "engine.__main__"], ]),

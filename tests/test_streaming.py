@@ -23,7 +23,7 @@ from providers.base import BAD_REPLY, CONNECTION, OVERLOADED, RATE_LIMITED, TIME
 from providers.openai_http import OpenAIProvider
 from providers.sse import SSEEvent, SSEParser
 
-CLIENTS = ["aiohttp"]  # TODO pool
+CLIENTS = ["pool", "aiohttp"]
 APIS = ["openai", "anthropic"]
 USER = [{"role": "user", "content": "Where did Maya meet Sam on March 3?"}]
 LONG = lambda api, body: "word " * 60  # noqa: E731 -- 300 characters: 75 tokens, 75 deltas
@@ -267,6 +267,22 @@ async def test_error_statuses_and_timeouts_of_streamed_calls(api, client):
     assert isinstance(slow, ProviderError) and slow.kind == TIMEOUT  # the timeout bounds the whole stream
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("api", APIS)
+async def test_streaming_every_call_lets_a_between_reads_timeout_catch_a_stalled_reply(api, client):
+    async with LoopbackServer(token_delay=constant(1.0), reply=LONG) as server:
+        p = provider(api, base_url(server, api), client, stream=True, read_timeout=0.3)
+        started = time.monotonic()
+        try:
+            stalled = await p.chat("m", USER, params={}, timeout=30)
+        except ProviderError as exc:
+            stalled = exc
+        finally:
+            await p.aclose()
+    assert isinstance(stalled, ProviderError) and stalled.kind == TIMEOUT
+    assert time.monotonic() - started < 5  # not the call's 30 s
+
+
 # -- cancelling a stream mid-way --------------------------------------------------------------------
 
 class CountingRelay:
@@ -404,6 +420,37 @@ async def test_requests_that_skip_the_cache_each_make_their_own_call(tmp_path, a
     assert len({o.result.request_id for o in fresh}) == 3 and stats.streams == 3
     assert not unstored.cached and not again.cached          # cache_write=False stored nothing
     assert stats.requests == 1 + 3 + 2
+
+
+async def test_a_reply_nobody_asked_to_store_is_stored_when_an_identical_request_joined_it(tmp_path):
+    cache = str(tmp_path / "cache.sqlite")
+    async with LoopbackServer(latency=constant(0.05)) as server:
+        config = engine_config(server, "openai")
+        async with Engine(config, cache_path=cache) as engine:
+            alone, joined = await engine.run([ask("a", cache_write=False), ask("a")])
+            [later] = await engine.run([ask("a")])
+            engine_stats = engine.stats
+    assert engine_stats.deduplicated == 1 and not alone.cached and later.cached
+    assert later.result.text == alone.result.text == joined.result.text
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_cancelling_a_run_mid_stream_leaves_the_server_cleanly(api):
+    async with LoopbackServer(token_delay=constant(0.02), reply=LONG) as server:
+        async with Engine(engine_config(server, api)) as engine:
+            run = asyncio.create_task(engine.run([ask(stream=True)]))
+            await asyncio.sleep(0.3)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            for _ in range(200):
+                if server.stats.in_flight == 0:
+                    break
+                await asyncio.sleep(0.01)
+            [after] = await engine.run([ask("next", stream=True)])
+        stats = server.stats
+    assert stats.streams_cancelled == 1 and stats.by_status["client_gone"] == 1
+    assert after.ok and after.result.output_tokens == 75 and stats.by_status[200] == 1
 
 
 async def test_queued_and_sent_at_tell_when_each_call_was_sent():

@@ -19,7 +19,6 @@ exit 2. Exit 1 when a run completed no request at all.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import math
 import os
@@ -30,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engine.commands import lifecycle
 from engine.commands.common import load_config
 from engine.config import Config
 from engine.errors import printable
@@ -246,7 +246,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 pass
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     load_before = _load_average()
-    runs = asyncio.run(_bench(args, plan, config, prompts))
+    runs = lifecycle.run(_bench(args, plan, config, prompts))  # SIGTERM stops it as Ctrl-C does
     load_avg = _load_average()
     if args.embed:
         what, stream = "embeddings", "not streamed"
