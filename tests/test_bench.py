@@ -432,3 +432,17 @@ def test_embeddings_are_timed_end_to_end_only(tmp_path, serve):
     assert s["e2e"]["count"] == 4 and s["e2e"]["min"] >= 0.015
     assert doc["settings"]["prompts"] == "embeddings" and doc["settings"]["max_tokens"] is None
     assert server.stats()["by_path"] == {"/v1/embeddings": 4}
+
+
+def test_sigterm_stops_a_bench_run_in_order(tmp_path, serve):
+    import signal
+
+    server = serve("--ttft-ms", "20", "--token-delay-ms", "2")
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "--config", str(config_for(tmp_path, server.url)),
+                             "bench", "--models", "m", "--rate", "20", "--duration", "60"],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "tulving: terminated"
