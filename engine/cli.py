@@ -3,7 +3,7 @@
     tulving [--config PATH] [--cache PATH] [--quiet] [--max-cost USD] COMMAND ...
 
 This module builds the parser (the global options) and runs a command. The
-command modules (engine/commands/: tools, cache, generate, evaluate) each
+command modules (engine/commands/: tools, bench, cache, generate, evaluate) each
 expose `register(subparsers)`, adding subcommands whose handler is
 `handler(args) -> int`; handlers build engines with
 `engine.commands.common.open_engine(args)`.
@@ -27,8 +27,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from engine.commands import bench, evaluate, generate, lifecycle, tools
 from engine.commands import cache as cache_commands
-from engine.commands import evaluate, generate, lifecycle, tools
 from engine.commands.argtypes import non_negative_float
 from engine.commands.common import DEFAULT_CACHE
 from engine.commands.lifecycle import Terminated
@@ -43,7 +43,7 @@ from engine.errors import (
 )
 from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
-COMMAND_MODULES = (tools, cache_commands, generate, evaluate)
+COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate)
 
 
 # -- parser and entry point ---------------------------------------------------------------

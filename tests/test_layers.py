@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                       "engine.limiter", "engine.retry", "engine.dispatch", "engine.scheduler", "engine.progress",
                       "engine.gc_tuning", "engine.warmup", "engine.spending", "engine.estimate"]]),
     ("development server", [["engine.loopback"]]),
-    ("benchmark", [["engine.datadir", "engine.builtin", "engine.generation", "engine.evaluation"]]),
+    ("benchmark", [["engine.datadir", "engine.builtin", "engine.generation", "engine.evaluation", "engine.latency"]]),
     ("command line", [["engine.commands", "engine.cli", "engine.__main__"], ]),
     ("entry point", [["tulving_bench"]]),
 ]
