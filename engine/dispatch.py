@@ -88,6 +88,7 @@ class Job:
     cancelled: bool = False
     task: asyncio.Task[None] | None = None
     last_error: ProviderError | None = None
+    batched: bool = False                       # held for a provider batch (engine/batch_dispatch.py)
 
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq

@@ -49,9 +49,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cache.batches import BatchLedger
 from cache.codec import result_from_record, result_to_record
 from cache.store import ResponseCache
 from engine import gc_tuning
+from engine.batch_dispatch import BatchEndpoint
 from engine.budget import Budget
 from engine.config import Config
 from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
@@ -62,6 +64,7 @@ from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError, Result
+from providers.batch_wires import batch_capable, make_batch_api
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,10 @@ MAX_WINDOW = 4096
 # Prompt characters held by pulled-but-not-yielded requests (a book in context
 # is ~4 MB per request): pulling pauses above this, down to one request.
 MAX_PENDING_CHARS = 64_000_000
+# Batch mode: calls held for a provider batch do not count against the window
+# (a whole round must reach one batch), up to these bounds.
+MAX_BATCH_HELD = 100_000
+MAX_BATCH_HELD_CHARS = 512_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
 # (A server's retry-after longer than the endpoint's `max_retry_after`, 60 s
@@ -132,7 +139,7 @@ def _request_chars(request: Request) -> int:
 class Engine:
     def __init__(self, config: Config, *, cache_path: str | None = None, progress: bool = False,
                  max_cost: float | None = None, window: int | None = None,
-                 retry_policy: RetryPolicy | None = None):
+                 retry_policy: RetryPolicy | None = None, batch: bool = False):
         self.config = config
         self.cache_path = cache_path
         self.progress = progress
@@ -152,6 +159,14 @@ class Engine:
         self._gc_tuned = False
         self._notices: dict[Any, float] = {}
         self._retry_waiting = 0  # calls sleeping before their next attempt
+        # Batch mode (engine/batch_dispatch.py): chat calls to openai/anthropic
+        # endpoints go through the providers' batch APIs.
+        self.batch = batch
+        self._ledger: BatchLedger | None = None
+        self._batch_held = 0        # requests waiting on calls held for a batch
+        self._batch_held_chars = 0
+        self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
+        self._streams_waiting = 0
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -173,6 +188,8 @@ class Engine:
                 self._untune_gc()
                 raise
             self._cache = cache
+            if self.batch:
+                self._ledger = BatchLedger(self.cache_path)
 
     async def close(self) -> None:
         if self._closed:
@@ -190,6 +207,8 @@ class Engine:
         self._inflight.clear()
         for ep in self._endpoints.values():
             await ep.stop()
+        if self._ledger is not None:
+            self._ledger.close()
         for ep in self._endpoints.values():
             try:
                 await ep.provider.aclose()
@@ -224,7 +243,11 @@ class Engine:
         ep = self._endpoints.get(spec.name)
         if ep is None:
             key = self.config.api_key(spec)  # ConfigError naming the variable
-            ep = EndpointState(spec, make_provider(spec, key), self, self._budget)
+            if self.batch and batch_capable(spec):
+                ep = BatchEndpoint(spec, make_provider(spec, key), self, self._budget, make_batch_api(spec, key),
+                                   self._ledger)
+            else:
+                ep = EndpointState(spec, make_provider(spec, key), self, self._budget)
             self._endpoints[spec.name] = ep
             ep.start()
         return ep
@@ -258,20 +281,24 @@ class Engine:
         pending = 0
         pending_chars = 0
         exhausted = False
+        self._streams_open += 1
         try:
             while True:
                 if not exhausted and sink.empty():
                     window = self._window_size()
                     # Calls sleeping before a retry do not hold the window:
-                    # 30% of 429s must not starve the endpoint of new calls.
-                    room = window + min(self._retry_waiting, window) - pending
+                    # 30% of 429s must not starve the endpoint of new calls;
+                    # nor do calls held for a provider batch (batch mode).
+                    held = min(self._batch_held, MAX_BATCH_HELD)
+                    max_chars = MAX_PENDING_CHARS + min(self._batch_held_chars, MAX_BATCH_HELD_CHARS)
+                    room = window + min(self._retry_waiting, window) + held - pending
                     # Pull in batches (one cache lookup each), not one by one.
-                    if room >= max(1, window // 4) and (pending_chars < MAX_PENDING_CHARS or pending == 0):
+                    if room >= max(1, window // 4) and (pending_chars < max_chars or pending == 0):
                         cache = self._cache
                         if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
                             await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
                         chunk, chars, exhausted = await self._pull(source, is_async, room,
-                                                                   MAX_PENDING_CHARS - pending_chars)
+                                                                   max_chars - pending_chars)
                         if chunk:
                             pending += len(chunk)
                             pending_chars += chars
@@ -281,7 +308,14 @@ class Engine:
                     if exhausted:
                         break
                     continue
-                outcome = sink.get_nowait() if not sink.empty() else await sink.get()
+                if sink.empty():
+                    self._streams_waiting += 1
+                    try:
+                        outcome = await sink.get()
+                    finally:
+                        self._streams_waiting -= 1
+                else:
+                    outcome = sink.get_nowait()
                 pending -= 1
                 pending_chars -= _request_chars(outcome.request)
                 stats.requests += 1
@@ -292,6 +326,7 @@ class Engine:
                 progress.advance(outcome)
                 yield outcome
         finally:
+            self._streams_open -= 1
             progress.close()
             self._abandon(sink)
 
@@ -364,6 +399,8 @@ class Engine:
             if job is not None:
                 job.waiters.append((r.request, sink))
                 self._stats.deduplicated += 1
+                if job.batched:
+                    self._hold_for_batch(r.request, 1)
                 continue
             self._queue_new(r, sink)
 
@@ -385,7 +422,26 @@ class Engine:
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
                   prompt=prompt, waiters=[(r.request, sink)], pool=pool)
         self._inflight[r.key] = job
+        if r.messages is not None and isinstance(pool.endpoints[0], BatchEndpoint):
+            job.batched = True
+            self._hold_for_batch(r.request, 1)
         pool.push(job)
+
+    def _hold_for_batch(self, request: Request, sign: int) -> None:
+        """Count a request waiting on a call held for a batch (sign 1), or
+        no longer waiting (-1): the stream's window does not count them."""
+        self._batch_held += sign
+        self._batch_held_chars += sign * _request_chars(request)
+
+    # -- batch mode (batch_dispatch.BatchOwner) ---------------------------------------------
+    def feeding(self) -> bool:
+        """Whether a stream is pulling requests (not waiting for outcomes)."""
+        return self._streams_open > self._streams_waiting
+
+    async def stored(self) -> None:
+        """Every reply handed to the cache so far is committed."""
+        if self._cache is not None and not self._closed:
+            await self._cache.flush()
 
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
         """The stream ended (normally, by an error, or the caller stopped
@@ -394,6 +450,10 @@ class Engine:
             waiters = [w for w in job.waiters if w[1] is not sink]
             if len(waiters) == len(job.waiters):
                 continue
+            if job.batched:
+                for request, its_sink in job.waiters:
+                    if its_sink is sink:
+                        self._hold_for_batch(request, -1)
             job.waiters = waiters
             if not waiters:
                 job.cancelled = True
@@ -533,6 +593,9 @@ class Engine:
         if self._inflight.get(key) is job:
             del self._inflight[key]
         first = True
+        if job.batched:
+            for request, _ in job.waiters:
+                self._hold_for_batch(request, -1)
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,

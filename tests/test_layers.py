@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("shared types", [["providers.base"]]),
     ("providers, cache", [["providers"], ["cache"]]),
     ("engine core", [["engine.errors", "engine.requests", "engine.tokens", "engine.config", "engine.resolve", "engine.budget",
-                      "engine.limiter", "engine.retry", "engine.dispatch", "engine.scheduler", "engine.progress",
+                      "engine.limiter", "engine.retry", "engine.dispatch", "engine.batch_dispatch", "engine.scheduler", "engine.progress",
                       "engine.gc_tuning"]]),
     ("development server", [["engine.loopback"]]),
     ("benchmark", [["engine.datadir", "engine.builtin", "engine.generation", "engine.evaluation"]]),
