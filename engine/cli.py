@@ -26,8 +26,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from engine.commands import batches, evaluate, generate, tools
 from engine.commands import cache as cache_commands
-from engine.commands import evaluate, generate, tools
 from engine.commands.argtypes import non_negative_float
 from engine.commands.common import DEFAULT_CACHE
 from engine.errors import (
@@ -41,7 +41,7 @@ from engine.errors import (
 )
 from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
-COMMAND_MODULES = (tools, cache_commands, generate, evaluate)
+COMMAND_MODULES = (tools, cache_commands, generate, evaluate, batches)
 
 
 # -- parser and entry point ---------------------------------------------------------------

@@ -29,7 +29,7 @@ def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
     """An engine from the global options (use as `async with open_engine(args) as engine`)."""
     return Engine(load_config(args), cache_path=getattr(args, "cache", None) or None,
                   progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
-                  **kwargs)
+                  batch=bool(getattr(args, "batch", False)), **kwargs)
 
 
 async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | None,

@@ -91,6 +91,9 @@ def register(subparsers: Any) -> None:
                    help="run every model on N questions spread over the set")
     p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
                                                          "the cache holds; call nothing")
+    p.add_argument("--batch", action="store_true",
+                   help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
+                        "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
                    help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
                         "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")

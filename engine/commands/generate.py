@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--uniform", action="store_true", help="uniform instead of geometric item sampling")
     p.add_argument("--events-only", action="store_true", help="write events and meta-events only; no model call")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the first prompt; call nothing")
+    p.add_argument("--batch", action="store_true",
+                   help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
+                        "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
     p.set_defaults(func=generate_handler)
 
     book = subparsers.add_parser("book", help="inspect or derive books")
