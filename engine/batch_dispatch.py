@@ -165,13 +165,20 @@ class BatchEndpoint(EndpointState):
     async def _gather_loop(self) -> None:
         while True:
             await self._gather_event.wait()
-            while len(self._gathered) < self.api.max_requests:
+            full = self.api.max_requests
+            while len(self._gathered) < full:
                 quiet = time.monotonic() - self._gathered_at
                 if quiet >= QUIET_MAX or quiet >= QUIET_IDLE and not self.batch_owner.feeding():
                     break
                 await asyncio.sleep(QUIET_IDLE)
-            self._gather_event.clear()
-            jobs, self._gathered = self._gathered, []
+            if len(self._gathered) >= full:  # a full batch goes now; the rest keeps gathering
+                cut = len(self._gathered) // full * full
+                jobs, self._gathered = self._gathered[:cut], self._gathered[cut:]
+                if not self._gathered:
+                    self._gather_event.clear()
+            else:
+                self._gather_event.clear()
+                jobs, self._gathered = self._gathered, []
             try:
                 await self._send(jobs)
             except asyncio.CancelledError:
