@@ -56,6 +56,7 @@ POLL_MAX = 300.0      # longest wait between polls (batch_poll_max)
 POLL_GROWTH = 1.5
 POLL_FAILURES = 8     # failed polls (or result downloads) in a row before the batch's calls fail
 NOTICE_EVERY = 30.0   # s between two "waiting for batch" lines
+HARVEST_GRACE = 30.0  # s a closing engine waits for a harvest under way
 
 
 class BatchOwner(CallOwner, Protocol):
@@ -64,8 +65,9 @@ class BatchOwner(CallOwner, Protocol):
     def feeding(self) -> bool:
         """Whether a stream is pulling requests right now (more may come)."""
 
-    async def stored(self) -> None:
-        """Wait until every reply reported so far is committed to the cache."""
+    async def stored(self) -> bool:
+        """Wait until every reply reported so far is committed to the cache;
+        False when some may not have been (no cache, or it was closing)."""
 
 
 @dataclass(eq=False)
@@ -76,6 +78,7 @@ class _Watch:
     jobs: dict[str, Job] = field(default_factory=dict)
     started: float = 0.0       # time.monotonic() when it was submitted (or resumed)
     task: asyncio.Task[None] | None = None
+    harvesting: bool = False   # its results are being handed over: let it finish
 
 
 def _option(spec: EndpointSpec, name: str, default: float) -> float:
@@ -143,7 +146,12 @@ class BatchEndpoint(EndpointState):
 
     async def stop(self) -> None:
         """Stop waiting. Batches still running stay recorded in the ledger: a
-        rerun polls them again."""
+        rerun polls them again. A harvest under way finishes first (its last
+        step, the ledger forgetting the keys stored, comes after the calls
+        were settled)."""
+        finishing = [w.task for w in self._watches.values() if w.harvesting and w.task is not None]
+        if finishing:
+            await asyncio.wait(finishing, timeout=HARVEST_GRACE)
         tasks = [t for t in (self._loop_task, *self._tasks, *(w.task for w in self._watches.values()))
                  if t is not None]
         for task in tasks:
@@ -338,6 +346,7 @@ class BatchEndpoint(EndpointState):
         return ProviderError(BAD_REPLY, f"{self.name}: batch {info.id} ended without a result for this request")
 
     async def _harvest(self, watch: _Watch, info: BatchInfo) -> None:
+        watch.harvesting = True
         failures = 0
         while True:
             try:
@@ -363,8 +372,8 @@ class BatchEndpoint(EndpointState):
             for _, job, line in lines:
                 self._line_done(job, line, watch.started)
             succeeded = [key for key, _, line in lines if not isinstance(line, ProviderError)]
-            if succeeded and self.ledger is not None:
-                await self.batch_owner.stored()  # in the cache before the ledger forgets them
+            # In the cache before the ledger forgets them (else a rerun harvests them again).
+            if succeeded and self.ledger is not None and await self.batch_owner.stored():
                 await self.ledger.settled(watch.id, succeeded)
 
     def _release(self, job: Job) -> None:

@@ -438,10 +438,13 @@ class Engine:
         """Whether a stream is pulling requests (not waiting for outcomes)."""
         return self._streams_open > self._streams_waiting
 
-    async def stored(self) -> None:
-        """Every reply handed to the cache so far is committed."""
-        if self._cache is not None and not self._closed:
-            await self._cache.flush()
+    async def stored(self) -> bool:
+        """Every reply handed to the cache so far is committed. False when
+        replies may have been left out (the engine closing stores none)."""
+        if self._cache is None or self._closed:
+            return False
+        await self._cache.flush()
+        return self._cache.write_errors == 0
 
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
         """The stream ended (normally, by an error, or the caller stopped
