@@ -140,6 +140,29 @@ def test_a_batch_run_scores_like_a_direct_run_and_answers_are_interchangeable(tm
     assert "ended" in everything.stdout or "completed" in everything.stdout
 
 
+def test_rounds_that_depend_on_earlier_answers_are_successive_batches(tmp_path, server_factory):
+    """Answers, then judgments, then three re-draws of the (unparsable)
+    loopback judge's replies: five rounds, five batches of 30 lines."""
+    server = server_factory("--batch-polls", "2")
+    write_config(tmp_path, server)
+    with (tmp_path / "tulving.toml").open("a") as f:
+        f.write('\n[models.lb-judge]\nendpoints = ["lb"]\nmodel = "judge-model"\nparams = { temperature = 0.0 }\n')
+    run = ["run", "--book", "synaptic-echoes-short", "--models", "lb-reader", "--modes", "in-context",
+           "--judge", "lb-judge", "--sample", "30"]
+    batch = tulving(tmp_path, *run, "--batch", "--out", "batch")
+    assert batch.returncode == 0, batch.stderr
+    batches = server.openai_batches()[::-1]  # oldest first
+    assert [b["model"] for b in batches] == ["reader-model"] + ["judge-model"] * 4
+    assert [b["request_counts"]["total"] for b in batches] == [30] * 5
+    direct = subprocess.run([sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache",
+                             "fresh.sqlite", *run, "--out", "direct"], cwd=tmp_path, env=env(), capture_output=True,
+                            text=True, timeout=300)
+    assert direct.returncode == 0, direct.stderr
+    assert records(tmp_path / "batch") == records(tmp_path / "direct")
+    assert scores(tmp_path / "batch") == scores(tmp_path / "direct")
+    assert all(r.judge_failed and r.judge_draws == 4 for r in load_results(tmp_path / "batch" / "results.jsonl"))
+
+
 def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twice(tmp_path, server_factory):
     server = server_factory("--batch-polls", "400")  # long enough to kill the run while it waits
     write_config(tmp_path, server, batch_poll_max=0.02)
