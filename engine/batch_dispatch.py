@@ -43,8 +43,10 @@ from typing import Protocol
 from cache.batches import BatchLedger
 from engine.budget import Budget
 from engine.dispatch import AttemptOutcome, CallOwner, EndpointState, Job, check_usage
+from engine.resolve import Resolved
 from providers.base import BAD_REPLY, BAD_REQUEST, CONFIG, ChatResult, EndpointSpec, Provider, ProviderError
 from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
+from providers.batch_wires import batch_capable
 from providers.http_errors import exception_error
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,15 @@ POLL_GROWTH = 1.5
 POLL_FAILURES = 8     # failed polls (or result downloads) in a row before the batch's calls fail
 NOTICE_EVERY = 30.0   # s between two "waiting for batch" lines
 HARVEST_GRACE = 30.0  # s a closing engine waits for a harvest under way
+
+
+def batch_endpoint(r: Resolved) -> str | None:
+    """The endpoint whose batch API a resolved call goes through in batch
+    mode, or None when it goes direct (embeddings, other endpoint kinds,
+    `options.batch = false`). What `--dry-run` counts."""
+    if r.messages is None:
+        return None
+    return next((spec.name for spec in r.endpoints if batch_capable(spec)), None)
 
 
 class BatchOwner(CallOwner, Protocol):

@@ -37,6 +37,7 @@ import itertools
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from engine.evaluation.results import RESULTS_FILE, load_results, write_results
 from engine.generation.bookdir import Book, check_output_folder
 from engine.scheduler import Engine
 from providers.base import BUDGET, TulvingError
+from providers.batch_wires import batch_capable
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"
@@ -393,7 +395,9 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
             if job.mode not in A.RAG_MODES:
                 yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
 
-    total, cached = await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()))
+    by_batch: Counter[str] = Counter()
+    total, cached = await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
+                                         by_batch=by_batch)
     n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES)
     n_answers = sum(len(j.questions) for j in jobs)
     n_chrono = sum(1 for j in jobs for q in j.questions if q.get == "chronological" and q.correct_answer)
@@ -403,7 +407,27 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
         print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
     print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
           f"made for answers not already judged in the cache")
+    if args.batch:
+        _print_batch_plan(config, jobs, args.judge, by_batch, total - cached)
     return 0
+
+
+def _print_batch_plan(config: Config, jobs: list[pipeline.Job], judge: str, by_batch: Counter[str],
+                      uncached: int) -> None:
+    """Where --batch sends the calls: through which endpoints' batch APIs, and what stays direct."""
+    def route(model: str) -> str:
+        names = [s.name for s in config.endpoints_of(config.alias(model)) if batch_capable(s)]
+        return f"by batch through {names[0]}" if names else "direct"
+
+    known = sum(by_batch.values())
+    where = ", ".join(f"{name}: {n}" for name, n in sorted(by_batch.items()))
+    print(f"--batch: {known} of the {uncached} uncached calls known now go by batch" + (f" ({where})" if where else "")
+          + f", {uncached - known} direct")
+    for model in dict.fromkeys(j.model for j in jobs if j.mode in A.RAG_MODES):
+        print(f"--batch: RAG answers of {model}: {route(model)}")
+    judging = route(judge)
+    print(f"--batch: judge calls ({judge}): {judging}"
+          + (", one batch per round (judgments, then re-draws)" if judging != "direct" else ""))
 
 
 # -- questions, finetune, report ------------------------------------------------------------
