@@ -310,3 +310,28 @@ async def test_batch_mode_leaves_other_kinds_and_embeddings_direct(tmp_path):
         assert server.stats.batch_requests == {"succeeded": 3}
         assert server.stats.by_path["/v1/chat/completions"] == 1 and server.stats.by_path["/v1/embeddings"] == 1
 
+
+
+def test_generate_by_batch_writes_what_a_direct_generation_writes(tmp_path, server_factory):
+    server = server_factory("--batch-polls", "2")
+    write_config(tmp_path, server)
+    gen = ["generate", "--events", "3", "--itermax", "2", "--model", "lb-reader"]
+    batch = tulving(tmp_path, *gen, "--batch", "--out", "b1")
+    stats = server.stats()
+    assert stats["batch_requests"].get("succeeded", 0) > 0 and "/v1/chat/completions" not in stats["by_path"]
+    direct = subprocess.run([sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache",
+                             "fresh.sqlite", *gen, "--out", "b2"], cwd=tmp_path, env=env(), capture_output=True,
+                            text=True, timeout=300)
+    # (the loopback model writes no valid chapter: both runs end with the same refusal)
+    assert batch.returncode == direct.returncode and batch.stderr == direct.stderr
+    assert (tmp_path / "b1" / "generation_log.jsonl").read_text() == (tmp_path / "b2" / "generation_log.jsonl").read_text()
+
+
+def test_dry_run_says_how_many_calls_go_by_batch(tmp_path, server_factory):
+    server = server_factory()
+    write_config(tmp_path, server)
+    plan = tulving(tmp_path, *RUN, "--sample", "10", "--batch", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "--batch: 10 of the 10 uncached calls known now go by batch (lb: 10), 0 direct" in plan.stdout
+    assert "--batch: judge calls (builtin:judge): direct" in plan.stdout
+    assert server.stats()["requests"] == 0

@@ -163,7 +163,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
             bar.update(delta)
 
     engine = Engine(load_config(args), cache_path=getattr(args, "cache", None) or None, progress=False,
-                    max_cost=getattr(args, "max_cost", None))
+                    max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
     try:
         async with engine:
             generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,
