@@ -44,7 +44,16 @@ from cache.batches import BatchLedger
 from engine.budget import Budget
 from engine.dispatch import AttemptOutcome, CallOwner, EndpointState, Job, check_usage
 from engine.resolve import Resolved
-from providers.base import BAD_REPLY, BAD_REQUEST, CONFIG, ChatResult, EndpointSpec, Provider, ProviderError
+from providers.base import (
+    BAD_REPLY,
+    BAD_REQUEST,
+    CONFIG,
+    RATE_LIMITED,
+    ChatResult,
+    EndpointSpec,
+    Provider,
+    ProviderError,
+)
 from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
 from providers.batch_wires import batch_capable
 from providers.http_errors import exception_error
@@ -59,6 +68,8 @@ POLL_GROWTH = 1.5
 POLL_FAILURES = 8     # failed polls (or result downloads) in a row before the batch's calls fail
 NOTICE_EVERY = 30.0   # s between two "waiting for batch" lines
 HARVEST_GRACE = 30.0  # s a closing engine waits for a harvest under way
+QUEUE_FULL_WAIT = 60.0  # s before a batch refused for the account's queue limit (token_limit_exceeded) is sent again
+SIZE_MARGIN = 4096    # bytes kept free under an API's size limit (the file's or body's own framing)
 
 
 def batch_endpoint(r: Resolved) -> str | None:
@@ -241,7 +252,7 @@ class BatchEndpoint(EndpointState):
         size = 0
         for item in lines:
             n = len(item[1]) + 1
-            if chunk and (len(chunk) >= self.api.max_requests or size + n > self.api.max_bytes):
+            if chunk and (len(chunk) >= self.api.max_requests or size + n > self.api.max_bytes - SIZE_MARGIN):
                 chunks.append(chunk)
                 chunk, size = [], 0
             chunk.append(item)
@@ -349,6 +360,9 @@ class BatchEndpoint(EndpointState):
     def _missing(self, info: BatchInfo) -> ProviderError:
         """The error of a line an ended batch does not report."""
         if info.failure is not None:
+            if "limit_exceeded" in info.failure:  # the account's batch queue is full: later, not never
+                return ProviderError(RATE_LIMITED, f"{self.name}: batch {info.id} refused: {info.failure}",
+                                     retry_after=QUEUE_FULL_WAIT)
             return ProviderError(BAD_REQUEST, f"{self.name}: batch {info.id} failed: {info.failure}")
         if info.status in ("cancelled", "canceled", "cancelling", "canceling") or info.counts.get("canceled"):
             return cancelled_error(self.name, info.id)

@@ -335,3 +335,25 @@ def test_dry_run_says_how_many_calls_go_by_batch(tmp_path, server_factory):
     assert "--batch: 10 of the 10 uncached calls known now go by batch (lb: 10), 0 direct" in plan.stdout
     assert "--batch: judge calls (builtin:judge): direct" in plan.stdout
     assert server.stats()["requests"] == 0
+
+
+async def test_batch_lines_cost_the_batch_price_and_max_cost_holds(tmp_path):
+    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+        config = Config.from_dicts(
+            {"lb": {"kind": "openai", "base_url": server.openai_base_url, "options": {"batch_poll": 0.01}}},
+            {"m": {"endpoints": ["lb"], "model": "test-model", "params": {"max_tokens": 16},
+                   "price_in": 1000.0, "price_out": 2000.0}})
+        async with Engine(config, cache_path=str(tmp_path / "c.sqlite"), batch=True) as engine:
+            outcomes = await engine.run(requests(10))
+        alias = config.alias("m")
+        for o in outcomes:
+            full = alias.cost(o.result.input_tokens, o.result.output_tokens)
+            assert o.cost == pytest.approx(full * 0.5) and o.cost > 0
+        spent = engine.stats.cost
+        # The same calls again under a cap that admits only some of them (worst case reserved at the batch price).
+        one = max(o.cost for o in outcomes) * 3
+        async with Engine(config, cache_path=str(tmp_path / "d.sqlite"), batch=True, max_cost=4 * one) as engine:
+            capped = await engine.run(requests(10))
+        sent = [o for o in capped if o.ok]
+        assert 0 < len(sent) < 10 and all(o.error.kind == "budget" for o in capped if not o.ok)
+        assert engine.stats.cost <= 4 * one and spent > engine.stats.cost
