@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.batch_dispatch import SIZE_MARGIN
 from engine.config import Config
 from engine.evaluation.results import load_results
 from engine.loopback.batches import BatchKnobs
@@ -288,7 +289,7 @@ async def test_batches_split_at_the_request_and_size_limits(tmp_path, kind):
     async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
         spec = engine_config(server, kind).endpoints["lb"]
         line = make_batch_api(spec, None).line("0" * 64, "test-model", requests(1)[0].messages, {"max_tokens": 16})
-        limit = 3 * (len(line) + 1) + 2  # three lines (of questions 0-6, all the same size) and a bit
+        limit = 3 * (len(line) + 1) + 2 + SIZE_MARGIN  # three lines (questions 0-6 are all the same size)
         outcomes, _ = await run_batch(engine_config(server, kind, batch_max_bytes=limit), tmp_path / "b.sqlite",
                                       requests(7))
         sizes = [len(e["run"].lines) for e in [*server.batches.openai.values(), *server.batches.anthropic.values()]]
