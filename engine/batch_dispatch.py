@@ -316,12 +316,8 @@ class BatchEndpoint(EndpointState):
                     info = await self.api.poll(watch.id)
                 except ProviderError as exc:
                     failures += 1
-                    if exc.status == 404:  # the provider no longer knows it: send its calls again
-                        if self.ledger is not None:
-                            await self.ledger.forget(watch.id)
-                        self._fail_watch(watch, ProviderError(BAD_REPLY, f"{self.name}: batch {watch.id} is gone "
-                                                                         f"({exc}): sending its requests again"),
-                                         retry=True)
+                    if exc.status == 404:
+                        await self._gone(watch, exc)
                         return
                     if exc.retryable and failures < POLL_FAILURES:
                         self.owner.notice(f"{self.name}: polling batch {watch.id} failed ({exc}); trying again",
@@ -347,6 +343,14 @@ class BatchEndpoint(EndpointState):
         finally:
             if self._watches.get(watch.id) is watch:
                 del self._watches[watch.id]
+
+    async def _gone(self, watch: _Watch, exc: ProviderError) -> None:
+        """The provider no longer knows the batch or its results (deleted,
+        results past their 29-30 days): forget it, send its calls again."""
+        if self.ledger is not None:
+            await self.ledger.forget(watch.id)
+        self._fail_watch(watch, ProviderError(BAD_REPLY, f"{self.name}: batch {watch.id} or its results are gone "
+                                                         f"({exc}): sending its requests again"), retry=True)
 
     def _fail_watch(self, watch: _Watch, error: ProviderError, *, retry: bool) -> None:
         for job in watch.jobs.values():
@@ -379,6 +383,9 @@ class BatchEndpoint(EndpointState):
                 break
             except ProviderError as exc:
                 failures += 1
+                if exc.status == 404:
+                    await self._gone(watch, exc)
+                    return
                 if not exc.retryable or failures >= POLL_FAILURES:
                     self._fail_watch(watch, exc, retry=False)
                     return

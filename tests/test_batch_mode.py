@@ -358,3 +358,25 @@ async def test_batch_lines_cost_the_batch_price_and_max_cost_holds(tmp_path):
         sent = [o for o in capped if o.ok]
         assert 0 < len(sent) < 10 and all(o.error.kind == "budget" for o in capped if not o.ok)
         assert engine.stats.cost <= 4 * one and spent > engine.stats.cost
+
+
+async def test_a_recorded_batch_the_provider_no_longer_knows_is_forgotten_and_its_calls_sent_again(tmp_path):
+    from cache.batches import BatchLedger
+    from engine.resolve import resolve
+
+    cache = tmp_path / "c.sqlite"
+    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+        config = engine_config(server)
+        reqs = requests(4)
+        async with Engine(config, cache_path=str(cache)):  # creates the cache file
+            pass
+        ledger = BatchLedger(cache)
+        await ledger.record("batch_gone", endpoint="lb", kind="openai", base_url=None, model="test-model",
+                            state="in_progress", keys=[resolve(config, r).key for r in reqs])
+        outcomes, engine = await run_batch(config, cache, reqs)
+        assert all(o.ok and o.attempts == 2 for o in outcomes)
+        assert server.stats.by_path["/v1/batches/{batch_id}"] >= 2  # the unknown one (404), then the new one
+        assert len(server.batches.openai) == 1
+        assert [b.id for b in await ledger.batches(owing_only=True)] == []
+        assert [b.id for b in await ledger.batches()] == list(server.batches.openai)
+        ledger.close()
