@@ -34,6 +34,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,12 +83,15 @@ class LedgerBatch:
 
 class BatchLedger:
     """The ledger of one cache file. Every method commits before it returns
-    (a write is durable once awaited); the work runs on a worker thread."""
+    (a write is durable once awaited); the work runs, in order, on one thread
+    of its own (a caller cancelled mid-write does not leave the connection to
+    another thread)."""
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tulving-batch-ledger")
+        self._closed = False
 
     def _open(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -101,13 +105,20 @@ class BatchLedger:
         return self._conn
 
     async def _run(self, fn: Any, *args: Any) -> Any:
-        async with self._lock:  # one statement sequence at a time on the connection
-            return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def close(self) -> None:
+        """Close the connection once the writes queued before have run (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._thread.submit(self._close)
+        self._thread.shutdown(wait=True)
 
     # -- writes ------------------------------------------------------------------------
     async def record(self, batch_id: str, *, endpoint: str, kind: str, base_url: str | None, model: str | None,
