@@ -218,6 +218,7 @@ class BatchEndpoint(EndpointState):
                 error = ProviderError(BAD_REPLY, f"engine error while batching: {type(exc).__name__}: {exc}")
                 for job in jobs:
                     if job.waiters and not any(job in w.jobs.values() for w in self._watches.values()):
+                        self._release(job)
                         self._report(job, AttemptOutcome(error=error, sent=False, final=True))
 
     # -- submitting ----------------------------------------------------------------------
@@ -238,7 +239,13 @@ class BatchEndpoint(EndpointState):
                 self._report(job, AttemptOutcome(error=refusal, sent=False, final=True))
                 continue
             assert r.messages is not None  # only chat calls are gathered
-            line = self.api.line(r.key, r.alias.model, r.messages, r.params)
+            try:
+                line = self.api.line(r.key, r.alias.model, r.messages, r.params)
+            except (TypeError, ValueError) as exc:  # a parameter JSON cannot hold: this call alone fails
+                self._report(job, AttemptOutcome(error=ProviderError(BAD_REQUEST, f"{self.name}: cannot write "
+                                                                                  f"the batch line: {exc}"),
+                                                 sent=False, final=True))
+                continue
             job.cost_reserved = self.budget.reserve(r.alias, job.input_estimate, job.output_estimate, batch=True)
             groups[r.alias.model if self.api.one_model_per_batch else ""].append((job, line))
         for lines in groups.values():
