@@ -116,6 +116,9 @@ class EngineStats:
     retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
     cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
     notices: list[str] = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
+    batches: int = 0           # provider batches submitted (batch mode)
+    batches_resumed: int = 0   # batches recorded by an earlier run, polled again instead of submitting
+    batched_calls: int = 0     # calls sent in the batches submitted
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -235,8 +238,14 @@ class Engine:
 
     @property
     def stats(self) -> EngineStats:
-        self._stats.elapsed = time.monotonic() - self._opened_at
-        return self._stats
+        stats = self._stats
+        stats.elapsed = time.monotonic() - self._opened_at
+        batchers = [ep for ep in self._endpoints.values() if isinstance(ep, BatchEndpoint)]
+        if batchers:
+            stats.batches = sum(ep.submitted for ep in batchers)
+            stats.batches_resumed = sum(ep.resumed for ep in batchers)
+            stats.batched_calls = sum(ep.batched for ep in batchers)
+        return stats
 
     # -- endpoints -------------------------------------------------------------------
     def _endpoint(self, spec: EndpointSpec) -> EndpointState:

@@ -190,6 +190,8 @@ def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twi
     assert len(server.openai_batches()) == 1  # resumed, not submitted again
     assert server.stats()["batch_requests"] == {"succeeded": 456}  # each request answered (and paid) once
     assert len(load_results(tmp_path / "out" / "results.jsonl")) == 456
+    engine = json.loads((tmp_path / "out" / "run.json").read_text())["engine"]
+    assert engine["batches"] == 0 and engine["batches_resumed"] == 1 and engine["batched_calls"] == 0
 
 
 def test_batches_cancel_ends_the_wait_with_cancelled_calls(tmp_path, server_factory):
@@ -375,6 +377,7 @@ async def test_a_recorded_batch_the_provider_no_longer_knows_is_forgotten_and_it
                             state="in_progress", keys=[resolve(config, r).key for r in reqs])
         outcomes, engine = await run_batch(config, cache, reqs)
         assert all(o.ok and o.attempts == 2 for o in outcomes)
+        assert engine.stats.batches == 1 and engine.stats.batches_resumed == 1 and engine.stats.batched_calls == 4
         assert server.stats.by_path["/v1/batches/{batch_id}"] >= 2  # the unknown one (404), then the new one
         assert len(server.batches.openai) == 1
         assert [b.id for b in await ledger.batches(owing_only=True)] == []
