@@ -193,6 +193,9 @@ class Engine:
             self._cache = cache
             if self.batch:
                 self._ledger = BatchLedger(self.cache_path)
+        elif self.batch and self.cache_path is None:
+            self.notice("batch mode without a cache: the batches are not recorded, a killed run cannot resume "
+                        "them", key=("batch-no-cache",))
 
     async def close(self) -> None:
         if self._closed:

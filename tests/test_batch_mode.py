@@ -250,14 +250,15 @@ async def test_failed_lines_are_retried_in_the_next_batch(tmp_path, kind):
     assert engine.stats.calls == 40 + 12 + 4
 
 
-async def test_expired_lines_are_sent_again_then_final(tmp_path):
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_expired_lines_are_sent_again_then_final(tmp_path, kind):
     async with LoopbackServer(batch=BatchKnobs(polls=2, expire_after=0.5)) as server:
-        outcomes, engine = await run_batch(engine_config(server), tmp_path / "c.sqlite", requests(8))
+        outcomes, engine = await run_batch(engine_config(server, kind), tmp_path / "c.sqlite", requests(8))
     # Each batch expires with half its lines done: 8 -> 4 -> 2, then final after 3 attempts.
     assert sum(o.ok for o in outcomes) == 4 + 2 + 1
     failed = [o for o in outcomes if not o.ok]
     assert len(failed) == 1 and failed[0].error.kind == "timeout" and "expired" in str(failed[0].error)
-    assert len(server.batches.openai) == 3
+    assert len(server.batches.openai) + len(server.batches.anthropic) == 3
 
 
 async def test_an_openai_batch_where_every_line_failed_has_no_output_file(tmp_path):

@@ -77,6 +77,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     widths = [max(len(printable(r[i])) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(printable(cell).ljust(w) for cell, w in zip(row, widths)).rstrip())
+    if any(b.owed for b in batches):
+        print("(owed: results not in the cache yet; rerun the command that submitted them to collect them)")
     return 0
 
 
