@@ -76,7 +76,7 @@ class LedgerBatch:
     state: str
     counts: dict[str, int]
     requests: int
-    owed: int            # keys whose result is not in the cache yet
+    owed: int            # keys whose result is not in the cache yet (listed and not in `entries`)
     submitted_at: str
     updated_at: str
 
@@ -190,9 +190,12 @@ class BatchLedger:
 
     def _batches(self, owing_only: bool) -> list[LedgerBatch]:
         conn = self._open()
+        # Owed: keys still listed whose result is not in `entries` either (a run
+        # killed between storing results and settling them leaves such keys).
         rows = conn.execute(
             "SELECT id, endpoint, kind, base_url, model, state, counts, requests, submitted_at, updated_at, "
-            "(SELECT count(*) FROM batch_keys WHERE batch_id = id) FROM batches ORDER BY submitted_at").fetchall()
+            "(SELECT count(*) FROM batch_keys AS k WHERE k.batch_id = id AND NOT EXISTS "
+            "(SELECT 1 FROM entries AS e WHERE e.key = k.key)) FROM batches ORDER BY submitted_at").fetchall()
         out = []
         for (batch_id, endpoint, kind, base_url, model, state, counts, requests, submitted, updated, owed) in rows:
             if owing_only and not owed:

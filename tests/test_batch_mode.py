@@ -384,3 +384,28 @@ async def test_a_recorded_batch_the_provider_no_longer_knows_is_forgotten_and_it
         assert [b.id for b in await ledger.batches(owing_only=True)] == []
         assert [b.id for b in await ledger.batches()] == list(server.batches.openai)
         ledger.close()
+
+
+async def test_the_ledger_owes_only_keys_whose_results_are_not_in_the_cache(tmp_path):
+    from cache.batches import BatchLedger
+    from cache.store import ResponseCache
+
+    path = tmp_path / "c.sqlite"
+    async with ResponseCache(path) as cache:
+        cache.put("a" * 64, {"op": "chat", "model": "m", "messages": []}, {"text": "stored"})
+    ledger = BatchLedger(path)
+    await ledger.record("batch_1", endpoint="lb", kind="openai", base_url=None, model="m", state="in_progress",
+                        keys=["a" * 64, "b" * 64, "c" * 64])
+    await ledger.settled("batch_1", ["c" * 64])
+    (batch,) = await ledger.batches()
+    assert batch.requests == 3 and batch.owed == 1  # a: in the cache (a kill before settling), c: settled
+    assert await ledger.owing("lb", ["a" * 64, "b" * 64, "c" * 64]) == {"a" * 64: "batch_1", "b" * 64: "batch_1"}
+    assert await ledger.owing("other", ["b" * 64]) == {}
+    await ledger.update("batch_1", "completed", {"total": 3})
+    ledger.close()
+    reopened = BatchLedger(path)  # durable across processes
+    (batch,) = await reopened.batches(owing_only=True)
+    assert batch.state == "completed" and batch.counts == {"total": 3}
+    await reopened.forget("batch_1")
+    assert await reopened.batches() == []
+    reopened.close()
