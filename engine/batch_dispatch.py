@@ -101,6 +101,15 @@ class _Watch:
     started: float = 0.0       # time.monotonic() when it was submitted (or resumed)
     task: asyncio.Task[None] | None = None
     harvesting: bool = False   # its results are being handed over: let it finish
+    load: tuple[str, int, int] | None = None  # (queue, requests, prompt tokens) it holds in the batch queue
+
+
+def _count_option(spec: EndpointSpec, name: str) -> int | None:
+    value = spec.options.get(name)
+    if value is not None and (type(value) is not int or value < 1):
+        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
+                                    f"got {value!r}")
+    return value
 
 
 def _option(spec: EndpointSpec, name: str, default: float) -> float:
@@ -122,6 +131,12 @@ class BatchEndpoint(EndpointState):
         self.ledger = ledger
         self.poll_first = _option(spec, "batch_poll", POLL_FIRST)
         self.poll_max = max(self.poll_first, _option(spec, "batch_poll_max", POLL_MAX))
+        # The account's batch queue (OpenAI: enqueued prompt tokens per model; Anthropic: requests in
+        # queue): batches beyond it wait for earlier ones to end rather than be refused.
+        self.queue_requests = _count_option(spec, "batch_queue_requests")
+        self.queue_tokens = _count_option(spec, "batch_queue_tokens")
+        self._queued: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # queue -> [requests, tokens] in batches
+        self._queue_freed = asyncio.Event()
         self._gathered: list[Job] = []
         self._gathered_at = 0.0
         self._gather_event = asyncio.Event()
@@ -248,33 +263,61 @@ class BatchEndpoint(EndpointState):
                 continue
             job.cost_reserved = self.budget.reserve(r.alias, job.input_estimate, job.output_estimate, batch=True)
             groups[r.alias.model if self.api.one_model_per_batch else ""].append((job, line))
-        for lines in groups.values():
+        for queue, lines in groups.items():
             for chunk in self._split(lines):
-                self._spawn(self._submit(chunk), f"batch-submit:{self.name}")
+                self._spawn(self._submit(queue, chunk), f"batch-submit:{self.name}")
 
     def _split(self, lines: list[tuple[Job, bytes]]) -> list[list[tuple[Job, bytes]]]:
-        """Consecutive chunks within the API's request-count and size limits."""
+        """Consecutive chunks within the API's request-count and size limits
+        and the endpoint's batch queue."""
         chunks: list[list[tuple[Job, bytes]]] = []
         chunk: list[tuple[Job, bytes]] = []
-        size = 0
+        size = tokens = 0
+        max_requests = min(self.api.max_requests, self.queue_requests or self.api.max_requests)
         for item in lines:
-            n = len(item[1]) + 1
-            if chunk and (len(chunk) >= self.api.max_requests or size + n > self.api.max_bytes - SIZE_MARGIN):
+            n, t = len(item[1]) + 1, item[0].input_estimate
+            if chunk and (len(chunk) >= max_requests or size + n > self.api.max_bytes - SIZE_MARGIN
+                          or self.queue_tokens is not None and tokens + t > self.queue_tokens):
                 chunks.append(chunk)
-                chunk, size = [], 0
+                chunk, size, tokens = [], 0, 0
             chunk.append(item)
             size += n
+            tokens += t
         if chunk:
             chunks.append(chunk)
         return chunks
 
-    async def _submit(self, chunk: list[tuple[Job, bytes]]) -> None:
+    async def _queue_room(self, queue: str, requests: int, tokens: int) -> tuple[str, int, int]:
+        """Wait until the batch queue has room for this batch (always when
+        none of ours is in it), then hold its load there."""
+        held = self._queued[queue]
+        while held[0] and (self.queue_requests is not None and held[0] + requests > self.queue_requests
+                           or self.queue_tokens is not None and held[1] + tokens > self.queue_tokens):
+            self.owner.notice(f"{self.name}: batch queue full ({held[0]} requests, {held[1]} prompt tokens in "
+                              f"batches); the next batch waits for one to end", key=("queue", self.name))
+            self._queue_freed.clear()
+            await self._queue_freed.wait()
+        held[0] += requests
+        held[1] += tokens
+        return queue, requests, tokens
+
+    def _queue_release(self, load: tuple[str, int, int] | None) -> None:
+        if load is not None:
+            held = self._queued[load[0]]
+            held[0] -= load[1]
+            held[1] -= load[2]
+            self._queue_freed.set()
+
+    async def _submit(self, queue: str, chunk: list[tuple[Job, bytes]]) -> None:
+        load = await self._queue_room(queue, len(chunk), sum(job.input_estimate for job, _ in chunk))
         started = time.monotonic()
         try:
             info = await self.api.submit([line for _, line in chunk])
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 -- classified: retried by the engine's policy, or final
+        except BaseException as exc:
+            self._queue_release(load)
+            if not isinstance(exc, Exception):  # cancelled
+                raise
+            # classified: retried by the engine's policy, or final
             error = exc if isinstance(exc, ProviderError) else exception_error(
                 exc, endpoint=self.name, timeout=self.spec.timeout, secret=None)
             for job, _ in chunk:
@@ -295,7 +338,7 @@ class BatchEndpoint(EndpointState):
         self.batched += len(jobs)
         self.owner.notice(f"{self.name}: submitted batch {info.id} ({len(jobs)} requests)",
                           key=("submitted", info.id))
-        watch = _Watch(info.id, jobs, started)
+        watch = _Watch(info.id, jobs, started, load=load)
         self._watches[info.id] = watch
         watch.task = self._spawn(self._wait(watch, info), f"batch-wait:{info.id}")
 
@@ -348,6 +391,8 @@ class BatchEndpoint(EndpointState):
                                       every=NOTICE_EVERY)
             await self._harvest(watch, info)
         finally:
+            self._queue_release(watch.load)
+            watch.load = None
             if self._watches.get(watch.id) is watch:
                 del self._watches[watch.id]
 

@@ -4,6 +4,7 @@ another process (`python -m engine.loopback --batch-polls N ...`), real HTTP,
 the real cache file; the engine in-process for the finer cases."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -409,3 +410,26 @@ async def test_the_ledger_owes_only_keys_whose_results_are_not_in_the_cache(tmp_
     await reopened.forget("batch_1")
     assert await reopened.batches() == []
     reopened.close()
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_batches_wait_for_room_in_the_accounts_batch_queue(tmp_path, kind):
+    async with LoopbackServer(batch=BatchKnobs(polls=3)) as server:
+        live_lines: list[int] = []
+
+        async def sample() -> None:
+            while True:
+                openai_live = [e["run"] for e in server.batches.openai.values()
+                               if e["batch"]["status"] not in ("completed", "failed", "expired", "cancelled")]
+                anthropic_live = [e["run"] for e in server.batches.anthropic.values() if e["status"] != "ended"]
+                live_lines.append(sum(len(run.lines) for run in openai_live + anthropic_live))
+                await asyncio.sleep(0.002)
+
+        sampler = asyncio.ensure_future(sample())
+        outcomes, engine = await run_batch(engine_config(server, kind, batch_queue_requests=10),
+                                           tmp_path / "c.sqlite", requests(25))
+        sampler.cancel()
+        sizes = [len(e["run"].lines) for e in [*server.batches.openai.values(), *server.batches.anthropic.values()]]
+    assert all(o.ok for o in outcomes) and sorted(sizes) == [5, 10, 10]
+    assert max(live_lines) == 10  # one batch in the queue at a time
+    assert any("batch queue full" in n for n in engine.stats.notices)
