@@ -60,6 +60,15 @@ class Server:
     def openai_batches(self) -> list[dict]:
         return self.get(self.openai + "/batches?limit=100")["data"]
 
+    def batches(self, kind: str) -> list[dict]:
+        """The batches created on the server, newest first."""
+        if kind == "openai":
+            return self.openai_batches()
+        request = urllib.request.Request(self.anthropic + "/v1/messages/batches?limit=100",
+                                         headers={"anthropic-version": "2023-06-01"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return json.loads(reply.read())["data"]
+
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         self.proc.communicate(timeout=10)
@@ -165,30 +174,32 @@ def test_rounds_that_depend_on_earlier_answers_are_successive_batches(tmp_path, 
     assert all(r.judge_failed and r.judge_draws == 4 for r in load_results(tmp_path / "batch" / "results.jsonl"))
 
 
-def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twice(tmp_path, server_factory):
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twice(tmp_path, server_factory, kind):
     server = server_factory("--batch-polls", "400")  # long enough to kill the run while it waits
-    write_config(tmp_path, server, batch_poll_max=0.02)
+    write_config(tmp_path, server, kind=kind, batch_poll_max=0.02)
+    poll_path = "/v1/batches/{batch_id}" if kind == "openai" else "/v1/messages/batches/{batch_id}"
     args = [sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache", "cache.sqlite",
             *RUN, "--batch", "--out", "out"]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the batch is recorded and being polled
-        if server.openai_batches() and server.stats()["by_path"].get("/v1/batches/{batch_id}", 0) >= 5:
+        if server.batches(kind) and server.stats()["by_path"].get(poll_path, 0) >= 5:
             break
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    assert len(server.openai_batches()) == 1
+    assert len(server.batches(kind)) == 1
     conn = sqlite3.connect(tmp_path / "cache.sqlite")
     (batch_id, owed), = conn.execute("SELECT id, (SELECT count(*) FROM batch_keys WHERE batch_id = id) FROM batches")
     conn.close()
-    assert owed == 456 and batch_id == server.openai_batches()[0]["id"]
+    assert owed == 456 and batch_id == server.batches(kind)[0]["id"]
     pending = subprocess.run(args[:8] + ["batches"], cwd=tmp_path, env=env(), capture_output=True, text=True)
     assert batch_id in pending.stdout and "456" in pending.stdout
 
     rerun = subprocess.run(args, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert len(server.openai_batches()) == 1  # resumed, not submitted again
+    assert len(server.batches(kind)) == 1  # resumed, not submitted again
     assert server.stats()["batch_requests"] == {"succeeded": 456}  # each request answered (and paid) once
     assert len(load_results(tmp_path / "out" / "results.jsonl")) == 456
     engine = json.loads((tmp_path / "out" / "run.json").read_text())["engine"]
