@@ -138,6 +138,19 @@ class BatchLedger:
             conn.executemany("INSERT OR IGNORE INTO batch_keys (batch_id, key) VALUES (?, ?)",
                              [(batch_id, k) for k in keys])
 
+    async def rename(self, old_id: str, batch_id: str, state: str) -> None:
+        """A batch recorded under a provisional id (before the provider gave
+        its own) gets its real id, keys and all."""
+        await self._run(self._rename, old_id, batch_id, state)
+
+    def _rename(self, old_id: str, batch_id: str, state: str) -> None:
+        conn = self._open()
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE batches SET id = ?, state = ?, updated_at = ? WHERE id = ?",
+                         (batch_id, state, iso_utc(time.time()), old_id))
+            conn.execute("UPDATE batch_keys SET batch_id = ? WHERE batch_id = ?", (batch_id, old_id))
+
     async def update(self, batch_id: str, state: str, counts: dict[str, int]) -> None:
         await self._run(self._update, batch_id, state, counts)
 

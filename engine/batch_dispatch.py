@@ -69,6 +69,7 @@ POLL_FAILURES = 8     # failed polls (or result downloads) in a row before the b
 NOTICE_EVERY = 30.0   # s between two "waiting for batch" lines
 HARVEST_GRACE = 30.0  # s a closing engine waits for a harvest under way
 QUEUE_FULL_WAIT = 60.0  # s before a batch refused for the account's queue limit (token_limit_exceeded) is sent again
+PROVISIONAL = "pending:"  # ledger id of a batch asked for whose id is not known yet (+ the prepare handle)
 SIZE_MARGIN = 4096    # bytes kept free under an API's size limit (the file's or body's own framing)
 
 
@@ -311,25 +312,41 @@ class BatchEndpoint(EndpointState):
     async def _submit(self, queue: str, chunk: list[tuple[Job, bytes]]) -> None:
         load = await self._queue_room(queue, len(chunk), sum(job.input_estimate for job, _ in chunk))
         started = time.monotonic()
+        lines = [line for _, line in chunk]
+        jobs = {job.resolved.key: job for job, _ in chunk}
+        first = chunk[0][0].resolved
+        intent = None
         try:
-            info = await self.api.submit([line for _, line in chunk])
+            # Where the API has a free first step (OpenAI's upload), the keys are recorded under it
+            # before the paid step: a run killed in between finds the batch by it (`_adopt`).
+            handle = await self.api.prepare(lines)
+            if handle is not None and self.ledger is not None:
+                intent = PROVISIONAL + handle
+                await self.ledger.record(intent, endpoint=self.name, kind=self.spec.kind,
+                                         base_url=first.endpoints[0].base_url, model=first.alias.model,
+                                         state="creating", keys=list(jobs))
+            info = await self.api.create(handle, lines)
         except BaseException as exc:
             self._queue_release(load)
-            if not isinstance(exc, Exception):  # cancelled
+            if not isinstance(exc, Exception):  # cancelled: an intent stays, for a rerun to look for
                 raise
+            if intent is not None and self.ledger is not None and isinstance(exc, ProviderError) \
+                    and exc.status is not None:  # the server answered with a refusal: no batch was made
+                await self.ledger.forget(intent)
             # classified: retried by the engine's policy, or final
             error = exc if isinstance(exc, ProviderError) else exception_error(
                 exc, endpoint=self.name, timeout=self.spec.timeout, secret=None)
             for job, _ in chunk:
                 self._line_done(job, error, started)
             return
-        jobs = {job.resolved.key: job for job, _ in chunk}
-        first = chunk[0][0].resolved
         if self.ledger is not None:
             try:  # recorded before anything waits on it
-                await self.ledger.record(info.id, endpoint=self.name, kind=self.spec.kind,
-                                         base_url=first.endpoints[0].base_url, model=first.alias.model,
-                                         state=info.status, keys=list(jobs))
+                if intent is not None:
+                    await self.ledger.rename(intent, info.id, info.status)
+                else:
+                    await self.ledger.record(info.id, endpoint=self.name, kind=self.spec.kind,
+                                             base_url=first.endpoints[0].base_url, model=first.alias.model,
+                                             state=info.status, keys=list(jobs))
             except Exception as exc:  # noqa: BLE001 -- the run still waits for it; a rerun could not resume it
                 log.exception("endpoint %s: could not record batch %s", self.name, info.id)
                 self.owner.notice(f"{self.name}: could not record batch {info.id} in the cache ({exc}); "
@@ -354,10 +371,38 @@ class BatchEndpoint(EndpointState):
         watch.jobs[job.resolved.key] = job
 
     # -- waiting and harvesting --------------------------------------------------------
+    async def _adopt(self, watch: _Watch) -> BatchInfo | None:
+        """A batch recorded under its provisional id (killed between asking
+        for it and learning its id): find it and record its id, or, when it
+        was never created, forget it and send its calls again."""
+        handle = watch.id[len(PROVISIONAL):]
+        try:
+            info = await self.api.find(handle)
+        except ProviderError as exc:
+            self._fail_watch(watch, exc, retry=True)
+            return None
+        if info is None:
+            if self.ledger is not None:
+                await self.ledger.forget(watch.id)
+            self._fail_watch(watch, ProviderError(BAD_REPLY, f"{self.name}: the batch of input {handle} was never "
+                                                             f"created: sending its requests again"), retry=True)
+            return None
+        if self.ledger is not None:
+            await self.ledger.rename(watch.id, info.id, info.status)
+        if self._watches.get(watch.id) is watch:
+            del self._watches[watch.id]
+        watch.id = info.id
+        self._watches.setdefault(info.id, watch)
+        return info
+
     async def _wait(self, watch: _Watch, info: BatchInfo | None) -> None:
         delay = self.poll_first
         failures = 0
         try:
+            if watch.id.startswith(PROVISIONAL):
+                info = await self._adopt(watch)
+                if info is None:
+                    return
             while info is None or not info.ended:
                 if info is not None:
                     await asyncio.sleep(delay)

@@ -76,6 +76,21 @@ class BatchApi(abc.ABC):
              params: Mapping[str, Any]) -> bytes:
         """One request of a batch, serialised (its size counts toward max_bytes)."""
 
+    async def prepare(self, lines: Sequence[bytes]) -> str | None:
+        """First step of a submission where the API has one that costs
+        nothing (OpenAI: upload the input file): a handle by which `find`
+        recognises the batch `create` makes of it. None: no such step."""
+        return None
+
+    async def find(self, handle: str) -> BatchInfo | None:
+        """The batch created from a prepared `handle`, if any (a run killed
+        between asking for the batch and recording its id resumes it)."""
+        return None
+
+    async def create(self, handle: str | None, lines: Sequence[bytes]) -> BatchInfo:
+        """The batch of the lines (prepared as `handle` when not None)."""
+        return await self.submit(lines)
+
     @abc.abstractmethod
     async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
         """Send the lines as one batch; returns it as created."""

@@ -50,6 +50,10 @@ class OpenAIBatchApi(BatchApi):
         return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": _CHAT, "body": body})
 
     async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
+        return await self.create(await self.prepare(lines), lines)
+
+    async def prepare(self, lines: Sequence[bytes]) -> str:
+        """Upload the input file (free); its id is the handle."""
         boundary = f"tulving-{uuid.uuid4().hex}"
         head = (f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
                 f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="batch.jsonl"\r\n'
@@ -65,11 +69,24 @@ class OpenAIBatchApi(BatchApi):
         file_id = uploaded.get("id")
         if not isinstance(file_id, str):
             raise bad_reply(self.spec.name, "file upload reply has no id", secret=self._secret)
+        return file_id
+
+    async def create(self, handle: str | None, lines: Sequence[bytes]) -> BatchInfo:
+        file_id = handle if handle is not None else await self.prepare(lines)
         created = await self._http.request_json(
             "POST", self._provider.url("/batches"), timeout=CONTROL_TIMEOUT,
             body=orjson.dumps({"input_file_id": file_id, "endpoint": _CHAT, "completion_window": "24h",
                                "metadata": {"client": "tulving"}}))
         return self._info(created)
+
+    async def find(self, handle: str) -> BatchInfo | None:
+        """The batch whose input file is `handle`, among the account's latest 100."""
+        data = await self._http.request_json("GET", self._provider.url("/batches?limit=100"), timeout=CONTROL_TIMEOUT)
+        items = data.get("data")
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and item.get("input_file_id") == handle:
+                return self._info(item)
+        return None
 
     async def poll(self, batch_id: str) -> BatchInfo:
         return self._info(await self._http.request_json("GET", self._provider.url(f"/batches/{batch_id}"),

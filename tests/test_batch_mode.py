@@ -444,3 +444,41 @@ async def test_batches_wait_for_room_in_the_accounts_batch_queue(tmp_path, kind)
     assert all(o.ok for o in outcomes) and sorted(sizes) == [5, 10, 10]
     assert max(live_lines) == 10  # one batch in the queue at a time
     assert any("batch queue full" in n for n in engine.stats.notices)
+
+
+@pytest.mark.parametrize("created", [True, False])
+async def test_a_run_killed_between_upload_and_batch_id_finds_its_batch_or_sends_again(tmp_path, created):
+    """The keys are recorded under the uploaded file's id before the (paid)
+    batch is created: a rerun finds the batch made from that file, or, when
+    none was, sends the calls again."""
+    from cache.batches import BatchLedger
+    from engine.resolve import resolve
+
+    cache = tmp_path / "c.sqlite"
+    async with LoopbackServer(batch=BatchKnobs(polls=2)) as server:
+        config = engine_config(server)
+        reqs = requests(5)
+        async with Engine(config, cache_path=str(cache)):
+            pass
+        api = make_batch_api(config.endpoints["lb"], None)
+        resolved = [resolve(config, r) for r in reqs]
+        lines = [api.line(r.key, r.alias.model, r.messages, r.params) for r in resolved]
+        handle = await api.prepare(lines)  # what the killed run did: upload, record the intent, (create)
+        ledger = BatchLedger(cache)
+        await ledger.record(f"pending:{handle}", endpoint="lb", kind="openai", base_url=None, model="test-model",
+                            state="creating", keys=[r.key for r in resolved])
+        if created:
+            made = await api.create(handle, lines)
+        await api.aclose()
+        outcomes, engine = await run_batch(config, cache, reqs)
+        assert all(o.ok for o in outcomes)
+        assert len(server.batches.openai) == 1  # created once, by the killed run or by the rerun
+        assert server.stats.batch_requests == {"succeeded": 5}
+        recorded = [b.id for b in await ledger.batches()]
+        ledger.close()
+    assert recorded == list(server.batches.openai)
+    if created:
+        assert recorded == [made.id] and engine.stats.batches == 0 and engine.stats.batches_resumed == 1
+        assert all(o.attempts == 1 for o in outcomes)
+    else:
+        assert engine.stats.batches == 1 and all(o.attempts == 2 for o in outcomes)
