@@ -37,13 +37,15 @@ import heapq
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from cache.batches import BatchLedger
 from engine.budget import Budget
 from engine.dispatch import AttemptOutcome, CallOwner, EndpointState, Job, check_usage
 from engine.resolve import Resolved
+from engine.warmup import marked
 from providers.base import (
     BAD_REPLY,
     BAD_REQUEST,
@@ -255,8 +257,11 @@ class BatchEndpoint(EndpointState):
                 self._report(job, AttemptOutcome(error=refusal, sent=False, final=True))
                 continue
             assert r.messages is not None  # only chat calls are gathered
+            messages: Sequence[Mapping[str, Any]] = r.messages
+            if r.prefix_end is not None and self.provider.caches_prompt_prefix:
+                messages = marked(messages, r.prefix_end)  # where the prompt cache ends, as a direct call marks it
             try:
-                line = self.api.line(r.key, r.alias.model, r.messages, r.params)
+                line = self.api.line(r.key, r.alias.model, messages, r.params)
             except (TypeError, ValueError) as exc:  # a parameter JSON cannot hold: this call alone fails
                 self._report(job, AttemptOutcome(error=ProviderError(BAD_REQUEST, f"{self.name}: cannot write "
                                                                                   f"the batch line: {exc}"),

@@ -37,13 +37,14 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.budget import Budget
 from engine.limiter import EndpointLimits
 from engine.resolve import Resolved
+from engine.warmup import marked
 from providers.base import BAD_REPLY, CONFIG, EndpointSpec, Provider, ProviderError, Result
 from providers.http_errors import exception_error
 
@@ -425,6 +426,10 @@ class EndpointState:
                 pool.remove(job)
                 continue
             refusal = self.budget.admit(job.resolved.alias, job.input_estimate, job.output_estimate)
+            if refusal is not None and self.budget.fits_after_inflight(job.resolved.alias, job.input_estimate,
+                                                                       job.output_estimate):
+                self.budget.wait_for_room(self)  # the calls in flight hold the room: woken when one settles
+                return None
             if refusal is not None:  # over budget: settled without a call
                 pool.remove(job)
                 self._report(job, AttemptOutcome(error=refusal, sent=False, final=True))
@@ -464,7 +469,10 @@ class EndpointState:
 
     def _call(self, r: Resolved, timeout: float) -> Awaitable[Result]:
         if r.messages is not None:
-            return self.provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout)
+            messages: Sequence[Mapping[str, Any]] = r.messages
+            if r.prefix_end is not None and self.provider.caches_prompt_prefix:
+                messages = marked(messages, r.prefix_end)  # where the provider's prompt cache ends
+            return self.provider.chat(r.alias.model, messages, params=r.params, timeout=timeout)
         return self.provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
 
     async def _attempt(self, job: Job) -> None:

@@ -62,6 +62,7 @@ from engine.progress import notice as progress_notice
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
+from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key
 from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError, Result
 from providers.batch_wires import batch_capable, make_batch_api
@@ -126,6 +127,10 @@ class EngineStats:
         return d
 
 
+def _alive(job: Job) -> bool:
+    return not job.cancelled
+
+
 def _copy_result(result: Result) -> Result:
     return dataclasses.replace(result)
 
@@ -170,6 +175,7 @@ class Engine:
         self._batch_held_chars = 0
         self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
         self._streams_waiting = 0
+        self._warmup = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -435,9 +441,21 @@ class Engine:
                   prompt=prompt, waiters=[(r.request, sink)], pool=pool)
         self._inflight[r.key] = job
         if r.messages is not None and isinstance(pool.endpoints[0], BatchEndpoint):
+            # By batch: no warm-up call first (it would wait a whole batch); the
+            # providers' prompt caches serve batches on a best-effort basis.
             job.batched = True
             self._hold_for_batch(r.request, 1)
+        elif r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
+                prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
+            if self._warmup.hold(job, (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))):
+                return  # queued once the call warming its prefix has finished
         pool.push(job)
+
+    def _warmed(self, job: Job, ok: bool) -> None:
+        """A call ended for good: queue the calls its prefix held back."""
+        for held in self._warmup.finished(job, ok=ok, alive=_alive):
+            assert held.pool is not None  # set when it was created
+            held.pool.push(held)
 
     def _hold_for_batch(self, request: Request, sign: int) -> None:
         """Count a request waiting on a call held for a batch (sign 1), or
@@ -475,6 +493,7 @@ class Engine:
                 del self._inflight[key]
                 if job.task is not None:
                     job.task.cancel()
+                self._warmed(job, ok=False)
 
     # -- called by the endpoint dispatchers (dispatch.CallOwner) -------------------------
     def attempt_done(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
@@ -513,6 +532,7 @@ class Engine:
             stats.tokens_in += usage[0]
             stats.tokens_out += usage[1]
             stats.cost += cost
+            self._warmed(job, ok=True)
             if self._cache is not None and not self._closed:  # paid for: keep it even if nobody waits
                 try:
                     self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
@@ -607,6 +627,7 @@ class Engine:
         key = job.resolved.key
         if self._inflight.get(key) is job:
             del self._inflight[key]
+        self._warmed(job, ok=result is not None)
         first = True
         if job.batched:
             for request, _ in job.waiters:
@@ -614,6 +635,6 @@ class Engine:
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
-                                    endpoint=endpoint, key=key))
+                                    endpoint=endpoint, key=key, joined=not first))
             first = False
         job.waiters = []

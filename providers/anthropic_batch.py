@@ -50,7 +50,7 @@ class AnthropicBatchApi(BatchApi):
         self._drop = frozenset(spec.options.get("drop_params") or ())
         self._url = self._provider.url("/v1/messages/batches")
 
-    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, str]],
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
              params: Mapping[str, Any]) -> bytes:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}

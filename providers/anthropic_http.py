@@ -15,14 +15,16 @@ Anthropic serves no embeddings (the base class raises).
 Endpoint options: `anthropic_version` (default "2023-06-01"), `headers`
 (extra headers, e.g. `anthropic-beta`), `trust_env`, `drop_params` (parameter
 names never sent: newer models may reject e.g. "temperature"; the anthropic SDK
-2.x no longer exposes temperature/top_p/top_k).
+2.x no longer exposes temperature/top_p/top_k), `prompt_cache` (default true:
+the block ending a shared prompt prefix, e.g. the book before its question,
+carries `cache_control: {"type": "ephemeral"}`; false sends no marker).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from providers.base import ChatResult, EndpointSpec
+from providers.base import PREFIX_END, ChatResult, EndpointSpec
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, token_count
 
@@ -35,13 +37,45 @@ _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
 _DROPPED = frozenset({"seed", "stop", "max_completion_tokens"})
 
 
-def messages_body(model: str, messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> dict[str, Any]:
-    """The /v1/messages request body for OpenAI-style messages and params."""
-    system = [m["content"] for m in messages if m["role"] == "system"]
-    turns = [m for m in messages if m["role"] != "system"]
+_CACHED = {"type": "ephemeral"}
+
+
+def _blocks(text: str, end: int) -> list[dict[str, Any]]:
+    """`text` as content blocks, the first (up to `end`) marked for the
+    prompt cache: everything up to and including it is the cached prefix."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text[:end], "cache_control": _CACHED}]
+    if text[end:]:
+        blocks.append({"type": "text", "text": text[end:]})
+    return blocks
+
+
+def _prefix_end(message: Mapping[str, Any]) -> int | None:
+    end = message.get(PREFIX_END)
+    return end if type(end) is int and end > 0 else None
+
+
+def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The /v1/messages request body for OpenAI-style messages and params. A
+    message carrying PREFIX_END becomes content blocks, the one ending the
+    shared prefix marked `cache_control` (Anthropic's prompt caching)."""
+    system = [m for m in messages if m["role"] == "system"]
+    turns: list[Mapping[str, Any]] = []
+    for m in messages:
+        if m["role"] == "system":
+            continue
+        if PREFIX_END in m:
+            end = _prefix_end(m)
+            m = {"role": m["role"], "content": _blocks(m["content"], end) if end else m["content"]}
+        turns.append(m)
     body: dict[str, Any] = {"model": model, "messages": turns}
     if system:
-        body["system"] = "\n\n".join(system)
+        text = "\n\n".join(m["content"] for m in system)
+        ends = [(i, _prefix_end(m)) for i, m in enumerate(system) if _prefix_end(m)]
+        if ends:  # the system prompt's own prefix: its text up to the marked message's end
+            i, end = ends[-1]
+            body["system"] = _blocks(text, sum(len(m["content"]) + 2 for m in system[:i]) + (end or 0))
+        else:
+            body["system"] = text
     body.update((k, v) for k, v in params.items() if k not in _DROPPED)
     if "max_tokens" not in body:
         body["max_tokens"] = params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
@@ -62,8 +96,9 @@ class AnthropicProvider(HttpProvider):
             spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
             base_headers={"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION))})
         self._drop = frozenset(spec.options.get("drop_params") or ())
+        self.caches_prompt_prefix = bool(spec.options.get("prompt_cache", True))
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
                    params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}

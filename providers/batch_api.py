@@ -72,7 +72,7 @@ class BatchApi(abc.ABC):
         self.max_bytes = min(self.max_bytes, options.get("batch_max_bytes") or self.max_bytes)
 
     @abc.abstractmethod
-    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, str]],
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
              params: Mapping[str, Any]) -> bytes:
         """One request of a batch, serialised (its size counts toward max_bytes)."""
 

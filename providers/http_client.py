@@ -24,7 +24,7 @@ import orjson
 
 from providers.base import CONFIG, Provider, ProviderError
 from providers.http_errors import bad_reply, exception_error, redact, status_error
-from providers.http_pool import HttpConfigError, HttpPool, merged_headers
+from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
 
 _USER_AGENT = "tulving/0.1"
 HTTP_CLIENTS = ("pool", "aiohttp")
@@ -66,11 +66,14 @@ class JsonHttpClient:
     """POSTs JSON to one server. `headers` are sent with every call (auth
     included); `secret` is scrubbed from every error message. `http_client`
     is "pool" (providers/http_pool.py) or "aiohttp"; `trust_env` (proxies from
-    the environment) needs aiohttp."""
+    the environment) needs aiohttp. `timeouts` are the endpoint's
+    TIMEOUT_OPTIONS (HttpPool's keywords; aiohttp takes `connect_timeout`,
+    `read_timeout` and `keepalive_timeout` as its `connect`, `sock_read` and
+    keep-alive time, and has no first-byte limit of its own)."""
 
     def __init__(self, *, endpoint: str, max_concurrency: int, headers: Mapping[str, str],
                  secret: str | None, request_id_header: str, trust_env: bool = False,
-                 http_client: str = "pool"):
+                 http_client: str = "pool", timeouts: Mapping[str, float] | None = None):
         if http_client not in HTTP_CLIENTS:
             raise ProviderError(CONFIG, f"endpoint {endpoint!r}: unknown http_client {http_client!r} "
                                         f"(known: {', '.join(HTTP_CLIENTS)})")
@@ -86,6 +89,7 @@ class JsonHttpClient:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._pool_options: dict[str, Any] = dict(timeouts or {})
 
     @classmethod
     def for_endpoint(cls, spec: Any, api_key: str | None, *, auth: Mapping[str, str],
@@ -95,7 +99,8 @@ class JsonHttpClient:
         headers = {**(base_headers or {}), **(spec.options.get("headers") or {}), **(auth if api_key else {})}
         return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
                    request_id_header=request_id_header, trust_env=bool(spec.options.get("trust_env", False)),
-                   http_client=spec.options.get("http_client", "pool"))
+                   http_client=spec.options.get("http_client", "pool"),
+                   timeouts={k: spec.options[k] for k in TIMEOUT_OPTIONS if spec.options.get(k) is not None})
 
     async def post(self, url: str, body: Mapping[str, Any], timeout: float
                    ) -> tuple[dict[str, Any], Mapping[str, str], float]:
@@ -109,7 +114,7 @@ class JsonHttpClient:
             else:
                 pool = self._pool
                 if pool is None:
-                    pool = self._pool = HttpPool(limit=self._limit, headers=self._headers)
+                    pool = self._pool = HttpPool(limit=self._limit, headers=self._headers, **self._pool_options)
                 status, headers, raw = await pool.post(url, payload, timeout)
         except HttpConfigError as exc:
             raise ProviderError(CONFIG, redact(f"{self.endpoint}: {exc}", self._secret)) from None
@@ -145,7 +150,8 @@ class JsonHttpClient:
         if self._session is not None and not self._session.closed:
             _abandon(self._session)
         self._loop = asyncio.get_running_loop()
-        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, keepalive_timeout=30.0)
+        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
+                                         keepalive_timeout=self._pool_options.get("keepalive_timeout", 30.0))
         # The headers are the session's defaults: merged in C-backed multidicts
         # once per call rather than converted from a dict each time.
         self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
@@ -155,7 +161,9 @@ class JsonHttpClient:
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         found = self._timeouts.get(seconds)
         if found is None:
-            found = aiohttp.ClientTimeout(total=seconds)
+            options = self._pool_options
+            found = aiohttp.ClientTimeout(total=seconds, connect=options.get("connect_timeout"),
+                                          sock_read=options.get("read_timeout"))
             if len(self._timeouts) < 64:  # calls under a deadline each get their own value
                 self._timeouts[seconds] = found
         return found

@@ -220,7 +220,9 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoi
 def exception_error(exc: BaseException, *, endpoint: str, timeout: float, secret: str | None) -> ProviderError:
     """Classify an exception raised while sending or reading a call."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return ProviderError(TIMEOUT, f"{endpoint}: no complete reply within {timeout:g} s")
+        # The pool's own limits say which one ran out (connect_timeout, ...).
+        detail = str(exc) or f"no complete reply within {timeout:g} s"
+        return ProviderError(TIMEOUT, redact(f"{endpoint}: {detail}", secret))
     if isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
         return ProviderError(CONFIG, redact(f"{endpoint}: invalid URL {exc}", secret))
     if isinstance(exc, aiohttp.ClientPayloadError):

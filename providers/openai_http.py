@@ -13,15 +13,20 @@ content_filter / content_policy_violation is a CONTENT_FILTER error.
 Endpoint options (`[endpoints.X] options = {...}`): `headers` (extra headers,
 e.g. OpenRouter's HTTP-Referer or OpenAI-Organization), `trust_env` (honour
 HTTP(S)_PROXY, default false), `drop_params` (parameter names never sent, for
-servers that reject some, e.g. ["seed"]).
+servers that reject some, e.g. ["seed"]), `prompt_cache` (default true; false:
+no warm-first ordering of requests sharing a prefix, see engine/warmup.py),
+`prompt_cache_key` (default false; true: requests marking a shared prompt
+prefix send `prompt_cache_key`, a digest of that prefix, which OpenAI uses to
+route requests sharing it to the same cache).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from providers.base import ChatResult, EmbedResult, EndpointSpec, ProviderError
+from providers.base import PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, token_count
 
@@ -39,14 +44,35 @@ class OpenAIProvider(HttpProvider):
         self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
                                                  request_id_header="x-request-id")
         self._drop = frozenset(spec.options.get("drop_params") or ())
+        self.caches_prompt_prefix = bool(spec.options.get("prompt_cache", True))
+        self._prompt_cache_key = bool(spec.options.get("prompt_cache_key", False))
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
                    params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         body = {"model": model, "messages": messages, **params}
+        if any(PREFIX_END in m for m in messages):
+            body.update(self.prefix_fields(messages))
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
         return self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
+
+    def prefix_fields(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The body fields of messages marking a shared prefix (PREFIX_END):
+        the messages without the marker (OpenAI caches prefixes by itself),
+        and with `prompt_cache_key` on, a key naming the prefix, which routes
+        requests sharing it to the same cache."""
+        fields: dict[str, Any] = {"messages": [{k: v for k, v in m.items() if k != PREFIX_END} for m in messages]}
+        if self._prompt_cache_key:
+            hasher = hashlib.sha256()
+            for m in messages:
+                end = m.get(PREFIX_END)
+                hasher.update(f"\x1e{m['role']}\x1f".encode())
+                hasher.update(str(m["content"])[:end if type(end) is int else None].encode("utf-8", "surrogatepass"))
+                if type(end) is int:
+                    break
+            fields["prompt_cache_key"] = "tulving-" + hasher.hexdigest()[:32]
+        return fields
 
     def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `chat.completion` object (a direct

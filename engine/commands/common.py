@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from cache.store import ResponseCache
 from engine.batch_dispatch import batch_endpoint
 from engine.config import Config
+from engine.estimate import ESTIMATE_NOTE, Estimator
 from engine.requests import Request
 from engine.resolve import resolve
 from engine.scheduler import Engine
@@ -71,3 +72,31 @@ async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | No
         if cache is not None:
             await cache.close()
     return total, cached
+
+
+async def dry_run_estimate(config: Config, cache_path: str | os.PathLike[str] | None,
+                           fill: Callable[[Estimator], Awaitable[None]]) -> Estimator:
+    """An `Estimator` filled by `fill` (which adds each role's requests), with
+    the cache at `cache_path` (if it exists) telling which calls are already
+    made. Calls nothing."""
+    cache = None
+    if cache_path is not None and os.path.exists(cache_path):
+        cache = ResponseCache(cache_path)
+        await cache.open()
+    try:
+        estimator = Estimator(config, cache)
+        await fill(estimator)
+    finally:
+        if cache is not None:
+            await cache.close()
+    return estimator
+
+
+def print_estimate(estimator: Estimator) -> None:
+    print(f"cost estimate, before any call ({ESTIMATE_NOTE}):")
+    print(estimator.table())
+    total = estimator.totals()
+    if total.prefix_tokens:
+        print(f"prompt caching's expected saving where prompts share a prefix: "
+              f"${total.direct_usd - total.cached_direct_usd:.4f} direct, "
+              f"${total.batch_usd - total.cached_batch_usd:.4f} by batch")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -12,6 +11,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import fields
 
+from engine.commands import lifecycle
 from engine.commands.common import load_config
 from engine.loopback import cli as loopback_cli
 from engine.requests import ChatRequest, EmbedRequest
@@ -142,7 +142,7 @@ async def _bench_latency(args: argparse.Namespace) -> int:
 def _cmd_bench_latency(args: argparse.Namespace) -> int:
     if args.n < 1 or args.concurrency < 1:
         raise TulvingError("-n and --concurrency must be at least 1")
-    return asyncio.run(_bench_latency(args))
+    return lifecycle.run(_bench_latency(args))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
