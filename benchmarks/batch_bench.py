@@ -12,6 +12,15 @@ engine.loopback`, another process) answers an OpenAI-format endpoint `lb`
 (direct: it is not an openai/anthropic endpoint). The endpoint polls its
 batches every `--poll` s (the real default is 10 s growing to 300 s: on the
 real APIs the wait is the provider's, hours, not ours).
+
+Measured (2026-11-24, 2 shared cores; the loopback server does a batch's work
+inside its status polls and parses the 200 MB upload itself, so the batch run's
+time is mostly the server's):
+  load ~1.2: direct 13.1 s, batch 13.1 s (1.00x; 2 batches, 414 + 272 lines:
+             the 686 in-context prompts are 274 MB, over OpenAI's 200 MB per file),
+             direct rerun on the batch run's cache 3.2 s with answers and F1 identical;
+             killed and rerun: 0 batches submitted again, 0 duplicate lines (resumed run 13.6 s)
+  load ~4.5: batch/direct 0.91x, 1.08x and 3.40x in three runs (12.9-32.3 s direct)
 """
 from __future__ import annotations
 
