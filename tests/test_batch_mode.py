@@ -199,6 +199,11 @@ def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twi
     assert owed == 456 and batch_id == server.batches(kind)[0]["id"]
     pending = subprocess.run(args[:8] + ["batches"], cwd=tmp_path, env=env(), capture_output=True, text=True)
     assert batch_id in pending.stdout and "456" in pending.stdout
+    polls = server.stats()["by_path"][poll_path]
+    refreshed = subprocess.run(args[:8] + ["batches", "--refresh"], cwd=tmp_path, env=env(), capture_output=True,
+                               text=True)
+    assert refreshed.returncode == 0 and batch_id in refreshed.stdout and "in_progress" in refreshed.stdout
+    assert server.stats()["by_path"][poll_path] == polls + 1
 
     rerun = subprocess.run(args, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import time
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from cache.batches import BatchLedger, LedgerBatch
 from engine.commands.common import load_config
 from engine.errors import printable
-from providers.base import TulvingError
+from providers.base import ProviderError, TulvingError
 from providers.batch_wires import make_batch_api
 
 
@@ -25,6 +26,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("batches", help="provider batches submitted by --batch runs: list, cancel",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--all", action="store_true", help="also batches whose results are all in the cache")
+    p.add_argument("--refresh", action="store_true",
+                   help="ask each batch's provider for its current state first (needs the config and keys)")
     p.set_defaults(func=cmd_list)
     sub = p.add_subparsers(dest="batches_command", metavar="ACTION")
     c = sub.add_parser("cancel", help="ask the provider to cancel a batch (its finished lines are kept)")
@@ -55,12 +58,36 @@ def _ledger(args: argparse.Namespace) -> BatchLedger | None:
     return BatchLedger(path)
 
 
+async def _refresh(args: argparse.Namespace, ledger: BatchLedger, batches: list[LedgerBatch]) -> None:
+    """Poll each listed batch's provider and record what it says; a batch
+    that cannot be polled keeps its last seen state (said on stderr)."""
+    config = load_config(args)
+    for batch in batches:
+        spec = config.endpoints.get(batch.endpoint)
+        if spec is None or batch.id.startswith("pending:"):
+            continue
+        try:
+            api = make_batch_api(spec, config.api_key(spec))
+            try:
+                info = await api.poll(batch.id)
+            finally:
+                await api.aclose()
+        except (TulvingError, ProviderError) as exc:  # a missing key, a dead server
+            print(f"tulving: {batch.id}: not refreshed ({printable(exc)})", file=sys.stderr)
+            continue
+        await ledger.update(batch.id, info.status, dict(info.counts))
+
+
 async def _list(args: argparse.Namespace) -> list[LedgerBatch]:
     ledger = _ledger(args)
     if ledger is None:
         return []
     try:
-        return await ledger.batches(owing_only=not args.all)
+        batches = await ledger.batches(owing_only=not args.all)
+        if args.refresh and batches:
+            await _refresh(args, ledger, batches)
+            batches = await ledger.batches(owing_only=not args.all)
+        return batches
     finally:
         ledger.close()
 
