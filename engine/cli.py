@@ -27,7 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from engine.commands import bench, evaluate, generate, lifecycle, tools
+from engine.commands import batches, bench, evaluate, generate, lifecycle, tools
 from engine.commands import cache as cache_commands
 from engine.commands.argtypes import non_negative_float
 from engine.commands.common import DEFAULT_CACHE
@@ -43,7 +43,7 @@ from engine.errors import (
 )
 from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
-COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate)
+COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate, batches)
 
 
 # -- parser and entry point ---------------------------------------------------------------

@@ -92,6 +92,7 @@ class Job:
     taken_at: float | None = None               # time.monotonic() when the engine took the request
     first_sent: float | None = None             # ... when its first attempt was sent
     last_sent: float | None = None              # ... and its last one
+    batched: bool = False                       # held for a provider batch (engine/batch_dispatch.py)
 
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cache.store import ResponseCache
+from engine.batch_dispatch import batch_endpoint
 from engine.config import Config, ModelAlias
 from engine.requests import EmbedRequest, Request
 from engine.resolve import Resolved, resolve
@@ -61,9 +62,10 @@ class EstimateRow:
 
 
 def default_batchable(r: Resolved) -> bool:
-    """Whether a call can go through a provider's batch API (the OpenAI Batch
-    API, Anthropic Message Batches)."""
-    return r.endpoints[0].kind in BATCH_KINDS
+    """Whether `--batch` sends a call through a provider's batch API (the
+    OpenAI Batch API, Anthropic Message Batches): chat calls to endpoints of
+    those kinds, unless `options.batch = false` (engine/batch_dispatch.py)."""
+    return batch_endpoint(r) is not None
 
 
 def caches_prompts(r: Resolved) -> bool:

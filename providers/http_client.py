@@ -224,6 +224,43 @@ class JsonHttpClient:
                 self._timeouts[seconds] = found
         return found
 
+    # -- control-plane calls (batch APIs): any method, raw bytes ------------------------
+    async def request_bytes(self, method: str, url: str, *, body: bytes | None = None,
+                            content_type: str = "application/json", timeout: float = 600.0
+                            ) -> tuple[bytes, Mapping[str, str]]:
+        """One control-plane call (GET, a multipart upload, a batch's JSONL):
+        rare, so it goes through aiohttp whatever `http_client` says. Returns
+        (body bytes, headers) of a 2xx reply; anything else raises a classified
+        ProviderError with the key scrubbed."""
+        session = self._session
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            session = self._open_session()
+        headers = {"Content-Type": content_type} if body is not None else {}
+        try:
+            async with session.request(method, url, data=body, headers=headers,
+                                       timeout=self._timeout(timeout)) as resp:
+                status, reply_headers, raw = resp.status, resp.headers, await resp.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret) from exc
+        if not 200 <= status < 300:
+            raise status_error(status, raw, reply_headers, endpoint=self.endpoint, secret=self._secret,
+                               request_id=reply_headers.get(self._request_id_header))
+        return raw, reply_headers
+
+    async def request_json(self, method: str, url: str, *, body: bytes | None = None,
+                           content_type: str = "application/json", timeout: float = 600.0) -> dict[str, Any]:
+        """`request_bytes`, its reply parsed as a JSON object (else a bad reply)."""
+        raw, _ = await self.request_bytes(method, url, body=body, content_type=content_type, timeout=timeout)
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise bad_reply(self.endpoint, f"{method} {urlsplit(url).path}: reply is not JSON ({len(raw)} bytes)",
+                            secret=self._secret) from None
+        if not isinstance(data, dict):
+            raise bad_reply(self.endpoint, f"{method} {urlsplit(url).path}: reply is JSON but not an object",
+                            secret=self._secret)
+        return data
+
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:

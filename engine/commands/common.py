@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from cache.store import ResponseCache
+from engine.batch_dispatch import batch_endpoint
 from engine.config import Config
 from engine.estimate import ESTIMATE_NOTE, Estimator
 from engine.requests import Request
@@ -30,12 +32,14 @@ def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
     """An engine from the global options (use as `async with open_engine(args) as engine`)."""
     return Engine(load_config(args), cache_path=getattr(args, "cache", None) or None,
                   progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
-                  **kwargs)
+                  batch=bool(getattr(args, "batch", False)), **kwargs)
 
 
 async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | None,
-                         requests: Iterable[Request]) -> tuple[int, int]:
+                         requests: Iterable[Request], *, by_batch: Counter[str] | None = None) -> tuple[int, int]:
     """(requests, how many of them the cache already holds), calling nothing.
+    `by_batch`: counts the uncached requests `--batch` would send through a
+    provider batch API, by endpoint (engine.batch_dispatch.batch_endpoint).
     Raises ConfigError for an unknown model alias."""
     total = cached = 0
     cache = None
@@ -44,15 +48,22 @@ async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | No
         await cache.open()
     try:
         batch: list[str] = []
+        routes: dict[str, str] = {}  # key -> batch endpoint
 
         async def flush() -> int:
             found = await cache.get_many(batch) if cache is not None else {}
             hits = sum(1 for k in batch if k in found)
+            if by_batch is not None:
+                by_batch.update(routes[k] for k in batch if k not in found and k in routes)
+                routes.clear()
             batch.clear()
             return hits
 
         for request in requests:
-            batch.append(resolve(config, request).key)
+            resolved = resolve(config, request)
+            batch.append(resolved.key)
+            if by_batch is not None and (endpoint := batch_endpoint(resolved)) is not None:
+                routes[resolved.key] = endpoint
             total += 1
             if len(batch) >= 1000:
                 cached += await flush()

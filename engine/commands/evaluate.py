@@ -32,28 +32,32 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.commands import lifecycle
 from engine.commands.argtypes import csv_list, positive_int
-from engine.commands.common import dry_run_estimate, load_config, open_engine, print_estimate
+from engine.commands.common import dry_run_estimate, dry_run_report, load_config, open_engine, print_estimate
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
-from engine.estimate import BATCH_KINDS, Estimator
+from engine.estimate import Estimator
 from engine.evaluation import answers as A
 from engine.evaluation import pipeline, rag
 from engine.evaluation.questions import Question
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
 from engine.generation.bookdir import Book, check_output_folder
+from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from engine.spending import spending_lines
 from providers.base import BUDGET, TulvingError
+from providers.batch_wires import batch_capable
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"
@@ -92,6 +96,9 @@ def register(subparsers: Any) -> None:
                    help="run every model on N questions spread over the set")
     p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
                                                          "the cache holds; call nothing")
+    p.add_argument("--batch", action="store_true",
+                   help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
+                        "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
                    help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
                         "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
@@ -416,7 +423,7 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
                 first = config.endpoints_of(alias)[0]
                 estimator.add_unknown("answer", alias, len(job.questions),
                                       count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
-                                      batchable=first.kind in BATCH_KINDS)
+                                      batchable=batch_capable(first))
                 answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
             else:
                 requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
@@ -444,7 +451,35 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
     print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
           f"made for answers not already judged in the cache")
     print_estimate(estimator)
+    if args.batch:
+        def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
+            for job in jobs:
+                if job.mode not in A.RAG_MODES:
+                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
+
+        by_batch: Counter[str] = Counter()
+        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
+                             by_batch=by_batch)
+        _print_batch_plan(config, jobs, args.judge, by_batch, total - cached)
     return 0
+
+
+def _print_batch_plan(config: Config, jobs: list[pipeline.Job], judge: str, by_batch: Counter[str],
+                      uncached: int) -> None:
+    """Where --batch sends the calls: through which endpoints' batch APIs, and what stays direct."""
+    def route(model: str) -> str:
+        names = [s.name for s in config.endpoints_of(config.alias(model)) if batch_capable(s)]
+        return f"by batch through {names[0]}" if names else "direct"
+
+    known = sum(by_batch.values())
+    where = ", ".join(f"{name}: {n}" for name, n in sorted(by_batch.items()))
+    print(f"--batch: {known} of the {uncached} uncached calls known now go by batch" + (f" ({where})" if where else "")
+          + f", {uncached - known} direct")
+    for model in dict.fromkeys(j.model for j in jobs if j.mode in A.RAG_MODES):
+        print(f"--batch: RAG answers of {model}: {route(model)}")
+    judging = route(judge)
+    print(f"--batch: judge calls ({judge}): {judging}"
+          + (", one batch per round (judgments, then re-draws)" if judging != "direct" else ""))
 
 
 # -- questions, finetune, report ------------------------------------------------------------

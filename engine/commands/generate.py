@@ -63,6 +63,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--uniform", action="store_true", help="uniform instead of geometric item sampling")
     p.add_argument("--events-only", action="store_true", help="write events and meta-events only; no model call")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the first prompt; call nothing")
+    p.add_argument("--batch", action="store_true",
+                   help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
+                        "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
     p.set_defaults(func=generate_handler)
 
     book = subparsers.add_parser("book", help="inspect or derive books")
@@ -167,7 +170,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
             bar.update(delta)
 
     engine = Engine(load_config(args), cache_path=getattr(args, "cache", None) or None, progress=False,
-                    max_cost=getattr(args, "max_cost", None))
+                    max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
     try:
         async with engine:
             generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,
