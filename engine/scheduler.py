@@ -458,7 +458,7 @@ class Engine:
                             f"waiting {cap:g} s instead (max_retry_after)", key=("cap", ep.name))
                 self._stats.retry_after_capped += 1
                 wait = cap
-            ep.on_rate_limited(wait, now, sent_at=start)
+            ep.on_rate_limited(wait, now, sent_at=start, limits=error.rate_limits)
         elif wait is not None:
             wait = min(wait, ep.spec.max_retry_after)
         job.last_error = error

@@ -25,6 +25,7 @@ from typing import Any
 from providers.base import ChatResult, EndpointSpec
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, token_count
+from providers.ratelimit_headers import rate_limit_info
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
@@ -69,7 +70,9 @@ class AnthropicProvider(HttpProvider):
             params = {k: v for k, v in params.items() if k not in self._drop}
         data, headers, latency = await self._http.post(self._url, messages_body(model, messages, params), timeout)
         request_id = headers.get("request-id") or data.get("id")
-        return self.chat_result(data, request_id if isinstance(request_id, str) and request_id else None, latency)
+        result = self.chat_result(data, request_id if isinstance(request_id, str) and request_id else None, latency)
+        result.rate_limits = rate_limit_info(headers)
+        return result
 
     def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `message` object (a direct reply's body,

@@ -24,6 +24,7 @@ from typing import Any
 from providers.base import ChatResult, EmbedResult, EndpointSpec, ProviderError
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, token_count
+from providers.ratelimit_headers import rate_limit_info
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -46,7 +47,9 @@ class OpenAIProvider(HttpProvider):
             params = {k: v for k, v in params.items() if k not in self._drop}
         body = {"model": model, "messages": messages, **params}
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
-        return self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
+        result = self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
+        result.rate_limits = rate_limit_info(headers)
+        return result
 
     def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `chat.completion` object (a direct
@@ -114,7 +117,8 @@ class OpenAIProvider(HttpProvider):
             input_tokens = token_count(data.get("usage"), "prompt_tokens") or 0
         except ValueError as exc:
             raise self._malformed(data, f"embeddings reply's {exc}", request_id) from None
-        return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id)
+        return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id,
+                           rate_limits=rate_limit_info(headers))
 
     def _malformed(self, data: dict[str, Any], what: str, request_id: str | None) -> ProviderError:
         # Some compatible servers (OpenRouter) report failures as a 200 with an
