@@ -235,7 +235,8 @@ class EndpointState:
         self._ignore_until = -math.inf
         self._ignored_share = 0.0
         self.reverted = 0           # slow-downs undone because they did not lower the 429 share
-        self._concurrency = float(self.max_concurrency)  # cap lowered by 429s that say nothing (AIMD)
+        self._concurrency = self.max_concurrency  # cap lowered by 429s that say nothing (AIMD)
+        self._grow_count = 0                      # successes towards the cap's next +1
         self.learned_limits: dict[str, float] = {}  # per-minute limits the provider reported, by group
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -355,7 +356,7 @@ class EndpointState:
             else:
                 self._factor = max(MIN_FACTOR, self.factor(now) * 0.5)
             if retry_after is None and limits is None:  # nothing said: fewer calls at once too
-                self._concurrency = max(1.0, self._concurrency * 0.5)
+                self._concurrency, self._grow_count = max(1, self._concurrency // 2), 0
             self._last_slowdown = now
         self._factor_since = max(self.paused_until, now)  # no recovery while paused
 
@@ -425,6 +426,12 @@ class EndpointState:
             self._factor_since = now
         return self._factor
 
+    def concurrency_cap(self, factor: float) -> int:
+        """Calls this endpoint may have in flight now: max_concurrency, scaled
+        down with the rate after a 429 (`factor`) and by the cap that 429s
+        saying nothing halve (it regrows additively in `release`)."""
+        return max(1, min(math.floor(self.max_concurrency * min(1.0, factor)), self._concurrency))
+
     # -- picking -----------------------------------------------------------------
     def _pick(self) -> tuple[Job, Pool] | None:
         if self.prefix_order and self.last_prompt is not None:
@@ -478,7 +485,7 @@ class EndpointState:
             if now < self.paused_until:
                 return self.paused_until - now
             factor = self.factor(now)
-            if self.in_flight >= max(1, math.floor(min(self.max_concurrency * min(1.0, factor), self._concurrency))):
+            if self.in_flight >= self.concurrency_cap(factor):
                 return None
             picked = self._pick()
             if picked is None:
@@ -566,8 +573,7 @@ class EndpointState:
                 outcome = AttemptOutcome(error=exception_error(exc, endpoint=self.name, timeout=timeout, secret=None),
                                          started=start)
             finally:
-                self.learn_limits(_reported_limits(outcome), time.monotonic())
-                self.release(job, outcome.usage)
+                self.release(job, outcome.usage, _reported_limits(outcome))
         if outcome.result is not None and outcome.error is not None:
             outcome.result = None
         self._report(job, outcome)
@@ -589,18 +595,24 @@ class EndpointState:
         except Exception:  # noqa: BLE001 -- the owner settles its own failures; this only logs a bug there
             log.exception("endpoint %s: the engine failed to take an attempt's outcome", self.name)
 
-    def release(self, job: Job, usage: tuple[int, int] | None) -> None:
-        """A call ended: free its slot and correct (or refund) its tokens."""
+    def release(self, job: Job, usage: tuple[int, int] | None, limits: RateLimitInfo | None = None) -> None:
+        """A call ended: free its slot, correct (or refund) its tokens, then
+        take the limits its reply reported (`remaining` counts this call as
+        the server settled it) before the next call may start."""
         self.in_flight -= 1
         if usage is not None:
             self.succeeded += 1
             if self._concurrency < self.max_concurrency:  # additive increase: +1 per cap's worth of replies
-                self._concurrency = min(float(self.max_concurrency), self._concurrency + 1.0 / self._concurrency)
+                self._grow_count += 1
+                if self._grow_count >= self._concurrency:
+                    self._concurrency, self._grow_count = self._concurrency + 1, 0
         if self.limits.limited:
             try:
                 self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic())
             except Exception:  # noqa: BLE001 -- a wrong correction must not keep the slot or the call
                 log.exception("endpoint %s: correcting the token reservation failed", self.name)
+        if limits is not None:
+            self.learn_limits(limits, time.monotonic())
         # After a success, start the next waiting call(s) right here rather
         # than waking the dispatcher task for it (a task step per call at zero
         # latency). The dispatcher is woken when it has a timer to set (a rate
