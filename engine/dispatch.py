@@ -176,9 +176,8 @@ def _clearly_lower(after: float, n_after: int, before: float, n_before: int) -> 
 
 def _reported_limits(outcome: AttemptOutcome) -> RateLimitInfo | None:
     """What the reply's headers said of the rate limits (a result's or an error's)."""
-    if outcome.result is not None:
-        return outcome.result.rate_limits
-    return outcome.error.rate_limits if outcome.error is not None else None
+    reply = outcome.result if outcome.result is not None else outcome.error
+    return getattr(reply, "rate_limits", None)  # never raises: the slot is released after it
 
 
 def shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
@@ -237,7 +236,8 @@ class EndpointState:
         self.reverted = 0           # slow-downs undone because they did not lower the 429 share
         self._concurrency = self.max_concurrency  # cap lowered by 429s that say nothing (AIMD)
         self._grow_count = 0                      # successes towards the cap's next +1
-        self.learned_limits: dict[str, float] = {}  # per-minute limits the provider reported, by group
+        # per-minute limits the provider reported: model -> RateLimitInfo group -> rate
+        self.learned_limits: dict[str, dict[str, float]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -270,34 +270,31 @@ class EndpointState:
         replies = [limited for _, limited in list(self._replies)[-last:]]
         return (sum(replies) / len(replies) if replies else 0.0), len(replies)
 
-    def learn_limits(self, info: RateLimitInfo | None, now: float) -> None:
-        """The rate limits a reply's headers reported (every reply, 429s
-        included): paced by from now on where lower than configured or where
-        none is configured; announced once per endpoint."""
+    def learn_limits(self, info: RateLimitInfo | None, now: float, model: str = "") -> None:
+        """The rate limits a reply from `model` reported in its headers (every
+        reply, 429s included): its calls are paced by them from now on where
+        lower than configured or where none is configured; announced once per
+        endpoint and model."""
         if info is None:
             return
-        try:
-            changed = self.limits.learn(info, now)
-        except Exception:  # noqa: BLE001 -- a server's odd figures must not cost a call
-            log.exception("endpoint %s: learning the rate limits from a reply failed", self.name)
-            return
+        changed = self.limits.learn(info, now, model)
         if not changed:
             return
         if "requests" in changed and self._inferred:  # told the rate: no need to guess it
             self.limits.restore_request_limit(None, now)  # an inferred rate means none was configured
             self._inferred = False
             self._factor, self._factor_since = min(1.0, self._factor), now
-        first = not self.learned_limits
-        self.learned_limits.update(changed)
+        first = model not in self.learned_limits
+        self.learned_limits.setdefault(model, {}).update(changed)
         if first and self.owner is not None:
-            self.owner.notice(f"{self.name}: the provider reports {self.describe_learned()}", key=("learned", self.name),
-                              every=math.inf)
+            self.owner.notice(f"{self.name}: the provider reports for {model} {self.describe_learned(model)}",
+                              key=("learned", self.name, model), every=math.inf)
         self.wake()
 
-    def describe_learned(self) -> str:
-        """The learned limits and the configured ones, on one line."""
+    def describe_learned(self, model: str) -> str:
+        """The limits learned for `model` and the configured ones, on one line."""
         parts = []
-        for name, rate in self.learned_limits.items():
+        for name, rate in self.learned_limits.get(model, {}).items():
             unit = {"requests": "requests/min", "tokens": "tokens/min", "input_tokens": "input tokens/min",
                     "output_tokens": "output tokens/min"}[name]
             configured = self.limits.configured_rate(name)
@@ -350,7 +347,7 @@ class EndpointState:
         if sent_at is None or sent_at >= self._last_slowdown:
             if trial is None:  # the state to go back to if the slow-down(s) of this trial do not help
                 self._trial = (now, self.factor(now), self._inferred, self.limits.requests, self._concurrency)
-            if self.limits.requests is None and "requests" not in self.limits.learned or self._inferred:
+            if not self.limits.knows_request_limit() or self._inferred:
                 self._infer_rate(now)
                 self._factor = 0.9
             else:
@@ -501,10 +498,11 @@ class EndpointState:
                 continue
             if self.limits.limited:
                 self.limits.set_scale(factor, now)
-                delay = self.limits.delay(job.input_estimate, job.output_estimate, now)
+                model = job.resolved.alias.model  # learned limits are the model's own
+                delay = self.limits.delay(job.input_estimate, job.output_estimate, now, model)
                 if delay > 0.0:
                     return delay
-                self.limits.reserve(job.input_estimate, job.output_estimate, now)
+                self.limits.reserve(job.input_estimate, job.output_estimate, now, model)
             pool.remove(job)
             if self.prefix_order:
                 self.last_prompt = job.prompt
@@ -608,11 +606,15 @@ class EndpointState:
                     self._concurrency, self._grow_count = self._concurrency + 1, 0
         if self.limits.limited:
             try:
-                self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic())
+                self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic(),
+                                   job.resolved.alias.model)
             except Exception:  # noqa: BLE001 -- a wrong correction must not keep the slot or the call
                 log.exception("endpoint %s: correcting the token reservation failed", self.name)
         if limits is not None:
-            self.learn_limits(limits, time.monotonic())
+            try:
+                self.learn_limits(limits, time.monotonic(), job.resolved.alias.model)
+            except Exception:  # noqa: BLE001 -- learning is advice: the next call must still start
+                log.exception("endpoint %s: learning the rate limits from a reply failed", self.name)
         # After a success, start the next waiting call(s) right here rather
         # than waking the dispatcher task for it (a task step per call at zero
         # latency). The dispatcher is woken when it has a timer to set (a rate

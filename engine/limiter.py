@@ -123,11 +123,21 @@ def learned_window(limit: float, remaining: float | None, reset: float | None, k
     return max(known, nearest)
 
 
+Charge = tuple[LeakyBucket, int, int, int]  # a bucket and what a call costs it: per request, input token, output token
+_WEIGHTS = {"requests": (1, 0, 0), "tokens": (0, 1, 1), "input_tokens": (0, 1, 0), "output_tokens": (0, 0, 1)}
+
+
+def _cost(charge: Charge, input_tokens: int, output_tokens: int) -> int:
+    return charge[1] + charge[2] * input_tokens + charge[3] * output_tokens
+
+
 class EndpointLimits:
-    """The three per-minute limits of one endpoint; absent limits cost nothing."""
+    """The three per-minute limits of one endpoint (absent limits cost
+    nothing), and the limits its provider reported for each model (OpenAI and
+    Anthropic limit each model, or model class, apart)."""
 
     __slots__ = ("requests", "input_tokens", "output_tokens", "learned", "learned_rates", "_windows", "_burst",
-                 "_buckets", "_charges")
+                 "_buckets", "_charges", "_learned_charges")
 
     def __init__(self, spec: EndpointSpec, *, burst_seconds: float = BURST_SECONDS, now: float = 0.0):
         def bucket(rate: float | None) -> LeakyBucket | None:
@@ -136,70 +146,73 @@ class EndpointLimits:
         self.requests = bucket(spec.rpm)
         self.input_tokens = bucket(spec.input_tpm)
         self.output_tokens = bucket(spec.output_tpm)
-        # Limits the provider reported, by RateLimitInfo group ("tokens":
-        # prompt and completion together, OpenAI's only token limit).
-        self.learned: dict[str, LeakyBucket] = {}
-        self.learned_rates: dict[str, float] = {}  # per minute
-        self._windows: dict[str, float] = {}
+        # Limits the provider reported: model -> RateLimitInfo group ("tokens":
+        # prompt and completion together, OpenAI's only token limit) -> bucket.
+        self.learned: dict[str, dict[str, LeakyBucket]] = {}
+        self.learned_rates: dict[str, dict[str, float]] = {}  # the same, per minute
+        self._windows: dict[tuple[str, str], float] = {}
+        self._learned_charges: dict[str, list[Charge]] = {}
         self._burst = burst_seconds
         self._refresh()
 
     def _refresh(self) -> None:
-        """The list of buckets in force, each with what one call charges it:
-        (bucket, charged per request, per input token, per output token)."""
-        charges: list[tuple[LeakyBucket, int, int, int]] = []
-        for b, weights in ((self.requests, (1, 0, 0)), (self.input_tokens, (0, 1, 0)), (self.output_tokens, (0, 0, 1)),
-                           (self.learned.get("requests"), (1, 0, 0)), (self.learned.get("tokens"), (0, 1, 1)),
-                           (self.learned.get("input_tokens"), (0, 1, 0)), (self.learned.get("output_tokens"), (0, 0, 1))):
-            if b is not None:
-                charges.append((b, *weights))
-        self._charges = charges
-        self._buckets = [c[0] for c in charges]
+        """The configured buckets in force, each with what one call charges it."""
+        self._charges: list[Charge] = [(b, *_WEIGHTS[name]) for name, b in (
+            ("requests", self.requests), ("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens))
+            if b is not None]
+        self._buckets = [c[0] for c in self._charges]
 
     @property
     def limited(self) -> bool:
-        return bool(self._buckets)
+        return bool(self._buckets) or bool(self.learned)
 
-    def delay(self, input_tokens: int, output_tokens: int, now: float) -> float:
-        """Seconds until one request of this size fits every limit."""
+    def delay(self, input_tokens: int, output_tokens: int, now: float, model: str | None = None) -> float:
+        """Seconds until one request of this size (to `model`) fits every limit."""
         wait = 0.0
-        for bucket, per_request, per_in, per_out in self._charges:
-            wait = max(wait, bucket.delay(per_request + per_in * input_tokens + per_out * output_tokens, now))
+        for charge in self._charges:
+            wait = max(wait, charge[0].delay(_cost(charge, input_tokens, output_tokens), now))
+        for charge in self._learned_charges.get(model, ()) if model is not None else ():
+            wait = max(wait, charge[0].delay(_cost(charge, input_tokens, output_tokens), now))
         return wait
 
-    def reserve(self, input_tokens: int, output_tokens: int, now: float) -> None:
-        for bucket, per_request, per_in, per_out in self._charges:
-            bucket.reserve(per_request + per_in * input_tokens + per_out * output_tokens, now)
+    def reserve(self, input_tokens: int, output_tokens: int, now: float, model: str | None = None) -> None:
+        for charge in self._charges:
+            charge[0].reserve(_cost(charge, input_tokens, output_tokens), now)
+        for charge in self._learned_charges.get(model, ()) if model is not None else ():
+            charge[0].reserve(_cost(charge, input_tokens, output_tokens), now)
 
-    def settle(self, reserved: tuple[int, int], actual: tuple[int, int] | None, now: float) -> None:
+    def settle(self, reserved: tuple[int, int], actual: tuple[int, int] | None, now: float,
+               model: str | None = None) -> None:
         """After a call: correct token reservations from the reported usage, or
         refund them when the call failed (`actual` None). The request itself
         stays counted: the server saw it."""
         used_in, used_out = actual if actual is not None else (0, 0)
-        for bucket, _, per_in, per_out in self._charges:
+        learned = self._learned_charges.get(model, []) if model is not None else []
+        for bucket, _, per_in, per_out in (*self._charges, *learned):
             if per_in or per_out:
                 bucket.correct(per_in * reserved[0] + per_out * reserved[1], per_in * used_in + per_out * used_out, now)
 
-    def learn(self, info: RateLimitInfo, now: float) -> dict[str, float]:
-        """Take the limits a reply's headers reported: a bucket per limit
+    def learn(self, info: RateLimitInfo, now: float, model: str = "") -> dict[str, float]:
+        """Take the limits a reply (from `model`) reported: a bucket per limit
         (per-minute rate from the limit and its window), kept in step with
         `remaining`. Returns the limits newly learned or changed (group ->
         per-minute rate). Anthropic's "tokens" (the tightest of its token
         limits) is used only when no input/output limit is reported."""
         changed: dict[str, float] = {}
         separate = info.input_tokens_limit is not None or info.output_tokens_limit is not None
+        buckets = self.learned.get(model, {})
         for name in LEARNED:
             if name == "tokens" and separate:
                 continue
             limit: float | None = getattr(info, f"{name}_limit")
             remaining: float | None = getattr(info, f"{name}_remaining")
-            bucket = self.learned.get(name)
+            bucket = buckets.get(name)
             if limit is not None and limit >= 1:
-                window = self._windows[name] = learned_window(limit, remaining, getattr(info, f"{name}_reset"),
-                                                              self._windows.get(name, WINDOWS[0]))
+                window = self._windows[model, name] = learned_window(
+                    limit, remaining, getattr(info, f"{name}_reset"), self._windows.get((model, name), WINDOWS[0]))
                 rate = limit * 60.0 / window
                 if bucket is None:
-                    bucket = self.learned[name] = LeakyBucket(rate, burst_seconds=self._burst, now=now)
+                    bucket = buckets[name] = LeakyBucket(rate, burst_seconds=self._burst, now=now)
                     changed[name] = rate
                 elif abs(bucket.rate * 60.0 - rate) > 1e-6 * rate:
                     bucket.set_rate(rate, now)
@@ -207,9 +220,14 @@ class EndpointLimits:
             if bucket is not None and remaining is not None:
                 bucket.sync_remaining(remaining, now)
         if changed:
-            self.learned_rates.update(changed)
-            self._refresh()
+            self.learned[model] = buckets
+            self.learned_rates.setdefault(model, {}).update(changed)
+            self._learned_charges[model] = [(b, *_WEIGHTS[name]) for name, b in buckets.items()]
         return changed
+
+    def knows_request_limit(self) -> bool:
+        """Whether a request limit is configured or was reported for some model."""
+        return self.requests is not None or any("requests" in b for b in self.learned.values())
 
     def configured_rate(self, name: str) -> float | None:
         """The configured per-minute limit matching a learned group (None: not
@@ -242,3 +260,6 @@ class EndpointLimits:
         capped = min(1.0, scale)
         for b in self._buckets:
             b.set_scale(scale if b is self.requests else capped, now)
+        for buckets in self.learned.values():
+            for b in buckets.values():
+                b.set_scale(capped, now)

@@ -109,8 +109,8 @@ class EngineStats:
     retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
     cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
     notices: list[str] = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
-    # per endpoint: the per-minute limits its provider reported in reply headers (dispatch.learn_limits)
-    learned_limits: dict[str, dict[str, float]] = field(default_factory=dict)
+    # endpoint -> model -> the per-minute limits its provider reported in reply headers (dispatch.learn_limits)
+    learned_limits: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -219,8 +219,8 @@ class Engine:
     @property
     def stats(self) -> EngineStats:
         self._stats.elapsed = time.monotonic() - self._opened_at
-        self._stats.learned_limits = {name: dict(ep.learned_limits) for name, ep in self._endpoints.items()
-                                      if ep.learned_limits}
+        self._stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
+                                      for name, ep in self._endpoints.items() if ep.learned_limits}
         return self._stats
 
     # -- endpoints -------------------------------------------------------------------

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 import urllib.request
 from pathlib import Path
@@ -35,39 +36,39 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_an_unconfigured_endpoint_is_paced_by_a_learned_limit():
     limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
     assert not limits.limited
-    learned = limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=599, requests_reset=0.1), 0.0)
+    learned = limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=599, requests_reset=0.1), 0.0, "m")
     assert learned == {"requests": 600.0} and limits.limited
     for _ in range(5):  # half a second of 10/s as a burst, then 10/s
-        assert limits.delay(10, 10, 0.0) == 0.0
-        limits.reserve(10, 10, 0.0)
-    assert limits.delay(10, 10, 0.0) == pytest.approx(0.1)
-    assert limits.learn(RateLimitInfo(requests_limit=600), 0.0) == {}  # unchanged: nothing new to announce
+        assert limits.delay(10, 10, 0.0, "m") == 0.0
+        limits.reserve(10, 10, 0.0, "m")
+    assert limits.delay(10, 10, 0.0, "m") == pytest.approx(0.1)
+    assert limits.learn(RateLimitInfo(requests_limit=600), 0.0, "m") == {}  # unchanged: nothing new to announce
 
 
 def test_a_lower_learned_limit_wins_and_a_higher_one_never_raises_the_configured_one():
     lower = EndpointLimits(EndpointSpec(name="e", kind="openai", rpm=600), now=0.0)
-    lower.learn(RateLimitInfo(requests_limit=300), 0.0)  # 5/s under a configured 10/s
+    lower.learn(RateLimitInfo(requests_limit=300), 0.0, "m")  # 5/s under a configured 10/s
     higher = EndpointLimits(EndpointSpec(name="e", kind="openai", rpm=300), now=0.0)
-    higher.learn(RateLimitInfo(requests_limit=6000), 0.0)  # 100/s over a configured 5/s
+    higher.learn(RateLimitInfo(requests_limit=6000), 0.0, "m")  # 100/s over a configured 5/s
     for limits in (lower, higher):
         for _ in range(3):
-            limits.reserve(0, 0, 0.0)
-        assert limits.delay(0, 0, 0.0) == pytest.approx(0.2 * 1.5)  # at 5/s: 3 reserved, 2.5 of burst
+            limits.reserve(0, 0, 0.0, "m")
+        assert limits.delay(0, 0, 0.0, "m") == pytest.approx(0.2 * 1.5)  # at 5/s: 3 reserved, 2.5 of burst
     assert lower.configured_rate("requests") == 600 and higher.configured_rate("requests") == 300
 
 
 def test_remaining_keeps_the_bucket_in_step():
     limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
-    limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=1), 0.0)  # only one left (others spent it)
-    assert limits.delay(0, 0, 0.0) == 0.0
-    limits.reserve(0, 0, 0.0)
-    assert limits.delay(0, 0, 0.0) == pytest.approx(0.1)  # the next waits for the refill, not our burst of 5
+    limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=1), 0.0, "m")  # only one left (others spent it)
+    assert limits.delay(0, 0, 0.0, "m") == 0.0
+    limits.reserve(0, 0, 0.0, "m")
+    assert limits.delay(0, 0, 0.0, "m") == pytest.approx(0.1)  # the next waits for the refill, not our burst of 5
     # More remaining than our bucket has room for never loosens it.
-    limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=550), 0.0)
-    assert limits.delay(0, 0, 0.0) == pytest.approx(0.1)
+    limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=550), 0.0, "m")
+    assert limits.delay(0, 0, 0.0, "m") == pytest.approx(0.1)
     # Token budgets too: 1,000 input tokens/s, 200 left.
-    limits.learn(RateLimitInfo(input_tokens_limit=60_000, input_tokens_remaining=200), 1.0)
-    assert limits.delay(200, 0, 1.0) == 0.0 and limits.delay(300, 0, 1.0) == pytest.approx(0.1)
+    limits.learn(RateLimitInfo(input_tokens_limit=60_000, input_tokens_remaining=200), 1.0, "m")
+    assert limits.delay(200, 0, 1.0, "m") == 0.0 and limits.delay(300, 0, 1.0, "m") == pytest.approx(0.1)
 
 
 def test_the_window_is_a_minute_unless_the_reset_says_a_day():
@@ -75,8 +76,9 @@ def test_the_window_is_a_minute_unless_the_reset_says_a_day():
     assert learned_window(10_000, 9_990, 86.4) == 86_400
     limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
     assert limits.learn(RateLimitInfo(requests_limit=10_000, requests_remaining=9_990, requests_reset=86.4),
-                        0.0) == {"requests": pytest.approx(10_000 / 1440)}
-    assert limits.learn(RateLimitInfo(requests_limit=10_000, requests_remaining=9_999, requests_reset=8.6), 0.0) == {}
+                        0.0, "m") == {"requests": pytest.approx(10_000 / 1440)}
+    assert limits.learn(RateLimitInfo(requests_limit=10_000, requests_remaining=9_999, requests_reset=8.6),
+                        0.0, "m") == {}
     # Per minute: 59 of 60 left, restored in a second; Anthropic's whole-second resets say nothing.
     assert learned_window(60, 59, 1.0) == 60
     assert learned_window(4000, 3999, 1.0) == 60  # a 15 ms reset rounded up to 1 s
@@ -88,25 +90,37 @@ def test_the_window_is_a_minute_unless_the_reset_says_a_day():
 def test_separate_input_and_output_limits_and_the_total_token_limit():
     anthropic = EndpointLimits(EndpointSpec(name="e", kind="anthropic"), now=0.0)
     learned = anthropic.learn(RateLimitInfo(tokens_limit=8_000, input_tokens_limit=60_000,
-                                            output_tokens_limit=6_000), 0.0)
+                                            output_tokens_limit=6_000), 0.0, "m")
     assert learned == {"input_tokens": 60_000, "output_tokens": 6_000}  # "tokens" is only the tightest of them
-    anthropic.reserve(500, 50, 0.0)  # capacity 500 in, 50 out
-    assert anthropic.delay(1, 0, 0.0) == pytest.approx(0.001) and anthropic.delay(0, 1, 0.0) == pytest.approx(0.01)
+    anthropic.reserve(500, 50, 0.0, "m")  # capacity 500 in, 50 out
+    assert anthropic.delay(1, 0, 0.0, "m") == pytest.approx(0.001)
+    assert anthropic.delay(0, 1, 0.0, "m") == pytest.approx(0.01)
     openai = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
-    assert openai.learn(RateLimitInfo(tokens_limit=60_000), 0.0) == {"tokens": 60_000}
-    openai.reserve(300, 200, 0.0)  # prompt and completion share OpenAI's one token limit
-    assert openai.delay(1, 0, 0.0) == pytest.approx(0.001)
-    openai.settle((300, 200), (300, 20), 0.0)  # corrected from the reported usage
-    assert openai.delay(180, 0, 0.0) == 0.0
+    assert openai.learn(RateLimitInfo(tokens_limit=60_000), 0.0, "m") == {"tokens": 60_000}
+    openai.reserve(300, 200, 0.0, "m")  # prompt and completion share OpenAI's one token limit
+    assert openai.delay(1, 0, 0.0, "m") == pytest.approx(0.001)
+    openai.settle((300, 200), (300, 20), 0.0, "m")  # corrected from the reported usage
+    assert openai.delay(180, 0, 0.0, "m") == 0.0
+
+
+def test_learned_limits_are_each_models_own():
+    """OpenAI and Anthropic limit each model apart: one model's reply paces that model only."""
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    limits.learn(RateLimitInfo(requests_limit=60, requests_remaining=0), 0.0, "gpt-4o")
+    limits.learn(RateLimitInfo(requests_limit=6000, requests_remaining=5999), 0.0, "gpt-4o-mini")
+    assert limits.delay(0, 0, 0.0, "gpt-4o") == pytest.approx(1.0)  # none left: the next in a second
+    assert limits.delay(0, 0, 0.0, "gpt-4o-mini") == 0.0
+    assert limits.delay(0, 0, 0.0, "another-model") == 0.0
+    assert limits.learned_rates == {"gpt-4o": {"requests": 60}, "gpt-4o-mini": {"requests": 6000}}
 
 
 def test_scale_above_one_never_lifts_a_configured_or_learned_limit():
     limits = EndpointLimits(EndpointSpec(name="e", kind="openai", input_tpm=60_000), now=0.0)
-    limits.learn(RateLimitInfo(output_tokens_limit=6_000), 0.0)
+    limits.learn(RateLimitInfo(output_tokens_limit=6_000), 0.0, "m")
     limits.set_request_rate(600, 0.0)  # an inferred request rate, probing upward
     limits.set_scale(8.0, 0.0)
     assert limits.requests.scale == 8.0
-    assert limits.input_tokens.scale == 1.0 and limits.learned["output_tokens"].scale == 1.0
+    assert limits.input_tokens.scale == 1.0 and limits.learned["m"]["output_tokens"].scale == 1.0
 
 
 # -- concurrency AIMD on 429s that say nothing ------------------------------------------------
@@ -181,7 +195,7 @@ async def _run(config: Config, n: int, salt: str) -> Engine:
 def no_learning(monkeypatch):
     """The engine as it was: reply headers ignored (the control run)."""
     def disable() -> None:
-        monkeypatch.setattr(EndpointState, "learn_limits", lambda self, info, now: None)
+        monkeypatch.setattr(EndpointState, "learn_limits", lambda self, *args: None)
     return disable
 
 
@@ -190,8 +204,8 @@ async def test_an_unconfigured_endpoint_learns_the_servers_rpm_and_gets_almost_n
         engine = await _run(_config(server), 150, "learn")
         learned_429s = server.stats.rate_limited
     assert learned_429s <= 2, learned_429s
-    assert engine.stats.learned_limits == {"lb": {"requests": 3000.0}}
-    assert any("lb: the provider reports 3,000 requests/min (none configured: using it)" in n
+    assert engine.stats.learned_limits == {"lb": {"test-model": {"requests": 3000.0}}}
+    assert any("lb: the provider reports for test-model 3,000 requests/min (none configured: using it)" in n
                for n in engine.stats.notices)
     no_learning()
     async with LoopbackServer(rpm=3000, latency=constant(0.001)) as server:
@@ -207,8 +221,8 @@ async def test_anthropic_input_and_output_token_limits_are_learned(no_learning):
     async with LoopbackServer(reply=lambda api, body: "word " * 40, **limits) as server:
         engine = await _run(_config(server, kind="anthropic"), 60, "tokens")
         learned_429s = server.stats.rate_limited
-    assert engine.stats.learned_limits == {"lb": {"requests": 60_000.0, "input_tokens": 60_000.0,
-                                                  "output_tokens": 30_000.0}}
+    assert engine.stats.learned_limits == {"lb": {"test-model": {"requests": 60_000.0, "input_tokens": 60_000.0,
+                                                                 "output_tokens": 30_000.0}}}
     assert learned_429s <= 2, learned_429s
     no_learning()
     async with LoopbackServer(reply=lambda api, body: "word " * 40, **limits) as server:
@@ -257,7 +271,7 @@ async def test_remaining_keeps_the_engine_in_step_with_a_budget_spent_elsewhere(
             await _run(_config(server, input_tpm=60_000, max_concurrency=1), 12, salt + " " + "word " * 80)
             return server.stats.rate_limited
     synced = await run("synced")
-    monkeypatch.setattr(LeakyBucket, "sync_remaining", lambda self, remaining, now: None)
+    monkeypatch.setattr(LeakyBucket, "sync_remaining", lambda self, *args: None)
     drifting = await run("drifting")
     assert synced <= 2 and drifting >= synced + 3, (synced, drifting)
 
@@ -332,3 +346,15 @@ model = "never-asked"
     finally:
         server.terminate()
         await server.wait()
+
+
+def test_models_probe_of_a_dead_server_says_so_and_fails(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[endpoints.dead]\nkind = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                      '[models.d]\nendpoint = "dead"\nmodel = "gone"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TULVING")}
+    result = subprocess.run([sys.executable, "-m", "engine.cli", "--config", str(config), "models", "--probe"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert re.search(r"^dead: connection: dead: .*", result.stdout, re.MULTILINE), result.stdout
+    assert "Traceback" not in result.stderr

@@ -93,7 +93,7 @@ def _cells(probe: Probe) -> list[str]:
     if probe.info is None:
         return ["-"] * len(COLUMNS)
     limits = EndpointLimits(probe.spec, now=0.0)
-    learned = limits.learn(probe.info, 0.0)
+    learned = limits.learn(probe.info, 0.0, probe.alias.model if probe.alias else "")
     cells = []
     for name, _ in COLUMNS:
         rate = learned.get(name)
