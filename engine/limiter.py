@@ -18,10 +18,11 @@ with room for network jitter, and the long-run rate is the configured one.
 
 Limits learned from the provider (`EndpointLimits.learn`, from the reply
 headers parsed by providers/ratelimit_headers.py) get buckets of their own,
-enforced beside the configured ones: so the lower of the two always binds and
-a provider reporting a higher limit never raises a configured one. A learned
-bucket follows the provider's `remaining`: when the provider says fewer
-remain than the bucket has room for, the bucket takes the provider's word.
+per model (the providers limit each model apart), enforced beside the
+configured ones: so the lower of the two always binds and a provider
+reporting a higher limit never raises a configured one. A learned bucket
+follows the provider's `remaining`: when the provider says fewer remain than
+the bucket has room for, the bucket takes the provider's word.
 """
 from __future__ import annotations
 

@@ -30,9 +30,13 @@ from providers.base import RateLimitInfo
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")  # "ms" before "m"
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
-# RateLimitInfo field prefix -> Anthropic's header group.
-_ANTHROPIC_GROUPS = (("requests", "requests"), ("tokens", "tokens"), ("input_tokens", "input-tokens"),
-                     ("output_tokens", "output-tokens"))
+# (RateLimitInfo field prefix, the limit / remaining / reset header names), built once: this runs on every reply.
+_OPENAI = tuple((kind, f"x-ratelimit-limit-{kind}", f"x-ratelimit-remaining-{kind}", f"x-ratelimit-reset-{kind}")
+                for kind in ("requests", "tokens"))
+_ANTHROPIC = tuple((field, f"anthropic-ratelimit-{group}-limit", f"anthropic-ratelimit-{group}-remaining",
+                    f"anthropic-ratelimit-{group}-reset")
+                   for field, group in (("requests", "requests"), ("tokens", "tokens"),
+                                        ("input_tokens", "input-tokens"), ("output_tokens", "output-tokens")))
 
 
 def parse_duration(value: str) -> float | None:
@@ -91,25 +95,26 @@ def rate_limit_info(headers: Mapping[str, str], *, now: float | None = None) -> 
     resets (default: the clock)."""
     get = headers.get
     fields: dict[str, float] = {}
-    for kind in ("requests", "tokens"):  # OpenAI
-        limit = _count(get(f"x-ratelimit-limit-{kind}"))
-        remaining = _count(get(f"x-ratelimit-remaining-{kind}"))
-        reset_text = get(f"x-ratelimit-reset-{kind}")
-        reset = parse_duration(reset_text) if reset_text else None
-        for what, value in (("limit", limit), ("remaining", remaining), ("reset", reset)):
-            if value is not None:
-                fields[f"{kind}_{what}"] = value
-    anthropic_now: float | None = None
-    for field, group in _ANTHROPIC_GROUPS:
-        limit = _count(get(f"anthropic-ratelimit-{group}-limit"))
-        remaining = _count(get(f"anthropic-ratelimit-{group}-remaining"))
-        reset_text = get(f"anthropic-ratelimit-{group}-reset")
-        reset = None
-        if reset_text:
-            if anthropic_now is None:  # one clock reading for every group
-                anthropic_now = time.time() if now is None else now
-            reset = parse_rfc3339(reset_text, anthropic_now)
-        for what, value in (("limit", limit), ("remaining", remaining), ("reset", reset)):
-            if value is not None:
-                fields.setdefault(f"{field}_{what}", value)  # OpenAI's, where a server sent both
+    for field, limit_name, remaining_name, reset_name in _OPENAI:
+        limit_text, remaining_text, reset_text = get(limit_name), get(remaining_name), get(reset_name)
+        if limit_text is None and remaining_text is None and reset_text is None:
+            continue
+        _put(fields, field, _count(limit_text), _count(remaining_text),
+             parse_duration(reset_text) if reset_text else None)
+    for field, limit_name, remaining_name, reset_name in _ANTHROPIC:
+        limit_text, remaining_text, reset_text = get(limit_name), get(remaining_name), get(reset_name)
+        if limit_text is None and remaining_text is None and reset_text is None:
+            continue
+        if reset_text and now is None:
+            now = time.time()  # one clock reading for every group
+        _put(fields, field, _count(limit_text), _count(remaining_text),
+             parse_rfc3339(reset_text, now) if reset_text else None)
     return RateLimitInfo(**fields) if fields else None
+
+
+def _put(fields: dict[str, float], field: str, limit: float | None, remaining: float | None,
+         reset: float | None) -> None:
+    """Keep a group's readable values (OpenAI's first, where a server sent both families)."""
+    for what, value in (("limit", limit), ("remaining", remaining), ("reset", reset)):
+        if value is not None:
+            fields.setdefault(f"{field}_{what}", value)

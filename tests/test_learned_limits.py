@@ -173,6 +173,17 @@ async def test_a_concurrency_slow_down_that_does_not_lower_the_429_share_is_undo
     assert ep.reverted == 1 and ep.concurrency_cap(ep.factor(3.0)) == 16
 
 
+async def test_a_reported_request_limit_replaces_an_inferred_one():
+    ep = _endpoint()
+    ep.on_rate_limited(None, now=10.0, sent_at=9.0)  # no limit known: a rate is inferred
+    assert ep.limits.requests is not None and ep._inferred
+    ep.learn_limits(RateLimitInfo(requests_limit=600), 11.0, "m")
+    assert ep.limits.requests is None and not ep._inferred  # the provider's own figure instead
+    assert ep.learned_limits == {"m": {"requests": 600}}
+    ep.on_rate_limited(None, now=20.0, sent_at=19.0)  # the next slow-down halves it, inferring nothing
+    assert ep.limits.requests is None and ep.factor(20.0) == 0.5
+
+
 # -- the engine against the loopback server --------------------------------------------------
 
 def _config(server: LoopbackServer, kind: str = "openai", **endpoint) -> Config:
