@@ -37,6 +37,11 @@ and a long prompt put back together from its chunks (`tulving cache explain
               JOIN blobs AS b ON b.digest = j.value ORDER BY j.key))
     FROM entries AS e WHERE key = '...';
 
+Batch mode adds two tables of its own, `batches` and `batch_keys` (the batch
+ledger: which provider batches still owe which keys; see cache/batches.py),
+created when first used; they leave `entries` as it is, so the format version
+stays 1.
+
 Concurrency: any number of processes may share one file. Writes go through
 one writer thread per cache that commits batches (up to 512 rows or 20 ms) in
 `BEGIN IMMEDIATE` transactions with `INSERT OR IGNORE`, waiting up to 30 s

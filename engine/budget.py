@@ -8,12 +8,23 @@
 A call's worst case (its prompt estimate plus max_tokens, at the alias's
 prices) is reserved before it is sent and released when it ends, so calls in
 flight together cannot overshoot the cap; `spent` counts what the replies
-reported (prompt-cache reads and writes at their own prices).
+reported (prompt-cache reads and writes at their own prices). A call refused
+only because of what calls in flight hold waits for them to settle
+(`fits_after_inflight`, `wait_for_room`); one that cannot fit whatever they
+cost is refused.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 from engine.config import ModelAlias
 from providers.base import BUDGET, ChatResult, ProviderError, Result
+
+
+class Waiter(Protocol):
+    """What waits for room in the budget (an endpoint's dispatcher)."""
+
+    def wake(self) -> None: ...
 
 
 def safe_cost(alias: ModelAlias, input_tokens: int, output_tokens: int, *, cache_read: int = 0,
@@ -39,12 +50,27 @@ def worst_case(alias: ModelAlias, input_tokens: int, output_tokens: int, *, batc
 class Budget:
     """Spending so far, spending reserved by calls in flight, and the cap."""
 
-    __slots__ = ("max_cost", "spent", "reserved")
+    __slots__ = ("max_cost", "spent", "reserved", "_waiters")
 
     def __init__(self, max_cost: float | None = None) -> None:
         self.max_cost = max_cost
         self.spent = 0.0
         self.reserved = 0.0
+        self._waiters: set[Waiter] = set()
+
+    def fits_after_inflight(self, alias: ModelAlias, input_tokens: int, output_tokens: int, *,
+                            batch: bool = False) -> bool:
+        """True when a call `admit` refuses would fit once the calls in flight
+        have settled (their worst case is held, what they cost is usually
+        less): the call should wait for them (`wait_for_room`) rather than be
+        refused. False: it cannot fit whatever they cost."""
+        if self.max_cost is None or self.reserved <= 0:
+            return False
+        return self.spent + worst_case(alias, input_tokens, output_tokens, batch=batch) <= self.max_cost
+
+    def wait_for_room(self, waiter: Waiter) -> None:
+        """`waiter.wake()` is called at the next settlement."""
+        self._waiters.add(waiter)
 
     def admit(self, alias: ModelAlias, input_tokens: int, output_tokens: int, *,
               batch: bool = False) -> ProviderError | None:
@@ -70,6 +96,10 @@ class Budget:
         their prices, a batch call at the batch discount. Raises what the
         alias's prices raise: the caller settles the call as an error, never hangs."""
         self.reserved -= reserved
+        if self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            for waiter in waiters:
+                waiter.wake()
         if result is None:
             return 0.0
         if isinstance(result, ChatResult):

@@ -3,7 +3,7 @@
     tulving [--config PATH] [--cache PATH] [--quiet] [--max-cost USD] COMMAND ...
 
 This module builds the parser (the global options) and runs a command. The
-command modules (engine/commands/: tools, cache, generate, evaluate) each
+command modules (engine/commands/: tools, bench, cache, generate, evaluate) each
 expose `register(subparsers)`, adding subcommands whose handler is
 `handler(args) -> int`; handlers build engines with
 `engine.commands.common.open_engine(args)`.
@@ -12,7 +12,8 @@ User errors (a bad config, an unknown model, a missing key or file) print one
 line, `tulving: error: ...`, and exit 2; other fatal provider errors exit 1;
 the other exit codes (incomplete runs, --max-cost, storage, Ctrl-C, SIGTERM)
 are listed in engine/errors.py. Global options may come before or after the
-command. SIGTERM stops like Ctrl-C (engines close, the cache is flushed).
+command. SIGTERM stops like Ctrl-C (engines close, the cache is flushed),
+whether or not SIGINT is ignored (engine/commands/lifecycle.py).
 """
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from engine.commands import batches, bench, evaluate, generate, lifecycle, tools
 from engine.commands import cache as cache_commands
-from engine.commands import evaluate, generate, tools
 from engine.commands.argtypes import non_negative_float
 from engine.commands.common import DEFAULT_CACHE
+from engine.commands.lifecycle import Terminated
 from engine.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -41,7 +43,7 @@ from engine.errors import (
 )
 from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
-COMMAND_MODULES = (tools, cache_commands, generate, evaluate)
+COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate, batches)
 
 
 # -- parser and entry point ---------------------------------------------------------------
@@ -128,21 +130,11 @@ def hoist_global_options(argv: Sequence[str]) -> list[str]:
     return front + rest
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, turned into the same orderly stop as Ctrl-C."""
-
-
-_terminated = False
-
-
 def _on_sigterm(signum: int, frame: Any) -> None:
-    """Stop like Ctrl-C: inside asyncio.run, SIGINT cancels the main task, so
-    engines close and the cache is flushed; elsewhere it raises KeyboardInterrupt."""
-    global _terminated
-    _terminated = True
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        os.kill(os.getpid(), signal.SIGINT)  # asyncio.Runner's handler cancels the main task
-    else:
+    """Stop like Ctrl-C: a running command coroutine has its main task
+    cancelled (engines close, the cache is flushed: engine/commands/lifecycle.py);
+    synchronous code gets a KeyboardInterrupt."""
+    if not lifecycle.terminate():
         raise Terminated()
 
 
@@ -158,15 +150,15 @@ def _os_error(exc: OSError) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global _terminated
-    _terminated = False
+    lifecycle.reset()
     argv = hoist_global_options(sys.argv[1:] if argv is None else argv)
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if _in_main_thread() else None
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        _print_err("tulving: terminated" if _terminated else "tulving: interrupted")
-        return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
+        terminated = lifecycle.terminating()
+        _print_err("tulving: terminated" if terminated else "tulving: interrupted")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:  # `tulving ... | head`: the reader left; exit quietly
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)

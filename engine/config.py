@@ -20,6 +20,9 @@ A user's TOML file is merged over the built-in defaults below:
     params = { temperature = 1.0, max_tokens = 4096 }
     price_in = 0.0                       # USD per million input tokens
     price_out = 0.0                      # USD per million output tokens
+    price_cached_in = 0.0                # ...input tokens read from the provider's prompt cache (default price_in)
+    price_cache_write = 0.0              # ...input tokens written to it (default price_in)
+    batch_discount = 0.5                 # share of the price a batch-API call costs, in (0, 1]
 
 Any "endpoint/model-name" (e.g. "openai/gpt-4.1") also works as an alias
 without being declared.
@@ -89,18 +92,35 @@ DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
     "local-embed": {"kind": "local-embed", "max_concurrency": 1, "timeout": 1800, "max_attempts": 1},
 }
 
+# Prices: USD per million tokens, list prices of the public APIs as read on
+# 2026-11-24 (through the search index of the providers' pages; not fetched
+# live here): OpenAI's pricing page (developers.openai.com/api/docs/pricing,
+# openai.com/api/pricing) and Anthropic's (platform.claude.com/docs/en/about-claude/pricing).
+# - OpenAI: cached input is half the input price for gpt-4o, gpt-4o-mini and
+#   o3-mini; OpenAI charges no cache writes (price_cache_write left unset:
+#   the plain input price); the Batch API costs 50% (batch_discount 0.5).
+# - Anthropic, Sonnet class ($3 / $15): 5-minute cache writes 1.25x input
+#   ($3.75), cache hits 0.1x ($0.30); Message Batches 50% of input and output.
+# Override any of them per model in your config (price_in, price_cached_in,
+# price_cache_write, price_out, batch_discount); a price you set is used as is.
 DEFAULT_MODELS: dict[str, dict[str, Any]] = {
     "gpt-4o": {"endpoint": "openai", "model": "gpt-4o-2024-08-06", "params": PAPER_PARAMS,
-               "price_in": 2.5, "price_out": 10.0, "context_tokens": 128_000},
+               "price_in": 2.5, "price_cached_in": 1.25, "price_out": 10.0, "batch_discount": 0.5,
+               "context_tokens": 128_000},
     "gpt-4o-mini": {"endpoint": "openai", "model": "gpt-4o-mini-2024-07-18", "params": PAPER_PARAMS,
-                    "price_in": 0.15, "price_out": 0.6, "context_tokens": 128_000},
+                    "price_in": 0.15, "price_cached_in": 0.075, "price_out": 0.6, "batch_discount": 0.5,
+                    "context_tokens": 128_000},
     "o3-mini": {"endpoint": "openai", "model": "o3-mini", "reasoning": True,
-                "price_in": 1.1, "price_out": 4.4, "context_tokens": 200_000},
-    "text-embedding-3-small": {"endpoint": "openai", "model": "text-embedding-3-small", "price_in": 0.02},
+                "price_in": 1.1, "price_cached_in": 0.55, "price_out": 4.4, "batch_discount": 0.5,
+                "context_tokens": 200_000},
+    "text-embedding-3-small": {"endpoint": "openai", "model": "text-embedding-3-small", "price_in": 0.02,
+                               "batch_discount": 0.5},
     "claude-3-5-sonnet": {"endpoint": "anthropic", "model": "claude-3-5-sonnet-20240620", "params": PAPER_PARAMS,
-                          "price_in": 3.0, "price_out": 15.0, "context_tokens": 200_000},
+                          "price_in": 3.0, "price_cached_in": 0.3, "price_cache_write": 3.75, "price_out": 15.0,
+                          "batch_discount": 0.5, "context_tokens": 200_000},
     "claude-sonnet-4": {"endpoint": "anthropic", "model": "claude-sonnet-4-20250514", "params": PAPER_PARAMS,
-                        "price_in": 3.0, "price_out": 15.0, "context_tokens": 200_000},
+                        "price_in": 3.0, "price_cached_in": 0.3, "price_cache_write": 3.75, "price_out": 15.0,
+                        "batch_discount": 0.5, "context_tokens": 200_000},
     # Offline models (see providers/local_llama.py, providers/local_embed.py).
     "local:smollm2": {"endpoint": "local", "model": "smollm2", "params": {"temperature": 0.0, "max_tokens": 256},
                       "context_tokens": 8192},
@@ -259,15 +279,24 @@ def _check_options(options: Any, kind: str, where: str) -> None:
     drop = options.get("drop_params")
     if drop is not None and (not isinstance(drop, list) or not all(isinstance(x, str) for x in drop)):
         raise ConfigError(f"{where} options.drop_params must be a list of parameter names, got {drop!r}")
-    for flag in ("trust_env",):
+    for flag in ("trust_env", "prompt_cache", "prompt_cache_key", "stream"):
         if flag in options and not isinstance(options[flag], bool):
             raise ConfigError(f"{where} options.{flag} must be true or false, got {options[flag]!r}")
+    if options.get("stream") and kind not in _HTTP_KINDS:
+        raise ConfigError(f"{where} options.stream: {kind} endpoints cannot stream "
+                          f"(only {', '.join(sorted(_HTTP_KINDS))} endpoints do)")
     if "http_client" in options:
         from providers.http_client import HTTP_CLIENTS
 
         if options["http_client"] not in HTTP_CLIENTS:
             raise ConfigError(f"{where} options.http_client must be one of "
                               f"{', '.join(HTTP_CLIENTS)}, got {options['http_client']!r}")
+    from providers.http_pool import TIMEOUT_OPTIONS
+
+    for seconds in TIMEOUT_OPTIONS:  # the HTTP clients' own limits, in seconds
+        value = options.get(seconds)
+        if value is not None and (not _is_number(value) or value <= 0):
+            raise ConfigError(f"{where} options.{seconds} must be a positive number of seconds, got {value!r}")
     for text in ("anthropic_version", "model_path", "model_dir"):
         if text in options and not isinstance(options[text], str):
             raise ConfigError(f"{where} options.{text} must be a string, got {options[text]!r}")
@@ -355,8 +384,12 @@ def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, Endpoint
     for key in ("max_tokens", "max_completion_tokens"):
         if key in params and params[key] is not None and (type(params[key]) is not int or params[key] < 1):
             raise ConfigError(f"{where} params.{key} must be a whole number >= 1, got {params[key]!r}")
-    for key in ("price_in", "price_out", "price_cached_in", "price_cache_write", "batch_discount"):
+    for key in ("price_in", "price_out", "price_cached_in", "price_cache_write"):
         _positive(table, key, where, allow_zero=True)
+    discount = table.get("batch_discount")
+    if discount is not None and (not _is_number(discount) or not 0 < discount <= 1):
+        raise ConfigError(f"{where} batch_discount must be a number in (0, 1] (the share of the price a batch "
+                          f"call costs: 0.5 is half price), got {discount!r}")
     _positive(table, "context_tokens", where, integer=True)
     if "reasoning" in table and not isinstance(table["reasoning"], bool):
         raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")

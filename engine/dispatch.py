@@ -45,13 +45,14 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.budget import Budget
 from engine.limiter import EndpointLimits
 from engine.resolve import Resolved
+from engine.warmup import marked
 from providers.base import BAD_REPLY, CONFIG, EndpointSpec, Provider, ProviderError, RateLimitInfo, Result
 from providers.http_errors import exception_error
 
@@ -96,6 +97,10 @@ class Job:
     cancelled: bool = False
     task: asyncio.Task[None] | None = None
     last_error: ProviderError | None = None
+    taken_at: float | None = None               # time.monotonic() when the engine took the request
+    first_sent: float | None = None             # ... when its first attempt was sent
+    last_sent: float | None = None              # ... and its last one
+    batched: bool = False                       # held for a provider batch (engine/batch_dispatch.py)
 
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq
@@ -492,6 +497,10 @@ class EndpointState:
                 pool.remove(job)
                 continue
             refusal = self.budget.admit(job.resolved.alias, job.input_estimate, job.output_estimate)
+            if refusal is not None and self.budget.fits_after_inflight(job.resolved.alias, job.input_estimate,
+                                                                       job.output_estimate):
+                self.budget.wait_for_room(self)  # the calls in flight hold the room: woken when one settles
+                return None
             if refusal is not None:  # over budget: settled without a call
                 pool.remove(job)
                 self._report(job, AttemptOutcome(error=refusal, sent=False, final=True))
@@ -532,7 +541,12 @@ class EndpointState:
 
     def _call(self, r: Resolved, timeout: float) -> Awaitable[Result]:
         if r.messages is not None:
-            return self.provider.chat(r.alias.model, r.messages, params=r.params, timeout=timeout)
+            messages: Sequence[Mapping[str, Any]] = r.messages
+            if r.prefix_end is not None and self.provider.caches_prompt_prefix:
+                messages = marked(messages, r.prefix_end)  # where the provider's prompt cache ends
+            if r.request.stream and self.provider.can_stream:  # asked only then: other providers need not know the flag
+                return self.provider.chat(r.alias.model, messages, params=r.params, timeout=timeout, stream=True)
+            return self.provider.chat(r.alias.model, messages, params=r.params, timeout=timeout)
         return self.provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
 
     async def _attempt(self, job: Job) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from providers.base import BAD_REPLY, ProviderError, Result
 
@@ -39,6 +39,10 @@ class ChatRequest:
     stream: bool = False       # receive the reply as server-sent events (result.timings: TTFT, chunk times)
     cache_read: bool = True    # False: never answered from the cache or by joining an identical call in flight
     cache_write: bool = True   # False: the reply is not stored
+    # (message index, characters into its content): where the prompt prefix this
+    # request shares with others ends (a book before its question). Providers
+    # that cache prompts cache it, and the engine warms it first (engine/warmup.py).
+    prefix_end: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,11 @@ class EmbedRequest:
     model: str
     texts: Sequence[str]
     tag: Any = None
+    # An embedding is never streamed and always goes through the cache (the
+    # engine reads these of any request).
+    stream: ClassVar[bool] = False
+    cache_read: ClassVar[bool] = True
+    cache_write: ClassVar[bool] = True
 
 
 Request = ChatRequest | EmbedRequest
@@ -61,6 +70,7 @@ class Outcome:
     result: Result | None = None
     error: ProviderError | None = None
     cached: bool = False
+    joined: bool = False  # answered by an identical call in flight made for another request (cost 0 here)
     attempts: int = 0
     cost: float = 0.0  # USD spent on this call (0 when cached or unpriced)
     endpoint: str | None = None

@@ -35,6 +35,7 @@ class Resolved:
     identity: dict[str, Any]
     key: str
     canonical: bytes = b""  # canonical_bytes(identity), what `key` hashes (handed to the cache's writer)
+    prefix_end: tuple[int, int] | None = None  # the request's shared-prefix end, in `messages` (not in the key)
 
 
 def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, Any]:
@@ -56,6 +57,22 @@ def chat_messages(alias: ModelAlias, request: ChatRequest) -> list[dict[str, str
     if alias.reasoning:
         messages = [m for m in messages if m["role"] != "system"]
     return messages
+
+
+def prefix_end(alias: ModelAlias, request: ChatRequest) -> tuple[int, int] | None:
+    """The request's `prefix_end` as an index into the resolved messages (a
+    reasoning model is sent no system message), or None."""
+    end = request.prefix_end
+    if end is None:
+        return None
+    index, chars = end
+    if not 0 <= index < len(request.messages) or chars <= 0:
+        return None
+    if alias.reasoning:
+        if request.messages[index]["role"] == "system":
+            return None
+        index -= sum(1 for m in request.messages[:index] if m["role"] == "system")
+    return index, chars
 
 
 def resolve(config: Config, request: Request) -> Resolved:
@@ -124,5 +141,6 @@ def _resolve(target: _Target, request: Request) -> Resolved:
     key = key_of_canonical(canonical)
     if len(canonical) > _KEEP_CANONICAL_BYTES:
         canonical = b""  # a book-sized prompt: the cache's writer serialises it again rather than hold a copy
+    end = prefix_end(alias, request) if isinstance(request, ChatRequest) else None
     return Resolved(request=request, alias=alias, endpoints=target.endpoints, params=params, messages=messages,
-                    identity=identity, key=key, canonical=canonical)
+                    identity=identity, key=key, canonical=canonical, prefix_end=end)

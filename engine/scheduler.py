@@ -9,6 +9,12 @@ For each request pulled (lazily, never more than `window` ahead of the
 outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
 alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
+A request's own switches (engine/requests.py): `stream` (the provider streams
+the reply, when it can, and the result carries its timings), `cache_read=False`
+(no lookup and no joining: a call of its own, which nobody joins either) and
+`cache_write=False` (the reply is not stored). Each outcome of a call says how
+long it was queued before its first send (`queued`) and when its last attempt
+was sent (`sent_at`); one from the cache has neither, nor timings.
 A failed attempt of a retryable kind is queued again after a backoff
 (engine/retry.py); 429s have their own allowance of attempts and a capped wait
 (the endpoint's max_retry_after, reported when applied); a call that fails for
@@ -49,9 +55,11 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cache.batches import BatchLedger
 from cache.codec import result_from_record, result_to_record
 from cache.store import ResponseCache
 from engine import gc_tuning
+from engine.batch_dispatch import BatchEndpoint
 from engine.budget import Budget
 from engine.config import Config
 from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
@@ -60,8 +68,10 @@ from engine.progress import notice as progress_notice
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
+from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key
 from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError, Result
+from providers.batch_wires import batch_capable, make_batch_api
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +86,10 @@ MAX_WINDOW = 4096
 # Prompt characters held by pulled-but-not-yielded requests (a book in context
 # is ~4 MB per request): pulling pauses above this, down to one request.
 MAX_PENDING_CHARS = 64_000_000
+# Batch mode: calls held for a provider batch do not count against the window
+# (a whole round must reach one batch), up to these bounds.
+MAX_BATCH_HELD = 100_000
+MAX_BATCH_HELD_CHARS = 512_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
 # (A server's retry-after longer than the endpoint's `max_retry_after`, 60 s
@@ -109,6 +123,9 @@ class EngineStats:
     retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
     cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
     notices: list[str] = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
+    batches: int = 0           # provider batches submitted (batch mode)
+    batches_resumed: int = 0   # batches recorded by an earlier run, polled again instead of submitting
+    batched_calls: int = 0     # calls sent in the batches submitted
     # endpoint -> model -> the per-minute limits its provider reported in reply headers (dispatch.learn_limits)
     learned_limits: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
@@ -116,6 +133,10 @@ class EngineStats:
         d = asdict(self)
         d["errors"] = {str(kind): n for kind, n in self.errors.items()}  # plain strings in JSON
         return d
+
+
+def _alive(job: Job) -> bool:
+    return not job.cancelled
 
 
 def _copy_result(result: Result) -> Result:
@@ -134,7 +155,7 @@ def _request_chars(request: Request) -> int:
 class Engine:
     def __init__(self, config: Config, *, cache_path: str | None = None, progress: bool = False,
                  max_cost: float | None = None, window: int | None = None,
-                 retry_policy: RetryPolicy | None = None):
+                 retry_policy: RetryPolicy | None = None, batch: bool = False):
         self.config = config
         self.cache_path = cache_path
         self.progress = progress
@@ -154,6 +175,15 @@ class Engine:
         self._gc_tuned = False
         self._notices: dict[Any, float] = {}
         self._retry_waiting = 0  # calls sleeping before their next attempt
+        # Batch mode (engine/batch_dispatch.py): chat calls to openai/anthropic
+        # endpoints go through the providers' batch APIs.
+        self.batch = batch
+        self._ledger: BatchLedger | None = None
+        self._batch_held = 0        # requests waiting on calls held for a batch
+        self._batch_held_chars = 0
+        self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
+        self._streams_waiting = 0
+        self._warmup = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -175,6 +205,11 @@ class Engine:
                 self._untune_gc()
                 raise
             self._cache = cache
+            if self.batch:
+                self._ledger = BatchLedger(self.cache_path)
+        elif self.batch and self.cache_path is None:
+            self.notice("batch mode without a cache: the batches are not recorded, a killed run cannot resume "
+                        "them", key=("batch-no-cache",))
 
     async def close(self) -> None:
         if self._closed:
@@ -192,6 +227,8 @@ class Engine:
         self._inflight.clear()
         for ep in self._endpoints.values():
             await ep.stop()
+        if self._ledger is not None:
+            self._ledger.close()
         for ep in self._endpoints.values():
             try:
                 await ep.provider.aclose()
@@ -218,17 +255,27 @@ class Engine:
 
     @property
     def stats(self) -> EngineStats:
-        self._stats.elapsed = time.monotonic() - self._opened_at
-        self._stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
-                                      for name, ep in self._endpoints.items() if ep.learned_limits}
-        return self._stats
+        stats = self._stats
+        stats.elapsed = time.monotonic() - self._opened_at
+        batchers = [ep for ep in self._endpoints.values() if isinstance(ep, BatchEndpoint)]
+        if batchers:
+            stats.batches = sum(ep.submitted for ep in batchers)
+            stats.batches_resumed = sum(ep.resumed for ep in batchers)
+            stats.batched_calls = sum(ep.batched for ep in batchers)
+        stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
+                                for name, ep in self._endpoints.items() if ep.learned_limits}
+        return stats
 
     # -- endpoints -------------------------------------------------------------------
     def _endpoint(self, spec: EndpointSpec) -> EndpointState:
         ep = self._endpoints.get(spec.name)
         if ep is None:
             key = self.config.api_key(spec)  # ConfigError naming the variable
-            ep = EndpointState(spec, make_provider(spec, key), self, self._budget)
+            if self.batch and batch_capable(spec):
+                ep = BatchEndpoint(spec, make_provider(spec, key), self, self._budget, make_batch_api(spec, key),
+                                   self._ledger)
+            else:
+                ep = EndpointState(spec, make_provider(spec, key), self, self._budget)
             self._endpoints[spec.name] = ep
             ep.start()
         return ep
@@ -262,20 +309,24 @@ class Engine:
         pending = 0
         pending_chars = 0
         exhausted = False
+        self._streams_open += 1
         try:
             while True:
                 if not exhausted and sink.empty():
                     window = self._window_size()
                     # Calls sleeping before a retry do not hold the window:
-                    # 30% of 429s must not starve the endpoint of new calls.
-                    room = window + min(self._retry_waiting, window) - pending
+                    # 30% of 429s must not starve the endpoint of new calls;
+                    # nor do calls held for a provider batch (batch mode).
+                    held = min(self._batch_held, MAX_BATCH_HELD)
+                    max_chars = MAX_PENDING_CHARS + min(self._batch_held_chars, MAX_BATCH_HELD_CHARS)
+                    room = window + min(self._retry_waiting, window) + held - pending
                     # Pull in batches (one cache lookup each), not one by one.
-                    if room >= max(1, window // 4) and (pending_chars < MAX_PENDING_CHARS or pending == 0):
+                    if room >= max(1, window // 4) and (pending_chars < max_chars or pending == 0):
                         cache = self._cache
                         if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
                             await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
                         chunk, chars, exhausted = await self._pull(source, is_async, room,
-                                                                   MAX_PENDING_CHARS - pending_chars)
+                                                                   max_chars - pending_chars)
                         if chunk:
                             pending += len(chunk)
                             pending_chars += chars
@@ -285,7 +336,14 @@ class Engine:
                     if exhausted:
                         break
                     continue
-                outcome = sink.get_nowait() if not sink.empty() else await sink.get()
+                if sink.empty():
+                    self._streams_waiting += 1
+                    try:
+                        outcome = await sink.get()
+                    finally:
+                        self._streams_waiting -= 1
+                else:
+                    outcome = sink.get_nowait()
                 pending -= 1
                 pending_chars -= _request_chars(outcome.request)
                 stats.requests += 1
@@ -296,6 +354,7 @@ class Engine:
                 progress.advance(outcome)
                 yield outcome
         finally:
+            self._streams_open -= 1
             progress.close()
             self._abandon(sink)
 
@@ -347,6 +406,7 @@ class Engine:
 
     async def _submit(self, chunk: list[Request], sink: asyncio.Queue[Outcome]) -> None:
         config = self.config
+        taken = time.monotonic()  # the engine has the requests: their time queued starts
         resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
         for r in resolved:  # missing keys fail before anything is queued
             for spec in r.endpoints:
@@ -355,10 +415,13 @@ class Engine:
         inflight = self._inflight
         hits: dict[str, Any] = {}
         if self._cache is not None:
-            lookup = [r.key for r in resolved if r.key not in inflight]
+            lookup = [r.key for r in resolved if r.key not in inflight and r.request.cache_read]
             if lookup:
                 hits = await self._cache.get_many(lookup)
         for r in resolved:
+            if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
+                self._queue_new(r, sink, taken)
+                continue
             record = hits.get(r.key)
             if record is not None:
                 sink.put_nowait(Outcome(request=r.request, result=result_from_record(record), cached=True,
@@ -368,10 +431,12 @@ class Engine:
             if job is not None:
                 job.waiters.append((r.request, sink))
                 self._stats.deduplicated += 1
+                if job.batched:
+                    self._hold_for_batch(r.request, 1)
                 continue
-            self._queue_new(r, sink)
+            self._queue_new(r, sink, taken)
 
-    def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome]) -> None:
+    def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
         pool = self._pool(r)
         provider = pool.endpoints[0].provider
         if r.messages is not None:
@@ -387,9 +452,45 @@ class Engine:
         if pool.prefix_order and r.messages is not None:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
-                  prompt=prompt, waiters=[(r.request, sink)], pool=pool)
-        self._inflight[r.key] = job
+                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken)
+        # In flight under its cache key, for identical requests to join it;
+        # one that reads no cache under a key of its own (nobody joins it).
+        self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
+        if r.messages is not None and isinstance(pool.endpoints[0], BatchEndpoint):
+            # By batch: no warm-up call first (it would wait a whole batch); the
+            # providers' prompt caches serve batches on a best-effort basis.
+            job.batched = True
+            self._hold_for_batch(r.request, 1)
+        elif r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
+                prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
+            if self._warmup.hold(job, (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))):
+                return  # queued once the call warming its prefix has finished
         pool.push(job)
+
+    def _warmed(self, job: Job, ok: bool) -> None:
+        """A call ended for good: queue the calls its prefix held back."""
+        for held in self._warmup.finished(job, ok=ok, alive=_alive):
+            assert held.pool is not None  # set when it was created
+            held.pool.push(held)
+
+    def _hold_for_batch(self, request: Request, sign: int) -> None:
+        """Count a request waiting on a call held for a batch (sign 1), or
+        no longer waiting (-1): the stream's window does not count them."""
+        self._batch_held += sign
+        self._batch_held_chars += sign * _request_chars(request)
+
+    # -- batch mode (batch_dispatch.BatchOwner) ---------------------------------------------
+    def feeding(self) -> bool:
+        """Whether a stream is pulling requests (not waiting for outcomes)."""
+        return self._streams_open > self._streams_waiting
+
+    async def stored(self) -> bool:
+        """Every reply handed to the cache so far is committed. False when
+        replies may have been left out (the engine closing stores none)."""
+        if self._cache is None or self._closed:
+            return False
+        await self._cache.flush()
+        return self._cache.write_errors == 0
 
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
         """The stream ended (normally, by an error, or the caller stopped
@@ -398,12 +499,17 @@ class Engine:
             waiters = [w for w in job.waiters if w[1] is not sink]
             if len(waiters) == len(job.waiters):
                 continue
+            if job.batched:
+                for request, its_sink in job.waiters:
+                    if its_sink is sink:
+                        self._hold_for_batch(request, -1)
             job.waiters = waiters
             if not waiters:
                 job.cancelled = True
                 del self._inflight[key]
                 if job.task is not None:
                     job.task.cancel()
+                self._warmed(job, ok=False)
 
     # -- called by the endpoint dispatchers (dispatch.CallOwner) -------------------------
     def attempt_done(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
@@ -425,6 +531,9 @@ class Engine:
         if not outcome.sent or outcome.final:  # refused unsent, or the engine itself failed: settle now
             self._settle(job, error=outcome.error, endpoint=ep.name if outcome.sent else None)
             return
+        if job.first_sent is None:
+            job.first_sent = outcome.started
+        job.last_sent = outcome.started
         self._stats.calls += 1
         self._after_reply(ep, job, outcome.started, outcome.result, outcome.error, outcome.usage, outcome.cost)
 
@@ -442,7 +551,9 @@ class Engine:
             stats.tokens_in += usage[0]
             stats.tokens_out += usage[1]
             stats.cost += cost
-            if self._cache is not None and not self._closed:  # paid for: keep it even if nobody waits
+            self._warmed(job, ok=True)
+            if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
+                    r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
                 try:
                     self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
                 except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
@@ -534,12 +645,22 @@ class Engine:
         """Hand the call's outcome to every request waiting on it (once: a
         call already settled has no waiters left)."""
         key = job.resolved.key
-        if self._inflight.get(key) is job:
-            del self._inflight[key]
+        inflight = self._inflight
+        if inflight.get(key) is job:
+            del inflight[key]
+        elif not job.resolved.request.cache_read:  # in flight under a key of its own (see _queue_new)
+            inflight.pop(f"{key}#{job.seq}", None)
+        self._warmed(job, ok=result is not None)
         first = True
+        sent = job.first_sent
+        queued = None if sent is None or job.taken_at is None else sent - job.taken_at
+        if job.batched:
+            for request, _ in job.waiters:
+                self._hold_for_batch(request, -1)
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
-                                    endpoint=endpoint, key=key))
+                                    endpoint=endpoint, key=key, joined=not first, queued=queued,
+                                    sent_at=job.last_sent))
             first = False
         job.waiters = []

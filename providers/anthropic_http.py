@@ -12,20 +12,38 @@ Differences from the OpenAI format handled here:
   refusal -> "content_filter", others kept as they are.
 Anthropic serves no embeddings (the base class raises).
 
+Streaming (`chat(..., stream=True)`, or every call with the endpoint option
+`stream = true`): `"stream": true`; the events message_start (the message and
+its input usage, prompt-cache counts included), content_block_start /
+content_block_delta (text and thinking) and message_delta (stop reason, final
+usage) are assembled into the `message` the same call would have returned,
+which `chat_result` normalises, so both give the same result; the streamed one
+has `timings` too. A stream that ends before message_stop is a connection
+error, one without a message_start or the message_delta usage a bad reply
+(both retried); an `error` event is classified by its type
+(`http_errors.stream_error`: overloaded_error -> overloaded, ...).
+
 Endpoint options: `anthropic_version` (default "2023-06-01"), `headers`
 (extra headers, e.g. `anthropic-beta`), `trust_env`, `drop_params` (parameter
 names never sent: newer models may reject e.g. "temperature"; the anthropic SDK
-2.x no longer exposes temperature/top_p/top_k).
+2.x no longer exposes temperature/top_p/top_k), `prompt_cache` (default true:
+the block ending a shared prompt prefix, e.g. the book before its question,
+carries `cache_control: {"type": "ephemeral"}`; false sends no marker),
+`stream` (stream every call).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from time import perf_counter
 from typing import Any
 
-from providers.base import ChatResult, EndpointSpec
+import orjson
+
+from providers.base import CONNECTION, PREFIX_END, ChatResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
-from providers.http_errors import bad_reply, token_count
+from providers.http_errors import bad_reply, stream_error, token_count
 from providers.ratelimit_headers import rate_limit_info
+from providers.sse import SSEParser
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
@@ -36,13 +54,45 @@ _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
 _DROPPED = frozenset({"seed", "stop", "max_completion_tokens"})
 
 
-def messages_body(model: str, messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> dict[str, Any]:
-    """The /v1/messages request body for OpenAI-style messages and params."""
-    system = [m["content"] for m in messages if m["role"] == "system"]
-    turns = [m for m in messages if m["role"] != "system"]
+_CACHED = {"type": "ephemeral"}
+
+
+def _blocks(text: str, end: int) -> list[dict[str, Any]]:
+    """`text` as content blocks, the first (up to `end`) marked for the
+    prompt cache: everything up to and including it is the cached prefix."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text[:end], "cache_control": _CACHED}]
+    if text[end:]:
+        blocks.append({"type": "text", "text": text[end:]})
+    return blocks
+
+
+def _prefix_end(message: Mapping[str, Any]) -> int | None:
+    end = message.get(PREFIX_END)
+    return end if type(end) is int and end > 0 else None
+
+
+def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The /v1/messages request body for OpenAI-style messages and params. A
+    message carrying PREFIX_END becomes content blocks, the one ending the
+    shared prefix marked `cache_control` (Anthropic's prompt caching)."""
+    system = [m for m in messages if m["role"] == "system"]
+    turns: list[Mapping[str, Any]] = []
+    for m in messages:
+        if m["role"] == "system":
+            continue
+        if PREFIX_END in m:
+            end = _prefix_end(m)
+            m = {"role": m["role"], "content": _blocks(m["content"], end) if end else m["content"]}
+        turns.append(m)
     body: dict[str, Any] = {"model": model, "messages": turns}
     if system:
-        body["system"] = "\n\n".join(system)
+        text = "\n\n".join(m["content"] for m in system)
+        ends = [(i, _prefix_end(m)) for i, m in enumerate(system) if _prefix_end(m)]
+        if ends:  # the system prompt's own prefix: its text up to the marked message's end
+            i, end = ends[-1]
+            body["system"] = _blocks(text, sum(len(m["content"]) + 2 for m in system[:i]) + (end or 0))
+        else:
+            body["system"] = text
     body.update((k, v) for k, v in params.items() if k not in _DROPPED)
     if "max_tokens" not in body:
         body["max_tokens"] = params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
@@ -55,6 +105,7 @@ def messages_body(model: str, messages: Sequence[Mapping[str, str]], params: Map
 class AnthropicProvider(HttpProvider):
     kind = "anthropic"
     default_base_url = DEFAULT_BASE_URL
+    can_stream = True
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
@@ -63,14 +114,112 @@ class AnthropicProvider(HttpProvider):
             spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
             base_headers={"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION))})
         self._drop = frozenset(spec.options.get("drop_params") or ())
+        self.caches_prompt_prefix = bool(spec.options.get("prompt_cache", True))
+        self._stream_always = bool(spec.options.get("stream", False))
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
                    params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
+        if stream or self._stream_always:
+            return await self._chat_streamed(messages_body(model, messages, params), timeout)
         data, headers, latency = await self._http.post(self._url, messages_body(model, messages, params), timeout)
         request_id = headers.get("request-id") or data.get("id")
         result = self.chat_result(data, request_id if isinstance(request_id, str) and request_id else None, latency)
+        result.rate_limits = rate_limit_info(headers)
+        return result
+
+    async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
+        body["stream"] = True
+        parser = SSEParser()
+        message: dict[str, Any] | None = None
+        blocks: dict[int, dict[str, Any]] = {}        # content blocks by index
+        parts: dict[int, list[str]] = {}              # their text (or thinking) pieces
+        usage: dict[str, Any] = {}
+        stop_reason: Any = None
+        final_usage = done = False
+        times: list[float] = []                       # when each piece of text arrived, seconds after the send
+        async with self._http.stream(self._url, body, timeout) as reply:
+            start = reply.start
+            headers = reply.headers
+            header_id = headers.get("request-id")
+
+            def malformed(what: str) -> ProviderError:
+                return bad_reply(self.spec.name, f"stream {what}", secret=self._api_key, request_id=header_id)
+
+            async for piece in reply:  # read to the end (after message_stop too): the connection is then reused
+                arrived = perf_counter() - start
+                for event in parser.feed(piece):
+                    if done or event.event == "ping":
+                        continue
+                    if event.event == "error":
+                        raise stream_error(event.data.encode(), endpoint=self.spec.name, secret=self._api_key,
+                                           request_id=header_id)
+                    try:
+                        payload = orjson.loads(event.data)
+                    except orjson.JSONDecodeError:
+                        raise malformed(f"event {event.event!r} is not JSON") from None
+                    if not isinstance(payload, dict):
+                        raise malformed(f"event {event.event!r} is not an object")
+                    kind = payload.get("type")
+                    if kind == "content_block_delta":
+                        delta = payload.get("delta")
+                        index = payload.get("index")
+                        if not isinstance(delta, dict) or index not in blocks:
+                            raise malformed("content_block_delta names no started block")
+                        dtype = delta.get("type")
+                        if dtype in ("text_delta", "thinking_delta"):
+                            text = delta.get("text" if dtype == "text_delta" else "thinking")
+                            if not isinstance(text, str):
+                                raise malformed(f"{dtype} is not a string")
+                            parts[index].append(text)
+                            if text and dtype == "text_delta":
+                                times.append(arrived)
+                    elif kind == "content_block_start":
+                        block = payload.get("content_block")
+                        index = payload.get("index")
+                        if not isinstance(block, dict) or type(index) is not int:
+                            raise malformed("content_block_start has no block")
+                        blocks[index] = dict(block)
+                        parts[index] = []
+                    elif kind == "message_start":
+                        message = payload.get("message")
+                        if not isinstance(message, dict):
+                            raise malformed("message_start has no message")
+                        if isinstance(message.get("usage"), dict):
+                            usage.update(message["usage"])
+                    elif kind == "message_delta":
+                        delta = payload.get("delta")
+                        if isinstance(delta, dict) and "stop_reason" in delta:
+                            stop_reason = delta["stop_reason"]
+                        if isinstance(payload.get("usage"), dict):
+                            final_usage = True  # cumulative counts: they replace message_start's
+                            usage.update((k, v) for k, v in payload["usage"].items() if v is not None)
+                    elif kind == "message_stop":
+                        done = True
+                    elif kind == "error":
+                        raise stream_error(event.data.encode(), endpoint=self.spec.name, secret=self._api_key,
+                                           request_id=header_id)
+            latency = perf_counter() - start
+            first_byte = reply.first_byte - start
+        request_id = header_id or (message.get("id") if message else None)
+        request_id = request_id if isinstance(request_id, str) and request_id else None
+        if not done:
+            raise ProviderError(CONNECTION, f"{self.spec.name}: the stream ended before its end (message_stop) "
+                                            f"after {len(times)} text chunks", request_id=request_id)
+        if message is None or not final_usage:
+            raise bad_reply(self.spec.name, "the stream has no " + ("message_start" if message is None else
+                                                                    "usage in message_delta"),
+                            secret=self._api_key, request_id=request_id)
+        for index, block in blocks.items():
+            if block.get("type") in ("text", "thinking"):
+                field = "text" if block["type"] == "text" else "thinking"
+                block[field] = (block.get(field) or "") + "".join(parts[index])
+        data = {**message, "content": [blocks[i] for i in sorted(blocks)], "stop_reason": stop_reason,
+                "usage": usage}
+        result = self.chat_result(data, request_id, latency)
+        result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
+                                       first_byte=first_byte)
         result.rate_limits = rate_limit_info(headers)
         return result
 

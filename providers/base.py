@@ -95,6 +95,14 @@ class EmbedResult:
 
 Result = ChatResult | EmbedResult
 
+# A chat message may carry PREFIX_END (an int): the characters of its content
+# that end the prompt prefix shared with other requests (a book before its
+# question). Providers with prompt caching mark their cache there (Anthropic
+# `cache_control` on the block ending it); every provider sends the message
+# without the key. The engine adds it on the way to a provider (engine/warmup.py);
+# it is never part of a cache key.
+PREFIX_END = "prefix_end"
+
 class ErrorKind(StrEnum):
     """What went wrong with a call. Values are the strings written to results
     and reports (a StrEnum: JSON and the cache hold the same text as before).
@@ -195,6 +203,12 @@ class Provider(abc.ABC):
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         self.spec = spec
         self._api_key = api_key  # never logged, never cached
+
+    # True when the provider's server caches prompt prefixes across calls (the
+    # HTTP APIs; endpoint option `prompt_cache = false` turns it off): the engine
+    # then marks shared prefixes (PREFIX_END) and sends one call per prefix
+    # before the others that share it (engine/warmup.py).
+    caches_prompt_prefix: bool = False
 
     # True when `chat(..., stream=True)` streams the reply (server-sent events)
     # and returns its `timings`; others ignore `stream` and return none.

@@ -9,14 +9,20 @@ pool does not do: a proxy from the environment (`trust_env = true`), or
 max_concurrency calls are in flight, no retries happen here (the engine owns
 them) and every failure leaves as a classified `ProviderError` (see
 providers/http_errors.py).
+
+`JsonHttpClient.stream` is the streamed twin of `post` (server-sent events):
+the reply's body pieces as they arrive, with the time of its first byte, the
+same error classification, and the connection dropped (never reused) when the
+body is not read to its end (cancelled, or an error mid-stream).
 """
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from collections.abc import Mapping as MappingABC
 from time import perf_counter
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -24,7 +30,7 @@ import orjson
 
 from providers.base import CONFIG, Provider, ProviderError
 from providers.http_errors import bad_reply, exception_error, redact, status_error
-from providers.http_pool import HttpConfigError, HttpPool, merged_headers
+from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
 
 _USER_AGENT = "tulving/0.1"
 HTTP_CLIENTS = ("pool", "aiohttp")
@@ -66,11 +72,14 @@ class JsonHttpClient:
     """POSTs JSON to one server. `headers` are sent with every call (auth
     included); `secret` is scrubbed from every error message. `http_client`
     is "pool" (providers/http_pool.py) or "aiohttp"; `trust_env` (proxies from
-    the environment) needs aiohttp."""
+    the environment) needs aiohttp. `timeouts` are the endpoint's
+    TIMEOUT_OPTIONS (HttpPool's keywords; aiohttp takes `connect_timeout`,
+    `read_timeout` and `keepalive_timeout` as its `connect`, `sock_read` and
+    keep-alive time, and has no first-byte limit of its own)."""
 
     def __init__(self, *, endpoint: str, max_concurrency: int, headers: Mapping[str, str],
                  secret: str | None, request_id_header: str, trust_env: bool = False,
-                 http_client: str = "pool"):
+                 http_client: str = "pool", timeouts: Mapping[str, float] | None = None):
         if http_client not in HTTP_CLIENTS:
             raise ProviderError(CONFIG, f"endpoint {endpoint!r}: unknown http_client {http_client!r} "
                                         f"(known: {', '.join(HTTP_CLIENTS)})")
@@ -86,6 +95,7 @@ class JsonHttpClient:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._pool_options: dict[str, Any] = dict(timeouts or {})
 
     @classmethod
     def for_endpoint(cls, spec: Any, api_key: str | None, *, auth: Mapping[str, str],
@@ -95,7 +105,8 @@ class JsonHttpClient:
         headers = {**(base_headers or {}), **(spec.options.get("headers") or {}), **(auth if api_key else {})}
         return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
                    request_id_header=request_id_header, trust_env=bool(spec.options.get("trust_env", False)),
-                   http_client=spec.options.get("http_client", "pool"))
+                   http_client=spec.options.get("http_client", "pool"),
+                   timeouts={k: spec.options[k] for k in TIMEOUT_OPTIONS if spec.options.get(k) is not None})
 
     async def post(self, url: str, body: Mapping[str, Any], timeout: float
                    ) -> tuple[dict[str, Any], Mapping[str, str], float]:
@@ -107,9 +118,7 @@ class JsonHttpClient:
             if self.uses_aiohttp:
                 status, headers, raw = await self._post_aiohttp(url, payload, timeout)
             else:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = HttpPool(limit=self._limit, headers=self._headers)
+                pool = self._pool or self._pool_of()
                 status, headers, raw = await pool.post(url, payload, timeout)
         except HttpConfigError as exc:
             raise ProviderError(CONFIG, redact(f"{self.endpoint}: {exc}", self._secret)) from None
@@ -130,7 +139,59 @@ class JsonHttpClient:
                             secret=self._secret, status=status)
         return data, headers, latency
 
+    @contextlib.asynccontextmanager
+    async def stream(self, url: str, body: Mapping[str, Any], timeout: float) -> AsyncIterator[StreamReply]:
+        """POST `body` and read the reply as it arrives:
+
+            async with client.stream(url, body, timeout) as reply:
+                async for piece in reply:   # body bytes; a failure raises a classified ProviderError
+                    ...
+
+        A non-2xx reply raises (`status_error`) before anything is yielded.
+        `timeout` bounds the whole call, the body's last byte included. On
+        leaving the block the connection is released, or dropped when the
+        body was not read to its end (an error, a cancel)."""
+        payload = orjson.dumps(body, default=_plain)
+        start = perf_counter()
+        try:
+            if self.uses_aiohttp:
+                source: _StreamSource = await self._stream_aiohttp(url, payload, timeout)
+            else:
+                source = await self._pool_of().post_stream(url, payload, timeout)
+        except (HttpConfigError, TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise self._failed(exc, timeout) from exc
+        try:
+            status, headers = source.status, source.headers
+            if not 200 <= status < 300:
+                try:
+                    raw = await source.read()
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    raise self._failed(exc, timeout) from exc
+                raise status_error(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
+                                   request_id=headers.get(self._request_id_header))
+            yield StreamReply(self, source, start, timeout)
+        finally:
+            await source.aclose()
+
+    def _failed(self, exc: BaseException, timeout: float) -> ProviderError:
+        if isinstance(exc, HttpConfigError):
+            return ProviderError(CONFIG, redact(f"{self.endpoint}: {exc}", self._secret))
+        return exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret)
+
+    def _pool_of(self) -> HttpPool:
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = HttpPool(limit=self._limit, headers=self._headers, **self._pool_options)
+        return pool
+
     # -- the aiohttp client -------------------------------------------------------------
+    async def _stream_aiohttp(self, url: str, payload: bytes, timeout: float) -> _AiohttpStream:
+        session = self._session
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            session = self._open_session()
+        response = await session.post(url, data=payload, timeout=self._timeout(timeout))
+        return _AiohttpStream(response, perf_counter())
+
     async def _post_aiohttp(self, url: str, payload: bytes, timeout: float
                             ) -> tuple[int, Mapping[str, str], bytes]:
         session = self._session
@@ -145,7 +206,8 @@ class JsonHttpClient:
         if self._session is not None and not self._session.closed:
             _abandon(self._session)
         self._loop = asyncio.get_running_loop()
-        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, keepalive_timeout=30.0)
+        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
+                                         keepalive_timeout=self._pool_options.get("keepalive_timeout", 30.0))
         # The headers are the session's defaults: merged in C-backed multidicts
         # once per call rather than converted from a dict each time.
         self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
@@ -155,10 +217,49 @@ class JsonHttpClient:
     def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
         found = self._timeouts.get(seconds)
         if found is None:
-            found = aiohttp.ClientTimeout(total=seconds)
+            options = self._pool_options
+            found = aiohttp.ClientTimeout(total=seconds, connect=options.get("connect_timeout"),
+                                          sock_read=options.get("read_timeout"))
             if len(self._timeouts) < 64:  # calls under a deadline each get their own value
                 self._timeouts[seconds] = found
         return found
+
+    # -- control-plane calls (batch APIs): any method, raw bytes ------------------------
+    async def request_bytes(self, method: str, url: str, *, body: bytes | None = None,
+                            content_type: str = "application/json", timeout: float = 600.0
+                            ) -> tuple[bytes, Mapping[str, str]]:
+        """One control-plane call (GET, a multipart upload, a batch's JSONL):
+        rare, so it goes through aiohttp whatever `http_client` says. Returns
+        (body bytes, headers) of a 2xx reply; anything else raises a classified
+        ProviderError with the key scrubbed."""
+        session = self._session
+        if session is None or session.closed or self._loop is not asyncio.get_running_loop():
+            session = self._open_session()
+        headers = {"Content-Type": content_type} if body is not None else {}
+        try:
+            async with session.request(method, url, data=body, headers=headers,
+                                       timeout=self._timeout(timeout)) as resp:
+                status, reply_headers, raw = resp.status, resp.headers, await resp.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret) from exc
+        if not 200 <= status < 300:
+            raise status_error(status, raw, reply_headers, endpoint=self.endpoint, secret=self._secret,
+                               request_id=reply_headers.get(self._request_id_header))
+        return raw, reply_headers
+
+    async def request_json(self, method: str, url: str, *, body: bytes | None = None,
+                           content_type: str = "application/json", timeout: float = 600.0) -> dict[str, Any]:
+        """`request_bytes`, its reply parsed as a JSON object (else a bad reply)."""
+        raw, _ = await self.request_bytes(method, url, body=body, content_type=content_type, timeout=timeout)
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise bad_reply(self.endpoint, f"{method} {urlsplit(url).path}: reply is not JSON ({len(raw)} bytes)",
+                            secret=self._secret) from None
+        if not isinstance(data, dict):
+            raise bad_reply(self.endpoint, f"{method} {urlsplit(url).path}: reply is JSON but not an object",
+                            secret=self._secret)
+        return data
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -170,6 +271,75 @@ class JsonHttpClient:
                 await session.close()
             except RuntimeError:  # its loop is gone; nothing left to release
                 pass
+
+
+class _StreamSource(Protocol):
+    """A streamed reply as the HTTP clients give it: the pool's PooledStream
+    (providers/http_pool.py), or `_AiohttpStream`."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...  # looked up by lower-case name
+    @property
+    def first_byte(self) -> float: ...           # perf_counter() when the reply's first byte arrived
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+    async def read(self) -> bytes: ...
+    async def aclose(self) -> None: ...
+
+
+class _AiohttpStream:
+    """An aiohttp reply in the pool's PooledStream shape."""
+
+    __slots__ = ("_response", "status", "headers", "first_byte")
+
+    def __init__(self, response: aiohttp.ClientResponse, first_byte: float):
+        self._response = response
+        self.status = response.status
+        self.headers: Mapping[str, str] = response.headers  # case-insensitive
+        self.first_byte = first_byte
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._response.content.iter_any().__aiter__()
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    async def aclose(self) -> None:
+        response = self._response
+        if response.content.at_eof():
+            response.release()  # read to its end: the connection may serve the next call
+        else:
+            response.close()    # cut short: a late rest of the body must not reach the next call
+
+
+class StreamReply:
+    """A 2xx streamed reply (see `JsonHttpClient.stream`): iterate it for the
+    body's pieces. `start` is perf_counter() before the call was sent,
+    `first_byte` when its first byte arrived."""
+
+    __slots__ = ("_client", "_source", "_pieces", "_timeout", "headers", "start", "first_byte")
+
+    def __init__(self, client: JsonHttpClient, source: _StreamSource, start: float, timeout: float):
+        self._client = client
+        self._source = source
+        self._pieces: AsyncIterator[bytes] | None = None
+        self._timeout = timeout
+        self.headers = source.headers
+        self.start = start
+        self.first_byte = source.first_byte
+
+    def __aiter__(self) -> StreamReply:
+        self._pieces = self._source.__aiter__()
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._pieces is not None  # iterated through __aiter__
+        try:
+            return await self._pieces.__anext__()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise self._client._failed(exc, self._timeout) from exc
 
 
 class HttpProvider(Provider):

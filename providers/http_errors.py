@@ -14,6 +14,8 @@ Shared by the OpenAI-format and Anthropic-format providers:
   not HTTP -> connection).
 - Every error from a reply carries what its headers said of the rate limits
   (`rate_limits`, providers/ratelimit_headers.py).
+- `stream_error(data, ...)`: an error event in the middle of a 2xx stream,
+  classified by its type as the same error in a reply would be.
 - `retry_after(headers)`: how long the server asked us to wait, from
   `retry-after[-ms]` or, failing that, the OpenAI / Anthropic rate-limit reset
   headers.
@@ -184,10 +186,33 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoi
     return error(BAD_REQUEST)
 
 
+# An error event inside a 2xx stream has no status of its own: its type names
+# the status the API replies with when the same error comes before the stream.
+_STREAM_ERROR_STATUS = {"rate_limit_error": 429, "rate_limit_exceeded": 429, "overloaded_error": 529,
+                        "api_error": 500, "server_error": 500, "invalid_request_error": 400,
+                        "authentication_error": 401, "permission_error": 403, "not_found_error": 404,
+                        "request_too_large": 413}
+
+
+def stream_error(data: bytes, *, endpoint: str, secret: str | None, request_id: str | None = None) -> ProviderError:
+    """Classify an error event in the middle of a stream (Anthropic's
+    `event: error`, OpenAI's `data: {"error": ...}`) as `status_error` would
+    the same error as a reply; one of an unknown type is the server's
+    (overloaded, retryable)."""
+    _, etype, code = _error_fields(data)
+    status = _STREAM_ERROR_STATUS.get(etype) or _STREAM_ERROR_STATUS.get(code) or 500
+    error = status_error(status, data, {}, endpoint=f"{endpoint}: error event mid-stream", secret=secret,
+                         request_id=request_id)
+    error.status = None
+    return error
+
+
 def exception_error(exc: BaseException, *, endpoint: str, timeout: float, secret: str | None) -> ProviderError:
     """Classify an exception raised while sending or reading a call."""
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return ProviderError(TIMEOUT, f"{endpoint}: no complete reply within {timeout:g} s")
+        # The pool's own limits say which one ran out (connect_timeout, ...).
+        detail = str(exc) or f"no complete reply within {timeout:g} s"
+        return ProviderError(TIMEOUT, redact(f"{endpoint}: {detail}", secret))
     if isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
         return ProviderError(CONFIG, redact(f"{endpoint}: invalid URL {exc}", secret))
     if isinstance(exc, aiohttp.ClientPayloadError):

@@ -10,21 +10,39 @@ A reply whose finish_reason is "content_filter" is returned as a result (text +
 finish_reason "content_filter"), not raised; a 400 whose error code is
 content_filter / content_policy_violation is a CONTENT_FILTER error.
 
+Streaming (`chat(..., stream=True)`, or every call with the endpoint option
+`stream = true`): the body gets `"stream": true, "stream_options":
+{"include_usage": true}`; the `chat.completion.chunk` deltas of choice 0 are
+assembled into the `chat.completion` the same call would have returned, which
+`chat_result` normalises as any reply, so both give the same result; the
+streamed one has `timings` too. A stream that ends before `data: [DONE]` is a
+connection error, one without the final usage chunk a bad reply (both
+retried), an error event in it is classified (`http_errors.stream_error`).
+
 Endpoint options (`[endpoints.X] options = {...}`): `headers` (extra headers,
 e.g. OpenRouter's HTTP-Referer or OpenAI-Organization), `trust_env` (honour
 HTTP(S)_PROXY, default false), `drop_params` (parameter names never sent, for
-servers that reject some, e.g. ["seed"]).
+servers that reject some, e.g. ["seed"]), `prompt_cache` (default true; false:
+no warm-first ordering of requests sharing a prefix, see engine/warmup.py),
+`prompt_cache_key` (default false; true: requests marking a shared prompt
+prefix send `prompt_cache_key`, a digest of that prefix, which OpenAI uses to
+route requests sharing it to the same cache), `stream` (stream every chat call).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from time import perf_counter
 from typing import Any
 
-from providers.base import ChatResult, EmbedResult, EndpointSpec, ProviderError
+import orjson
+
+from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
-from providers.http_errors import bad_reply, token_count
+from providers.http_errors import bad_reply, stream_error, token_count
 from providers.ratelimit_headers import rate_limit_info
+from providers.sse import SSEParser
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -32,6 +50,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 class OpenAIProvider(HttpProvider):
     kind = "openai"
     default_base_url = DEFAULT_BASE_URL
+    can_stream = True
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
@@ -40,16 +59,115 @@ class OpenAIProvider(HttpProvider):
         self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
                                                  request_id_header="x-request-id")
         self._drop = frozenset(spec.options.get("drop_params") or ())
+        self.caches_prompt_prefix = bool(spec.options.get("prompt_cache", True))
+        self._prompt_cache_key = bool(spec.options.get("prompt_cache_key", False))
+        self._stream_always = bool(spec.options.get("stream", False))
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
                    params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         body = {"model": model, "messages": messages, **params}
+        if any(PREFIX_END in m for m in messages):
+            body.update(self.prefix_fields(messages))
+        if stream or self._stream_always:
+            return await self._chat_streamed(body, timeout)
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
         result = self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
         result.rate_limits = rate_limit_info(headers)
         return result
+
+    async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        parser = SSEParser()
+        texts: list[str] = []
+        times: list[float] = []          # when each piece of text arrived, seconds after the send
+        content: str | None = None       # stays None unless a delta carries content (a tool call, a refusal)
+        finish: Any = None
+        usage: Any = None
+        reply_id: Any = None
+        done = False
+        async with self._http.stream(self._chat_url, body, timeout) as reply:
+            start = reply.start
+            headers = reply.headers
+            header_id = headers.get("x-request-id")
+            async for piece in reply:  # read to the end (after [DONE] too): the connection is then reused
+                arrived = perf_counter() - start
+                for event in parser.feed(piece):
+                    if done:
+                        continue
+                    if event.data == "[DONE]":
+                        done = True
+                        continue
+                    try:
+                        chunk = orjson.loads(event.data)
+                    except orjson.JSONDecodeError:
+                        raise bad_reply(self.spec.name, f"stream chunk is not JSON ({len(event.data)} characters)",
+                                        secret=self._api_key, request_id=header_id) from None
+                    if not isinstance(chunk, dict):
+                        raise bad_reply(self.spec.name, "stream chunk is JSON but not an object",
+                                        secret=self._api_key, request_id=header_id)
+                    if chunk.get("error"):
+                        raise stream_error(event.data.encode(), endpoint=self.spec.name, secret=self._api_key,
+                                           request_id=header_id)
+                    reply_id = reply_id or chunk.get("id")
+                    if chunk.get("usage") is not None:
+                        usage = chunk["usage"]
+                    choices = chunk.get("choices")
+                    if choices is None:
+                        choices = []
+                    elif not isinstance(choices, list):
+                        raise bad_reply(self.spec.name, "stream chunk's choices is not a list",
+                                        secret=self._api_key, request_id=header_id)
+                    for choice in choices:
+                        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                            continue
+                        delta = choice.get("delta")
+                        text = delta.get("content") if isinstance(delta, dict) else None
+                        if isinstance(text, str):
+                            content = ""
+                            if text:
+                                texts.append(text)
+                                times.append(arrived)
+                        if choice.get("finish_reason") is not None:
+                            finish = choice["finish_reason"]
+            latency = perf_counter() - start
+            first_byte = reply.first_byte - start
+        request_id = _request_id(header_id or reply_id)
+        if not done:
+            raise ProviderError(CONNECTION, f"{self.spec.name}: the stream ended before its end (data: [DONE]) "
+                                            f"after {len(texts)} text chunks", request_id=request_id)
+        if usage is None:
+            raise bad_reply(self.spec.name, "the stream ended without the usage chunk (stream_options.include_usage"
+                                            " not supported by the server?)", secret=self._api_key,
+                            request_id=request_id)
+        if content is not None:
+            content = "".join(texts)
+        data = {"id": reply_id, "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                             "finish_reason": finish}], "usage": usage}
+        result = self.chat_result(data, request_id, latency)
+        result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
+                                       first_byte=first_byte)
+        result.rate_limits = rate_limit_info(headers)
+        return result
+
+    def prefix_fields(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The body fields of messages marking a shared prefix (PREFIX_END):
+        the messages without the marker (OpenAI caches prefixes by itself),
+        and with `prompt_cache_key` on, a key naming the prefix, which routes
+        requests sharing it to the same cache."""
+        fields: dict[str, Any] = {"messages": [{k: v for k, v in m.items() if k != PREFIX_END} for m in messages]}
+        if self._prompt_cache_key:
+            hasher = hashlib.sha256()
+            for m in messages:
+                end = m.get(PREFIX_END)
+                hasher.update(f"\x1e{m['role']}\x1f".encode())
+                hasher.update(str(m["content"])[:end if type(end) is int else None].encode("utf-8", "surrogatepass"))
+                if type(end) is int:
+                    break
+            fields["prompt_cache_key"] = "tulving-" + hasher.hexdigest()[:32]
+        return fields
 
     def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `chat.completion` object (a direct

@@ -101,7 +101,15 @@ def test_generate_against_a_dead_server_says_the_model_could_not_be_reached(tmp_
     assert "could not be reached" in done.stderr and "Chapter 1" not in done.stderr
 
 
-def test_sigterm_stops_like_ctrl_c_and_keeps_the_finished_calls(tmp_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# A background job of a non-interactive shell (`tulving run ... &`, some CI
+# runners) starts with SIGINT ignored: SIGTERM must still stop it (it used to
+# go through SIGINT, and such a run went on to exit 0).
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_stops_like_ctrl_c_and_keeps_the_finished_calls(tmp_path, sigint):
     import sqlite3
 
     with FaultServer(latency=0.2) as server:
@@ -110,7 +118,7 @@ def test_sigterm_stops_like_ctrl_c_and_keeps_the_finished_calls(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "--quiet", "--config", str(config),
                                  "--cache", str(tmp_path / "c.sqlite"), "run", "--models", "m", "--sample", "200",
                                  "--out", str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
+                                text=True, env=env, preexec_fn=_ignore_sigint if sigint == "ignored" else None)
         deadline = time.monotonic() + 60
         while server.stats.by_kind["ok"] < 8 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -266,3 +266,23 @@ def test_stream_chunks_are_valid_json():
                                                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
     for frame, _ in anthropic_frames(message):
         assert orjson.loads(frame.split(b"\ndata: ", 1)[1])
+
+
+async def test_the_openai_sdks_stream_helper_rebuilds_the_non_streamed_completion():
+    # `chat.completions.stream` accumulates the chunks into a ChatCompletion
+    # (openai.lib.streaming), stricter than iterating raw chunks.
+    async with LoopbackServer() as server:
+        client = openai_client(server)
+        try:
+            plain = await client.chat.completions.create(model="m", messages=USER)
+            async with client.chat.completions.stream(model="m", messages=USER,
+                                                      stream_options={"include_usage": True}) as stream:
+                events = [event async for event in stream]
+                final = await stream.get_final_completion()
+        finally:
+            await client.close()
+    done = [e for e in events if e.type == "content.done"]
+    assert len(done) == 1 and done[0].content == plain.choices[0].message.content
+    assert final.choices[0].message.content == plain.choices[0].message.content
+    assert final.choices[0].finish_reason == plain.choices[0].finish_reason == "stop"
+    assert final.usage == plain.usage and final.object == "chat.completion"

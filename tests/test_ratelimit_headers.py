@@ -147,6 +147,8 @@ async def test_providers_attach_the_limits_to_results_and_errors():
             chat = await openai.chat("m", USER, params={"max_tokens": 16}, timeout=5)
             embed = await openai.embed("e", ["hi"], timeout=5)
             message = await anthropic.chat("c", USER, params={"max_tokens": 16}, timeout=5)
+            streamed = [await openai.chat("m", USER, params={"max_tokens": 16}, timeout=5, stream=True),
+                        await anthropic.chat("c", USER, params={"max_tokens": 16}, timeout=5, stream=True)]
         finally:
             await openai.aclose()
             await anthropic.aclose()
@@ -159,6 +161,9 @@ async def test_providers_attach_the_limits_to_results_and_errors():
     assert info is not None and info.requests_limit == 600
     assert info.input_tokens_limit == 60_000 and info.output_tokens_limit == 6_000
     assert 0 <= info.output_tokens_reset <= 61  # absolute, whole seconds: rounded up
+    for result in streamed:  # a streamed reply's headers too
+        assert result.timings is not None and result.rate_limits is not None
+        assert result.rate_limits.requests_limit == 600
 
 
 async def test_a_429_error_carries_the_limits():

@@ -31,28 +31,33 @@ A run folder holds:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import itertools
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.commands import lifecycle
 from engine.commands.argtypes import csv_list, positive_int
-from engine.commands.common import dry_run_report, load_config, open_engine
+from engine.commands.common import dry_run_estimate, dry_run_report, load_config, open_engine, print_estimate
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
+from engine.estimate import Estimator
 from engine.evaluation import answers as A
 from engine.evaluation import pipeline, rag
 from engine.evaluation.questions import Question
 from engine.evaluation.report import leaderboard_text, render_markdown, summarize
 from engine.evaluation.results import RESULTS_FILE, load_results, write_results
 from engine.generation.bookdir import Book, check_output_folder
+from engine.requests import ChatRequest
 from engine.scheduler import Engine
+from engine.spending import spending_lines
 from providers.base import BUDGET, TulvingError
+from providers.batch_wires import batch_capable
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"
@@ -91,6 +96,9 @@ def register(subparsers: Any) -> None:
                    help="run every model on N questions spread over the set")
     p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
                                                          "the cache holds; call nothing")
+    p.add_argument("--batch", action="store_true",
+                   help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
+                        "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
                    help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
                         "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
@@ -220,7 +228,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / str(book.name))
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
-    return asyncio.run(_run(args, config, book, questions, models, modes, default_run, out))
+    return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
 
 
 def _minilm_installed() -> bool:
@@ -301,6 +309,9 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
                 f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
                                                           "without new calls")
         raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
+    if not getattr(args, "quiet", False):
+        for line in spending_lines(run["spending"]):
+            print(line, file=sys.stderr)
     print(leaderboard_text(summary))
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
     return run_exit_code(evaluation.records, engine_stats, args)
@@ -341,6 +352,17 @@ def _kinds(errors: dict[str, int]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) or "none final"
 
 
+def _cached_text(record: Any) -> str | None:
+    """The reply text of a cached chat response, or None."""
+    if record is None:
+        return None
+    from cache.codec import result_from_record
+
+    result = result_from_record(record)
+    text = getattr(result, "text", None)
+    return text if isinstance(text, str) else None
+
+
 def _error(message: str) -> None:
     print(f"tulving: {printable(message)}", file=sys.stderr)
 
@@ -358,7 +380,7 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
             "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
                           "wall_seconds": round(ev.retrieval_seconds, 3)},
-            "wall_seconds": round(wall, 3), "engine": engine_stats}
+            "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
 
 
 def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -373,7 +395,10 @@ def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[st
 
 async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
                    jobs: list[pipeline.Job], embed_model: str) -> int:
-    from engine.requests import ChatRequest, EmbedRequest
+    from engine.evaluation.judge import chrono_judge_request, judge_request
+    from engine.evaluation.scores import distinct
+    from engine.requests import EmbedRequest
+    from engine.tokens import count_tokens
 
     pipeline.check_jobs(config, book, jobs, args.judge, embed_model)
     rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
@@ -385,13 +410,38 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
                 for i in range(0, len(batch), rag.EMBED_BATCH):
                     yield EmbedRequest(model=embed_model, texts=batch[i:i + rag.EMBED_BATCH])
 
-    def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
-        for job in jobs:
-            if job.mode not in A.RAG_MODES:
-                yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
-
-    total, cached = await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()))
     n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES)
+
+    async def fill(estimator: Estimator) -> None:
+        await estimator.add("embed", embed_requests())
+        for job in jobs:
+            alias = config.alias(job.model)
+            answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
+            if job.mode in A.RAG_MODES:  # prompts known after retrieval: the template with top-K chunks of the book
+                chunks = rag.chunks_for_mode(book.text, job.mode)[:rag.top_k(questions, job.mode)]
+                sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
+                first = config.endpoints_of(alias)[0]
+                estimator.add_unknown("answer", alias, len(job.questions),
+                                      count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
+                                      batchable=batch_capable(first))
+                answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
+            else:
+                requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
+                found = await estimator.add("answer", requests)
+                answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
+            # Judge prompts hold the answer: exact where it is cached, else up to its max_tokens.
+            for known in (True, False):
+                picked = [q for q in job.questions if (answers[q.q_idx] is not None) == known]
+                judge_requests = [judge_request(q, answers[q.q_idx] or "", book=book, model=args.judge)
+                                  for q in picked]
+                judge_requests += [chrono_judge_request(q, answers[q.q_idx] or "", distinct(q.correct_answer),
+                                                        model=args.judge)
+                                   for q in picked if q.get == "chronological" and q.correct_answer]
+                await estimator.add("judge", judge_requests, extra_input_tokens=0 if known else answer_max)
+
+    estimator = await dry_run_estimate(config, args.cache, fill)
+    known = [r for r in estimator.rows() if r.role == "embed" or r.role == "answer"]
+    total, cached = sum(r.calls for r in known) - n_rag, sum(r.cached for r in known)
     n_answers = sum(len(j.questions) for j in jobs)
     n_chrono = sum(1 for j in jobs for q in j.questions if q.get == "chronological" and q.correct_answer)
     print(f"jobs: {', '.join(j.name + (f' (sample {j.sample})' if j.sample else '') for j in jobs)}")
@@ -400,7 +450,36 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
         print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
     print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
           f"made for answers not already judged in the cache")
+    print_estimate(estimator)
+    if args.batch:
+        def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
+            for job in jobs:
+                if job.mode not in A.RAG_MODES:
+                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
+
+        by_batch: Counter[str] = Counter()
+        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
+                             by_batch=by_batch)
+        _print_batch_plan(config, jobs, args.judge, by_batch, total - cached)
     return 0
+
+
+def _print_batch_plan(config: Config, jobs: list[pipeline.Job], judge: str, by_batch: Counter[str],
+                      uncached: int) -> None:
+    """Where --batch sends the calls: through which endpoints' batch APIs, and what stays direct."""
+    def route(model: str) -> str:
+        names = [s.name for s in config.endpoints_of(config.alias(model)) if batch_capable(s)]
+        return f"by batch through {names[0]}" if names else "direct"
+
+    known = sum(by_batch.values())
+    where = ", ".join(f"{name}: {n}" for name, n in sorted(by_batch.items()))
+    print(f"--batch: {known} of the {uncached} uncached calls known now go by batch" + (f" ({where})" if where else "")
+          + f", {uncached - known} direct")
+    for model in dict.fromkeys(j.model for j in jobs if j.mode in A.RAG_MODES):
+        print(f"--batch: RAG answers of {model}: {route(model)}")
+    judging = route(judge)
+    print(f"--batch: judge calls ({judge}): {judging}"
+          + (", one batch per round (judgments, then re-draws)" if judging != "direct" else ""))
 
 
 # -- questions, finetune, report ------------------------------------------------------------
@@ -429,7 +508,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     if args.data_only:
         return 0
     started = time.perf_counter()
-    job = asyncio.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
+    job = lifecycle.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
                                             training_file=data_path, suffix=args.suffix,
                                             poll_interval=args.poll_interval, timeout=args.timeout,
                                             hyperparameters={"n_epochs": args.epochs, "batch_size": args.batch_size,

@@ -11,16 +11,17 @@ model call; `--dry-run` prints the plan and the first prompt and calls nothing.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.commands import lifecycle
 from engine.commands.argtypes import non_negative_int, positive_int
-from engine.commands.common import dry_run_report, load_config, open_engine
+from engine.commands.common import dry_run_estimate, load_config, open_engine, print_estimate
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
+from engine.estimate import Estimator
 from engine.generation.assemble import book_tokens, build_book
 from engine.generation.bookdir import check_output_folder, write_book_dir, write_events
 from engine.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests, ChapterRun
@@ -62,6 +63,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--uniform", action="store_true", help="uniform instead of geometric item sampling")
     p.add_argument("--events-only", action="store_true", help="write events and meta-events only; no model call")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the first prompt; call nothing")
+    p.add_argument("--batch", action="store_true",
+                   help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
+                        "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
     p.set_defaults(func=generate_handler)
 
     book = subparsers.add_parser("book", help="inspect or derive books")
@@ -120,10 +124,16 @@ def generate_handler(args: argparse.Namespace) -> int:
 
             config = load_config(args)
             first = ChapterRequests(config, events, metas, styles, model=args.model, universe=universe.name)
-            total, cached = asyncio.run(dry_run_report(config, getattr(args, "cache", None),
-                                                       (first.write(i, 0) for i in range(len(events)))))
+
+            async def fill(estimator: Estimator) -> None:
+                await estimator.add("write", (first.write(i, 0) for i in range(len(events))))
+
+            estimator = lifecycle.run(dry_run_estimate(config, getattr(args, "cache", None), fill))
+            total, cached = sum(r.calls for r in estimator.rows()), sum(r.cached for r in estimator.rows())
             print(f"model {args.model}: {total} first-candidate chapter calls ({cached} already cached), "
                   f"at most {2 * args.itermax * len(events)} calls in all (itermax {args.itermax})")
+            print_estimate(estimator)
+            print("(first candidates only: each rejected candidate and each LLM check adds a call)")
         print("first chapter prompt:\n")
         for m in messages:
             print(f"[{m['role']}]\n{m['content']}\n")
@@ -138,7 +148,7 @@ def generate_handler(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise TulvingError("generate needs --model (or --events-only / --dry-run)")
-    return asyncio.run(_generate(args, universe, events, metas, distribution, out))
+    return lifecycle.run(_generate(args, universe, events, metas, distribution, out))
 
 
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
@@ -160,7 +170,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
             bar.update(delta)
 
     engine = Engine(load_config(args), cache_path=getattr(args, "cache", None) or None, progress=False,
-                    max_cost=getattr(args, "max_cost", None))
+                    max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
     try:
         async with engine:
             generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,
@@ -188,6 +198,8 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
     _, report = write_stats(book, out)
     elapsed = time.perf_counter() - start
     _say(args, report)
+    for line in run.spending.lines():
+        _say(args, line)
     print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
           f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
           f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
@@ -240,7 +252,7 @@ def realism_handler(args: argparse.Namespace) -> int:
         async with _open_engine(args) as engine:
             return await rate_realism(engine, book, args.model)
 
-    rows = asyncio.run(run())
+    rows = lifecycle.run(run())
     target = Path(args.out) if args.out else (book.path / "realism.json" if book.path else None)
     if target is None:
         raise TulvingError(f"{args.book} is a published book: give --out for realism.json")

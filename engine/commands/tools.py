@@ -1,23 +1,16 @@
-"""The engine's own tools: `models`, `config check`, `serve-loopback` and
-`bench-latency`."""
+"""The engine's own tools: `models`, `config check` and `serve-loopback`
+(`bench` / `bench-latency`: engine/commands/bench.py)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
-import statistics
 import sys
-import time
-import uuid
-from collections.abc import Iterator, Sequence
 from dataclasses import fields
 
 from engine.commands import probe
 from engine.commands.common import load_config
 from engine.loopback import cli as loopback_cli
-from engine.requests import ChatRequest, EmbedRequest
-from engine.scheduler import Engine
-from providers.base import TulvingError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,16 +31,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                             "(options: see `tulving serve-loopback --help`)")
     p.add_argument("server_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_serve_loopback)
-
-    p = sub.add_parser("bench-latency", help="measure a model's latency: N small uncached calls, p50/p90/p99",
-                       description="Send N small prompts to a model alias, bypassing the cache, and print "
-                                   "latency percentiles, throughput and errors.")
-    p.add_argument("--model", required=True, help="model alias (see `tulving models`)")
-    p.add_argument("-n", type=int, default=50, help="number of calls (default %(default)s)")
-    p.add_argument("-c", "--concurrency", type=int, default=1, help="calls in flight (default %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=16, help="reply length cap (default %(default)s)")
-    p.add_argument("--embed", action="store_true", help="probe the embeddings API instead of chat")
-    p.set_defaults(func=_cmd_bench_latency)
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -97,56 +80,6 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
 
 def _cmd_serve_loopback(args: argparse.Namespace) -> int:
     return loopback_cli.main(args.server_args)
-
-
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
-
-
-async def _bench_latency(args: argparse.Namespace) -> int:
-    config = load_config(args)
-    alias = config.alias(args.model)
-    nonce = uuid.uuid4().hex[:8]  # fresh prompts: no server-side cache either
-    embed = config.endpoints_of(alias)[0].kind == "local-embed" or args.embed
-
-    def requests() -> Iterator[ChatRequest | EmbedRequest]:
-        for i in range(args.n):
-            if embed:
-                yield EmbedRequest(model=args.model, texts=[f"latency probe {nonce} {i}"])
-            else:
-                yield ChatRequest(model=args.model, max_tokens=args.max_tokens,
-                                  messages=[{"role": "user", "content": f"Reply with one word. ({nonce} {i})"}])
-
-    latencies: list[float] = []
-    errors: dict[str, int] = {}
-    start = time.perf_counter()
-    # No cache: every probe is a real call. The window bounds concurrency.
-    async with Engine(config, cache_path=None, progress=not args.quiet, window=args.concurrency) as engine:
-        async for outcome in engine.stream(requests(), total=args.n, label=f"bench {args.model}"):
-            result, error = outcome.result, outcome.error
-            if result is not None:
-                latencies.append(result.latency)
-            elif error is not None:
-                errors[str(error.kind)] = errors.get(str(error.kind), 0) + 1
-    wall = time.perf_counter() - start
-    latencies.sort()
-    print(f"model {args.model} ({alias.model} on {', '.join(alias.endpoints)}): {args.n} calls, "
-          f"concurrency {args.concurrency}, {wall:.2f} s")
-    if latencies:
-        print(f"latency p50 {_percentile(latencies, .5) * 1000:.1f} ms  p90 {_percentile(latencies, .9) * 1000:.1f} ms"
-              f"  p99 {_percentile(latencies, .99) * 1000:.1f} ms  mean {statistics.fmean(latencies) * 1000:.1f} ms")
-    print(f"throughput {len(latencies) / wall:.1f} calls/s")
-    print(f"errors {sum(errors.values())}" + (f" {errors}" if errors else ""))
-    return 0 if latencies else 1
-
-
-def _cmd_bench_latency(args: argparse.Namespace) -> int:
-    if args.n < 1 or args.concurrency < 1:
-        raise TulvingError("-n and --concurrency must be at least 1")
-    return asyncio.run(_bench_latency(args))
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -92,6 +92,14 @@ def in_context_prompt(book_text: str, question: str) -> str:
     return _IN_CONTEXT_TEMPLATE.format(book_content=book_text, question=question)
 
 
+def in_context_prefix_chars(book_text: str) -> int:
+    """Characters of an in-context prompt shared by every question of the
+    book: the preamble and the book, up to the question (which comes last, so
+    the providers' prompt caches hold the book once for all questions)."""
+    head = _IN_CONTEXT_TEMPLATE[:_IN_CONTEXT_TEMPLATE.index("{question}")]
+    return len(head) - len("{book_content}") + len(book_text)
+
+
 def format_chunks(chunks: Sequence[str]) -> str:
     """Retrieved chunks, most similar first, as the reference implementation joined them."""
     return "".join(f'\n\n"""\n{chunk}\n"""' for chunk in chunks)
@@ -135,6 +143,8 @@ def answer_requests(questions: Iterable[Question], *, model: str, mode: str, boo
     if mode in RAG_MODES and chunks_for is None:
         raise ValueError(f"mode {mode} needs chunks_for")
     title = book_title(book)
+    # In-context: the user turn's book part is the prefix every question shares.
+    shared = (1, in_context_prefix_chars(book.text)) if mode == IN_CONTEXT else None
     for q in questions:
         if mode == IN_CONTEXT:
             prompt = in_context_prompt(book.text, q.question)
@@ -143,4 +153,4 @@ def answer_requests(questions: Iterable[Question], *, model: str, mode: str, boo
         else:
             assert chunks_for is not None  # a RAG mode: checked above
             prompt = rag_prompt(chunks_for(q), q.question)
-        yield ChatRequest(model=model, messages=messages(prompt), tag=tag(q))
+        yield ChatRequest(model=model, messages=messages(prompt), tag=tag(q), prefix_end=shared)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.config import Config
+from engine.config import Config, ModelAlias
 from engine.evaluation import answers as A
 from engine.evaluation import judge_parse, rag, scores
 from engine.evaluation.judge import chrono_judge_request, judge_request
@@ -38,6 +38,7 @@ from engine.evaluation.questions import Question
 from engine.evaluation.results import ResultRecord
 from engine.generation.bookdir import Book
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
+from engine.spending import Spending
 from providers.base import ChatResult, TulvingError
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Evaluation:
     retrieval_calls: int = 0
     retrieval_cache_hits: int = 0
     retrieval_seconds: float = 0.0
+    spending: Spending = field(default_factory=Spending)  # by model and role (answer, judge, embed)
 
 
 def sample_questions(questions: Sequence[Question], n: int | None) -> list[Question]:
@@ -170,6 +172,13 @@ def _chat_result(outcome: Outcome) -> ChatResult:
     return result
 
 
+def _list_cost(alias: ModelAlias, result: ChatResult) -> float:
+    """A call's cost at the alias's list prices, its prompt-cache reads and
+    writes at theirs (the same whether it was made now or came from the cache)."""
+    return alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
+                      cache_write=result.cache_write_tokens)
+
+
 def _error_text(outcome: Outcome) -> str:
     return str(outcome.error) if outcome.error is not None else "no result"
 
@@ -178,7 +187,7 @@ class JobRunner:
     """Runs one job's stream: answers in, judge requests out, records filled."""
 
     def __init__(self, engine: Engine, config: Config, book: Book, job: Job, judge_model: str,
-                 retrieval: rag.Retrieval | None):
+                 retrieval: rag.Retrieval | None, spending: Spending | None = None):
         self.engine = engine
         self.config = config
         self.book = book
@@ -190,6 +199,7 @@ class JobRunner:
         self.pending: dict[int, _Pending] = {}
         self.records: list[ResultRecord] = []
         self.stats = JobStats()
+        self.spending = spending if spending is not None else Spending()
 
     # requests -------------------------------------------------------------------
     def _chunks_for(self, question: Question) -> list[str]:
@@ -249,6 +259,10 @@ class JobRunner:
         return self.records
 
     def _count(self, outcome: Outcome) -> None:
+        if outcome.tag and outcome.tag[0] == "answer":
+            self.spending.add("answer", self.alias, outcome)
+        else:
+            self.spending.add("judge", self.judge_alias, outcome)
         self.stats.calls += 1
         self.stats.cache_hits += bool(outcome.cached)
         self.stats.spent += outcome.cost or 0.0
@@ -267,8 +281,9 @@ class JobRunner:
         result = _chat_result(outcome)
         rec.answer = result.text
         rec.input_tokens, rec.output_tokens = result.input_tokens, result.output_tokens
+        rec.cache_read_tokens, rec.cache_write_tokens = result.cache_read_tokens, result.cache_write_tokens
         rec.latency = round(float(result.latency or 0.0), 3)
-        rec.cost = round(self.alias.cost(result.input_tokens, result.output_tokens), 8)
+        rec.cost = round(_list_cost(self.alias, result), 8)
         return self._judge_request(item, 0)
 
     def _judge_request(self, item: _Pending, draw: int) -> ChatRequest:
@@ -285,8 +300,7 @@ class JobRunner:
     def _judge_cost(self, outcome: Outcome) -> float:
         if not outcome.ok:
             return 0.0
-        result = _chat_result(outcome)
-        return self.judge_alias.cost(result.input_tokens, result.output_tokens)
+        return _list_cost(self.judge_alias, _chat_result(outcome))
 
     def _on_judge(self, item: _Pending, outcome: Outcome, draw: int) -> ChatRequest | None:
         rec = item.record
@@ -355,11 +369,12 @@ def _round(x: float | None) -> float | None:
 # -- the whole run -----------------------------------------------------------------
 
 async def build_retrievals(engine: Engine, book: Book, questions: Sequence[Question], modes: Iterable[str],
-                           embed_model: str | None) -> tuple[dict[str, rag.Retrieval], JobStats]:
+                           embed_model: str | None, spending: Spending | None = None
+                           ) -> tuple[dict[str, rag.Retrieval], JobStats]:
     """One retrieval per RAG mode in the run (top-K from the full question set)."""
     out: dict[str, rag.Retrieval] = {}
     stats = JobStats()
-    counting = _CountingEngine(engine, stats)
+    counting = _CountingEngine(engine, stats, spending)
     start = time.perf_counter()
     for mode in dict.fromkeys(modes):
         if mode in A.RAG_MODES:
@@ -373,12 +388,15 @@ async def build_retrievals(engine: Engine, book: Book, questions: Sequence[Quest
 class _CountingEngine:
     """Counts the calls and cache hits of `run` on the way through."""
 
-    def __init__(self, engine: Engine, stats: JobStats):
+    def __init__(self, engine: Engine, stats: JobStats, spending: Spending | None = None):
         self._engine, self._stats = engine, stats
+        self._spending = spending
 
     async def run(self, requests: Sequence[EmbedRequest], *, label: str = "") -> list[Outcome]:
         outcomes = await self._engine.run(requests, label=label)
         for o in outcomes:
+            if self._spending is not None:
+                self._spending.add("embed", self._engine.config.alias(o.request.model), o)
             self._stats.calls += 1
             self._stats.cache_hits += bool(o.cached)
             self._stats.spent += o.cost or 0.0
@@ -391,13 +409,14 @@ async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequen
     records come back sorted as results.jsonl stores them. Retrieval top-K
     comes from the full question set, also for jobs run on a sample."""
     check_jobs(config, book, jobs, judge, embed_model)
+    spending = Spending()
     retrievals, retrieval_stats = await build_retrievals(engine, book, questions, [j.mode for j in jobs],
-                                                         embed_model)
-    runners = [JobRunner(engine, config, book, job, judge, retrievals.get(job.mode)) for job in jobs]
+                                                         embed_model, spending)
+    runners = [JobRunner(engine, config, book, job, judge, retrievals.get(job.mode), spending) for job in jobs]
     per_job = await asyncio.gather(*(r.run() for r in runners))
     records = [rec for recs in per_job for rec in recs]
     records.sort(key=lambda r: (r.model, r.mode, r.q_idx))
     return Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in runners},
                       jobs=list(jobs), judge=judge, embed_model=embed_model if retrievals else None,
                       retrieval_calls=retrieval_stats.calls, retrieval_cache_hits=retrieval_stats.cache_hits,
-                      retrieval_seconds=retrieval_stats.wall)
+                      retrieval_seconds=retrieval_stats.wall, spending=spending)

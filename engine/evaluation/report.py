@@ -106,10 +106,35 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
     }
     if run and run.get("embed_model"):
         out["embed_model"] = run["embed_model"]
+    if run and run.get("spending"):
+        out["spending"] = list(run["spending"])  # by model and role: calls, tokens, spent, caching saving
     ranking = _ranking(groups, rows)
     if ranking is not None:
         out["ranking"] = ranking
     return out
+
+
+SPENDING_HEAD = ["model", "role", "calls", "cached", "tokens in", "prompt cache read", "prompt cache written",
+                 "tokens out", "spent (USD)", "list price (USD)", "prompt caching saved (USD)"]
+SPENDING_NOTE = ("Calls made by this execution (cached ones cost nothing). List price: the same calls at the "
+                 "alias's prices without prompt caching or batch; prompt caching saved: list price without "
+                 "caching minus with it, at the price each call paid.")
+
+
+def spending_rows(spending: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for r in spending:
+        rows.append([str(r["model"]), str(r["role"]), str(r["calls"]), str(r["cached"]), f"{r['input_tokens']:,}",
+                     f"{r['cache_read_tokens']:,}", f"{r['cache_write_tokens']:,}", f"{r['output_tokens']:,}",
+                     f"{r['spent_usd']:.4f}", f"{r['list_usd']:.4f}", f"{r['caching_saved_usd']:.4f}"])
+    if len(rows) > 1:
+        rows.append(["total", "", str(sum(r["calls"] for r in spending)), str(sum(r["cached"] for r in spending)),
+                     f"{sum(r['input_tokens'] for r in spending):,}", f"{sum(r['cache_read_tokens'] for r in spending):,}",
+                     f"{sum(r['cache_write_tokens'] for r in spending):,}",
+                     f"{sum(r['output_tokens'] for r in spending):,}", f"{sum(r['spent_usd'] for r in spending):.4f}",
+                     f"{sum(r['list_usd'] for r in spending):.4f}",
+                     f"{sum(r['caching_saved_usd'] for r in spending):.4f}"])
+    return rows
 
 
 def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
@@ -254,6 +279,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
                             str(row["judge_redraws"]), str(row.get("calls", "-")),
                             str(row.get("cache_hits", "-")), f"{row['cost_usd']:.4f}"])
     parts.append("## Chronological awareness and calls\n\n" + _md_table(detail_head, detail_rows))
+    if summary.get("spending"):
+        parts.append("## Cost by model and role\n\n" + SPENDING_NOTE + "\n\n"
+                     + _md_table(SPENDING_HEAD, spending_rows(summary["spending"])))
     if summary.get("ranking"):
         parts.append("## Overall comparison (the paper's critical-difference analysis)\n\n```\n"
                      + summary["ranking"]["text"] + "\n```")

@@ -259,7 +259,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
         return [by_key[k] for k in keys if k in by_key]
 
     sections = [
-        Section("leaderboard", "Leaderboard", tables=pick("leaderboard", "execution")),
+        Section("leaderboard", "Leaderboard", tables=pick("leaderboard", "execution", "cost")),
         Section("recall", "F1 by number of matching events",
                 tables=pick("f1_by_bin_all", "f1_by_bin_latest", "f1_by_bin_chronological", "published_f1_by_bin"),
                 figures=figures.get("recall", [])),

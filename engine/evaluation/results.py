@@ -19,8 +19,11 @@ Answer:
     answer_error  null, or the final error of the answering call ("kind status: message")
     n_chunks      RAG: chunks put in the prompt (fewer than top-K when fitted to a small context)
     input_tokens, output_tokens   of the answering call, as the provider counted them
+    cache_read_tokens, cache_write_tokens   the parts of input_tokens the provider read from /
+                  wrote to its prompt cache (in-context prompts share the book)
     latency       seconds the answering call took when it was made (replayed from the cache)
-    cost          USD the answering call costs at the alias's prices (0 if unpriced)
+    cost          USD the answering call costs at the alias's list prices, its prompt-cache
+                  reads and writes at theirs (0 if unpriced); what was spent is in run.json
 Judgment:
     judge         judge model alias
     judge_reply   the judge's reply text that was scored (the last draw tried)
@@ -82,6 +85,8 @@ class ResultRecord:
     n_chunks: int | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     latency: float = 0.0
     cost: float = 0.0
     # judgment
@@ -168,7 +173,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "q_idx": (int,), "question": (str,), "retrieval_type": (str,), "get": (str,), "correct_answer": (list,),
     "chapters": (list,), "n_chapters": (int,), "bin": (str,), "model": (str,), "mode": (str,),
     "answer": (str,), "answer_error": (str, type(None)), "n_chunks": (int, type(None)),
-    "input_tokens": (int,), "output_tokens": (int,), "latency": _NUMBER, "cost": _NUMBER,
+    "input_tokens": (int,), "output_tokens": (int,), "cache_read_tokens": (int,), "cache_write_tokens": (int,), "latency": _NUMBER, "cost": _NUMBER,
     "judge": (str,), "judge_reply": (str, type(None)), "judge_draws": (int,), "judge_failed": (bool,),
     "judge_error": (str, type(None)), "identified_items": (list,), "matching_scores": (list,),
     "f1": (int, float, type(None)), "chrono_reply": (str, type(None)), "chrono_indices": (list, type(None)),

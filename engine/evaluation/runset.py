@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.evaluation.report import summarize
 from engine.evaluation.results import RESULTS_FILE, ResultRecord, load_results
+from engine.spending import merge_rows
 from providers.base import TulvingError
 
 _SUMMED = ("questions", "calls", "cache_hits")
@@ -92,7 +93,8 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     calls, cache hits and spending; wall times are the longest (shards run
     side by side)."""
     first = runs[0]
-    merged: dict[str, Any] = {k: v for k, v in first.items() if k not in ("jobs", "shard", "engine", "retrieval")}
+    merged: dict[str, Any] = {k: v for k, v in first.items()
+                              if k not in ("jobs", "shard", "engine", "retrieval", "spending")}
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
         for job in run.get("jobs", []):
@@ -111,6 +113,9 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             if "cached_answers" in job:
                 acc["cached_answers"] = sorted(set(acc.get("cached_answers", [])) | set(job["cached_answers"]))
     merged["jobs"] = list(jobs.values())
+    spending = [r["spending"] for r in runs if isinstance(r.get("spending"), list)]
+    if spending:
+        merged["spending"] = merge_rows(spending)
     merged["wall_seconds"] = max((r.get("wall_seconds", 0.0) for r in runs), default=0.0)
     shards = [r["shard"] for r in runs if r.get("shard")]
     if shards:

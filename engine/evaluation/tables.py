@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from engine.datadir import data_dir
-from engine.evaluation.report import BASELINE_NOTES
+from engine.evaluation.report import BASELINE_NOTES, SPENDING_HEAD, SPENDING_NOTE, spending_rows
 from engine.evaluation.results import ResultRecord
 from engine.evaluation.runset import RunKey, RunSet
 from engine.evaluation.scores import BINS, LATEST_BINS, chronological_awareness, simple_recall
@@ -348,6 +348,20 @@ def execution_table(runset: RunSet) -> Table:
                       "or not. These figures belong to one execution, not to the scores.")
 
 
+def spending_table(runset: RunSet) -> Table:
+    """Cost and tokens by model and role (answer, judge, embed), summed over
+    the run folders of each book and judge (run.json's `spending`)."""
+    books, judges = runset.varying()
+    head = (["book"] if books else []) + (["judge"] if judges else []) + SPENDING_HEAD
+    rows: list[list[Cell]] = []
+    for (book, judge), run in runset.runs.items():
+        if isinstance(run.get("spending"), list):  # already merged over the run's folders (runset)
+            label: list[Cell] = [*([book] if books else []), *([judge] if judges else [])]
+            rows += [[*label, *cells] for cells in spending_rows(run["spending"])]
+    return Table(key="cost", title="Cost by model and role", head=head, rows=rows, note=SPENDING_NOTE,
+                 label_columns=2 + books + judges)
+
+
 def build_tables(runset: RunSet) -> list[Table]:
     tables = [leaderboard_table(runset)] + f1_by_bin_tables(runset)
     published = published_f1_table(runset)
@@ -356,6 +370,9 @@ def build_tables(runset: RunSet) -> list[Table]:
     tables += breakdown_tables(runset)
     tables += [t for t in (latest_table(runset), chronological_table(runset)) if t.rows]
     tables.append(execution_table(runset))
+    cost = spending_table(runset)
+    if cost.rows:
+        tables.append(cost)
     return tables
 
 

@@ -35,6 +35,7 @@ from engine.generation.checks import exact_check, parse_llm_check
 from engine.generation.prompts import chapter_messages, verification_messages
 from engine.requests import ChatRequest, Outcome
 from engine.scheduler import Engine
+from engine.spending import Spending
 from providers.base import TulvingError
 
 DEFAULT_ITERMAX = 10
@@ -73,6 +74,7 @@ class ChapterRun:
     last_error: str | None = None
     error_events: list[int] = field(default_factory=list)  # dropped because their last candidate's call failed
     batches: int = 0      # engine streams started
+    spending: Spending = field(default_factory=Spending)  # the "write" role: chapters and their LLM checks
 
     @property
     def done_events(self) -> int:
@@ -202,8 +204,8 @@ class ChapterGenerator:
             else:
                 yield self.requests.check(item[1], item[2], item[3])
 
-    @staticmethod
-    def _count(outcome: Outcome, result: ChapterRun) -> None:
+    def _count(self, outcome: Outcome, result: ChapterRun) -> None:
+        result.spending.add("write", self.engine.config.alias(outcome.request.model), outcome)
         if outcome.cached:
             result.cache_hits += 1
         else:

@@ -1,0 +1,134 @@
+"""What a run spent, by model and role (answer, judge, write, embed): calls,
+tokens, dollars, and what provider prompt caching saved.
+
+    spending = Spending()
+    spending.add("answer", alias, outcome)     # every outcome of the run
+    spending.rows()                            # for run.json / scores.json
+    spending.lines()                           # the run summary on stderr
+
+Per (model, role): `calls` (outcomes), `cached` (answered from Tulving's
+cache, or by an identical call made for another request: free), and for the calls made: prompt tokens (`input_tokens`, of which
+`cache_read_tokens` / `cache_write_tokens` went through the provider's prompt
+cache), `output_tokens`, `spent_usd` (what the replies cost: prompt-cache
+prices, the batch discount where a call went by batch), `list_usd` (the same
+calls at list price without prompt caching or batch) and `caching_saved_usd`
+(what prompt caching saved at the price each call paid; negative when cache
+writes were never read back).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from engine.config import ModelAlias
+from engine.requests import Outcome
+from providers.base import ChatResult
+
+ROLES = ("answer", "judge", "write", "embed")
+
+
+@dataclass(slots=True)
+class RoleUsage:
+    model: str
+    role: str
+    calls: int = 0
+    cached: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    spent_usd: float = 0.0
+    list_usd: float = 0.0
+    caching_saved_usd: float = 0.0
+
+    def add(self, other: Mapping[str, Any]) -> None:
+        for name in ("calls", "cached", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+                     "output_tokens"):
+            setattr(self, name, getattr(self, name) + int(other.get(name, 0) or 0))
+        for name in ("spent_usd", "list_usd", "caching_saved_usd"):
+            setattr(self, name, getattr(self, name) + float(other.get(name, 0.0) or 0.0))
+
+
+def caching_saving(alias: ModelAlias, result: ChatResult, spent: float) -> float:
+    """What prompt caching saved on a call that cost `spent`: its cost at list
+    price without caching minus with it, scaled to the price the call paid
+    (a batch call's discount applies to both)."""
+    with_cache = alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
+                            cache_write=result.cache_write_tokens)
+    without = alias.cost(result.input_tokens, result.output_tokens)
+    paid_share = spent / with_cache if with_cache > 0 else 1.0
+    return (without - with_cache) * paid_share
+
+
+class Spending:
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str], RoleUsage] = {}
+
+    def row(self, model: str, role: str) -> RoleUsage:
+        found = self._rows.get((model, role))
+        if found is None:
+            found = self._rows[(model, role)] = RoleUsage(model=model, role=role)
+        return found
+
+    def add(self, role: str, alias: ModelAlias, outcome: Outcome) -> None:
+        row = self.row(alias.name, role)
+        row.calls += 1
+        if outcome.cached or outcome.joined:  # no call of its own: free
+            row.cached += 1
+            return
+        result = outcome.result
+        if result is None:
+            return
+        row.input_tokens += result.input_tokens
+        row.spent_usd += outcome.cost
+        if isinstance(result, ChatResult):
+            row.cache_read_tokens += result.cache_read_tokens
+            row.cache_write_tokens += result.cache_write_tokens
+            row.output_tokens += result.output_tokens
+            row.list_usd += alias.cost(result.input_tokens, result.output_tokens)
+            row.caching_saved_usd += caching_saving(alias, result, outcome.cost)
+        else:
+            row.list_usd += alias.cost(result.input_tokens, 0)
+
+    def rows(self) -> list[dict[str, Any]]:
+        order = {role: i for i, role in enumerate(ROLES)}
+        out = []
+        for row in sorted(self._rows.values(), key=lambda r: (r.model, order.get(r.role, 9), r.role)):
+            d = asdict(row)
+            for name in ("spent_usd", "list_usd", "caching_saved_usd"):
+                d[name] = round(d[name], 6)
+            out.append(d)
+        return out
+
+    def lines(self) -> list[str]:
+        return spending_lines(self.rows())
+
+
+def merge_rows(groups: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows of several runs (shards) added up per (model, role)."""
+    merged = Spending()
+    for rows in groups:
+        for row in rows:
+            merged.row(str(row.get("model", "")), str(row.get("role", ""))).add(row)
+    return merged.rows()
+
+
+def spending_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The run summary's cost lines: one per (model, role), then the total."""
+    rows = list(rows)
+    lines = []
+    for r in rows:
+        cache = ""
+        if r["cache_read_tokens"] or r["cache_write_tokens"]:
+            cache = f" (prompt cache: {r['cache_read_tokens']:,} read, {r['cache_write_tokens']:,} written)"
+        lines.append(f"  {r['model']} {r['role']}: {r['calls']} calls ({r['cached']} cached), "
+                     f"{r['input_tokens']:,} tokens in{cache}, {r['output_tokens']:,} out, "
+                     f"${r['spent_usd']:.4f}")
+    spent = sum(r["spent_usd"] for r in rows)
+    listed = sum(r["list_usd"] for r in rows)
+    saved = sum(r["caching_saved_usd"] for r in rows)
+    total = f"cost: ${spent:.4f} spent (${listed:.4f} at list price without prompt caching or batch"
+    if saved:
+        total += f"; prompt caching saved ${saved:.4f}"
+    return [total + ")"] + lines

@@ -1,0 +1,130 @@
+"""Anthropic Message Batches (kind "anthropic"): create with `requests`
+(custom_id + the direct call's params), poll, read the results JSONL at the
+absolute `results_url`, cancel, list.
+
+A request's params are the direct call's body (`messages_body`), and a
+succeeded result's `message` is normalised by `AnthropicProvider.chat_result`,
+so a batch answer equals a direct one. Up to 100,000 requests or 256 MB per
+batch; models may mix. processing_status in_progress | canceling | ended;
+results `succeeded` | `errored` | `canceled` | `expired`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from providers.anthropic_http import API_VERSION, AnthropicProvider, messages_body
+from providers.base import EndpointSpec, ProviderError
+from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
+from providers.http_client import JsonHttpClient
+from providers.http_errors import bad_reply, status_error
+
+CONTROL_TIMEOUT = 600.0
+
+
+def _unix(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class AnthropicBatchApi(BatchApi):
+    kind = "anthropic"
+    max_requests = 100_000
+    max_bytes = 256 * 1024 * 1024
+    one_model_per_batch = False
+
+    def __init__(self, spec: EndpointSpec, api_key: str | None):
+        super().__init__(spec, api_key)
+        self._provider = AnthropicProvider(spec, api_key)
+        self._secret = api_key
+        self._http = JsonHttpClient.for_endpoint(
+            spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
+            base_headers={"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION))})
+        self._drop = frozenset(spec.options.get("drop_params") or ())
+        self._url = self._provider.url("/v1/messages/batches")
+
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
+             params: Mapping[str, Any]) -> bytes:
+        if self._drop:
+            params = {k: v for k, v in params.items() if k not in self._drop}
+        return orjson.dumps({"custom_id": custom_id, "params": messages_body(model, messages, params)})
+
+    async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
+        body = b'{"requests":[' + b",".join(lines) + b"]}"
+        return self._info(await self._http.request_json("POST", self._url, body=body, timeout=CONTROL_TIMEOUT))
+
+    async def poll(self, batch_id: str) -> BatchInfo:
+        return self._info(await self._http.request_json("GET", f"{self._url}/{batch_id}", timeout=CONTROL_TIMEOUT))
+
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        return self._info(await self._http.request_json("POST", f"{self._url}/{batch_id}/cancel",
+                                                        timeout=CONTROL_TIMEOUT))
+
+    async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
+        data = await self._http.request_json("GET", f"{self._url}?limit={int(limit)}", timeout=CONTROL_TIMEOUT)
+        items = data.get("data")
+        return [self._info(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    def _info(self, data: dict[str, Any]) -> BatchInfo:
+        batch_id, status = data.get("id"), data.get("processing_status")
+        if not isinstance(batch_id, str) or not isinstance(status, str):
+            raise bad_reply(self.spec.name, "message batch object has no id or processing_status",
+                            secret=self._secret)
+        counts = data.get("request_counts") if isinstance(data.get("request_counts"), dict) else {}
+        return BatchInfo(id=batch_id, status=status, ended=status == "ended",
+                         counts={k: v for k, v in (counts or {}).items() if type(v) is int},
+                         created_at=_unix(data.get("created_at")), handles={"results_url": data.get("results_url")})
+
+    async def results(self, info: BatchInfo) -> dict[str, LineResult]:
+        url = info.handles.get("results_url")
+        if not isinstance(url, str) or not url:
+            return {}
+        raw, _ = await self._http.request_bytes("GET", url, timeout=CONTROL_TIMEOUT)
+        out: dict[str, LineResult] = {}
+        for text in raw.splitlines():
+            if not text.strip():
+                continue
+            try:
+                item = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise bad_reply(self.spec.name, f"batch {info.id} results hold a line that is not JSON",
+                                secret=self._secret) from None
+            if isinstance(item, dict) and isinstance(item.get("custom_id"), str):
+                out[item["custom_id"]] = self._result(info, item.get("result"))
+        return out
+
+    def _result(self, info: BatchInfo, result: Any) -> LineResult:
+        name = self.spec.name
+        kind = result.get("type") if isinstance(result, dict) else None
+        if kind == "succeeded" and isinstance(result, dict) and isinstance(result.get("message"), dict):
+            message = result["message"]
+            try:
+                return self._provider.chat_result(message, message.get("id") if isinstance(message.get("id"), str)
+                                                  else None)
+            except ProviderError as exc:
+                return exc
+        if kind == "errored" and isinstance(result, dict):
+            error = result.get("error")
+            inner = error.get("error") if isinstance(error, dict) else None
+            etype = str(inner.get("type") if isinstance(inner, dict) else "")
+            # The HTTP status the error type stands for, to classify it like a direct reply.
+            status = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                      "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
+                      "api_error": 500, "overloaded_error": 529}.get(etype, 500)
+            return status_error(status, orjson.dumps(error), {}, endpoint=name, secret=self._secret)
+        if kind == "expired":
+            return expired_error(name, info.id)
+        if kind == "canceled":
+            return cancelled_error(name, info.id)
+        return bad_reply(name, f"batch {info.id} result of unknown type {kind!r}", secret=self._secret)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+        await self._provider.aclose()

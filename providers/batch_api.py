@@ -1,0 +1,116 @@
+"""What the two batch wires share: a batch's state as the engine sees it, and
+the interface `providers/openai_batch.py` and `providers/anthropic_batch.py`
+implement (see ../shared/spec/provider-apis.md for both APIs).
+
+A batch API takes lines built exactly as the direct call's body (so a batch
+answer equals a direct one), keyed by `custom_id` (the engine uses the cache
+key: a sha256 hex digest, valid for both APIs), and gives back per line a
+normalised `ChatResult` (the provider's own `chat_result`) or a classified
+`ProviderError`:
+
+- an HTTP-level failure of a line -> classified by its status like a direct
+  reply (500 -> overloaded, retryable; 400 -> bad request, final);
+- expired (the 24 h window passed) -> timeout (retryable: the next batch);
+- canceled (someone cancelled the batch) -> bad request "cancelled" (final:
+  a cancel is a decision, not a fault; a rerun submits it again);
+- a line missing from the results of an ended batch -> bad reply (retryable).
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, ChatResult, EndpointSpec, ProviderError
+
+LineResult = ChatResult | ProviderError
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """One batch as last seen: its id, the provider's status word, whether it
+    has ended (results readable, nothing more will change), its request
+    counts, and where its results are."""
+
+    id: str
+    status: str
+    ended: bool
+    counts: Mapping[str, int] = field(default_factory=dict)
+    created_at: float | None = None          # unix seconds
+    failure: str | None = None               # the whole batch failed (validation): why
+    handles: Mapping[str, Any] = field(default_factory=dict)  # output/error file ids, results_url
+
+
+def expired_error(endpoint: str, batch_id: str) -> ProviderError:
+    return ProviderError(TIMEOUT, f"{endpoint}: batch {batch_id} expired before this request ran (24 h window)")
+
+
+def cancelled_error(endpoint: str, batch_id: str) -> ProviderError:
+    return ProviderError(BAD_REQUEST, f"{endpoint}: batch {batch_id} was cancelled before this request ran")
+
+
+class BatchApi(abc.ABC):
+    """One endpoint's batch API. Limits are the provider's, lowered by the
+    endpoint options `batch_max_requests` / `batch_max_bytes` (tests, or an
+    account's own queue limits)."""
+
+    kind = ""
+    max_requests = 0
+    max_bytes = 0
+    one_model_per_batch = False
+
+    def __init__(self, spec: EndpointSpec, api_key: str | None):
+        self.spec = spec
+        options = spec.options
+        for name in ("batch_max_requests", "batch_max_bytes"):
+            value = options.get(name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
+                                            f"got {value!r}")
+        self.max_requests = min(self.max_requests, options.get("batch_max_requests") or self.max_requests)
+        self.max_bytes = min(self.max_bytes, options.get("batch_max_bytes") or self.max_bytes)
+
+    @abc.abstractmethod
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
+             params: Mapping[str, Any]) -> bytes:
+        """One request of a batch, serialised (its size counts toward max_bytes)."""
+
+    async def prepare(self, lines: Sequence[bytes]) -> str | None:
+        """First step of a submission where the API has one that costs
+        nothing (OpenAI: upload the input file): a handle by which `find`
+        recognises the batch `create` makes of it. None: no such step."""
+        return None
+
+    async def find(self, handle: str) -> BatchInfo | None:
+        """The batch created from a prepared `handle`, if any (a run killed
+        between asking for the batch and recording its id resumes it)."""
+        return None
+
+    async def create(self, handle: str | None, lines: Sequence[bytes]) -> BatchInfo:
+        """The batch of the lines (prepared as `handle` when not None)."""
+        return await self.submit(lines)
+
+    @abc.abstractmethod
+    async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
+        """Send the lines as one batch; returns it as created."""
+
+    @abc.abstractmethod
+    async def poll(self, batch_id: str) -> BatchInfo:
+        """The batch's current state."""
+
+    @abc.abstractmethod
+    async def results(self, info: BatchInfo) -> dict[str, LineResult]:
+        """Every line the ended batch reports, by custom_id (lines it does not
+        report, e.g. of a batch that failed validation, are absent)."""
+
+    @abc.abstractmethod
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        """Ask the provider to cancel; returns the batch as it is now."""
+
+    @abc.abstractmethod
+    async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
+        """The account's most recent batches, newest first."""
+
+    async def aclose(self) -> None:  # noqa: B027 -- optional
+        """Release connections."""

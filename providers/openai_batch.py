@@ -1,0 +1,179 @@
+"""The OpenAI Batch API (kind "openai"): upload a JSONL file (multipart,
+purpose "batch"), create the batch, poll it, read its output and error files,
+cancel, list.
+
+A line's body is the direct call's body (`OpenAIProvider.body`), and an
+output line's `response.body` is normalised by `OpenAIProvider.chat_result`,
+so a batch answer equals a direct one. One model per file; at most 50,000
+requests and 200 MB per file. States: validating -> failed | in_progress ->
+finalizing -> completed | expired; cancelling -> cancelled. A batch in which
+every line failed ends `completed` with no output file (only the error file).
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from providers.base import BAD_REPLY, PREFIX_END, EndpointSpec, ProviderError
+from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
+from providers.http_client import JsonHttpClient
+from providers.http_errors import bad_reply, status_error
+from providers.openai_http import OpenAIProvider
+
+_ENDED = {"completed", "failed", "expired", "cancelled"}
+_CHAT = "/v1/chat/completions"
+CONTROL_TIMEOUT = 600.0  # seconds per control-plane call (an upload may be 200 MB)
+
+
+class OpenAIBatchApi(BatchApi):
+    kind = "openai"
+    max_requests = 50_000
+    max_bytes = 200 * 1024 * 1024
+    one_model_per_batch = True
+
+    def __init__(self, spec: EndpointSpec, api_key: str | None):
+        super().__init__(spec, api_key)
+        self._provider = OpenAIProvider(spec, api_key)
+        self._secret = api_key
+        self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
+                                                 request_id_header="x-request-id")
+        self._drop = frozenset(spec.options.get("drop_params") or ())
+
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
+             params: Mapping[str, Any]) -> bytes:
+        if self._drop:
+            params = {k: v for k, v in params.items() if k not in self._drop}
+        body = {"model": model, "messages": messages, **params}
+        if any(PREFIX_END in m for m in messages):  # as OpenAIProvider.chat builds it
+            body.update(self._provider.prefix_fields(messages))
+        return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": _CHAT, "body": body})
+
+    async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
+        return await self.create(await self.prepare(lines), lines)
+
+    async def prepare(self, lines: Sequence[bytes]) -> str:
+        """Upload the input file (free); its id is the handle."""
+        boundary = f"tulving-{uuid.uuid4().hex}"
+        head = (f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="batch.jsonl"\r\n'
+                f"Content-Type: application/jsonl\r\n\r\n").encode()
+        parts = [head]
+        for line in lines:  # one join: a 200 MB file is copied once
+            parts += (line, b"\n")
+        parts.append(f"\r\n--{boundary}--\r\n".encode())
+        form = b"".join(parts)
+        uploaded = await self._http.request_json("POST", self._provider.url("/files"), body=form,
+                                                 content_type=f"multipart/form-data; boundary={boundary}",
+                                                 timeout=CONTROL_TIMEOUT)
+        file_id = uploaded.get("id")
+        if not isinstance(file_id, str):
+            raise bad_reply(self.spec.name, "file upload reply has no id", secret=self._secret)
+        return file_id
+
+    async def create(self, handle: str | None, lines: Sequence[bytes]) -> BatchInfo:
+        file_id = handle if handle is not None else await self.prepare(lines)
+        created = await self._http.request_json(
+            "POST", self._provider.url("/batches"), timeout=CONTROL_TIMEOUT,
+            body=orjson.dumps({"input_file_id": file_id, "endpoint": _CHAT, "completion_window": "24h",
+                               "metadata": {"client": "tulving"}}))
+        return self._info(created)
+
+    async def find(self, handle: str) -> BatchInfo | None:
+        """The batch whose input file is `handle`, among the account's latest 100."""
+        data = await self._http.request_json("GET", self._provider.url("/batches?limit=100"), timeout=CONTROL_TIMEOUT)
+        items = data.get("data")
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and item.get("input_file_id") == handle:
+                return self._info(item)
+        return None
+
+    async def poll(self, batch_id: str) -> BatchInfo:
+        return self._info(await self._http.request_json("GET", self._provider.url(f"/batches/{batch_id}"),
+                                                        timeout=CONTROL_TIMEOUT))
+
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        return self._info(await self._http.request_json("POST", self._provider.url(f"/batches/{batch_id}/cancel"),
+                                                        timeout=CONTROL_TIMEOUT))
+
+    async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
+        data = await self._http.request_json("GET", self._provider.url(f"/batches?limit={int(limit)}"),
+                                             timeout=CONTROL_TIMEOUT)
+        items = data.get("data")
+        return [self._info(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    def _info(self, data: dict[str, Any]) -> BatchInfo:
+        batch_id, status = data.get("id"), data.get("status")
+        if not isinstance(batch_id, str) or not isinstance(status, str):
+            raise bad_reply(self.spec.name, "batch object has no id or status", secret=self._secret)
+        counts = data.get("request_counts") if isinstance(data.get("request_counts"), dict) else {}
+        failure = None
+        if status == "failed":
+            errors = (data.get("errors") or {}).get("data") if isinstance(data.get("errors"), dict) else None
+            parts = [f"line {e.get('line')}: {e.get('code')}: {e.get('message')}" for e in (errors or [])
+                     if isinstance(e, dict)]
+            failure = "; ".join(parts[:5]) or "the batch failed"
+        created = data.get("created_at")
+        return BatchInfo(id=batch_id, status=status, ended=status in _ENDED,
+                         counts={k: v for k, v in (counts or {}).items() if type(v) is int},
+                         created_at=float(created) if isinstance(created, int | float) else None, failure=failure,
+                         handles={"output_file_id": data.get("output_file_id"),
+                                  "error_file_id": data.get("error_file_id")})
+
+    async def _file_lines(self, file_id: Any) -> list[dict[str, Any]]:
+        if not isinstance(file_id, str):
+            return []
+        raw, _ = await self._http.request_bytes("GET", self._provider.url(f"/files/{file_id}/content"),
+                                                timeout=CONTROL_TIMEOUT)
+        lines = []
+        for text in raw.splitlines():
+            if not text.strip():
+                continue
+            try:
+                item = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise bad_reply(self.spec.name, f"batch result file {file_id} holds a line that is not JSON",
+                                secret=self._secret) from None
+            if isinstance(item, dict):
+                lines.append(item)
+        return lines
+
+    async def results(self, info: BatchInfo) -> dict[str, LineResult]:
+        out: dict[str, LineResult] = {}
+        lines = await self._file_lines(info.handles.get("output_file_id"))
+        lines += await self._file_lines(info.handles.get("error_file_id"))
+        for item in lines:
+            custom_id = item.get("custom_id")
+            if isinstance(custom_id, str):
+                out[custom_id] = self._line_result(info, item)
+        return out
+
+    def _line_result(self, info: BatchInfo, item: dict[str, Any]) -> LineResult:
+        response, error = item.get("response"), item.get("error")
+        name = self.spec.name
+        if isinstance(response, dict):
+            status, body = response.get("status_code"), response.get("body")
+            request_id = response.get("request_id") if isinstance(response.get("request_id"), str) else None
+            if status == 200 and isinstance(body, dict):
+                try:
+                    return self._provider.chat_result(body, request_id)
+                except ProviderError as exc:
+                    return exc
+            if isinstance(status, int) and status >= 400:
+                return status_error(status, orjson.dumps(body), {}, endpoint=name, secret=self._secret,
+                                    request_id=request_id)
+        if isinstance(error, dict):
+            code = str(error.get("code") or "")
+            if code == "batch_expired":
+                return expired_error(name, info.id)
+            if code == "batch_cancelled":
+                return cancelled_error(name, info.id)
+            return ProviderError(BAD_REPLY, f"{name}: batch {info.id} line failed: {code}: {error.get('message')}")
+        return bad_reply(name, f"batch {info.id} result line has neither a response nor an error",
+                         secret=self._secret)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+        await self._provider.aclose()
