@@ -13,10 +13,18 @@ After a 429 (see `EndpointState.on_rate_limited`): the call itself waits the
 server's retry-after (the engine caps it); the whole endpoint pauses only when
 429s dominate its recent replies; and it slows down once per episode -- half
 the rate and concurrency, recovered linearly over RECOVERY_SECONDS, or for an
-endpoint without a set RPM an inferred request rate. Each slow-down is a trial
-judged on the replies that follow it: kept only if it lowered the 429 share
-beyond chance, undone otherwise (429s not caused by our speed -- another
-process on the account, a provider's bad minute -- must not starve the run).
+endpoint without a set (or learned) RPM an inferred request rate. A 429 that
+says nothing (no retry-after, no rate-limit header) also halves the
+concurrency cap, which then regrows by one per cap's worth of successful
+replies (additive increase). Each slow-down is a trial judged on the replies
+that follow it: kept only if it lowered the 429 share beyond chance, undone
+otherwise (429s not caused by our speed -- another process on the account, a
+provider's bad minute -- must not starve the run).
+
+Limits the provider reports in its reply headers (`learn_limits`) are paced
+by as well (engine/limiter.py): where none is configured or where the
+provider's is lower. What was learned is announced once per endpoint and kept
+in `learned_limits`.
 
 Endpoints whose provider `prefers_prefix_order` (llama.cpp keeps only the
 previous prompt's KV cache) run one call at a time and pick, among the waiting
@@ -45,7 +53,7 @@ from engine.budget import Budget
 from engine.limiter import EndpointLimits
 from engine.resolve import Resolved
 from engine.warmup import marked
-from providers.base import BAD_REPLY, CONFIG, EndpointSpec, Provider, ProviderError, Result
+from providers.base import BAD_REPLY, CONFIG, EndpointSpec, Provider, ProviderError, RateLimitInfo, Result
 from providers.http_errors import exception_error
 
 log = logging.getLogger(__name__)
@@ -171,6 +179,12 @@ def _clearly_lower(after: float, n_after: int, before: float, n_before: int) -> 
     return before - after > KEPT_Z * spread if spread > 0 else after < before
 
 
+def _reported_limits(outcome: AttemptOutcome) -> RateLimitInfo | None:
+    """What the reply's headers said of the rate limits (a result's or an error's)."""
+    reply = outcome.result if outcome.result is not None else outcome.error
+    return getattr(reply, "rate_limits", None)  # never raises: the slot is released after it
+
+
 def shared_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     """Characters of prompt prefix two prompts share. Whole-string equality
     and slice comparisons run in C, so a 4 MB book costs microseconds."""
@@ -225,6 +239,10 @@ class EndpointState:
         self._ignore_until = -math.inf
         self._ignored_share = 0.0
         self.reverted = 0           # slow-downs undone because they did not lower the 429 share
+        self._concurrency = self.max_concurrency  # cap lowered by 429s that say nothing (AIMD)
+        self._grow_count = 0                      # successes towards the cap's next +1
+        # per-minute limits the provider reported: model -> RateLimitInfo group -> rate
+        self.learned_limits: dict[str, dict[str, float]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -257,7 +275,44 @@ class EndpointState:
         replies = [limited for _, limited in list(self._replies)[-last:]]
         return (sum(replies) / len(replies) if replies else 0.0), len(replies)
 
-    def on_rate_limited(self, retry_after: float | None, now: float, sent_at: float | None = None) -> None:
+    def learn_limits(self, info: RateLimitInfo | None, now: float, model: str = "") -> None:
+        """The rate limits a reply from `model` reported in its headers (every
+        reply, 429s included): its calls are paced by them from now on where
+        lower than configured or where none is configured; announced once per
+        endpoint and model."""
+        if info is None:
+            return
+        changed = self.limits.learn(info, now, model)
+        if not changed:
+            return
+        if "requests" in changed and self._inferred:  # told the rate: no need to guess it
+            self.limits.restore_request_limit(None, now)  # an inferred rate means none was configured
+            self._inferred = False
+            self._factor, self._factor_since = min(1.0, self._factor), now
+        first = model not in self.learned_limits
+        self.learned_limits.setdefault(model, {}).update(changed)
+        if first and self.owner is not None:
+            self.owner.notice(f"{self.name}: the provider reports for {model} {self.describe_learned(model)}",
+                              key=("learned", self.name, model), every=math.inf)
+        self.wake()
+
+    def describe_learned(self, model: str) -> str:
+        """The limits learned for `model` and the configured ones, on one line."""
+        parts = []
+        for name, rate in self.learned_limits.get(model, {}).items():
+            unit = {"requests": "requests/min", "tokens": "tokens/min", "input_tokens": "input tokens/min",
+                    "output_tokens": "output tokens/min"}[name]
+            configured = self.limits.configured_rate(name)
+            if configured is None:
+                parts.append(f"{rate:,.0f} {unit} (none configured: using it)")
+            elif rate < configured:
+                parts.append(f"{rate:,.0f} {unit} (lower than the configured {configured:,.0f}: using it)")
+            else:
+                parts.append(f"{rate:,.0f} {unit} (configured {configured:,.0f} kept)")
+        return ", ".join(parts)
+
+    def on_rate_limited(self, retry_after: float | None, now: float, sent_at: float | None = None,
+                        limits: RateLimitInfo | None = None) -> None:
         """A 429: slow down once per episode -- a 429 to a call sent before
         the last slow-down belongs to that episode (it was sent too fast
         already) -- and pause dispatch until the server's wait while 429s
@@ -272,7 +327,11 @@ class EndpointState:
         it are in, it is kept only if it lowered the 429 share; otherwise the
         429s are not caused by our speed (another process on the account, a
         provider's bad minute), the rate before the trial is restored, and
-        429s at that share cause no slow-down for IGNORE_SECONDS."""
+        429s at that share cause no slow-down for IGNORE_SECONDS.
+
+        A 429 that says nothing of the limits (no `retry_after`, no rate-limit
+        headers in `limits`) also halves the concurrency cap, part of the same
+        trial; it regrows additively with the successful replies (`release`)."""
         self.rate_limited += 1
         wait = retry_after if retry_after is not None else DEFAULT_PAUSE
         share, counted = self.recent_429_share(PAUSE_WINDOW)
@@ -292,12 +351,14 @@ class EndpointState:
             return  # known not to be ours, or a judgeable trial is running: one slow-down per trial
         if sent_at is None or sent_at >= self._last_slowdown:
             if trial is None:  # the state to go back to if the slow-down(s) of this trial do not help
-                self._trial = (now, self.factor(now), self._inferred, self.limits.requests)
-            if self.limits.requests is None or self._inferred:
+                self._trial = (now, self.factor(now), self._inferred, self.limits.requests, self._concurrency)
+            if not self.limits.knows_request_limit() or self._inferred:
                 self._infer_rate(now)
                 self._factor = 0.9
             else:
                 self._factor = max(MIN_FACTOR, self.factor(now) * 0.5)
+            if retry_after is None and limits is None:  # nothing said: fewer calls at once too
+                self._concurrency, self._grow_count = max(1, self._concurrency // 2), 0
             self._last_slowdown = now
         self._factor_since = max(self.paused_until, now)  # no recovery while paused
 
@@ -312,7 +373,7 @@ class EndpointState:
 
     def _judge_trial(self, now: float) -> None:
         assert self._trial is not None  # judged only while a trial runs
-        started, factor, inferred, requests = self._trial
+        started, factor, inferred, requests, concurrency = self._trial
         after = [limited for sent, limited in self._replies if sent >= started]
         if len(after) < TRIAL_REPLIES:
             return
@@ -326,6 +387,7 @@ class EndpointState:
             # The slow-down did not lower the 429 share: undo it.
             self._factor, self._factor_since = factor, now
             self._inferred = inferred
+            self._concurrency = max(self._concurrency, concurrency)
             self.limits.restore_request_limit(requests, now)
             self.paused_until = min(self.paused_until, now)
             self._ignore_until = now + IGNORE_SECONDS
@@ -365,6 +427,12 @@ class EndpointState:
                 self._factor = min(1.0, self._factor + (now - self._factor_since) / RECOVERY_SECONDS)
             self._factor_since = now
         return self._factor
+
+    def concurrency_cap(self, factor: float) -> int:
+        """Calls this endpoint may have in flight now: max_concurrency, scaled
+        down with the rate after a 429 (`factor`) and by the cap that 429s
+        saying nothing halve (it regrows additively in `release`)."""
+        return max(1, min(math.floor(self.max_concurrency * min(1.0, factor)), self._concurrency))
 
     # -- picking -----------------------------------------------------------------
     def _pick(self) -> tuple[Job, Pool] | None:
@@ -419,7 +487,7 @@ class EndpointState:
             if now < self.paused_until:
                 return self.paused_until - now
             factor = self.factor(now)
-            if self.in_flight >= max(1, math.floor(self.max_concurrency * min(1.0, factor))):
+            if self.in_flight >= self.concurrency_cap(factor):
                 return None
             picked = self._pick()
             if picked is None:
@@ -439,10 +507,11 @@ class EndpointState:
                 continue
             if self.limits.limited:
                 self.limits.set_scale(factor, now)
-                delay = self.limits.delay(job.input_estimate, job.output_estimate, now)
+                model = job.resolved.alias.model  # learned limits are the model's own
+                delay = self.limits.delay(job.input_estimate, job.output_estimate, now, model)
                 if delay > 0.0:
                     return delay
-                self.limits.reserve(job.input_estimate, job.output_estimate, now)
+                self.limits.reserve(job.input_estimate, job.output_estimate, now, model)
             pool.remove(job)
             if self.prefix_order:
                 self.last_prompt = job.prompt
@@ -516,7 +585,7 @@ class EndpointState:
                 outcome = AttemptOutcome(error=exception_error(exc, endpoint=self.name, timeout=timeout, secret=None),
                                          started=start)
             finally:
-                self.release(job, outcome.usage)
+                self.release(job, outcome.usage, _reported_limits(outcome))
         if outcome.result is not None and outcome.error is not None:
             outcome.result = None
         self._report(job, outcome)
@@ -538,16 +607,28 @@ class EndpointState:
         except Exception:  # noqa: BLE001 -- the owner settles its own failures; this only logs a bug there
             log.exception("endpoint %s: the engine failed to take an attempt's outcome", self.name)
 
-    def release(self, job: Job, usage: tuple[int, int] | None) -> None:
-        """A call ended: free its slot and correct (or refund) its tokens."""
+    def release(self, job: Job, usage: tuple[int, int] | None, limits: RateLimitInfo | None = None) -> None:
+        """A call ended: free its slot, correct (or refund) its tokens, then
+        take the limits its reply reported (`remaining` counts this call as
+        the server settled it) before the next call may start."""
         self.in_flight -= 1
         if usage is not None:
             self.succeeded += 1
+            if self._concurrency < self.max_concurrency:  # additive increase: +1 per cap's worth of replies
+                self._grow_count += 1
+                if self._grow_count >= self._concurrency:
+                    self._concurrency, self._grow_count = self._concurrency + 1, 0
         if self.limits.limited:
             try:
-                self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic())
+                self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic(),
+                                   job.resolved.alias.model)
             except Exception:  # noqa: BLE001 -- a wrong correction must not keep the slot or the call
                 log.exception("endpoint %s: correcting the token reservation failed", self.name)
+        if limits is not None:
+            try:
+                self.learn_limits(limits, time.monotonic(), job.resolved.alias.model)
+            except Exception:  # noqa: BLE001 -- learning is advice: the next call must still start
+                log.exception("endpoint %s: learning the rate limits from a reply failed", self.name)
         # After a success, start the next waiting call(s) right here rather
         # than waking the dispatcher task for it (a task step per call at zero
         # latency). The dispatcher is woken when it has a timer to set (a rate

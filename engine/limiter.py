@@ -15,13 +15,30 @@ Anthropic enforce per-minute limits over shorter intervals ("60 RPM may be
 enforced as 1 request per second"), so a client bursting a minute's worth is
 answered with 429s. Half a second stays inside a server's one-second burst
 with room for network jitter, and the long-run rate is the configured one.
+
+Limits learned from the provider (`EndpointLimits.learn`, from the reply
+headers parsed by providers/ratelimit_headers.py) get buckets of their own,
+per model (the providers limit each model apart), enforced beside the
+configured ones: so the lower of the two always binds and a provider
+reporting a higher limit never raises a configured one. A learned bucket
+follows the provider's `remaining`: when the provider says fewer remain than
+the bucket has room for, the bucket takes the provider's word.
 """
 from __future__ import annotations
 
-from providers.base import EndpointSpec
+import math
+
+from providers.base import EndpointSpec, RateLimitInfo
 
 # Seconds of rate a bucket may hold as a burst.
 BURST_SECONDS = 0.5
+
+# A provider's limit is per minute unless its reset says it is per hour or per
+# day (OpenAI's RPD/TPD): a window is read from a reset only when that is long
+# enough for whole-second rounding (Anthropic's resets) to matter little.
+WINDOWS = (60.0, 3600.0, 86400.0)
+MIN_RESET_FOR_WINDOW = 10.0
+LEARNED = ("requests", "tokens", "input_tokens", "output_tokens")  # RateLimitInfo's groups
 
 
 class LeakyBucket:
@@ -33,12 +50,13 @@ class LeakyBucket:
     empty and then holds the bucket over capacity until it drains.
     """
 
-    __slots__ = ("rate", "capacity", "level", "scale", "_last")
+    __slots__ = ("rate", "capacity", "level", "scale", "burst", "_last")
 
     def __init__(self, rate_per_minute: float, *, burst_seconds: float = BURST_SECONDS, now: float = 0.0):
         if rate_per_minute <= 0:
             raise ValueError("rate_per_minute must be positive")
         self.rate = rate_per_minute / 60.0  # units per second
+        self.burst = burst_seconds
         self.capacity = max(self.rate * burst_seconds, 1.0)
         self.level = 0.0
         self.scale = 1.0  # share of the rate currently allowed (lowered after 429s)
@@ -75,11 +93,52 @@ class LeakyBucket:
             self._leak(now)
             self.scale = scale
 
+    def set_rate(self, rate_per_minute: float, now: float) -> None:
+        """Change the rate in place (what is reserved stays reserved)."""
+        if rate_per_minute <= 0:
+            raise ValueError("rate_per_minute must be positive")
+        self._leak(now)
+        self.rate = rate_per_minute / 60.0
+        self.capacity = max(self.rate * self.burst, 1.0)
+
+    def sync_remaining(self, remaining: float, now: float) -> None:
+        """The provider says `remaining` units are left: when that is less
+        room than the bucket has, take the provider's word (another client of
+        the account, or our own drift)."""
+        self._leak(now)
+        self.level = max(self.level, self.capacity - remaining)
+
+
+def learned_window(limit: float, remaining: float | None, reset: float | None, known: float = 60.0) -> float:
+    """The window (seconds) of a limit the provider reports: a minute, unless
+    the time it takes to restore what was used says an hour or a day. With a
+    continuous refill, `reset` = used / rate, so window = reset * limit / used.
+    `known` (a window read before) is never shortened by a less telling reply."""
+    if remaining is None or reset is None or reset < MIN_RESET_FOR_WINDOW:
+        return known
+    used = limit - remaining
+    if used < 1:
+        return known
+    estimate = reset * limit / used
+    nearest = min(WINDOWS, key=lambda w: abs(math.log(estimate / w)))
+    return max(known, nearest)
+
+
+Charge = tuple[LeakyBucket, int, int, int]  # a bucket and what a call costs it: per request, input token, output token
+_WEIGHTS = {"requests": (1, 0, 0), "tokens": (0, 1, 1), "input_tokens": (0, 1, 0), "output_tokens": (0, 0, 1)}
+
+
+def _cost(charge: Charge, input_tokens: int, output_tokens: int) -> int:
+    return charge[1] + charge[2] * input_tokens + charge[3] * output_tokens
+
 
 class EndpointLimits:
-    """The three per-minute limits of one endpoint; absent limits cost nothing."""
+    """The three per-minute limits of one endpoint (absent limits cost
+    nothing), and the limits its provider reported for each model (OpenAI and
+    Anthropic limit each model, or model class, apart)."""
 
-    __slots__ = ("requests", "input_tokens", "output_tokens", "_buckets")
+    __slots__ = ("requests", "input_tokens", "output_tokens", "learned", "learned_rates", "_windows", "_burst",
+                 "_buckets", "_charges", "_learned_charges")
 
     def __init__(self, spec: EndpointSpec, *, burst_seconds: float = BURST_SECONDS, now: float = 0.0):
         def bucket(rate: float | None) -> LeakyBucket | None:
@@ -88,40 +147,95 @@ class EndpointLimits:
         self.requests = bucket(spec.rpm)
         self.input_tokens = bucket(spec.input_tpm)
         self.output_tokens = bucket(spec.output_tpm)
-        self._buckets = [b for b in (self.requests, self.input_tokens, self.output_tokens) if b is not None]
+        # Limits the provider reported: model -> RateLimitInfo group ("tokens":
+        # prompt and completion together, OpenAI's only token limit) -> bucket.
+        self.learned: dict[str, dict[str, LeakyBucket]] = {}
+        self.learned_rates: dict[str, dict[str, float]] = {}  # the same, per minute
+        self._windows: dict[tuple[str, str], float] = {}
+        self._learned_charges: dict[str, list[Charge]] = {}
+        self._burst = burst_seconds
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """The configured buckets in force, each with what one call charges it."""
+        self._charges: list[Charge] = [(b, *_WEIGHTS[name]) for name, b in (
+            ("requests", self.requests), ("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens))
+            if b is not None]
+        self._buckets = [c[0] for c in self._charges]
 
     @property
     def limited(self) -> bool:
-        return bool(self._buckets)
+        return bool(self._buckets) or bool(self.learned)
 
-    def delay(self, input_tokens: int, output_tokens: int, now: float) -> float:
-        """Seconds until one request of this size fits every limit."""
+    def delay(self, input_tokens: int, output_tokens: int, now: float, model: str | None = None) -> float:
+        """Seconds until one request of this size (to `model`) fits every limit."""
         wait = 0.0
-        if self.requests is not None:
-            wait = self.requests.delay(1, now)
-        if self.input_tokens is not None:
-            wait = max(wait, self.input_tokens.delay(input_tokens, now))
-        if self.output_tokens is not None:
-            wait = max(wait, self.output_tokens.delay(output_tokens, now))
+        for charge in self._charges:
+            wait = max(wait, charge[0].delay(_cost(charge, input_tokens, output_tokens), now))
+        for charge in self._learned_charges.get(model, ()) if model is not None else ():
+            wait = max(wait, charge[0].delay(_cost(charge, input_tokens, output_tokens), now))
         return wait
 
-    def reserve(self, input_tokens: int, output_tokens: int, now: float) -> None:
-        if self.requests is not None:
-            self.requests.reserve(1, now)
-        if self.input_tokens is not None:
-            self.input_tokens.reserve(input_tokens, now)
-        if self.output_tokens is not None:
-            self.output_tokens.reserve(output_tokens, now)
+    def reserve(self, input_tokens: int, output_tokens: int, now: float, model: str | None = None) -> None:
+        for charge in self._charges:
+            charge[0].reserve(_cost(charge, input_tokens, output_tokens), now)
+        for charge in self._learned_charges.get(model, ()) if model is not None else ():
+            charge[0].reserve(_cost(charge, input_tokens, output_tokens), now)
 
-    def settle(self, reserved: tuple[int, int], actual: tuple[int, int] | None, now: float) -> None:
+    def settle(self, reserved: tuple[int, int], actual: tuple[int, int] | None, now: float,
+               model: str | None = None) -> None:
         """After a call: correct token reservations from the reported usage, or
         refund them when the call failed (`actual` None). The request itself
         stays counted: the server saw it."""
         used_in, used_out = actual if actual is not None else (0, 0)
-        if self.input_tokens is not None:
-            self.input_tokens.correct(reserved[0], used_in, now)
-        if self.output_tokens is not None:
-            self.output_tokens.correct(reserved[1], used_out, now)
+        learned = self._learned_charges.get(model, []) if model is not None else []
+        for bucket, _, per_in, per_out in (*self._charges, *learned):
+            if per_in or per_out:
+                bucket.correct(per_in * reserved[0] + per_out * reserved[1], per_in * used_in + per_out * used_out, now)
+
+    def learn(self, info: RateLimitInfo, now: float, model: str = "") -> dict[str, float]:
+        """Take the limits a reply (from `model`) reported: a bucket per limit
+        (per-minute rate from the limit and its window), kept in step with
+        `remaining`. Returns the limits newly learned or changed (group ->
+        per-minute rate). Anthropic's "tokens" (the tightest of its token
+        limits) is used only when no input/output limit is reported."""
+        changed: dict[str, float] = {}
+        separate = info.input_tokens_limit is not None or info.output_tokens_limit is not None
+        buckets = self.learned.get(model, {})
+        for name in LEARNED:
+            if name == "tokens" and separate:
+                continue
+            limit: float | None = getattr(info, f"{name}_limit")
+            remaining: float | None = getattr(info, f"{name}_remaining")
+            bucket = buckets.get(name)
+            if limit is not None and limit >= 1:
+                window = self._windows[model, name] = learned_window(
+                    limit, remaining, getattr(info, f"{name}_reset"), self._windows.get((model, name), WINDOWS[0]))
+                rate = limit * 60.0 / window
+                if bucket is None:
+                    bucket = buckets[name] = LeakyBucket(rate, burst_seconds=self._burst, now=now)
+                    changed[name] = rate
+                elif abs(bucket.rate * 60.0 - rate) > 1e-6 * rate:
+                    bucket.set_rate(rate, now)
+                    changed[name] = rate
+            if bucket is not None and remaining is not None:
+                bucket.sync_remaining(remaining, now)
+        if changed:
+            self.learned[model] = buckets
+            self.learned_rates.setdefault(model, {}).update(changed)
+            self._learned_charges[model] = [(b, *_WEIGHTS[name]) for name, b in buckets.items()]
+        return changed
+
+    def knows_request_limit(self) -> bool:
+        """Whether a request limit is configured or was reported for some model."""
+        return self.requests is not None or any("requests" in b for b in self.learned.values())
+
+    def configured_rate(self, name: str) -> float | None:
+        """The configured per-minute limit matching a learned group (None: not
+        configured; "tokens" has no configured twin)."""
+        bucket = {"requests": self.requests, "input_tokens": self.input_tokens,
+                  "output_tokens": self.output_tokens}.get(name)
+        return None if bucket is None else bucket.rate * 60.0
 
     def set_request_rate(self, rpm: float, now: float) -> None:
         """Replace the request limit (an inferred one, after a 429)."""
@@ -130,7 +244,7 @@ class EndpointLimits:
         self.requests.level = self.requests.capacity  # just told we were too fast: no burst
         if old is not None:
             self.requests.scale = old.scale
-        self._buckets = [b for b in (self.requests, self.input_tokens, self.output_tokens) if b is not None]
+        self._refresh()
 
     def restore_request_limit(self, bucket: LeakyBucket | None, now: float) -> None:
         """Put back the request limit in force before a slow-down (None: no limit)."""
@@ -138,8 +252,15 @@ class EndpointLimits:
             bucket._leak(now)
             bucket.scale = 1.0
         self.requests = bucket
-        self._buckets = [b for b in (self.requests, self.input_tokens, self.output_tokens) if b is not None]
+        self._refresh()
 
     def set_scale(self, scale: float, now: float) -> None:
+        """Slow every limit to `scale` of its rate. Above 1 (an inferred
+        request rate probing upward) only the request limit follows: a
+        configured or learned limit is never exceeded."""
+        capped = min(1.0, scale)
         for b in self._buckets:
-            b.set_scale(scale, now)
+            b.set_scale(scale if b is self.requests else capped, now)
+        for buckets in self.learned.values():
+            for b in buckets.values():
+                b.set_scale(capped, now)

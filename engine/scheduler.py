@@ -126,6 +126,8 @@ class EngineStats:
     batches: int = 0           # provider batches submitted (batch mode)
     batches_resumed: int = 0   # batches recorded by an earlier run, polled again instead of submitting
     batched_calls: int = 0     # calls sent in the batches submitted
+    # endpoint -> model -> the per-minute limits its provider reported in reply headers (dispatch.learn_limits)
+    learned_limits: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -260,6 +262,8 @@ class Engine:
             stats.batches = sum(ep.submitted for ep in batchers)
             stats.batches_resumed = sum(ep.resumed for ep in batchers)
             stats.batched_calls = sum(ep.batched for ep in batchers)
+        stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
+                                for name, ep in self._endpoints.items() if ep.learned_limits}
         return stats
 
     # -- endpoints -------------------------------------------------------------------
@@ -569,7 +573,7 @@ class Engine:
                             f"waiting {cap:g} s instead (max_retry_after)", key=("cap", ep.name))
                 self._stats.retry_after_capped += 1
                 wait = cap
-            ep.on_rate_limited(wait, now, sent_at=start)
+            ep.on_rate_limited(wait, now, sent_at=start, limits=error.rate_limits)
         elif wait is not None:
             wait = min(wait, ep.spec.max_retry_after)
         job.last_error = error

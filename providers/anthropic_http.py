@@ -42,6 +42,7 @@ import orjson
 from providers.base import CONNECTION, PREFIX_END, ChatResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
+from providers.ratelimit_headers import rate_limit_info
 from providers.sse import SSEParser
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -124,7 +125,9 @@ class AnthropicProvider(HttpProvider):
             return await self._chat_streamed(messages_body(model, messages, params), timeout)
         data, headers, latency = await self._http.post(self._url, messages_body(model, messages, params), timeout)
         request_id = headers.get("request-id") or data.get("id")
-        return self.chat_result(data, request_id if isinstance(request_id, str) and request_id else None, latency)
+        result = self.chat_result(data, request_id if isinstance(request_id, str) and request_id else None, latency)
+        result.rate_limits = rate_limit_info(headers)
+        return result
 
     async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
         body["stream"] = True
@@ -217,6 +220,7 @@ class AnthropicProvider(HttpProvider):
         result = self.chat_result(data, request_id, latency)
         result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
                                        first_byte=first_byte)
+        result.rate_limits = rate_limit_info(headers)
         return result
 
     def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:

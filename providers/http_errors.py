@@ -12,6 +12,8 @@ Shared by the OpenAI-format and Anthropic-format providers:
   providers/http_pool.py, aiohttp or asyncio -> ProviderError (timeouts ->
   timeout; refused connections, TLS failures, resets, replies cut short or
   not HTTP -> connection).
+- Every error from a reply carries what its headers said of the rate limits
+  (`rate_limits`, providers/ratelimit_headers.py).
 - `stream_error(data, ...)`: an error event in the middle of a 2xx stream,
   classified by its type as the same error in a reply would be.
 - `retry_after(headers)`: how long the server asked us to wait, from
@@ -25,9 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Mapping
-from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -47,6 +47,7 @@ from providers.base import (
     TIMEOUT,
     ProviderError,
 )
+from providers.ratelimit_headers import parse_duration, parse_rfc3339, rate_limit_info, seconds_until
 
 _MAX_MESSAGE = 300
 
@@ -79,33 +80,6 @@ def redact(text: str, secret: str | None) -> str:
 
 # -- retry-after -----------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-
-
-def parse_duration(value: str) -> float | None:
-    """OpenAI's reset durations ("1s", "6m0s", "20ms", "1h2m3.5s") -> seconds."""
-    value = value.strip()
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))  # a bare number of seconds
-    except ValueError:
-        pass
-    pos, total = 0, 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != pos:
-            return None
-        number, unit = float(match.group(1)), match.group(2)
-        total += number * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
-        pos = match.end()
-    return total if pos == len(value) else None
-
-
-def _seconds_until(when: datetime, now: float | None) -> float:
-    now = time.time() if now is None else now
-    return max(0.0, when.timestamp() - now)
-
-
 def _parse_retry_after(value: str, now: float | None) -> float | None:
     """A `retry-after` value: delay seconds or an HTTP date."""
     value = value.strip()
@@ -117,17 +91,7 @@ def _parse_retry_after(value: str, now: float | None) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    return None if when is None else _seconds_until(when, now)
-
-
-def _parse_rfc3339(value: str, now: float | None) -> float | None:
-    try:
-        when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        return None
-    return _seconds_until(when, now)
+    return None if when is None else seconds_until(when, now)
 
 
 def _exhausted_first(resets: list[tuple[float, bool]]) -> float | None:
@@ -160,7 +124,7 @@ def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> floa
             resets.append((wait, headers.get(f"x-ratelimit-remaining-{kind}") == "0"))
     for kind in ("requests", "tokens", "input-tokens", "output-tokens"):  # Anthropic style
         value = headers.get(f"anthropic-ratelimit-{kind}-reset")
-        wait = _parse_rfc3339(value, now) if value else None
+        wait = parse_rfc3339(value, now) if value else None
         if wait is not None:
             resets.append((wait, headers.get(f"anthropic-ratelimit-{kind}-remaining") == "0"))
     return _exhausted_first(resets)
@@ -197,8 +161,11 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoi
     text = redact(f"{endpoint}: {detail}", secret)
     lowered = {code.lower(), etype.lower()}
 
+    limits = rate_limit_info(headers)  # a 429 or 529 still says where the limits stand
+
     def error(kind: str, wait: float | None = None) -> ProviderError:
-        return ProviderError(kind, text, status=status, retry_after=wait, request_id=request_id)
+        return ProviderError(kind, text, status=status, retry_after=wait, request_id=request_id,
+                             rate_limits=limits)
 
     if status == 429:
         if "insufficient_quota" in lowered:  # billing, not pacing: retrying cannot help

@@ -41,6 +41,7 @@ import orjson
 from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
+from providers.ratelimit_headers import rate_limit_info
 from providers.sse import SSEParser
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -72,7 +73,9 @@ class OpenAIProvider(HttpProvider):
         if stream or self._stream_always:
             return await self._chat_streamed(body, timeout)
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
-        return self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
+        result = self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
+        result.rate_limits = rate_limit_info(headers)
+        return result
 
     async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
         body["stream"] = True
@@ -146,6 +149,7 @@ class OpenAIProvider(HttpProvider):
         result = self.chat_result(data, request_id, latency)
         result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
                                        first_byte=first_byte)
+        result.rate_limits = rate_limit_info(headers)
         return result
 
     def prefix_fields(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -231,7 +235,8 @@ class OpenAIProvider(HttpProvider):
             input_tokens = token_count(data.get("usage"), "prompt_tokens") or 0
         except ValueError as exc:
             raise self._malformed(data, f"embeddings reply's {exc}", request_id) from None
-        return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id)
+        return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id,
+                           rate_limits=rate_limit_info(headers))
 
     def _malformed(self, data: dict[str, Any], what: str, request_id: str | None) -> ProviderError:
         # Some compatible servers (OpenRouter) report failures as a 200 with an

@@ -101,6 +101,7 @@ STEPS = [
     ("engine.limiter.EndpointLimits.reserve", None),         # reserving capacity before the call
     ("engine.dispatch.EndpointState._launch", None),         # starting the call's task
     ("engine.dispatch.EndpointState.on_rate_limited", {"429": 0.5}),  # after a 429
+    ("engine.limiter.EndpointLimits.learn", {"429-reset": 0.5}),  # taking the limits a reply's headers report
     ("engine.retry.RetryPolicy.delay", {"503": 0.5}),        # planning the retry
     ("engine.dispatch.Pool.push", {"503": 0.5}),             # queueing the retry (and the first try)
     ("engine.scheduler.Engine._handle_attempt", None),       # everything after the reply at once

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from dataclasses import fields
 
+from engine.commands import probe
 from engine.commands.common import load_config
 from engine.loopback import cli as loopback_cli
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("models", help="list model aliases, their endpoints and whether keys are set")
+    p.add_argument("--probe", action="store_true",
+                   help="send one minimal request per remote endpoint whose key is set (or none needed) and "
+                        "show the rate limits its reply reports (without it, nothing is sent)")
     p.set_defaults(func=_cmd_models)
 
     p = sub.add_parser("config", help="configuration tools")
@@ -40,7 +45,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    return 0
+    return asyncio.run(probe.probe_all(config)) if args.probe else 0
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:

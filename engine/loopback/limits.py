@@ -9,9 +9,16 @@ Contract:
   A call whose input exceeds the bucket is admitted when the bucket is full
   and leaves it in debt. The output bucket must be positive to admit a call
   and is charged afterwards with what was generated (`charge_output`).
+- The headers report the per-minute *budget*, as the providers do (OpenAI:
+  limit 60, remaining 59, reset "1s" after one request): `remaining` is what
+  is left of the limit, `reset` the time until the whole budget is restored.
+  Each limit keeps a budget bucket of a minute's capacity beside the burst
+  bucket that enforces it, charged alike; with `burst_seconds` >= 60 they are
+  one bucket. So, as with the real APIs, a 429 from the short-interval
+  enforcement can come with `remaining` > 0.
 - `openai_headers`: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`,
   resets as relative Go durations (`go_duration`: "0s", "12ms", "1.5s",
-  "6m0s", "1h0m0s"), the time until the bucket is full again.
+  "6m0s", "1h0m0s"). "tokens" is the input-token limit.
 - `anthropic_headers`: `anthropic-ratelimit-{requests,tokens,input-tokens,
   output-tokens}-{limit,remaining,reset}`, resets as RFC 3339 UTC instants
   rounded up to the second; "tokens" is the tighter of input and output.
@@ -21,6 +28,8 @@ from __future__ import annotations
 import math
 import time
 from datetime import UTC, datetime
+
+BUDGET_SECONDS = 60.0  # the window of every limit the headers report
 
 
 class TokenBucket:
@@ -56,10 +65,26 @@ class RateLimits:
         self.output = TokenBucket(output_tpm, burst_seconds) if output_tpm else None
         self.active = any((self.requests, self.input, self.output))
 
+        def budget(bucket: TokenBucket | None) -> TokenBucket | None:  # what the headers report
+            if bucket is None or burst_seconds >= BUDGET_SECONDS:
+                return bucket
+            return TokenBucket(bucket.limit, BUDGET_SECONDS)
+
+        self.budgets = {"requests": budget(self.requests), "input": budget(self.input),
+                        "output": budget(self.output)}
+
     def _buckets(self, now: float) -> None:
-        for bucket in (self.requests, self.input, self.output):
+        for bucket in (self.requests, self.input, self.output, *self.budgets.values()):
             if bucket is not None:
                 bucket.refill(now)
+
+    def _charge(self, name: str, bucket: TokenBucket | None, amount: float) -> None:
+        """Take `amount` from a limit's bucket and its budget (once if they are one)."""
+        if bucket is not None:
+            bucket.level -= amount
+            budget = self.budgets[name]
+            if budget is not None and budget is not bucket:
+                budget.level -= amount
 
     def admit(self, input_tokens: int, now: float) -> tuple[float, str]:
         """(0, "") and charge the buckets if the call may run now, else
@@ -75,21 +100,19 @@ class RateLimits:
         wait, which = max(waits, default=(0.0, ""))
         if wait > 0:
             return wait, which
-        if self.requests is not None:
-            self.requests.level -= 1.0
-        if self.input is not None:
-            self.input.level -= input_tokens
+        self._charge("requests", self.requests, 1.0)
+        self._charge("input", self.input, input_tokens)
         return 0.0, ""
 
     def charge_output(self, output_tokens: int, now: float) -> None:
         if self.output is not None:
-            self.output.refill(now)
-            self.output.level -= output_tokens
+            self._buckets(now)
+            self._charge("output", self.output, output_tokens)
 
     def openai_headers(self, now: float) -> dict[str, str]:
         self._buckets(now)
         headers: dict[str, str] = {}
-        for name, bucket in (("requests", self.requests), ("tokens", self.input)):
+        for name, bucket in (("requests", self.budgets["requests"]), ("tokens", self.budgets["input"])):
             if bucket is not None:
                 headers[f"x-ratelimit-limit-{name}"] = str(int(bucket.limit))
                 headers[f"x-ratelimit-remaining-{name}"] = str(bucket.remaining())
@@ -101,10 +124,11 @@ class RateLimits:
         wall = time.time()
         headers: dict[str, str] = {}
         # "tokens": the most restrictive token limit in force (the lesser share left).
-        token_buckets = [b for b in (self.input, self.output) if b is not None]
+        budgets = self.budgets
+        token_buckets = [b for b in (budgets["input"], budgets["output"]) if b is not None]
         tightest = min(token_buckets, key=lambda b: b.level / b.capacity, default=None)
-        for name, bucket in (("requests", self.requests), ("tokens", tightest), ("input-tokens", self.input),
-                             ("output-tokens", self.output)):
+        for name, bucket in (("requests", budgets["requests"]), ("tokens", tightest),
+                             ("input-tokens", budgets["input"]), ("output-tokens", budgets["output"])):
             if bucket is not None:
                 headers[f"anthropic-ratelimit-{name}-limit"] = str(int(bucket.limit))
                 headers[f"anthropic-ratelimit-{name}-remaining"] = str(bucket.remaining())

@@ -61,8 +61,10 @@ Behaviour, all configurable:
   endpoint, streamed or not, carries its API's rate-limit headers
   (`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` with Go-duration
   resets / `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*`
-  with RFC 3339 resets); "remaining" is what the bucket would admit right now,
-  "reset" when it is full again.
+  with RFC 3339 resets) reporting the minute's budget as the APIs do:
+  "remaining" is what is left of the per-minute limit, "reset" the time until
+  all of it is restored (so a 429 of the short-interval enforcement may come
+  with "remaining" > 0, as from the real APIs).
 - faults (`Faults`): a deterministic schedule and/or seeded per-request
   probabilities of 500/502/503/504/529 errors, stalls past the client's
   timeout, connection resets, truncated bodies, non-JSON 200s and content
