@@ -53,7 +53,7 @@ from engine.budget import Budget
 from engine.limiter import EndpointLimits
 from engine.resolve import Resolved
 from engine.warmup import marked
-from providers.base import BAD_REPLY, CONFIG, EndpointSpec, Provider, ProviderError, RateLimitInfo, Result
+from providers.base import BAD_REPLY, CONFIG, ChatResult, EndpointSpec, Provider, ProviderError, RateLimitInfo, Result
 from providers.http_errors import exception_error
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,8 @@ class Job:
     first_sent: float | None = None             # ... when its first attempt was sent
     last_sent: float | None = None              # ... and its last one
     batched: bool = False                       # held for a provider batch (engine/batch_dispatch.py)
+    limit_input: int | None = None              # input tokens charged to the rate limits, when not the
+                                                # estimate (a warm prefix the provider does not count)
 
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq
@@ -508,10 +510,11 @@ class EndpointState:
             if self.limits.limited:
                 self.limits.set_scale(factor, now)
                 model = job.resolved.alias.model  # learned limits are the model's own
-                delay = self.limits.delay(job.input_estimate, job.output_estimate, now, model)
+                charged = job.input_estimate if job.limit_input is None else job.limit_input
+                delay = self.limits.delay(charged, job.output_estimate, now, model)
                 if delay > 0.0:
                     return delay
-                self.limits.reserve(job.input_estimate, job.output_estimate, now, model)
+                self.limits.reserve(charged, job.output_estimate, now, model)
             pool.remove(job)
             if self.prefix_order:
                 self.last_prompt = job.prompt
@@ -585,7 +588,7 @@ class EndpointState:
                 outcome = AttemptOutcome(error=exception_error(exc, endpoint=self.name, timeout=timeout, secret=None),
                                          started=start)
             finally:
-                self.release(job, outcome.usage, _reported_limits(outcome))
+                self.release(job, self._limit_usage(outcome), _reported_limits(outcome))
         if outcome.result is not None and outcome.error is not None:
             outcome.result = None
         self._report(job, outcome)
@@ -607,6 +610,14 @@ class EndpointState:
         except Exception:  # noqa: BLE001 -- the owner settles its own failures; this only logs a bug there
             log.exception("endpoint %s: the engine failed to take an attempt's outcome", self.name)
 
+    def _limit_usage(self, outcome: AttemptOutcome) -> tuple[int, int] | None:
+        """The reply's usage as the provider's rate limits count it: without
+        prompt-cache reads where the provider does not count them."""
+        usage, result = outcome.usage, outcome.result
+        if usage is None or self.provider.cache_reads_count_toward_limits or not isinstance(result, ChatResult):
+            return usage
+        return max(0, usage[0] - result.cache_read_tokens), usage[1]
+
     def release(self, job: Job, usage: tuple[int, int] | None, limits: RateLimitInfo | None = None) -> None:
         """A call ended: free its slot, correct (or refund) its tokens, then
         take the limits its reply reported (`remaining` counts this call as
@@ -620,7 +631,8 @@ class EndpointState:
                     self._concurrency, self._grow_count = self._concurrency + 1, 0
         if self.limits.limited:
             try:
-                self.limits.settle((job.input_estimate, job.output_estimate), usage, time.monotonic(),
+                charged = job.input_estimate if job.limit_input is None else job.limit_input
+                self.limits.settle((charged, job.output_estimate), usage, time.monotonic(),
                                    job.resolved.alias.model)
             except Exception:  # noqa: BLE001 -- a wrong correction must not keep the slot or the call
                 log.exception("endpoint %s: correcting the token reservation failed", self.name)

@@ -68,9 +68,9 @@ from engine.progress import notice as progress_notice
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
-from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key
+from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key, prefix_parts
 from providers import make_provider
-from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, ProviderError, Result
+from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, Provider, ProviderError, Result
 from providers.batch_wires import batch_capable, make_batch_api
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,17 @@ class EngineStats:
 
 def _alive(job: Job) -> bool:
     return not job.cancelled
+
+
+def _charge_warm_prefix(job: Job, provider: Provider) -> None:
+    """A call whose prefix the provider's cache holds now: where the provider
+    does not count cache reads toward its input-token limit (Anthropic), the
+    rate limits are charged its prompt without that prefix."""
+    r = job.resolved
+    if provider.cache_reads_count_toward_limits or r.messages is None or r.prefix_end is None:
+        return
+    prefix = sum(provider.count_tokens(text) for _, text in prefix_parts(r.messages, r.prefix_end))
+    job.limit_input = max(1, job.input_estimate - prefix)
 
 
 def _copy_result(result: Result) -> Result:
@@ -463,14 +474,19 @@ class Engine:
             self._hold_for_batch(r.request, 1)
         elif r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
                 prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
-            if self._warmup.hold(job, (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))):
+            key = (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))
+            if self._warmup.hold(job, key):
                 return  # queued once the call warming its prefix has finished
+            if self._warmup.is_warm(key):
+                _charge_warm_prefix(job, provider)
         pool.push(job)
 
     def _warmed(self, job: Job, ok: bool) -> None:
         """A call ended for good: queue the calls its prefix held back."""
         for held in self._warmup.finished(job, ok=ok, alive=_alive):
             assert held.pool is not None  # set when it was created
+            if ok:  # its prefix is warm now
+                _charge_warm_prefix(held, held.pool.endpoints[0].provider)
             held.pool.push(held)
 
     def _hold_for_batch(self, request: Request, sign: int) -> None:

@@ -111,5 +111,9 @@ class Warmup:
                 return [nxt]
         return []
 
+    def is_warm(self, key: Hashable) -> bool:
+        """Whether a call with this prefix has succeeded (the provider's cache holds it)."""
+        return key in self._warm
+
     def waiting(self) -> int:
         return sum(map(len, self._held.values()))

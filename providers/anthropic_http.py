@@ -106,6 +106,7 @@ class AnthropicProvider(HttpProvider):
     kind = "anthropic"
     default_base_url = DEFAULT_BASE_URL
     can_stream = True
+    cache_reads_count_toward_limits = False  # "cache_read_input_tokens do not count" toward ITPM
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)

@@ -213,6 +213,10 @@ class Provider(abc.ABC):
     # True when `chat(..., stream=True)` streams the reply (server-sent events)
     # and returns its `timings`; others ignore `stream` and return none.
     can_stream: bool = False
+    # False when the provider does not count prompt-cache reads against its
+    # input-token rate limit (Anthropic): the engine then charges a call whose
+    # prefix is warm, and settles every call, without those tokens.
+    cache_reads_count_toward_limits: bool = True
 
     @abc.abstractmethod
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,

@@ -5,6 +5,7 @@ the loopback server (which reports cache reads and writes as each API does)
 sees one cache write and reads after it."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -206,3 +207,26 @@ def test_prompt_cache_options_must_be_booleans(bad):
 
     with pytest.raises(ConfigError, match="must be true or false"):
         Config.from_dicts({"e": {"kind": "openai", "options": bad}}, {})
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+async def test_a_warm_prefix_is_not_charged_to_anthropics_input_token_limit(short_book, short_questions, kind):
+    # Anthropic does not count prompt-cache reads toward its input-tokens-per-
+    # minute limit: once the book is warm, the other questions are charged only
+    # their own tokens and go out together. OpenAI counts them: under the same
+    # limit (one whole prompt per second) its calls go out one at a time.
+    questions = short_questions[:8]
+    requests = in_context(short_book, questions)
+    prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in requests[0].messages)
+    async with LoopbackServer(latency=constant(0.2)) as server:
+        cfg = config(server, kind=kind)
+        cfg.endpoints["e"] = dataclasses.replace(cfg.endpoints["e"], input_tpm=60.0 * prompt_tokens)
+        async with Engine(cfg) as engine:
+            outcomes = await engine.run(requests)
+        peak = server.stats.max_in_flight
+    assert all(o.ok for o in outcomes)
+    assert sum(1 for o in outcomes if o.result.cache_read_tokens) == len(questions) - 1
+    if kind == "anthropic":
+        assert peak >= 4, peak
+    else:
+        assert peak == 1, peak
