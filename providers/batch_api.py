@@ -1,6 +1,6 @@
 """What the two batch wires share: a batch's state as the engine sees it, and
 the interface `providers/openai_batch.py` and `providers/anthropic_batch.py`
-implement (see ../shared/spec/provider-apis.md for both APIs).
+implement (formats and states: the OpenAI Batch API and Anthropic Message Batches references).
 
 A batch API takes lines built exactly as the direct call's body (so a batch
 answer equals a direct one), keyed by `custom_id` (the engine uses the cache

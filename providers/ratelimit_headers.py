@@ -1,6 +1,6 @@
 """The rate limits a reply's headers report, as a `providers.base.RateLimitInfo`.
 
-Two header families (see ../shared/spec/provider-apis.md, "Rate-limit headers"):
+Two header families (from the OpenAI and Anthropic API references):
 
 - OpenAI (and the OpenAI-compatible servers that copy it):
   `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`; the reset is a

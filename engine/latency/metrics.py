@@ -1,5 +1,5 @@
 """Per-request and per-run figures of a latency benchmark, the metric set of
-vLLM's `bench serve` (../shared/spec/provider-apis.md, "Latency benchmarking").
+vLLM's `bench serve` (its metric definitions; GuideLLM and AIPerf report subsets).
 
 Per request (`RequestRecord`, from an engine `Outcome` by `record`): when it
 was due, handed to the engine and sent, how long it waited in the engine's
