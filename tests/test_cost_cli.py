@@ -169,3 +169,24 @@ async def test_generate_reports_what_writing_cost(tmp_path):
     line = next(line for line in err.splitlines() if "builtin:writer write:" in line)
     assert "0 cached" in line and "tokens in" in line
     assert "cost: $0.0000 spent" in err
+
+
+def test_a_dry_run_estimates_without_api_keys_and_the_run_still_needs_them(tmp_path):
+    # What a run would cost is wanted before any key is set; the run itself
+    # still refuses to start without its keys, naming the variable.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TULVING") and not k.endswith("_API_KEY")}
+    args = [sys.executable, "-m", "engine.cli", "--cache", str(tmp_path / "c.sqlite"), "run", "--models", "gpt-4o",
+            "--modes", "in-context", "--judge", "claude-3-5-sonnet", "--sample", "3", "--out", str(tmp_path / "run")]
+    dry = subprocess.run([*args, "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert "OPENAI_API_KEY is not set" in dry.stderr and "ANTHROPIC_API_KEY is not set" in dry.stderr
+    rows = {line.split()[0]: line for line in dry.stdout.splitlines() if line.startswith(("gpt-4o ", "claude-3-5"))}
+    assert set(rows) == {"gpt-4o", "claude-3-5-sonnet"} and "$" not in rows["gpt-4o"]
+    assert float(rows["gpt-4o"].split()[-4]) > 0  # priced: the direct dollars of the answers
+    real = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert real.returncode == 2 and "needs an API key" in real.stderr and "_API_KEY" in real.stderr
+    assert real.stderr.count("\n") == 1 and not (tmp_path / "run" / "results.jsonl").exists()

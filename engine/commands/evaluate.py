@@ -400,7 +400,9 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
     from engine.requests import EmbedRequest
     from engine.tokens import count_tokens
 
-    pipeline.check_jobs(config, book, jobs, args.judge, embed_model)
+    unset = pipeline.check_jobs(config, book, jobs, args.judge, embed_model, require_keys=False)
+    for variable in unset:  # an estimate needs no key; the run will
+        _note(f"{variable} is not set: the run itself will need it (this estimate does not)")
     rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
     texts = list(dict.fromkeys(q.question for q in questions))
 

@@ -124,9 +124,12 @@ def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Seque
     return jobs
 
 
-def check_jobs(config: Config, book: Book, jobs: Sequence[Job], judge: str, embed_model: str | None) -> None:
+def check_jobs(config: Config, book: Book, jobs: Sequence[Job], judge: str, embed_model: str | None, *,
+               require_keys: bool = True) -> list[str]:
     """Everything that can be refused before a single call: unknown models,
-    a book too long for a model's context, a RAG mode without embedder."""
+    a book too long for a model's context, a RAG mode without embedder, and
+    (`require_keys`) a missing API key. Returns the key variables that are
+    unset (only without `require_keys`: a dry run estimates without them)."""
     aliases = [config.alias(judge)]
     for job in jobs:
         alias = config.alias(job.model)
@@ -140,9 +143,17 @@ def check_jobs(config: Config, book: Book, jobs: Sequence[Job], judge: str, embe
             if not embed_model:
                 raise TulvingError(f"mode {job.mode} needs an embedding model (--embed-model)")
             aliases.append(config.alias(embed_model))
+    missing: list[str] = []
     for alias in aliases:  # a missing API key: one clear error before any call
         for endpoint in config.endpoints_of(alias):
-            config.api_key(endpoint)
+            try:
+                config.api_key(endpoint)
+            except TulvingError:
+                if require_keys:
+                    raise
+                if endpoint.key_env and endpoint.key_env not in missing:
+                    missing.append(endpoint.key_env)
+    return missing
 
 
 def book_tokens(book: Book) -> int:
