@@ -16,10 +16,9 @@ from typing import Any
 
 import orjson
 
-from providers.anthropic_http import API_VERSION, AnthropicProvider, messages_body
+from providers.anthropic_http import AnthropicProvider
 from providers.base import EndpointSpec, ProviderError
 from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
-from providers.http_client import JsonHttpClient
 from providers.http_errors import bad_reply, status_error
 
 CONTROL_TIMEOUT = 600.0
@@ -44,17 +43,12 @@ class AnthropicBatchApi(BatchApi):
         super().__init__(spec, api_key)
         self._provider = AnthropicProvider(spec, api_key)
         self._secret = api_key
-        self._http = JsonHttpClient.for_endpoint(
-            spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
-            base_headers={"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION))})
-        self._drop = frozenset(spec.options.get("drop_params") or ())
+        self._http = self._provider.http
         self._url = self._provider.url("/v1/messages/batches")
 
     def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
              params: Mapping[str, Any]) -> bytes:
-        if self._drop:
-            params = {k: v for k, v in params.items() if k not in self._drop}
-        return orjson.dumps({"custom_id": custom_id, "params": messages_body(model, messages, params)})
+        return orjson.dumps({"custom_id": custom_id, "params": self._provider.chat_body(model, messages, params)})
 
     async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
         body = b'{"requests":[' + b",".join(lines) + b"]}"

@@ -120,15 +120,21 @@ class AnthropicProvider(HttpProvider):
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
                    params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
-        if self._drop:
-            params = {k: v for k, v in params.items() if k not in self._drop}
+        body = self.chat_body(model, messages, params)
         if stream or self._stream_always:
-            return await self._chat_streamed(messages_body(model, messages, params), timeout)
-        data, headers, latency = await self._http.post(self._url, messages_body(model, messages, params), timeout)
+            return await self._chat_streamed(body, timeout)
+        data, headers, latency = await self._http.post(self._url, body, timeout)
         request_id = headers.get("request-id") or data.get("id")
         result = self.chat_result(data, request_id if isinstance(request_id, str) and request_id else None, latency)
         result.rate_limits = rate_limit_info(headers)
         return result
+
+    def chat_body(self, model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
+                  ) -> dict[str, Any]:
+        """The `/v1/messages` body of a call (a direct call's, and a batch request's `params`)."""
+        if self._drop:
+            params = {k: v for k, v in params.items() if k not in self._drop}
+        return messages_body(model, messages, params)
 
     async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
         body["stream"] = True

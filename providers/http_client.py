@@ -351,6 +351,11 @@ class HttpProvider(Provider):
     enforces_timeout = True  # the engine need not wrap calls in a timer of its own
     _http: JsonHttpClient
 
+    @property
+    def http(self) -> JsonHttpClient:
+        """The endpoint's client (auth and headers set): the batch wires reuse it."""
+        return self._http
+
     def base_url(self) -> str:
         return (self.spec.base_url or self.default_base_url).rstrip("/")
 

@@ -640,9 +640,7 @@ class HttpPool:
     async def post(self, url: str, body: bytes, timeout: float) -> tuple[int, dict[str, str], bytes]:
         """POST `body` to `url`; (status, lower-cased headers, decoded body)."""
         loop, target, deadline = self._prepare(url, timeout)
-        if self._active < self.limit and not self._slot_waiters:
-            self._active += 1
-        else:
+        if not self._try_slot():
             await self._wait_for_slot(loop, deadline)
         try:
             conn, reply = await self._exchange(loop, target, body, deadline, False)
@@ -656,9 +654,7 @@ class HttpPool:
         arrives. `timeout` bounds the whole call, reading the body included.
         Close the stream (`aclose`, or `async with`) unless read to its end."""
         loop, target, deadline = self._prepare(url, timeout)
-        if self._active < self.limit and not self._slot_waiters:
-            self._active += 1
-        else:
+        if not self._try_slot():
             await self._wait_for_slot(loop, deadline)
         try:
             conn, (status, headers, _) = await self._exchange(loop, target, body, deadline, True)
@@ -783,6 +779,13 @@ class HttpPool:
             idle.remove(conn)
 
     # -- slots (at most `limit` calls in flight) -----------------------------------------------
+    def _try_slot(self) -> bool:
+        """Take a free slot now (nobody queued before us), without awaiting."""
+        if self._active < self.limit and not self._slot_waiters:
+            self._active += 1
+            return True
+        return False
+
     async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
         async with asyncio.timeout_at(deadline):
             await self._slot_handed_over(loop)

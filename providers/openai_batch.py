@@ -17,9 +17,8 @@ from typing import Any
 
 import orjson
 
-from providers.base import BAD_REPLY, PREFIX_END, EndpointSpec, ProviderError
+from providers.base import BAD_REPLY, EndpointSpec, ProviderError
 from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
-from providers.http_client import JsonHttpClient
 from providers.http_errors import bad_reply, status_error
 from providers.openai_http import OpenAIProvider
 
@@ -38,17 +37,11 @@ class OpenAIBatchApi(BatchApi):
         super().__init__(spec, api_key)
         self._provider = OpenAIProvider(spec, api_key)
         self._secret = api_key
-        self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
-                                                 request_id_header="x-request-id")
-        self._drop = frozenset(spec.options.get("drop_params") or ())
+        self._http = self._provider.http
 
     def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
              params: Mapping[str, Any]) -> bytes:
-        if self._drop:
-            params = {k: v for k, v in params.items() if k not in self._drop}
-        body = {"model": model, "messages": messages, **params}
-        if any(PREFIX_END in m for m in messages):  # as OpenAIProvider.chat builds it
-            body.update(self._provider.prefix_fields(messages))
+        body = self._provider.chat_body(model, messages, params)  # as a direct call sends it
         return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": _CHAT, "body": body})
 
     async def submit(self, lines: Sequence[bytes]) -> BatchInfo:

@@ -65,17 +65,23 @@ class OpenAIProvider(HttpProvider):
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
                    params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
-        if self._drop:
-            params = {k: v for k, v in params.items() if k not in self._drop}
-        body = {"model": model, "messages": messages, **params}
-        if any(PREFIX_END in m for m in messages):
-            body.update(self.prefix_fields(messages))
+        body = self.chat_body(model, messages, params)
         if stream or self._stream_always:
             return await self._chat_streamed(body, timeout)
         data, headers, latency = await self._http.post(self._chat_url, body, timeout)
         result = self.chat_result(data, _request_id(headers.get("x-request-id") or data.get("id")), latency)
         result.rate_limits = rate_limit_info(headers)
         return result
+
+    def chat_body(self, model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
+                  ) -> dict[str, Any]:
+        """The `/chat/completions` body of a call (a direct call's, and a batch line's)."""
+        if self._drop:
+            params = {k: v for k, v in params.items() if k not in self._drop}
+        body = {"model": model, "messages": messages, **params}
+        if any(PREFIX_END in m for m in messages):
+            body.update(self.prefix_fields(messages))
+        return body
 
     async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
         body["stream"] = True
