@@ -63,7 +63,7 @@ def main() -> int:
     if problem is not None:
         print(f"tulving: error: {problem}", file=sys.stderr)
         return 2
-    from engine.cli import main as cli_main
+    from engine.cli.main import main as cli_main
 
     return cli_main()
 

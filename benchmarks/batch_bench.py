@@ -95,7 +95,7 @@ def timed(cmd: list[str], folder: Path) -> float:
 
 
 def answers(out: Path) -> list[tuple]:
-    from engine.evaluation.results import load_results
+    from engine.benchmark.evaluation.results import load_results
     return [(r.q_idx, r.answer, r.f1) for r in load_results(out / "results.jsonl")]
 
 

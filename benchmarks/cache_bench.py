@@ -22,10 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cache.store import ResponseCache  # noqa: E402
+from engine.benchmark.evaluation.answers import in_context_prompt, messages  # noqa: E402
+from engine.benchmark.evaluation.questions import build_questions  # noqa: E402
+from engine.benchmark.generation.published import load_book  # noqa: E402
 from engine.config import Config  # noqa: E402
-from engine.evaluation.answers import in_context_prompt, messages  # noqa: E402
-from engine.evaluation.questions import build_questions  # noqa: E402
-from engine.generation.published import load_book  # noqa: E402
 from engine.requests import ChatRequest  # noqa: E402
 from engine.resolve import resolve  # noqa: E402
 

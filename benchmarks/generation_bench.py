@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.builtin import writer as builtin_writer  # noqa: E402
+from engine.benchmark.builtin import writer as builtin_writer  # noqa: E402
+from engine.benchmark.generation.chapters import ChapterGenerator  # noqa: E402
+from engine.benchmark.generation.events import sample_events, sample_meta_events  # noqa: E402
+from engine.benchmark.generation.universe import load_universe  # noqa: E402
 from engine.config import Config  # noqa: E402
-from engine.generation.chapters import ChapterGenerator  # noqa: E402
-from engine.generation.events import sample_events, sample_meta_events  # noqa: E402
-from engine.generation.universe import load_universe  # noqa: E402
 from engine.loopback.server import LoopbackServer, constant  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
 

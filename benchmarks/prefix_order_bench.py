@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from engine.benchmark.datadir import published_book_dir  # noqa: E402
 from engine.config import Config  # noqa: E402
-from engine.datadir import published_book_dir  # noqa: E402
 from engine.requests import ChatRequest  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
 from providers.base import EndpointSpec  # noqa: E402

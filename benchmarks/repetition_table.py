@@ -17,8 +17,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.generation.events import GEOMETRIC_P  # noqa: E402
-from engine.generation.universe import N_UNIVERSE  # noqa: E402
+from engine.benchmark.generation.events import GEOMETRIC_P  # noqa: E402
+from engine.benchmark.generation.universe import N_UNIVERSE  # noqa: E402
 
 BINS = ("1", "2", "3-5", "6+")
 # The paper's values: (N_events, distribution) -> bin -> (mean, sd)

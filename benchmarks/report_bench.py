@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.evaluation.results import load_results, write_results  # noqa: E402
+from engine.benchmark.evaluation.results import load_results, write_results  # noqa: E402
 
 
 def tulving(cwd: Path, *args: str) -> subprocess.CompletedProcess:

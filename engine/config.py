@@ -131,7 +131,7 @@ DEFAULT_MODELS: dict[str, dict[str, Any]] = {
 def register_defaults(*, endpoints: Mapping[str, Mapping[str, Any]] | None = None,
                       models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Add default endpoints and aliases from a higher layer (the benchmark's
-    built-in models, engine/builtin): configs loaded afterwards include them."""
+    built-in models, engine/benchmark/builtin): configs loaded afterwards include them."""
     DEFAULT_ENDPOINTS.update({name: dict(table) for name, table in (endpoints or {}).items()})
     DEFAULT_MODELS.update({name: dict(table) for name, table in (models or {}).items()})
 

@@ -17,7 +17,7 @@ REGISTRY: dict[str, str] = {
 
 def register_kind(kind: str, target: str) -> None:
     """Add an endpoint kind served by `target` ("module:Class", imported when
-    first used). Higher layers register their own kinds (engine/builtin)."""
+    first used). Higher layers register their own kinds (engine/benchmark/builtin)."""
     REGISTRY[kind] = target
 
 

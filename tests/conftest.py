@@ -3,8 +3,8 @@ question sets, loaded once per test session (loading re-runs the exact checks
 on every chapter; building questions takes a second). Tests only read them."""
 import pytest
 
-from engine.evaluation.questions import build_questions
-from engine.generation import load_book
+from engine.benchmark.evaluation.questions import build_questions
+from engine.benchmark.generation import load_book
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.evaluation.results import load_results, write_results
+from engine.benchmark.evaluation.results import load_results, write_results
 from tests.test_run_cli import env
 
 EVIL_MODEL = "evil|<b>$\\frac$model</b>"  # markup, a pipe, and TeX that matplotlib must not parse

@@ -11,10 +11,10 @@ import math
 import numpy as np
 import pytest
 
+from engine.benchmark.evaluation import answers as A
+from engine.benchmark.evaluation import rag
 from engine.config import Config
 from engine.errors import TulvingError
-from engine.evaluation import answers as A
-from engine.evaluation import rag
 from engine.loopback.server import LoopbackServer, hashed_embedding
 from engine.scheduler import Engine
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
-from engine.evaluation.results import RESULTS_VERSION
+from engine.benchmark.evaluation.results import RESULTS_VERSION
+from engine.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -210,7 +210,7 @@ def test_no_command_prints_the_usage_and_exits_non_zero(capsys):
 # -- files the CLI reads ----------------------------------------------------------------------
 
 def _book(tmp_path: Path, short_book) -> Path:
-    from engine.generation.bookdir import write_book_dir
+    from engine.benchmark.generation.bookdir import write_book_dir
 
     folder = tmp_path / "book"
     write_book_dir(folder, text=short_book.text, chapters=short_book.chapters, events=short_book.events,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from engine.batch_dispatch import SIZE_MARGIN
+from engine.benchmark.evaluation.results import load_results
 from engine.config import Config
-from engine.evaluation.results import load_results
 from engine.loopback.batches import BatchKnobs
 from engine.loopback.server import LoopbackServer
 from engine.requests import ChatRequest

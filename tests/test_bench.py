@@ -1,4 +1,4 @@
-"""`tulving bench`: the figures on constructed outcomes (engine/latency/metrics.py),
+"""`tulving bench`: the figures on constructed outcomes (engine/benchmark/latency/metrics.py),
 the arrival schedules (load.py), the client's lag probe (runner.py), and the
 real command as a subprocess against the loopback server run as its own
 process with known latency distributions (`python -m engine.loopback
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from engine.latency.load import Arrival, LoadPoint, parse_arrival, parse_rate, parse_sweep, points, schedule
-from engine.latency.metrics import (
+from engine.benchmark.latency.load import Arrival, LoadPoint, parse_arrival, parse_rate, parse_sweep, points, schedule
+from engine.benchmark.latency.metrics import (
     RequestRecord,
     distribution,
     meets,
@@ -31,7 +31,7 @@ from engine.latency.metrics import (
     record,
     summarize,
 )
-from engine.latency.runner import LagProbe
+from engine.benchmark.latency.runner import LagProbe
 from engine.loopback.server import lognormal, uniform
 from engine.requests import ChatRequest, Outcome
 from providers.base import TIMEOUT, ChatResult, ProviderError, StreamTimings, TulvingError

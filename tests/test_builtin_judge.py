@@ -6,11 +6,11 @@ from collections import defaultdict
 
 import pytest
 
-from engine.builtin.judge import extract_items, find_dates, is_negative, judge, normalise, respond
+from engine.benchmark.builtin.judge import extract_items, find_dates, is_negative, judge, normalise, respond
+from engine.benchmark.evaluation.judge import chrono_judge_request, judge_request
+from engine.benchmark.evaluation.judge_parse import JudgeReplyError, parse_chrono_reply, parse_judge_reply
+from engine.benchmark.evaluation.scores import chrono_match, distinct, lenient_f1
 from engine.config import Config
-from engine.evaluation.judge import chrono_judge_request, judge_request
-from engine.evaluation.judge_parse import JudgeReplyError, parse_chrono_reply, parse_judge_reply
-from engine.evaluation.scores import chrono_match, distinct, lenient_f1
 from engine.scheduler import Engine
 
 

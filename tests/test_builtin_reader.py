@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from engine.builtin import reader as builtin_reader
-from engine.builtin.reader import NO_MATCH, parse_question, respond
-from engine.datadir import published_book_dir
-from engine.evaluation.answers import in_context_prompt, messages, rag_prompt
-from engine.evaluation.rag import paragraph_chunks
-from engine.evaluation.templates import TEMPLATES
+from engine.benchmark.builtin import reader as builtin_reader
+from engine.benchmark.builtin.reader import NO_MATCH, parse_question, respond
+from engine.benchmark.datadir import published_book_dir
+from engine.benchmark.evaluation.answers import in_context_prompt, messages, rag_prompt
+from engine.benchmark.evaluation.rag import paragraph_chunks
+from engine.benchmark.evaluation.templates import TEMPLATES
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_reads_only_the_retrieved_chunks(long_book):
 
 
 def test_finetuned_prompt_without_context_knows_nothing():
-    from engine.evaluation.answers import finetuned_prompt
+    from engine.benchmark.evaluation.answers import finetuned_prompt
 
     question = TEMPLATES[6].fill("", "", "Ezra Edwards", "")[0]
     assert ask(finetuned_prompt(question)) == NO_MATCH

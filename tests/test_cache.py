@@ -17,7 +17,7 @@ from cache import admin
 from cache.chunks import split_text
 from cache.keys import canonical_bytes, request_key
 from cache.store import CacheError, ResponseCache
-from engine.commands import cache as command
+from engine.cli import cache as command
 from engine.config import Config
 from engine.errors import TulvingError
 from engine.requests import ChatRequest, EmbedRequest

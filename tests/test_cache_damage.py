@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
+from engine.cli.main import main
 
 RUN = ["run", "--models", "builtin:reader", "--sample", "6"]
 

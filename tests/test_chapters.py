@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine.builtin import writer as builtin_writer
+from engine.benchmark.builtin import writer as builtin_writer
+from engine.benchmark.generation.chapters import ChapterGenerator
+from engine.benchmark.generation.checks import exact_check, parse_llm_check
+from engine.benchmark.generation.events import sample_events, sample_meta_events
+from engine.benchmark.generation.prompts import CHECKER_SYSTEM_PROMPT, chapter_messages, verification_messages
+from engine.benchmark.generation.stats import iteration_table
+from engine.benchmark.generation.universe import load_universe
 from engine.config import Config
-from engine.generation.chapters import ChapterGenerator
-from engine.generation.checks import exact_check, parse_llm_check
-from engine.generation.events import sample_events, sample_meta_events
-from engine.generation.prompts import CHECKER_SYSTEM_PROMPT, chapter_messages, verification_messages
-from engine.generation.stats import iteration_table
-from engine.generation.universe import load_universe
 from engine.loopback.server import LoopbackServer
 from engine.scheduler import Engine
 
@@ -251,8 +251,8 @@ async def test_a_larger_book_reuses_the_smaller_books_chapters(tmp_path, univers
 
 
 async def test_realism_rating_through_the_engine(tmp_path):
-    from engine.generation import load_book
-    from engine.generation.derived import parse_realism, rate_realism
+    from engine.benchmark.generation import load_book
+    from engine.benchmark.generation.derived import parse_realism, rate_realism
 
     book = load_book("synaptic-echoes-short")
     async with Engine(_config(), cache_path=str(tmp_path / "c.sqlite")) as engine:
@@ -264,7 +264,7 @@ async def test_realism_rating_through_the_engine(tmp_path):
 
 
 async def test_a_refused_key_stops_generation_with_one_clear_error(tmp_path, universe, events, monkeypatch):
-    from engine.generation.chapters import GenerationError
+    from engine.benchmark.generation.chapters import GenerationError
 
     monkeypatch.setenv("TULVING_TEST_KEY", "sk-wrong-key-123")
     async with LoopbackServer(api_keys=["sk-right"]) as server:

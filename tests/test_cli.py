@@ -12,7 +12,7 @@ from pathlib import Path
 
 import trustme
 
-from engine.commands.common import dry_run_report, open_engine
+from engine.cli.common import dry_run_report, open_engine
 from engine.config import Config
 from engine.loopback.server import LoopbackServer
 from engine.requests import ChatRequest

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from engine.evaluation.results import load_results, write_results
+from engine.benchmark.evaluation.results import load_results, write_results
 from tests.report_runs import offline_run, renamed_run, tulving
 
 OTHER_JUDGE = "other-judge"

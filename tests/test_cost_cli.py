@@ -77,8 +77,8 @@ def estimate_rows(stdout: str) -> dict[tuple[str, str], list[str]]:
 
 
 async def test_dry_run_prints_calls_tokens_and_dollars_by_model_and_role(tmp_path, short_book, short_questions):
-    from engine.evaluation import answers as A
-    from engine.evaluation.pipeline import sample_questions
+    from engine.benchmark.evaluation import answers as A
+    from engine.benchmark.evaluation.pipeline import sample_questions
     from engine.tokens import count_tokens
 
     async with LoopbackServer(latency=constant(0.02)) as server:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.benchmark.evaluation import answers as A
 from engine.budget import Budget, worst_case
 from engine.config import Config, ConfigError, ModelAlias
-from engine.evaluation import answers as A
 from engine.loopback.server import LoopbackServer, cheap_tokens, constant
 from engine.requests import ChatRequest
 from engine.scheduler import Engine

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from engine.generation.checks import exact_check
+from engine.benchmark.generation.checks import exact_check
 
 
 def _reference_keeps(candidate: str, chapter: dict) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engine.builtin.provider import BuiltinProvider
+from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config, ModelAlias
 from engine.dispatch import TRIAL_REPLIES, EndpointState
 from engine.requests import ChatRequest

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluation.answers import SYSTEM_PROMPT, finetuned_prompt, finetuning_system_prompt
-from engine.evaluation.finetune import training_examples
-from engine.evaluation.judge import (
+from engine.benchmark.evaluation.answers import SYSTEM_PROMPT, finetuned_prompt, finetuning_system_prompt
+from engine.benchmark.evaluation.finetune import training_examples
+from engine.benchmark.evaluation.judge import (
     CHRONO_SYSTEM_PROMPT,
     JUDGE_SYSTEM_PROMPT,
     chrono_judge_request,
     judge_prompt,
     judge_request,
 )
-from engine.generation.events import sample_events, sample_meta_events
-from engine.generation.prompts import chapter_user_prompt, verification_messages
-from engine.generation.universe import load_universe
+from engine.benchmark.generation.events import sample_events, sample_meta_events
+from engine.benchmark.generation.prompts import chapter_user_prompt, verification_messages
+from engine.benchmark.generation.universe import load_universe
 
 FIXTURES = Path(__file__).parent / "data" / "fidelity"
 CASES = json.loads((FIXTURES / "cases.json").read_text(encoding="utf-8"))

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from engine.benchmark.evaluation.results import RESULTS_VERSION, ResultRecord, load_results, write_results
 from engine.errors import TulvingError
-from engine.evaluation.results import RESULTS_VERSION, ResultRecord, load_results, write_results
 
 
 def test_results_of_another_version_are_refused(tmp_path):
@@ -25,7 +25,7 @@ def test_results_of_another_version_are_refused(tmp_path):
 def test_report_says_undefined_not_zero():
     """No considered chronological question: Order and the score are null
     in scores.json (shown as "-"), not 0; bin means are the scores' own."""
-    from engine.evaluation.report import summarize_run
+    from engine.benchmark.evaluation.report import summarize_run
 
     records = [ResultRecord(q_idx=i, question="q?", get="latest", bin="2", f1=f) for i, f in enumerate([0.9, 0.8])]
     records += [ResultRecord(q_idx=9, question="q?", get="all", bin="1", f1=f) for f in (0.9, 0.8, 0.7, 0.1)]
@@ -40,10 +40,10 @@ async def test_pipeline_keeps_full_precision_and_distinct_chronology(tmp_path, l
     """Through the real pipeline (built-in reader and judge): F1 and tau are
     stored unrounded, and the chronological questions whose ground truth
     repeats an item are judged on the distinct items."""
+    from engine.benchmark.evaluation import answers as A
+    from engine.benchmark.evaluation import pipeline
+    from engine.benchmark.evaluation.scores import chrono_match, distinct, kendall_tau, lenient_f1
     from engine.config import Config
-    from engine.evaluation import answers as A
-    from engine.evaluation import pipeline
-    from engine.evaluation.scores import chrono_match, distinct, kendall_tau, lenient_f1
     from engine.scheduler import Engine
 
     questions = [q for q in long_questions if q.get == "chronological"

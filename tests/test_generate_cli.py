@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.builtin import writer as builtin_writer
-from engine.cli import main
-from engine.datadir import published_book_dir
-from engine.generation import load_book
+from engine.benchmark.builtin import writer as builtin_writer
+from engine.benchmark.datadir import published_book_dir
+from engine.benchmark.generation import load_book
+from engine.cli.main import main
 from engine.loopback.server import LoopbackServer, constant
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -68,7 +68,7 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
 def test_the_wheel_carries_code_and_data_and_nothing_comes_from_the_checkout(installed):
     tulving, work = installed
     python = tulving.parent / "python"
-    probe = _run([str(python), "-c", "import engine, providers, cache, engine.datadir as d; "
+    probe = _run([str(python), "-c", "import engine, providers, cache, engine.benchmark.datadir as d; "
                                      "print(engine.__file__); print(cache.__file__); print(d.data_dir())"],
                  cwd=work, env=_clean_env())
     assert probe.returncode == 0, probe.stderr

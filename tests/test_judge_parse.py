@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluation.judge import (
+from engine.benchmark.evaluation.judge import (
     CHRONO_SYSTEM_PROMPT,
     JUDGE_SYSTEM_PROMPT,
     chrono_judge_request,
@@ -16,8 +16,8 @@ from engine.evaluation.judge import (
     judge_prompt,
     judge_request,
 )
-from engine.evaluation.judge_parse import JudgeReplyError, JudgeVerdict, parse_chrono_reply, parse_judge_reply
-from engine.evaluation.questions import Question
+from engine.benchmark.evaluation.judge_parse import JudgeReplyError, JudgeVerdict, parse_chrono_reply, parse_judge_reply
+from engine.benchmark.evaluation.questions import Question
 
 CLEAN = """{
     "identified_items_in_AI_answer": ["Central Park", "High Line"],
@@ -153,7 +153,7 @@ def test_empty_prediction_list():
     assert parse_chrono_reply('{"groundtruth_indexes": [0, 1], "predicted_indexes": []}', 0, 2) == []
 
 
-# -- the prompts the replies answer (engine/evaluation/judge.py) -------------------------------
+# -- the prompts the replies answer (engine/benchmark/evaluation/judge.py) -------------------------------
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper" / "episodic-memory-benchmark.tex"
 needs_paper = pytest.mark.skipif(not PAPER.exists(), reason=f"{PAPER} is absent (a clone without shared/ beside it): the paper's listings cannot be read")
 

@@ -19,20 +19,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("engine", "providers", "cache")
 
-# (layer, groups); a group is a list of module prefixes.
+# The layers are the folders, lowest first: (layer, groups), a group being
+# one folder (a module prefix). A module belongs to the longest prefix it
+# starts with, so `engine` is the engine core: the modules at the top of
+# engine/, every subfolder of engine/ being a layer of its own. This list is
+# the only place the layers are written; docs/architecture.md shows it.
 LAYERS: list[tuple[str, list[list[str]]]] = [
     ("shared types", [["providers.base"]]),
     ("providers, cache", [["providers"], ["cache"]]),
-    ("engine core", [["engine.errors", "engine.requests", "engine.tokens", "engine.config", "engine.resolve", "engine.budget",
-                      "engine.limiter", "engine.retry", "engine.dispatch", "engine.batch_dispatch",
-                      "engine.scheduler", "engine.progress",
-                      "engine.gc_tuning", "engine.warmup", "engine.spending", "engine.estimate"]]),
+    ("engine core", [["engine"]]),
     ("development server", [["engine.loopback"]]),
-    ("benchmark", [["engine.datadir", "engine.builtin", "engine.generation", "engine.evaluation", "engine.latency"]]),
-    ("command line", [["engine.commands", "engine.cli", "engine.__main__"], ]),
+    ("benchmark", [["engine.benchmark"]]),
+    ("command line", [["engine.cli"]]),
     ("entry point", [["tulving_bench"]]),
 ]
-UNLAYERED = {"engine", "providers", "cache"}  # the packages' own __init__ (docstrings, __version__)
 
 
 def module_files() -> dict[str, Path]:
@@ -149,7 +149,7 @@ def cycles(edges: list[tuple[str, str, bool]]) -> list[list[str]]:
 
 
 def test_every_module_has_a_layer():
-    unplaced = [m for m in module_files() if layer_of(m) is None and m not in UNLAYERED]
+    unplaced = [m for m in module_files() if layer_of(m) is None]
     assert not unplaced, f"modules in no layer of tests/test_layers.py: {unplaced}"
 
 

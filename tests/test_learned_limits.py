@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from engine.builtin.provider import BuiltinProvider
+from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config
 from engine.dispatch import TRIAL_REPLIES, EndpointState, Job
 from engine.limiter import EndpointLimits, LeakyBucket, learned_window

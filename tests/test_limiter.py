@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.builtin.provider import BuiltinProvider
+from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.dispatch import INFERRED_DOUBLING, RECOVERY_SECONDS, EndpointState
 from engine.limiter import EndpointLimits, LeakyBucket
 from engine.retry import RetryPolicy

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.benchmark.evaluation.questions import write_questions
+from engine.benchmark.evaluation.results import load_results
 from engine.config import Config
 from engine.errors import EXIT_INCOMPLETE
-from engine.evaluation.questions import write_questions
-from engine.evaluation.results import load_results
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from providers.base import CONNECTION, CRASHED

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.datadir import DataError, data_dir, published_book_dir
-from engine.generation.bookdir import read_book_dir
-from engine.generation.published import PUBLISHED, first_events, load_book
-from engine.generation.universe import PUBLISHED_UNIVERSES, UniverseError, load_universe_spec
+from engine.benchmark.datadir import DataError, data_dir, published_book_dir
+from engine.benchmark.generation.bookdir import read_book_dir
+from engine.benchmark.generation.published import PUBLISHED, first_events, load_book
+from engine.benchmark.generation.universe import PUBLISHED_UNIVERSES, UniverseError, load_universe_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

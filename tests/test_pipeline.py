@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from engine.builtin import judge as builtin_judge
+from engine.benchmark.builtin import judge as builtin_judge
+from engine.benchmark.evaluation import answers as A
+from engine.benchmark.evaluation import pipeline
+from engine.benchmark.evaluation.judge import judge_request
+from engine.benchmark.evaluation.questions import build_questions
+from engine.benchmark.evaluation.report import summarize
 from engine.config import Config
 from engine.errors import TulvingError
-from engine.evaluation import answers as A
-from engine.evaluation import pipeline
-from engine.evaluation.judge import judge_request
-from engine.evaluation.questions import build_questions
-from engine.evaluation.report import summarize
 from engine.loopback.server import LoopbackServer
 from engine.scheduler import Engine
 

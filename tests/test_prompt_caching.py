@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from engine.benchmark.evaluation import answers as A
 from engine.config import Config
-from engine.evaluation import answers as A
 from engine.loopback.server import LoopbackServer, cheap_tokens, constant
 from engine.requests import ChatRequest
 from engine.scheduler import Engine

@@ -8,15 +8,15 @@ import shutil
 
 import pytest
 
-from engine.datadir import published_book_dir
-from engine.generation import BookError, load_book
-from engine.generation.assemble import build_book
-from engine.generation.bookdir import write_book_dir
-from engine.generation.checks import exact_check
-from engine.generation.derived import chronological_book, story_date
-from engine.generation.secondary import secondary_names
-from engine.generation.stats import compute_stats
-from engine.generation.universe import load_universe_spec
+from engine.benchmark.datadir import published_book_dir
+from engine.benchmark.generation import BookError, load_book
+from engine.benchmark.generation.assemble import build_book
+from engine.benchmark.generation.bookdir import write_book_dir
+from engine.benchmark.generation.checks import exact_check
+from engine.benchmark.generation.derived import chronological_book, story_date
+from engine.benchmark.generation.secondary import secondary_names
+from engine.benchmark.generation.stats import compute_stats
+from engine.benchmark.generation.universe import load_universe_spec
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +168,7 @@ def test_writing_the_published_book_gives_identical_files(tmp_path, long_book):
 def test_statistics_are_saved_with_the_positions_plot(tmp_path, long_book):
     """`tulving book stats` writes stats.json and the paper's position plot
     (matplotlib comes with the `plots` extra the README installs)."""
-    from engine.generation.stats import write_stats
+    from engine.benchmark.generation.stats import write_stats
 
     stats, text = write_stats(long_book, tmp_path)
     saved = json.loads((tmp_path / "stats.json").read_text())

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.datadir import published_book_dir
-from engine.errors import TulvingError
-from engine.evaluation.questions import (
+from engine.benchmark.datadir import published_book_dir
+from engine.benchmark.evaluation.questions import (
     BINS,
     Question,
     QuestionsError,
@@ -21,7 +20,8 @@ from engine.evaluation.questions import (
     single_event_questions,
     write_questions,
 )
-from engine.evaluation.templates import TEMPLATES, cue_parts
+from engine.benchmark.evaluation.templates import TEMPLATES, cue_parts
+from engine.errors import TulvingError
 
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "paper" / "episodic-memory-benchmark.tex"
 needs_paper = pytest.mark.skipif(not PAPER.exists(), reason=f"{PAPER} is absent (a clone without shared/ beside it): the paper's listings cannot be read")
@@ -207,7 +207,7 @@ def test_single_event_questions_are_the_published_training_set(long_book, short_
 
 
 def test_small_and_broken_books(long_book):
-    from engine.generation.bookdir import Book
+    from engine.benchmark.generation.bookdir import Book
 
     first = long_book.chapters[0]
     one = Book(name="one", text=long_book.text.split("\n\n\n")[0], chapters=[first], events=long_book.events[:1],

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from engine.evaluation.html_report import esc
-from engine.evaluation.tables import md_cell
+from engine.benchmark.evaluation.html_report import esc
+from engine.benchmark.evaluation.tables import md_cell
 from tests.report_runs import (
     EVIL_JUDGE_FAILURES,
     EVIL_MODEL,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.evaluation.questions import single_event_questions, write_questions
-from engine.evaluation.results import load_results
-from engine.generation.published import load_book
+from engine.benchmark.evaluation.questions import single_event_questions, write_questions
+from engine.benchmark.evaluation.results import load_results
+from engine.benchmark.generation.published import load_book
 from engine.loopback.server import LoopbackServer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from engine.datadir import data_dir
-from engine.evaluation.scores import (
+from engine.benchmark.datadir import data_dir
+from engine.benchmark.evaluation.scores import (
     agreement,
     bin_mean,
     chrono_match,

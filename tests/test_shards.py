@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from engine.benchmark.evaluation.pipeline import plan_jobs
+from engine.benchmark.evaluation.shard import parse_shard, shard_jobs
 from engine.errors import TulvingError
-from engine.evaluation.pipeline import plan_jobs
-from engine.evaluation.shard import parse_shard, shard_jobs
 from tests.report_runs import offline_run, tulving
 
 # Figures of one execution, not of the answers: they differ between any two runs.

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from engine.evaluation.statistics import (
+from engine.benchmark.evaluation.statistics import (
     average_ranks,
     format_ranking,
     holm,
@@ -61,8 +61,8 @@ def test_runs_must_share_questions():
 
 
 def test_report_ranks_full_runs_on_the_questions_all_of_them_scored():
-    from engine.evaluation.report import render_markdown, summarize
-    from engine.evaluation.results import ResultRecord
+    from engine.benchmark.evaluation.report import render_markdown, summarize
+    from engine.benchmark.evaluation.results import ResultRecord
 
     def records(model, f1s):
         return [ResultRecord(q_idx=i, question=f"q{i}", get="all", bin="1", model=model, mode="in-context",
@@ -80,7 +80,7 @@ def test_report_ranks_full_runs_on_the_questions_all_of_them_scored():
 
 
 def test_friedman_matches_scipy_and_needs_three_runs():
-    from engine.evaluation.statistics import friedman_p
+    from engine.benchmark.evaluation.statistics import friedman_p
 
     rng = np.random.default_rng(3)
     scores = {name: rng.uniform(0, 1, 40).tolist() for name in "abc"}
@@ -100,7 +100,7 @@ def test_wilcoxon_uses_pratt_for_ties():
 
 
 def test_paired_bootstrap_is_scipys_seeded_percentile_interval():
-    from engine.evaluation.statistics import paired_bootstrap
+    from engine.benchmark.evaluation.statistics import paired_bootstrap
 
     rng = np.random.default_rng(5)
     a = rng.uniform(0, 1, 60)

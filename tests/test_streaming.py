@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-import engine.builtin  # noqa: F401 -- registers the builtin endpoint and models
+import engine.benchmark.builtin  # noqa: F401 -- registers the builtin endpoint and models
 from engine.config import Config, ConfigError
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.requests import ChatRequest

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.datadir import published_book_dir, universe_path
+from engine.benchmark.datadir import published_book_dir, universe_path
+from engine.benchmark.generation.events import EventsError, _draw_indices, sample_events, sample_meta_events
+from engine.benchmark.generation.universe import UniverseError, build_universe, load_universe, load_universe_spec
 from engine.errors import TulvingError
-from engine.generation.events import EventsError, _draw_indices, sample_events, sample_meta_events
-from engine.generation.universe import UniverseError, build_universe, load_universe, load_universe_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import repetition_table  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).parent
-# the published data as the package ships it (engine/data; equal to ../shared/data, tested)
+# the published data as the package ships it (engine/benchmark/data; equal to ../shared/data, tested)
 DATA = Path(__file__).resolve().parents[3] / "engine" / "data"
 
 

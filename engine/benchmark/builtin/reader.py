@@ -1,0 +1,331 @@
+"""builtin:reader -- a lexical baseline, not a language model.
+
+It answers a benchmark question from the context it is given (the whole book
+in-context, or the retrieved chunks in RAG modes) by string matching only, and
+so measures how much of the benchmark a lexical shortcut solves:
+
+1. Parse the question against the 36 templates: which cue fields are fixed
+   (date, location, entity, content) and their values, which trace is asked,
+   and whether all / the latest / the chronological list is wanted.
+2. Split the context into events (chapters; retrieved paragraphs are grouped
+   by their "Chapter k" label) and keep those mentioning every cue value
+   (case-insensitive; a content matches when each of its words does).
+3. Extract the trace from each kept event, lexically: dates by the universe's
+   date format ("May 07, 2024"); places and people among the capitalised
+   phrases (places: after "at", "in", ...; the protagonist: the person named
+   most often by first name alone -- secondary characters are always written
+   in full); event contents as the most repeated word pair of the event.
+   It knows no universe list.
+4. Order by date for latest / chronological, and answer "a, b, and c", the
+   event text for full-detail questions, or that no event matches.
+
+Its reply depends only on the messages, so it caches like any model's.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from engine.benchmark.evaluation.templates import TEMPLATES, Template
+
+NO_MATCH = "No event in the text matches this question."
+
+_MONTHS = ("January|February|March|April|May|June|July|August|September|October|November|December")
+DATE = re.compile(rf"\b(?:{_MONTHS}) \d{{1,2}}, \d{{4}}\b")
+_CHAPTER_HEAD = re.compile(r"^Chapter (\d+)(?:, Paragraph (\d+))?\s*$", re.M)
+
+# Words that start a capitalised run without being part of a name.
+_FUNCTION = frozenset("""a an the at in on of to from for and but or nor as when while with within without
+by near into onto inside outside across around through toward towards after before during beneath under
+above over beside between beyond his her their its my our your this that these those he she they it we i
+you there here then now yet still even just once suddenly meanwhile later soon finally despite amid among
+against along behind upon every each all some no not what who whom whose which where why how if though
+although because since unless until""".split())
+_PLACE_PREPOSITIONS = frozenset("at on in inside near outside within across around through toward towards "
+                                "into onto from to beneath under above beyond".split())
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_MONTH_WORDS = frozenset(m.lower() for m in _MONTHS.split("|"))
+_STOP = _FUNCTION | frozenset("""was were is are be been being had has have do did does would could should
+might must can will shall may one two three more most much many very like than so such own other another
+same new old first last only also into about against himself herself themselves itself air eyes hands
+face voice room moment time way something nothing everything anyone someone everyone""".split())
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z'’\-]*")
+_CAPITALISED_RUN = re.compile(r"[A-Z][A-Za-z'’\-.]*(?:\s+(?:(?:of|the|de|du|la|on|at|in)\s+)*[A-Z][A-Za-z'’\-.]*)*")
+
+
+# -- question ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuestion:
+    cue: dict[str, str]    # "date" | "location" | "entity" | "content" -> value
+    trace: str             # a retrieval type of engine/benchmark/evaluation/templates.py
+    get: str               # all | latest | chronological
+
+
+@lru_cache(maxsize=1)
+def _template_patterns() -> list[tuple[re.Pattern[str], Template]]:
+    patterns = []
+    for template in TEMPLATES:
+        regex = re.escape(template.text)
+        for slot in ("t", "s", "ent", "c"):
+            regex = regex.replace(re.escape("{" + slot + "}"), f"(?P<{slot}>.+?)", 1)
+        patterns.append((re.compile(rf"^{regex}$", re.S), template))
+    return patterns
+
+
+_SLOT_FIELD = {"t": "date", "s": "location", "ent": "entity", "c": "content"}
+
+
+def parse_question(question: str) -> ParsedQuestion | None:
+    question = question.strip()
+    best = None
+    for pattern, template in _template_patterns():
+        match = pattern.match(question)
+        # Several templates can match ("involving {ent} on {t}" also matches
+        # "involving both {ent} and {c} on {t}"): the most specific one wins.
+        if match and (best is None or len(match.groupdict()) > len(best[0].groupdict())):
+            best = (match, template)
+    if best is None:
+        return None
+    match, template = best
+    cue = {_SLOT_FIELD[k]: v for k, v in match.groupdict().items()}
+    return ParsedQuestion(cue=cue, trace=template.retrieval_type, get=template.get)
+
+
+# -- context ----------------------------------------------------------------------
+
+def split_prompt(prompt: str) -> tuple[str | None, str]:
+    """(context, question) from an answering prompt of engine/benchmark/evaluation/answers.py."""
+    for start in ("## The Text to Memorize:\n\n", "## Retrieved Relevant Chunks from the Book:\n\n"):
+        head, sep, rest = prompt.partition(start)
+        if sep:
+            context, _, tail = rest.rpartition("\n\n## Question:\n\n")
+            question = tail.split("\n\nPlease answer the question", 1)[0]
+            return context, question
+    _, sep, question = prompt.rpartition("Question:")
+    return None, (question if sep else prompt).strip()
+
+
+@dataclass(slots=True)
+class Event:
+    chapter: int
+    text: str
+
+
+def split_events(context: str) -> list[Event]:
+    """Chapters of the context; retrieved paragraphs grouped by their chapter."""
+    if '"""' in context:
+        pieces = [p.strip() for p in re.split(r'\n?"""\n?', context) if p.strip()]
+    else:
+        pieces = [p.strip() for p in context.split("\n\n\n") if p.strip()]
+    grouped: dict[int, list[str]] = {}
+    for n, piece in enumerate(pieces):
+        head = _CHAPTER_HEAD.match(piece.split("\n", 1)[0])
+        chapter = int(head.group(1)) if head else -(n + 1)
+        body = piece.split("\n", 1)[1].strip() if head and "\n" in piece else piece
+        grouped.setdefault(chapter, []).append(body)
+    return [Event(chapter=k, text="\n\n".join(parts)) for k, parts in grouped.items()]
+
+
+# -- matching and extraction ----------------------------------------------------
+
+def _content_matches(content: str, text_lower: str) -> bool:
+    if content.lower() in text_lower:
+        return True
+    words = [w.lower() for w in _WORD.findall(content) if len(w) >= 3]
+    if not words:
+        return False
+    present = set(w.lower() for w in _WORD.findall(text_lower))
+    return all(any(p.startswith(w[:max(4, len(w) - 2)]) for p in present) for w in words)
+
+
+def matches(event: Event, cue: Mapping[str, str]) -> bool:
+    lower = event.text.lower()
+    for field, value in cue.items():
+        if field == "content":
+            if not _content_matches(value, lower):
+                return False
+        elif value.lower() not in lower:
+            return False
+    return True
+
+
+def dates(text: str) -> list[str]:
+    return DATE.findall(text)
+
+
+def _date_value(text: str) -> datetime | None:
+    found = dates(text)
+    if not found:
+        return None
+    try:
+        return datetime.strptime(found[0], "%B %d, %Y")
+    except ValueError:
+        return None
+
+
+def _runs(text: str) -> list[tuple[str, str]]:
+    """Capitalised phrases with the word before each: (phrase, preceding word)."""
+    out = []
+    for m in _CAPITALISED_RUN.finditer(text):
+        words = m.group(0).rstrip(".").split()
+        before = text[max(0, m.start() - 40):m.start()].split()
+        prev = before[-1].lower().strip(",;:") if before else ""
+        if prev == "the" and len(before) > 1:  # "at the High Line": the preposition counts
+            prev = "the " + before[-2].lower().strip(",;:")
+        # Drop capitalised function words at the front ("At Bethpage ...").
+        while words and words[0].lower() in _FUNCTION:
+            prev = words.pop(0).lower()
+        while words and words[-1].lower() in _FUNCTION:
+            words.pop()
+        if words:
+            out.append((" ".join(words), prev))
+    return out
+
+
+def _clean(phrase: str) -> str:
+    return re.sub(r"['’]s$", "", phrase).strip(" ,.;:")
+
+
+def _is_calendar(phrase: str) -> bool:
+    first = phrase.split()[0].lower()
+    return first in _MONTH_WORDS or first in _WEEKDAYS or bool(DATE.search(phrase))
+
+
+def people(text: str) -> list[str]:
+    """Two- or three-word capitalised names not placed after a place preposition,
+    in order of first appearance."""
+    found: dict[str, None] = {}
+    places = set(places_in(text))
+    for phrase, prev in _runs(text):
+        phrase = _clean(phrase)
+        words = phrase.split()
+        if not 2 <= len(words) <= 3 or _is_calendar(phrase) or phrase in places:
+            continue
+        if any(w.lower() in _STOP or not w[0].isupper() for w in words):
+            continue
+        if prev in _PLACE_PREPOSITIONS or prev.startswith("the"):  # people are never "the ..."
+            continue
+        found.setdefault(phrase, None)
+    return list(found)
+
+
+def places_in(text: str) -> list[str]:
+    """Capitalised phrases after a place preposition ("at", "in the", ...) or
+    "the", best first: after a preposition, then most frequent, then first seen."""
+    scores: Counter[str] = Counter()
+    first_seen: dict[str, int] = {}
+    for n, (phrase, prev) in enumerate(_runs(text)):
+        phrase = _clean(phrase)
+        if _is_calendar(phrase) or (len(phrase.split()) == 1 and phrase.lower() in _STOP):
+            continue
+        bare = prev.removeprefix("the ").removeprefix("the")
+        if prev in _PLACE_PREPOSITIONS or bare in _PLACE_PREPOSITIONS:
+            scores[phrase] += 10 if len(phrase.split()) > 1 else 3
+        elif prev.startswith("the"):
+            scores[phrase] += 2
+        else:
+            continue
+        first_seen.setdefault(phrase, n)
+    return sorted(scores, key=lambda p: (-scores[p], first_seen[p]))
+
+
+def protagonist(text: str, exclude: Sequence[str] = ()) -> str | None:
+    """The person most often named by first name alone (secondary characters are
+    always written in full); ties: the first named."""
+    candidates = [p for p in people(text) if p not in exclude]
+    if not candidates:
+        return None
+
+    def alone(name: str) -> int:
+        first, last = name.split()[0], name.split()[-1]
+        return len(re.findall(rf"\b{re.escape(first)}\b(?!\s+{re.escape(last)})", text))
+
+    return max(candidates, key=lambda p: (alone(p), -candidates.index(p)))
+
+
+def content_of(text: str) -> str | None:
+    """The most repeated pair of content words (e.g. "parkour workshop")."""
+    raw = _WORD.findall(text)
+    words = [w.lower() for w in raw]
+    pairs: Counter[tuple[str, str]] = Counter()
+    for (ra, a), (rb, b) in zip(zip(raw, words), zip(raw[1:], words[1:])):
+        if a in _STOP or b in _STOP or len(a) < 4 or len(b) < 4 or not (ra.islower() and rb.islower()) or "'" in a + b:
+            continue
+        pairs[(a, b)] += 1
+    if not pairs:
+        return None
+    singles = Counter(w for w in words if w not in _STOP)
+    best = max(pairs, key=lambda p: (pairs[p], singles[p[0]] + singles[p[1]]))
+    return " ".join(best).title()
+
+
+def extract(event: Event, parsed: ParsedQuestion) -> list[str]:
+    text = event.text
+    trace = parsed.trace
+    cue_entity = parsed.cue.get("entity")
+    not_people = [v for k, v in parsed.cue.items() if k in ("location", "content")]
+    if trace == "Times":
+        return dates(text)[:1]
+    if trace == "Spaces":
+        found = places_in(text)
+        return found[:1]
+    if trace == "Entities":
+        name = cue_entity or protagonist(text, exclude=not_people)
+        return [name] if name else []
+    if trace == "Other entities":
+        main = cue_entity or protagonist(text, exclude=not_people)
+        return [p for p in people(text) if p != main and p not in not_people
+                and (not main or p.split()[0] != main.split()[0])]
+    if trace == "Full event details":
+        return [text]
+    # Event contents
+    if parsed.cue.get("content"):
+        return [parsed.cue["content"]]
+    content = content_of(text)
+    return [content] if content else []
+
+
+def format_items(items: Sequence[str]) -> str:
+    if not items:
+        return NO_MATCH
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + f", and {items[-1]}"
+
+
+def answer(context: str | None, question: str) -> str:
+    parsed = parse_question(question)
+    if context is None or parsed is None:
+        return "I don't know." if parsed is None else NO_MATCH
+    events = [e for e in split_events(context) if matches(e, parsed.cue)]
+    if not events:
+        return NO_MATCH
+    if parsed.get in ("latest", "chronological"):
+        dated = [(d, n, e) for n, e in enumerate(events) if (d := _date_value(e.text)) is not None]
+        undated = [e for e in events if _date_value(e.text) is None]
+        events = [e for _, _, e in sorted(dated, key=lambda x: (x[0], x[1]))] + undated
+    per_event = [extract(e, parsed) for e in events]
+    if parsed.trace == "Full event details":
+        return "\n\n".join(items[0] for items in per_event if items) or NO_MATCH
+    if parsed.get == "latest":
+        for items in reversed(per_event):
+            if items:
+                return items[0]
+        return NO_MATCH
+    flat = [item for items in per_event for item in items]
+    if parsed.get == "all":
+        flat = list(dict.fromkeys(flat))
+    return format_items(flat)
+
+
+def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> str:
+    user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    context, question = split_prompt(user)
+    return answer(context, question)

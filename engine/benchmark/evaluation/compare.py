@@ -1,0 +1,134 @@
+"""`tulving compare RUN_A RUN_B`: is configuration A better than B, and by how much?
+
+The test is picked from what the two runs share:
+- the same questions (same book: the same q_idx and question text on both
+  sides) -> paired: Wilcoxon signed-rank (zero_method 'pratt', two-sided)
+  on the per-question F1, and a paired bootstrap confidence interval of the
+  mean difference B - A (number of resamples and seed stated), drawn as a
+  Gardner-Altman figure;
+- different questions (another book: ordered vs unordered, book A vs book B,
+  realistic vs not) -> unpaired: one-sided Mann-Whitney U, "A tends to score
+  higher than B" (the direction is the order given on the command line; the
+  reverse p-value is stated too), as the paper's ablations.
+
+Only the 'all' (simple recall) questions are compared by default (`get`);
+judge failures are left out on both sides (and, paired, the question with them).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.benchmark.evaluation import figures as F
+from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
+from engine.benchmark.evaluation.statistics import mann_whitney_greater, paired_bootstrap, wilcoxon_p
+from providers.base import TulvingError
+
+
+@dataclass(slots=True)
+class Comparison:
+    a: str
+    b: str
+    test: str                    # "paired" | "unpaired"
+    get: str
+    n_a: int
+    n_b: int
+    mean_a: float
+    mean_b: float
+    why: str
+    p_value: float               # paired: two-sided Wilcoxon; unpaired: one-sided MW, A > B
+    p_reverse: float | None = None       # unpaired: B > A
+    bootstrap: dict[str, Any] | None = None
+    figure: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        lines = [f"A: {self.a}  (n={self.n_a}, mean F1 {self.mean_a:.3f})",
+                 f"B: {self.b}  (n={self.n_b}, mean F1 {self.mean_b:.3f})",
+                 f"questions: '{self.get}'; test: {self.test} -- {self.why}"]
+        if self.test == "paired":
+            lines.append(f"Wilcoxon signed-rank (zero_method 'pratt', two-sided): p = {self.p_value:.3g}")
+            b = self.bootstrap or {}
+            lines.append(f"mean difference B - A = {b.get('mean_difference', 0):+.4f}, "
+                         f"{100 * b.get('confidence', 0.95):.0f}% CI [{b.get('ci_low', 0):+.4f}, "
+                         f"{b.get('ci_high', 0):+.4f}] (paired percentile bootstrap, "
+                         f"{b.get('n_resamples')} resamples, seed {b.get('seed')})")
+        else:
+            lines.append(f"Mann-Whitney U, one-sided, H1 'A scores higher than B': p = {self.p_value:.3g} "
+                         f"(reverse, 'B higher than A': p = {self.p_reverse:.3g})")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _pick(runset: RunSet, selector: str | None, side: str) -> RunKey:
+    keys = runset.keys
+    if selector:
+        chosen = [k for k in keys if selector in (f"{k.model}/{k.mode}", f"{k.model} / {k.mode}", k.model)]
+        if len(chosen) != 1:
+            raise TulvingError(f"--{side} {selector!r} matches {len(chosen)} of: "
+                               + ", ".join(runset.label(k) for k in keys))
+        return chosen[0]
+    if len(keys) != 1:
+        raise TulvingError(f"RUN_{side.upper()} holds {len(keys)} configurations: pick one with "
+                           f"--{side} MODEL/MODE (" + ", ".join(f"{k.model}/{k.mode}" for k in keys) + ")")
+    return keys[0]
+
+
+def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str | None = None,
+            b: str | None = None, get: str = "all", resamples: int = 10_000, seed: int = 0,
+            out: str | Path | None = None) -> Comparison:
+    set_a, set_b = load_runs(run_a), load_runs(run_b)
+    key_a, key_b = _pick(set_a, a, "a"), _pick(set_b, b, "b")
+    recs_a = [r for r in set_a.groups[key_a] if get == "any" or r.get == get]
+    recs_b = [r for r in set_b.groups[key_b] if get == "any" or r.get == get]
+    label_a = f"{key_a.model} / {key_a.mode} ({key_a.book}, judge {key_a.judge})"
+    label_b = f"{key_b.model} / {key_b.mode} ({key_b.book}, judge {key_b.judge})"
+    if not recs_a or not recs_b:
+        raise TulvingError(f"no '{get}' questions on one side")
+    qa = {r.q_idx: r.question for r in recs_a}
+    qb = {r.q_idx: r.question for r in recs_b}
+    notes = []
+    if key_a.judge != key_b.judge:
+        notes.append("the two sides were judged by different judges")
+    if key_a.book == key_b.book and qa == qb:
+        f1a = {r.q_idx: r.f1 for r in recs_a}
+        f1b = {r.q_idx: r.f1 for r in recs_b}
+        both = {q: (fa, fb) for q in qa if (fa := f1a[q]) is not None and (fb := f1b[q]) is not None}
+        common = sorted(both)
+        if len(common) < len(qa):
+            notes.append(f"{len(qa) - len(common)} question(s) with a judge failure on a side left out")
+        x = [float(both[q][0]) for q in common]
+        y = [float(both[q][1]) for q in common]
+        boot = paired_bootstrap(x, y, n_resamples=resamples, seed=seed)
+        result = Comparison(label_a, label_b, "paired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
+                            "the same questions on both sides", wilcoxon_p(x, y),
+                            bootstrap={k: v for k, v in asdict(boot).items() if k != "distribution"}, notes=notes)
+        if out is not None:
+            caption = (f"{boot.n_resamples} paired resamples, seed {boot.seed}; "
+                       f"{100 * boot.confidence:.0f}% CI [{boot.ci_low:+.4f}, {boot.ci_high:+.4f}]")
+            fig = F.bootstrap_differences(Path(out) / "figures", x, y, boot.distribution,
+                                          (boot.ci_low, boot.ci_high), ("A: " + key_a.model + " / " + key_a.mode,
+                                                                        "B: " + key_b.model + " / " + key_b.mode),
+                                          caption)
+            result.figure = f"figures/{fig.name}.png"
+    else:
+        x = [float(r.f1) for r in recs_a if r.f1 is not None]
+        y = [float(r.f1) for r in recs_b if r.f1 is not None]
+        why = "different books" if key_a.book != key_b.book else "different question sets"
+        result = Comparison(label_a, label_b, "unpaired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
+                            why + ": the questions cannot be paired", mann_whitney_greater(x, y),
+                            p_reverse=mann_whitney_greater(y, x), notes=notes)
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "compare.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
+        md = "# Comparison\n\n```\n" + result.text() + "\n```\n"
+        if result.figure:
+            md += f"\n![paired bootstrap]({result.figure})\n"
+        (folder / "compare.md").write_text(md)
+    return result

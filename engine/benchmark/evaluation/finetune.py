@@ -1,0 +1,94 @@
+"""`tulving finetune`: the fine-tuning data of a book, and an OpenAI job on it.
+
+Training data (protocol.md, Answers; paper, appendix "Selection of the
+fine-tuning questions"): one chat example per single-event question (a cue
+matching exactly one chapter), `{"messages": [system, user, assistant]}`,
+with the reference's strings (benchmark_generation_wrapper.py): the system
+turn names the book ('You are an expert in memory tests regarding the
+fictional book "<title>".'), the user turn is exactly the prompt the
+`finetuned` memory mode sends (engine/benchmark/evaluation/answers.py, literal "/n/n "
+included) and the assistant turn lists the ground-truth items ("a, b, and
+c"), or is the chapter text for full-detail questions.
+
+The job goes through the OpenAI fine-tuning API (providers/openai_finetune.py,
+official SDK); the resulting model id is recorded in a JSON file, with the
+config snippet that declares it as a model alias for `--modes finetuned`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from engine.benchmark.evaluation.answers import book_title, finetuned_prompt, finetuning_system_prompt
+from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.templates import FULL_DETAILS
+from engine.benchmark.generation.bookdir import Book
+from engine.config import Config, ModelAlias
+from providers.base import TulvingError
+from providers.openai_finetune import submit_finetune
+
+
+def format_items(items: list[str]) -> str:
+    """"a", "a, and b", "a, b, and c" -- as the published training answers."""
+    if not items:
+        return ""
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + f", and {items[-1]}"
+
+
+def training_examples(book: Book, questions: Iterable[Question]) -> list[dict[str, Any]]:
+    title = book_title(book)
+    system = finetuning_system_prompt(title)
+    examples = []
+    for q in questions:
+        if q.retrieval_type == FULL_DETAILS:
+            answer = book.chapter_texts[q.chapters[0] - 1]
+        else:
+            answer = format_items(list(q.correct_answer))
+        examples.append({"messages": [{"role": "system", "content": system},
+                                      {"role": "user", "content": finetuned_prompt(q.question, title)},
+                                      {"role": "assistant", "content": answer}]})
+    return examples
+
+
+def write_training_file(path: str | os.PathLike[str], examples: Iterable[dict[str, Any]]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for example in examples:
+            fh.write(json.dumps(example, ensure_ascii=False) + "\n")
+    return path
+
+
+def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: ModelAlias | None = None) -> str:
+    """TOML declaring the fine-tuned model as an alias (prices of its base model)."""
+    lines = [f'[models."{alias_name}"]', f'endpoint = "{endpoint}"', f'model = "{model_id}"',
+             "params = { temperature = 1.0, max_tokens = 4096 }"]
+    if base_alias is not None:
+        for attr in ("price_in", "price_out", "context_tokens"):
+            value = getattr(base_alias, attr, None)
+            if value is not None:
+                lines.append(f"{attr} = {value}")
+    return "\n".join(lines) + "\n"
+
+
+# The paper's fine-tuning settings: 30 epochs, batch size 64, learning-rate multiplier 1.8.
+PAPER_HYPERPARAMETERS = {"n_epochs": 30, "batch_size": 64, "learning_rate_multiplier": 1.8}
+
+
+async def run_finetune(config: Config, *, endpoint: str, model: str, training_file: Path,
+                       suffix: str | None, poll_interval: float, timeout: float,
+                       hyperparameters: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec = config.endpoints.get(endpoint)
+    if spec is None:
+        raise TulvingError(f"unknown endpoint {endpoint!r} (known: {', '.join(sorted(config.endpoints))})")
+    if spec.kind != "openai" or not spec.base_url:
+        raise TulvingError(f"endpoint {endpoint!r} is not an OpenAI-compatible endpoint with a base_url")
+    api_key = config.api_key(spec) or "none"
+    return await submit_finetune(base_url=spec.base_url, api_key=api_key, training_file=training_file,
+                                 model=model, suffix=suffix, poll_interval=poll_interval, timeout=timeout,
+                                 hyperparameters=PAPER_HYPERPARAMETERS if hyperparameters is None else hyperparameters)

@@ -1,0 +1,433 @@
+"""The evaluation pipeline: book -> questions -> answers -> judgments -> scores.
+
+Every call goes through one Engine, so each answering model shares its
+endpoint's limits (and cache) with the judge and with the other jobs.
+
+A job is one (model, mode). Each job streams its requests through the engine
+from `feed`: the answering requests come from a generator (in-context prompts
+hold the whole book, so only the engine's in-flight window of them exists at a
+time), and each judge request is queued into the same feed as soon as its
+answer completes -- judging never waits for all answers. Judge requests queued
+after the answers ran out (the last judgments, re-draws, chronological calls)
+go out in a further round of the same kind. Jobs run concurrently.
+
+Judging (protocol.md, Judging and scores): a judge reply that cannot be parsed
+is asked again as a new draw (draw 1, 2, 3); after that the question is a
+judge failure: counted and reported, left out of the scores, never a crash.
+Chronological questions get the second (chronological) judge call once the
+first is parsed (skipped when there is nothing to order: no ground truth or
+no identified item, which can only give "no index found").
+
+RAG retrieval (rag.py) runs first, once per RAG mode, shared by all models.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from engine.benchmark.evaluation import answers as A
+from engine.benchmark.evaluation import judge_parse, rag, scores
+from engine.benchmark.evaluation.judge import chrono_judge_request, judge_request
+from engine.benchmark.evaluation.judge_parse import JudgeVerdict
+from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.results import ResultRecord
+from engine.benchmark.generation.bookdir import Book
+from engine.config import Config, ModelAlias
+from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
+from engine.spending import Spending
+from providers.base import ChatResult, TulvingError
+
+if TYPE_CHECKING:
+    from engine.scheduler import Engine
+
+JUDGE_REDRAWS = 3  # unparsable judge replies are asked again this many times
+
+
+# -- the feed: answers from a generator, judge follow-ups as answers complete ------
+
+def feed(followups: deque[Request], initial: Iterator[Request]) -> Iterator[Request]:
+    """The requests of one `engine.stream` round: follow-ups (judgments) queued
+    while outcomes are handled go out first, then further answers. It never
+    waits (the engine pulls sources inline): when both are empty it ends, and
+    follow-ups queued after that go to the next round."""
+    while True:
+        if followups:
+            yield followups.popleft()
+            continue
+        request = next(initial, None)
+        if request is None:
+            return
+        yield request
+
+
+# -- what a run evaluates ----------------------------------------------------------
+
+@dataclass(slots=True)
+class Job:
+    model: str
+    mode: str
+    questions: list[Question]
+    sample: int | None = None  # the number of questions when run on a sample
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} / {self.mode}"
+
+
+@dataclass(slots=True)
+class JobStats:
+    calls: int = 0          # outcomes received (answers + judge draws)
+    cache_hits: int = 0
+    spent: float = 0.0      # USD spent by this run (0 for cached calls)
+    wall: float = 0.0       # seconds
+    cached_answers: list[int] = field(default_factory=list)  # q_idx whose answer came from the cache
+
+
+@dataclass(slots=True)
+class Evaluation:
+    records: list[ResultRecord]
+    stats: dict[tuple[str, str], JobStats]
+    jobs: list[Job]
+    judge: str
+    embed_model: str | None
+    retrieval_calls: int = 0
+    retrieval_cache_hits: int = 0
+    retrieval_seconds: float = 0.0
+    spending: Spending = field(default_factory=Spending)  # by model and role (answer, judge, embed)
+
+
+def sample_questions(questions: Sequence[Question], n: int | None) -> list[Question]:
+    """`n` questions spread evenly over the set (which is ordered by template,
+    bin and cue), so that every part of the benchmark is represented."""
+    if n is None or n >= len(questions):
+        return list(questions)
+    if n <= 0:
+        raise TulvingError("the sample size must be positive")
+    step = len(questions) / n
+    return [questions[int(i * step)] for i in range(n)]
+
+
+def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Sequence[str],
+              samples: dict[tuple[str, str], int] | None = None) -> list[Job]:
+    jobs = []
+    for model in models:
+        for mode in modes:
+            A.check_mode(mode)
+            n = (samples or {}).get((model, mode))
+            chosen = sample_questions(questions, n)
+            jobs.append(Job(model=model, mode=mode, questions=chosen,
+                            sample=len(chosen) if n is not None and len(chosen) < len(questions) else None))
+    return jobs
+
+
+def check_jobs(config: Config, book: Book, jobs: Sequence[Job], judge: str, embed_model: str | None, *,
+               require_keys: bool = True) -> list[str]:
+    """Everything that can be refused before a single call: unknown models,
+    a book too long for a model's context, a RAG mode without embedder, and
+    (`require_keys`) a missing API key. Returns the key variables that are
+    unset (only without `require_keys`: a dry run estimates without them)."""
+    aliases = [config.alias(judge)]
+    for job in jobs:
+        alias = config.alias(job.model)
+        aliases.append(alias)
+        indices = [q.q_idx for q in job.questions]
+        if len(set(indices)) != len(indices):
+            raise TulvingError("the questions' q_idx values are not unique: renumber the questions file")
+        if job.mode == A.IN_CONTEXT:
+            rag.check_in_context_fits(alias, book_tokens(book))
+        if job.mode in A.RAG_MODES:
+            if not embed_model:
+                raise TulvingError(f"mode {job.mode} needs an embedding model (--embed-model)")
+            aliases.append(config.alias(embed_model))
+    missing: list[str] = []
+    for alias in aliases:  # a missing API key: one clear error before any call
+        for endpoint in config.endpoints_of(alias):
+            try:
+                config.api_key(endpoint)
+            except TulvingError:
+                if require_keys:
+                    raise
+                if endpoint.key_env and endpoint.key_env not in missing:
+                    missing.append(endpoint.key_env)
+    return missing
+
+
+def book_tokens(book: Book) -> int:
+    n = getattr(book, "n_tokens", None)
+    if n:
+        return int(n)
+    from engine.tokens import count_tokens
+
+    return count_tokens(book.text)
+
+
+# -- judging -----------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Pending:
+    """One question of one job, while it is being answered and judged."""
+
+    question: Question
+    record: ResultRecord
+    verdict: JudgeVerdict | None = None
+
+
+def _chat_result(outcome: Outcome) -> ChatResult:
+    """The reply of a call that succeeded (`outcome.ok`): the pipeline sends chat requests only."""
+    result = outcome.result
+    assert isinstance(result, ChatResult)
+    return result
+
+
+def _list_cost(alias: ModelAlias, result: ChatResult) -> float:
+    """A call's cost at the alias's list prices, its prompt-cache reads and
+    writes at theirs (the same whether it was made now or came from the cache)."""
+    return alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
+                      cache_write=result.cache_write_tokens)
+
+
+def _error_text(outcome: Outcome) -> str:
+    return str(outcome.error) if outcome.error is not None else "no result"
+
+
+class JobRunner:
+    """Runs one job's stream: answers in, judge requests out, records filled."""
+
+    def __init__(self, engine: Engine, config: Config, book: Book, job: Job, judge_model: str,
+                 retrieval: rag.Retrieval | None, spending: Spending | None = None):
+        self.engine = engine
+        self.config = config
+        self.book = book
+        self.job = job
+        self.judge_model = judge_model
+        self.retrieval = retrieval
+        self.alias = config.alias(job.model)
+        self.judge_alias = config.alias(judge_model)
+        self.pending: dict[int, _Pending] = {}
+        self.records: list[ResultRecord] = []
+        self.stats = JobStats()
+        self.spending = spending if spending is not None else Spending()
+
+    # requests -------------------------------------------------------------------
+    def _chunks_for(self, question: Question) -> list[str]:
+        assert self.retrieval is not None
+        chunks = self.retrieval.chunks_for(question.question)
+        max_out = int(self.alias.params.get("max_tokens") or 0)
+        kept = rag.fit_chunks(chunks, question.question, context_tokens=self.alias.context_tokens,
+                              max_output_tokens=max_out, model=self.job.model)
+        self.pending[question.q_idx].record.n_chunks = len(kept)
+        return kept
+
+    def _answer_requests(self) -> Iterator[ChatRequest]:
+        for q in self.job.questions:
+            self.pending[q.q_idx] = _Pending(question=q, record=self._new_record(q))
+        chunks_for = self._chunks_for if self.job.mode in A.RAG_MODES else None
+        yield from A.answer_requests(self.job.questions, model=self.job.model, mode=self.job.mode,
+                                         book=self.book, chunks_for=chunks_for,
+                                         tag=lambda q: ("answer", q.q_idx, 0))
+
+    def _new_record(self, q: Question) -> ResultRecord:
+        data = q.to_json()
+        record = ResultRecord.from_json(data)
+        record.model, record.mode, record.judge = self.job.model, self.job.mode, self.judge_model
+        return record
+
+    # outcomes -------------------------------------------------------------------
+    async def run(self) -> list[ResultRecord]:
+        start = time.perf_counter()
+        initial = self._answer_requests()
+        followups: deque[Request] = deque()
+        rounds = 0
+        while rounds == 0 or followups:
+            rounds += 1
+            label = f"{self.job.name}" + (f" (round {rounds})" if rounds > 1 else "")
+            # Expected calls, for the progress ETA: an answer and a judgment per
+            # question, plus the chronological judgments (re-draws come on top).
+            expected = None if rounds > 1 else 2 * len(self.job.questions) + sum(
+                q.get == "chronological" and bool(q.correct_answer) for q in self.job.questions)
+            async for outcome in self.engine.stream(feed(followups, initial), total=expected, label=label):
+                self._count(outcome)
+                kind, q_idx, draw = outcome.tag
+                item = self.pending[q_idx]
+                if kind == "answer":
+                    follow = self._on_answer(item, outcome)
+                elif kind == "judge":
+                    follow = self._on_judge(item, outcome, draw)
+                else:
+                    follow = self._on_chrono(item, outcome, draw)
+                if follow is not None:
+                    followups.append(follow)
+                else:  # this question's chain of calls is over
+                    self._finish(item)
+        self.stats.wall = time.perf_counter() - start
+        # Questions whose chain ended without _finish (should not happen) are kept too.
+        for item in list(self.pending.values()):
+            self._finish(item)
+        return self.records
+
+    def _count(self, outcome: Outcome) -> None:
+        if outcome.tag and outcome.tag[0] == "answer":
+            self.spending.add("answer", self.alias, outcome)
+        else:
+            self.spending.add("judge", self.judge_alias, outcome)
+        self.stats.calls += 1
+        self.stats.cache_hits += bool(outcome.cached)
+        self.stats.spent += outcome.cost or 0.0
+        if outcome.cached and outcome.tag and outcome.tag[0] == "answer":
+            self.stats.cached_answers.append(outcome.tag[1])
+
+    def _finish(self, item: _Pending) -> None:
+        if self.pending.pop(item.question.q_idx, None) is not None:
+            self.records.append(item.record)
+
+    def _on_answer(self, item: _Pending, outcome: Outcome) -> ChatRequest | None:
+        rec = item.record
+        if not outcome.ok:
+            rec.answer_error = _error_text(outcome)
+            return None
+        result = _chat_result(outcome)
+        rec.answer = result.text
+        rec.input_tokens, rec.output_tokens = result.input_tokens, result.output_tokens
+        rec.cache_read_tokens, rec.cache_write_tokens = result.cache_read_tokens, result.cache_write_tokens
+        rec.latency = round(float(result.latency or 0.0), 3)
+        rec.cost = round(_list_cost(self.alias, result), 8)
+        return self._judge_request(item, 0)
+
+    def _judge_request(self, item: _Pending, draw: int) -> ChatRequest:
+        return judge_request(item.question, item.record.answer, book=self.book,
+                             model=self.judge_model, draw=draw,
+                             tag=("judge", item.question.q_idx, draw))
+
+    def _chrono_request(self, item: _Pending, draw: int) -> ChatRequest:
+        assert item.verdict is not None  # set by the main judgment
+        return chrono_judge_request(item.question, item.record.answer,
+                                    list(item.verdict.identified_items), model=self.judge_model,
+                                    draw=draw, tag=("chrono", item.question.q_idx, draw))
+
+    def _judge_cost(self, outcome: Outcome) -> float:
+        if not outcome.ok:
+            return 0.0
+        return _list_cost(self.judge_alias, _chat_result(outcome))
+
+    def _on_judge(self, item: _Pending, outcome: Outcome, draw: int) -> ChatRequest | None:
+        rec = item.record
+        rec.judge_draws = draw + 1
+        rec.judge_cost = round(rec.judge_cost + self._judge_cost(outcome), 8)
+        if not outcome.ok:
+            rec.judge_failed, rec.judge_error = True, f"judge call failed: {_error_text(outcome)}"
+            return None
+        rec.judge_reply = _chat_result(outcome).text
+        ground_truth = list(item.question.correct_answer)
+        try:
+            verdict = judge_parse.parse_judge_reply(rec.judge_reply, ground_truth)
+        except judge_parse.JudgeReplyError as exc:
+            if draw < JUDGE_REDRAWS:
+                return self._judge_request(item, draw + 1)
+            rec.judge_failed, rec.judge_error = True, f"unparsable judge reply after {draw + 1} draws: {exc}"
+            return None
+        item.verdict = verdict
+        rec.identified_items = list(verdict.identified_items)
+        rec.matching_scores = list(verdict.scores)
+        rec.f1 = _round(scores.lenient_f1(verdict.identified_items, ground_truth, verdict.scores))
+        if item.question.get == "chronological":
+            if ground_truth and rec.identified_items:
+                return self._chrono_request(item, 0)
+            # Nothing to order: no call, the outcome is known (no index found).
+            self._set_chrono(rec, [], len(scores.distinct(ground_truth)))
+        return None
+
+    def _set_chrono(self, rec: ResultRecord, indices: list[int], n_gt: int) -> None:
+        match = scores.chrono_match(indices, n_gt)
+        rec.chrono_indices = list(indices)
+        rec.exact_match = bool(match.exact_match)
+        rec.tau = _round(match.tau)
+
+    def _on_chrono(self, item: _Pending, outcome: Outcome, draw: int) -> ChatRequest | None:
+        rec = item.record
+        rec.judge_cost = round(rec.judge_cost + self._judge_cost(outcome), 8)
+        if not outcome.ok:
+            rec.judge_failed, rec.judge_error = True, f"chronological judge call failed: {_error_text(outcome)}"
+            rec.f1 = None
+            return None
+        rec.chrono_reply = _chat_result(outcome).text
+        # The chronological judge sees both lists de-duplicated (judge.py).
+        assert item.verdict is not None  # set by the main judgment
+        identified = scores.distinct(item.verdict.identified_items)
+        n_gt = len(scores.distinct(item.question.correct_answer))
+        try:
+            indices = judge_parse.parse_chrono_reply(rec.chrono_reply, len(identified), n_gt)
+        except judge_parse.JudgeReplyError as exc:
+            if draw < JUDGE_REDRAWS:
+                return self._chrono_request(item, draw + 1)
+            rec.judge_failed = True
+            rec.judge_error = f"unparsable chronological judge reply after {draw + 1} draws: {exc}"
+            rec.f1 = None
+            return None
+        self._set_chrono(rec, list(indices), n_gt)
+        return None
+
+
+def _round(x: float | None) -> float | None:
+    # Full precision: rounding per-question F1 or tau can move a bin mean of
+    # exactly x.xx5 across its 2-decimal rounding (scores.bin_mean).
+    return None if x is None else float(x)
+
+
+# -- the whole run -----------------------------------------------------------------
+
+async def build_retrievals(engine: Engine, book: Book, questions: Sequence[Question], modes: Iterable[str],
+                           embed_model: str | None, spending: Spending | None = None
+                           ) -> tuple[dict[str, rag.Retrieval], JobStats]:
+    """One retrieval per RAG mode in the run (top-K from the full question set)."""
+    out: dict[str, rag.Retrieval] = {}
+    stats = JobStats()
+    counting = _CountingEngine(engine, stats, spending)
+    start = time.perf_counter()
+    for mode in dict.fromkeys(modes):
+        if mode in A.RAG_MODES:
+            if not embed_model:  # refused earlier by check_jobs
+                raise TulvingError(f"mode {mode} needs an embedding model (--embed-model)")
+            out[mode] = await rag.retrieve(counting, book.text, questions, mode, embed_model)
+    stats.wall = time.perf_counter() - start
+    return out, stats
+
+
+class _CountingEngine:
+    """Counts the calls and cache hits of `run` on the way through."""
+
+    def __init__(self, engine: Engine, stats: JobStats, spending: Spending | None = None):
+        self._engine, self._stats = engine, stats
+        self._spending = spending
+
+    async def run(self, requests: Sequence[EmbedRequest], *, label: str = "") -> list[Outcome]:
+        outcomes = await self._engine.run(requests, label=label)
+        for o in outcomes:
+            if self._spending is not None:
+                self._spending.add("embed", self._engine.config.alias(o.request.model), o)
+            self._stats.calls += 1
+            self._stats.cache_hits += bool(o.cached)
+            self._stats.spent += o.cost or 0.0
+        return outcomes
+
+
+async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequence[Question], jobs: Sequence[Job], *,
+                   judge: str, embed_model: str | None = None) -> Evaluation:
+    """Answer and judge every job's questions (jobs from `plan_jobs`); the
+    records come back sorted as results.jsonl stores them. Retrieval top-K
+    comes from the full question set, also for jobs run on a sample."""
+    check_jobs(config, book, jobs, judge, embed_model)
+    spending = Spending()
+    retrievals, retrieval_stats = await build_retrievals(engine, book, questions, [j.mode for j in jobs],
+                                                         embed_model, spending)
+    runners = [JobRunner(engine, config, book, job, judge, retrievals.get(job.mode), spending) for job in jobs]
+    per_job = await asyncio.gather(*(r.run() for r in runners))
+    records = [rec for recs in per_job for rec in recs]
+    records.sort(key=lambda r: (r.model, r.mode, r.q_idx))
+    return Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in runners},
+                      jobs=list(jobs), judge=judge, embed_model=embed_model if retrievals else None,
+                      retrieval_calls=retrieval_stats.calls, retrieval_cache_hits=retrieval_stats.cache_hits,
+                      retrieval_seconds=retrieval_stats.wall, spending=spending)

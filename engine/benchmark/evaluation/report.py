@@ -1,0 +1,292 @@
+"""Scores of a run per (model, mode), and the leaderboard and tables made from them.
+
+`summarize(records, run)` gives the content of `scores.json`; `render_markdown`
+the `report.md` (leaderboard + the paper's F1-by-bin table + details);
+`leaderboard_text` the plain table printed at the end of `tulving run`.
+
+`run` is the content of `run.json` (written by command.py): the book, judge,
+jobs (with their sample size), calls and cache hits of this run. Without it
+(`tulving report` on a bare results.jsonl) those figures are left out.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from engine.benchmark.evaluation.results import ResultRecord
+from engine.benchmark.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
+from engine.benchmark.evaluation.statistics import format_ranking, rank_runs
+from engine.errors import printable
+
+BASELINE_NOTES = {
+    "builtin:reader": "lexical baseline (string matching, not an LLM)",
+}
+
+
+def _nan_to_none(x: float | None) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _bin_table(records: Sequence[ResultRecord], get: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for b in BINS:
+        values = [r.f1 for r in records if r.get == get and r.bin == b and r.f1 is not None]
+        asked = sum(1 for r in records if r.get == get and r.bin == b)
+        if not asked:
+            continue
+        arr = np.asarray(values, dtype=float)
+        out[b] = {"mean": bin_mean(values) if len(arr) else None,  # as the scores use it
+                  "sd": round(float(arr.std(ddof=1)), 2) if len(arr) > 1 else (0.0 if len(arr) else None),
+                  "count": len(values), "asked": asked}
+    return out
+
+
+def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
+                  job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    sr, _ = simple_recall(records)
+    ca, parts = chronological_awareness(records)
+    any_latest = any(r.get == "latest" for r in records)
+    any_chrono = any(r.get == "chronological" for r in records)
+    row: dict[str, Any] = {
+        "model": model,
+        "mode": mode,
+        "questions": len(records),
+        "sample": (job or {}).get("sample"),
+        "simple_recall": _nan_to_none(sr),
+        # undefined parts (nan) are null, never 0
+        "chronological_awareness": _nan_to_none(ca) if (any_latest or any_chrono) else None,
+        # asked but null: undefined (no considered chronological question), shown as such
+        "chronological_asked": any_latest or any_chrono,
+        "bins": _bin_table(records, "all"),
+        "latest": {"score": _nan_to_none(round(parts.latest, 4)), "bins": parts.latest_bins,
+                   "counts": parts.latest_counts},
+        "order": {"considered": parts.considered, "exact_matches": parts.exact_matches,
+                  "all": _nan_to_none(parts.all), "tau": _nan_to_none(parts.tau),
+                  "score": _nan_to_none(round(parts.order, 4))},
+        "scored": sum(1 for r in records if r.f1 is not None),
+        "answer_errors": sum(1 for r in records if r.answer_error),
+        # results missing because a call failed (answer or judge): the row is incomplete
+        "incomplete": sum(1 for r in records
+                          if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or ""))),
+        "judge_failures": sum(1 for r in records if r.judge_failed),
+        "judge_redraws": sum(max(0, r.judge_draws - 1) for r in records),
+        "cost_usd": round(sum(r.cost + r.judge_cost for r in records), 6),
+    }
+    if job is not None:
+        for key in ("calls", "cache_hits", "spent_usd", "wall_seconds"):
+            if key in job:
+                row[key] = job[key]
+    return row
+
+
+def _job_meta(run: Mapping[str, Any] | None) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return {(j["model"], j["mode"]): j for j in (run or {}).get("jobs", [])}
+
+
+def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    groups: dict[tuple[str, str], list[ResultRecord]] = {}
+    for r in records:
+        groups.setdefault((r.model, r.mode), []).append(r)
+    meta = _job_meta(run)
+    rows = [summarize_run(model, mode, recs, meta.get((model, mode))) for (model, mode), recs in groups.items()]
+    # Runs on a sample are not comparable: they are listed after the full runs.
+    # Incomplete runs (calls failed) are not comparable either: listed last.
+    rows.sort(key=lambda row: (row["incomplete"] > 0, row["sample"] is not None,
+                               -(row["simple_recall"] if row["simple_recall"] is not None else -1),
+                               -(row["chronological_awareness"] or 0), row["model"], row["mode"]))
+    judges = sorted({r.judge for recs in groups.values() for r in recs})
+    out = {
+        "book": (run or {}).get("book"),
+        "judge": (run or {}).get("judge") or ", ".join(judges),
+        "questions": (run or {}).get("questions") or max((len(v) for v in groups.values()), default=0),
+        "runs": rows,
+    }
+    if run and run.get("embed_model"):
+        out["embed_model"] = run["embed_model"]
+    if run and run.get("spending"):
+        out["spending"] = list(run["spending"])  # by model and role: calls, tokens, spent, caching saving
+    ranking = _ranking(groups, rows)
+    if ranking is not None:
+        out["ranking"] = ranking
+    return out
+
+
+SPENDING_HEAD = ["model", "role", "calls", "cached", "tokens in", "prompt cache read", "prompt cache written",
+                 "tokens out", "spent (USD)", "list price (USD)", "prompt caching saved (USD)"]
+SPENDING_NOTE = ("Calls made by this execution (cached ones cost nothing). List price: the same calls at the "
+                 "alias's prices without prompt caching or batch; prompt caching saved: list price without "
+                 "caching minus with it, at the price each call paid.")
+
+
+def spending_rows(spending: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for r in spending:
+        rows.append([str(r["model"]), str(r["role"]), str(r["calls"]), str(r["cached"]), f"{r['input_tokens']:,}",
+                     f"{r['cache_read_tokens']:,}", f"{r['cache_write_tokens']:,}", f"{r['output_tokens']:,}",
+                     f"{r['spent_usd']:.4f}", f"{r['list_usd']:.4f}", f"{r['caching_saved_usd']:.4f}"])
+    if len(rows) > 1:
+        rows.append(["total", "", str(sum(r["calls"] for r in spending)), str(sum(r["cached"] for r in spending)),
+                     f"{sum(r['input_tokens'] for r in spending):,}", f"{sum(r['cache_read_tokens'] for r in spending):,}",
+                     f"{sum(r['cache_write_tokens'] for r in spending):,}",
+                     f"{sum(r['output_tokens'] for r in spending):,}", f"{sum(r['spent_usd'] for r in spending):.4f}",
+                     f"{sum(r['list_usd'] for r in spending):.4f}",
+                     f"{sum(r['caching_saved_usd'] for r in spending):.4f}"])
+    return rows
+
+
+def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
+             rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The paper's CD analysis over the full runs: average F1 rank per question,
+    Holm-adjusted pairwise Wilcoxon tests, on the questions every run scored."""
+    full = [(row["model"], row["mode"]) for row in rows if row["sample"] is None]
+    if len(full) < 2:
+        return None
+    f1 = {key: {r.q_idx: r.f1 for r in groups[key] if r.f1 is not None} for key in full}
+    common = sorted(set.intersection(*(set(v) for v in f1.values())))
+    if len(common) < 2:
+        return None
+    scores = {f"{model} / {mode}": [f1[(model, mode)][q] for q in common] for model, mode in full}
+    result = rank_runs(scores)
+    return {"n_questions": result.n_questions, "average_ranks": result.average_ranks,
+            "cliques": result.cliques, "friedman_p": result.friedman_p,
+            "pairs": [{"a": t.a, "b": t.b, "p": t.p_value, "p_holm": t.p_holm, "significant": t.significant}
+                      for t in result.pairs],
+            "text": format_ranking(result)}
+
+
+# -- rendering ---------------------------------------------------------------------
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _fmt_score(x: float | None, asked: bool) -> str:
+    """A score: "undefined" when its questions were asked but it has no value
+    (e.g. no chronological question with two or more distinct items), "-"
+    when they were not asked."""
+    if x is None:
+        return "undefined" if asked else "-"
+    return f"{x:.3f}"
+
+
+def _notes(row: Mapping[str, Any], total: int) -> str:
+    notes = []
+    if row.get("incomplete"):
+        notes.append(f"INCOMPLETE: {row['incomplete']}/{row['questions']} results missing (calls failed; "
+                     "rerun to retry them)")
+    if row["model"] in BASELINE_NOTES:
+        notes.append(BASELINE_NOTES[row["model"]])
+    if row.get("sample"):
+        notes.append(f"sample of {row['sample']}/{total} questions (not comparable to full runs)")
+    if row["judge_failures"]:
+        notes.append(f"{row['judge_failures']} judge failure(s) left out")
+    if row["answer_errors"]:
+        notes.append(f"{row['answer_errors']} answer error(s) left out")
+    return "; ".join(notes)
+
+
+def leaderboard_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+    total = summary.get("questions") or 0
+    rows = []
+    rank = 0
+    for row in summary["runs"]:
+        rank += not row.get("incomplete")  # an incomplete run is listed, not ranked
+        rows.append([str(rank) if not row.get("incomplete") else "-", printable(row["model"]),
+                     printable(row["mode"]), _fmt(row["simple_recall"]),
+                     _fmt_score(row["chronological_awareness"], row.get("chronological_asked", False)),
+                     f"{row['scored']}/{row['questions']}",
+                     str(row["judge_failures"]), _notes(row, total)])
+    return rows
+
+
+_LEADER_HEAD = ["#", "model", "mode", "Simple Recall", "Chronological Awareness", "scored", "judge failures",
+                "notes"]
+
+
+def _plain_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)] if rows else [len(h) for h in head]
+    def line(cells: Sequence[object]) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+    return "\n".join([line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _md_cell(cell: Any) -> str:
+    """A markdown table cell: control characters escaped, `|` and line breaks
+    unable to split the row."""
+    return printable(cell).replace("\\", "\\\\").replace("|", "\\|")
+
+
+def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _title(summary: Mapping[str, Any]) -> str:
+    book = summary.get("book") or "book"
+    return f"{book}, {summary.get('questions')} questions, judge {summary.get('judge')}"
+
+
+def leaderboard_text(summary: Mapping[str, Any]) -> str:
+    return f"Leaderboard ({_title(summary)})\n" + _plain_table(_LEADER_HEAD, leaderboard_rows(summary))
+
+
+def _bins_present(summary: Mapping[str, Any]) -> list[str]:
+    present = {b for row in summary["runs"] for b in row["bins"]}
+    return [b for b in BINS if b in present]
+
+
+def bin_table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    bins = _bins_present(summary)
+    counts = {}
+    for b in bins:  # the paper's header shows each bin's question count
+        counts[b] = max((row["bins"].get(b, {}).get("asked", 0) for row in summary["runs"]), default=0)
+    head = ["Memory", "Model"] + [f"{b} ({counts[b]})" for b in bins]
+    rows = []
+    for row in sorted(summary["runs"], key=lambda r: (r["mode"], r["model"])):
+        cells = [row["mode"], row["model"]]
+        for b in bins:
+            cell = row["bins"].get(b)
+            if not cell or cell["mean"] is None:
+                cells.append("-")
+            else:
+                cells.append(f"{cell['mean']:.2f}±{cell['sd']:.2f}")
+        rows.append(cells)
+    return head, rows
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    parts = [f"# Episodic Memory Benchmark report\n\n{_title(summary)}."]
+    if summary.get("embed_model"):
+        parts.append(f"RAG embeddings: {summary['embed_model']}.")
+    parts.append("## Leaderboard\n\nSimple Recall: mean over bins of the mean lenient F1 of 'all' questions. "
+                 "Chronological Awareness: mean of Latest (F1 of 'latest' questions, bins 2+) and Order "
+                 "(exact-match share x Kendall tau). Judge failures and answer errors are left out of the "
+                 "scores and counted.\n\n" + _md_table(_LEADER_HEAD, leaderboard_rows(summary)))
+    head, rows = bin_table_rows(summary)
+    parts.append("## Simple recall: F1 by number of matching events\n\nMean±sd of the F1 of 'all' questions "
+                 "per bin (question count in the header), as in the paper's tables.\n\n" + _md_table(head, rows))
+    detail_head = ["Model", "Mode", "Latest", "Order: exact/considered", "Order: tau", "Order",
+                   "judge re-draws", "calls", "cache hits", "cost (USD)"]
+    detail_rows = []
+    for row in summary["runs"]:
+        detail_rows.append([row["model"], row["mode"], _fmt(row["latest"]["score"], 2),
+                            f"{row['order']['exact_matches']}/{row['order']['considered']}",
+                            _fmt(row["order"]["tau"], 2), _fmt(row["order"]["score"], 2),
+                            str(row["judge_redraws"]), str(row.get("calls", "-")),
+                            str(row.get("cache_hits", "-")), f"{row['cost_usd']:.4f}"])
+    parts.append("## Chronological awareness and calls\n\n" + _md_table(detail_head, detail_rows))
+    if summary.get("spending"):
+        parts.append("## Cost by model and role\n\n" + SPENDING_NOTE + "\n\n"
+                     + _md_table(SPENDING_HEAD, spending_rows(summary["spending"])))
+    if summary.get("ranking"):
+        parts.append("## Overall comparison (the paper's critical-difference analysis)\n\n```\n"
+                     + summary["ranking"]["text"] + "\n```")
+    baselines = sorted({row["model"] for row in summary["runs"] if row["model"] in BASELINE_NOTES})
+    if baselines:
+        parts.append("## Notes\n\n" + "\n".join(f"- {m}: {BASELINE_NOTES[m]}; its scores measure how much of "
+                                               "the benchmark a lexical shortcut solves." for m in baselines))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,202 @@
+"""Per-question results of an evaluation run: the `results.jsonl` format.
+
+One JSON object per line, one line per (model, mode, question), sorted by
+model, mode and question index, keys sorted, so that a rerun of the same
+evaluation against the cache writes the same bytes. Nothing specific to one
+run (wall time, whether a call came from the cache) is stored here: that goes
+to `run.json`.
+
+Keys of a line (besides `results_version`, see RESULTS_VERSION):
+
+Question (as `Question.to_json()` of engine/benchmark/evaluation/questions.py):
+    q_idx, question, template, cue, cue_completed, retrieval_type,
+    get ("all" | "latest" | "chronological"), correct_answer (list),
+    chapters (matching chapter numbers), n_chapters, bin ("0", "1", "2", "3-5", "6+")
+Answer:
+    model         model alias that answered
+    mode          memory mode: in-context | rag-paragraph | rag-chapter | finetuned
+    answer        the answer text ("" if the call failed)
+    answer_error  null, or the final error of the answering call ("kind status: message")
+    n_chunks      RAG: chunks put in the prompt (fewer than top-K when fitted to a small context)
+    input_tokens, output_tokens   of the answering call, as the provider counted them
+    cache_read_tokens, cache_write_tokens   the parts of input_tokens the provider read from /
+                  wrote to its prompt cache (in-context prompts share the book)
+    latency       seconds the answering call took when it was made (replayed from the cache)
+    cost          USD the answering call costs at the alias's list prices, its prompt-cache
+                  reads and writes at theirs (0 if unpriced); what was spent is in run.json
+Judgment:
+    judge         judge model alias
+    judge_reply   the judge's reply text that was scored (the last draw tried)
+    judge_draws   number of judge draws made (1 + re-draws after unparsable replies)
+    judge_failed  true when no draw could be parsed (or the judge call failed):
+                  the question is then left out of the scores and counted
+    judge_error   null, or why the judgment failed
+    identified_items  items the judge found in the answer
+    matching_scores   the judge's score per ground-truth item (0..1)
+    f1            lenient F1 (protocol.md, Judging and scores); null if judge_failed
+    chrono_reply  chronological questions: the second judge reply (null for other
+                  questions, and when there was nothing to order: no ground truth or
+                  no identified item -- no call is made, no index is found)
+    chrono_indices    the ground-truth index matched to each identified item (-1: none)
+    tau           Kendall tau-b over the matched indices (null with fewer than 2);
+                  the score uses it for exact matches only
+    exact_match   every ground-truth index found (chronological questions; else null)
+    judge_cost    USD of the judge calls at the alias's prices
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from providers.base import TulvingError
+
+RESULTS_FILE = "results.jsonl"
+# Written on every line as "results_version"; lines of another version are refused, so
+# results made with other prompts or another scoring are never mixed silently.
+# 2: the reference's prompt strings, chronological de-duplication and full-precision
+#    F1/tau (issue "fidelity"); lines without the key are version 1.
+RESULTS_VERSION = 2
+
+
+@dataclass(slots=True)
+class ResultRecord:
+    # question
+    q_idx: int
+    question: str
+    template: Any = None
+    cue: Any = None
+    cue_completed: Any = None
+    retrieval_type: str = ""
+    get: str = "all"
+    correct_answer: list[str] = field(default_factory=list)
+    chapters: list[int] = field(default_factory=list)
+    n_chapters: int = 0
+    bin: str = ""
+    # answer
+    model: str = ""
+    mode: str = ""
+    answer: str = ""
+    answer_error: str | None = None
+    n_chunks: int | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    latency: float = 0.0
+    cost: float = 0.0
+    # judgment
+    judge: str = ""
+    judge_reply: str | None = None
+    judge_draws: int = 0
+    judge_failed: bool = False
+    judge_error: str | None = None
+    identified_items: list[str] = field(default_factory=list)
+    matching_scores: list[float] = field(default_factory=list)
+    f1: float | None = None
+    chrono_reply: str | None = None
+    chrono_indices: list[int] | None = None
+    tau: float | None = None
+    exact_match: bool | None = None
+    judge_cost: float = 0.0
+
+    @property
+    def scored(self) -> bool:
+        return self.f1 is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResultRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def sort_key(record: ResultRecord) -> tuple[str, str, int]:
+    return (record.model, record.mode, record.q_idx)
+
+
+def dumps(records: Iterable[ResultRecord]) -> bytes:
+    lines = [orjson.dumps({**r.to_json(), "results_version": RESULTS_VERSION}, option=orjson.OPT_SORT_KEYS)
+             for r in sorted(records, key=sort_key)]
+    return b"".join(line + b"\n" for line in lines)
+
+
+def write_results(path: str | os.PathLike[str], records: Iterable[ResultRecord]) -> Path:
+    """Write atomically (a half-written file never replaces a good one)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(dumps(records))
+    tmp.replace(path)
+    return path
+
+
+def load_results(path: str | os.PathLike[str]) -> list[ResultRecord]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TulvingError(f"no results at {path}") from None
+    except IsADirectoryError:
+        raise TulvingError(f"{path}: is a folder, not a results file") from None
+    except OSError as exc:
+        raise TulvingError(f"cannot read {path}: {exc.strerror or exc}") from None
+    records = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise TulvingError(f"{path}:{n}: not a result record (not JSON: {exc})") from None
+        problem = record_problem(data)
+        if problem:
+            raise TulvingError(f"{path}:{n}: not a result record ({problem})")
+        version = data.get("results_version", 1)
+        if version != RESULTS_VERSION:
+            raise TulvingError(f"{path}:{n}: results version {version}, this Tulving reads version "
+                               f"{RESULTS_VERSION} (prompts and scoring changed: run the evaluation again)")
+        records.append(ResultRecord.from_json(data))
+    return records
+
+
+_NUMBER = (int, float)
+# The type(s) each key of a line may hold (None allowed where the format says null).
+_TYPES: dict[str, tuple[type, ...]] = {
+    "q_idx": (int,), "question": (str,), "retrieval_type": (str,), "get": (str,), "correct_answer": (list,),
+    "chapters": (list,), "n_chapters": (int,), "bin": (str,), "model": (str,), "mode": (str,),
+    "answer": (str,), "answer_error": (str, type(None)), "n_chunks": (int, type(None)),
+    "input_tokens": (int,), "output_tokens": (int,), "cache_read_tokens": (int,), "cache_write_tokens": (int,), "latency": _NUMBER, "cost": _NUMBER,
+    "judge": (str,), "judge_reply": (str, type(None)), "judge_draws": (int,), "judge_failed": (bool,),
+    "judge_error": (str, type(None)), "identified_items": (list,), "matching_scores": (list,),
+    "f1": (int, float, type(None)), "chrono_reply": (str, type(None)), "chrono_indices": (list, type(None)),
+    "tau": (int, float, type(None)), "exact_match": (bool, type(None)), "judge_cost": _NUMBER,
+}
+
+
+def record_problem(data: Any) -> str | None:
+    """Why `data` is not a results.jsonl line, or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    for key in ("q_idx", "question"):
+        if key not in data:
+            return f"no {key}"
+    for key, types in _TYPES.items():
+        if key in data:
+            value = data[key]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                return f"{key} is {type(value).__name__}, expected {' or '.join(t.__name__ for t in types)}"
+    if data.get("get", "all") not in ("all", "latest", "chronological"):
+        return f"get is {data['get']!r}"
+    for key in ("matching_scores", "chrono_indices"):
+        values = data.get(key) or []
+        if not all(isinstance(v, _NUMBER) and not isinstance(v, bool) for v in values):
+            return f"{key} holds a value that is not a number"
+    return None

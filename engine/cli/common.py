@@ -1,0 +1,102 @@
+"""What every command module shares: the config and engine from the global
+options, and the `--dry-run` count.
+
+The command modules (engine/cli/*.py) import these from here, below
+engine/cli/main.py, which only builds the parser and runs a command.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from cache.store import ResponseCache
+from engine.batch_dispatch import batch_endpoint
+from engine.config import Config
+from engine.estimate import ESTIMATE_NOTE, Estimator
+from engine.requests import Request
+from engine.resolve import resolve
+from engine.scheduler import Engine
+
+DEFAULT_CACHE = os.path.join("runs", "cache.sqlite")
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The config named by --config / TULVING_CONFIG, else the built-in defaults."""
+    return Config.load(getattr(args, "config", None))
+
+
+def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
+    """An engine from the global options (use as `async with open_engine(args) as engine`)."""
+    return Engine(load_config(args), cache_path=getattr(args, "cache", None) or None,
+                  progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
+                  batch=bool(getattr(args, "batch", False)), **kwargs)
+
+
+async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | None,
+                         requests: Iterable[Request], *, by_batch: Counter[str] | None = None) -> tuple[int, int]:
+    """(requests, how many of them the cache already holds), calling nothing.
+    `by_batch`: counts the uncached requests `--batch` would send through a
+    provider batch API, by endpoint (engine.batch_dispatch.batch_endpoint).
+    Raises ConfigError for an unknown model alias."""
+    total = cached = 0
+    cache = None
+    if cache_path is not None and os.path.exists(cache_path):
+        cache = ResponseCache(cache_path)
+        await cache.open()
+    try:
+        batch: list[str] = []
+        routes: dict[str, str] = {}  # key -> batch endpoint
+
+        async def flush() -> int:
+            found = await cache.get_many(batch) if cache is not None else {}
+            hits = sum(1 for k in batch if k in found)
+            if by_batch is not None:
+                by_batch.update(routes[k] for k in batch if k not in found and k in routes)
+                routes.clear()
+            batch.clear()
+            return hits
+
+        for request in requests:
+            resolved = resolve(config, request)
+            batch.append(resolved.key)
+            if by_batch is not None and (endpoint := batch_endpoint(resolved)) is not None:
+                routes[resolved.key] = endpoint
+            total += 1
+            if len(batch) >= 1000:
+                cached += await flush()
+        cached += await flush()
+    finally:
+        if cache is not None:
+            await cache.close()
+    return total, cached
+
+
+async def dry_run_estimate(config: Config, cache_path: str | os.PathLike[str] | None,
+                           fill: Callable[[Estimator], Awaitable[None]]) -> Estimator:
+    """An `Estimator` filled by `fill` (which adds each role's requests), with
+    the cache at `cache_path` (if it exists) telling which calls are already
+    made. Calls nothing."""
+    cache = None
+    if cache_path is not None and os.path.exists(cache_path):
+        cache = ResponseCache(cache_path)
+        await cache.open()
+    try:
+        estimator = Estimator(config, cache)
+        await fill(estimator)
+    finally:
+        if cache is not None:
+            await cache.close()
+    return estimator
+
+
+def print_estimate(estimator: Estimator) -> None:
+    print(f"cost estimate, before any call ({ESTIMATE_NOTE}):")
+    print(estimator.table())
+    total = estimator.totals()
+    if total.prefix_tokens:
+        print(f"prompt caching's expected saving where prompts share a prefix: "
+              f"${total.direct_usd - total.cached_direct_usd:.4f} direct, "
+              f"${total.batch_usd - total.cached_batch_usd:.4f} by batch")

@@ -1,0 +1,604 @@
+"""CLI: `tulving run`, `tulving questions`, `tulving finetune`, `tulving report`.
+
+    tulving run [--book B] [--models M1,M2] [--modes in-context,rag-paragraph]
+                [--judge J] [--embed-model E] [--out DIR] [--local-sample N] [--dry-run]
+    tulving questions --book B --out questions.jsonl
+    tulving finetune --book B --model gpt-4o-mini-2024-07-18 --endpoint openai [--data-out F]
+    tulving report RUN_DIR
+    tulving report RUN_DIR... --out DIR        (report_folder.py: index.html, tables, figures)
+    tulving run ... --shard I/N                (shard.py: one machine's share of the run)
+    tulving compare RUN_A RUN_B [--out DIR]    (compare.py: the test that fits, and which)
+    tulving agreement RUN_A RUN_B [--out DIR]  (agreement.py: two judges on the same answers)
+
+`tulving run` with no model or mode is the built-in offline default: the
+published short book, `builtin:reader` in-context and (when the offline
+MiniLM embedder works) on rag-paragraph, judged by `builtin:judge`; plus the
+local SmolLM2 on rag-paragraph over a sample of questions when
+llama-cpp-python is installed. SmolLM2 took 10 to 40 s a question on 2 shared
+cores (its ~1,300-token RAG prompts), so the default run gives it only
+DEFAULT_LOCAL_SAMPLE (1) question of the set -- `--local-sample N`
+for more -- and the leaderboard marks such runs as samples, listed last. The
+whole default run took 33 s (machine load ~2) to 112 s (load ~3+) here.
+
+A run folder holds:
+- results.jsonl: one line per (model, mode, question) -- see results.py;
+  identical bytes when the same run is replayed from the cache;
+- scores.json: per (model, mode) the scores, bin means, counts, judge
+  failures, calls, cache hits and cost (see report.py);
+- report.md: the leaderboard and the paper's F1-by-bin table;
+- run.json: what is specific to this execution (wall time, calls made, cache hits).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.benchmark.evaluation import answers as A
+from engine.benchmark.evaluation import pipeline, rag
+from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.report import leaderboard_text, render_markdown, summarize
+from engine.benchmark.evaluation.results import RESULTS_FILE, load_results, write_results
+from engine.benchmark.generation.bookdir import Book, check_output_folder
+from engine.cli import lifecycle
+from engine.cli.argtypes import csv_list, positive_int
+from engine.cli.common import dry_run_estimate, dry_run_report, load_config, open_engine, print_estimate
+from engine.config import Config
+from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
+from engine.estimate import Estimator
+from engine.requests import ChatRequest
+from engine.scheduler import Engine
+from engine.spending import spending_lines
+from providers.base import BUDGET, TulvingError
+from providers.batch_wires import batch_capable
+
+DEFAULT_BOOK = "synaptic-echoes-short"
+DEFAULT_JUDGE = "builtin:judge"
+DEFAULT_EMBED = "text-embedding-3-small"  # the paper's
+OFFLINE_EMBED = "local:minilm"
+DEFAULT_READER = "builtin:reader"
+LOCAL_LLM = "local:smollm2"
+# Questions the local LLM answers in the default run: it took 10 s (idle) to
+# 40 s (loaded) a question on 2 cores, and the default run must finish within
+# a minute.
+DEFAULT_LOCAL_SAMPLE = 1
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run", help="evaluate models on a book: answers, judgments, scores, report",
+        description="Answer every question of a book with each model and memory mode, judge the answers, "
+                    "score them and write results.jsonl, scores.json, report.md and run.json to --out. "
+                    "Without --models/--modes: the offline built-in default (builtin:reader, builtin:judge, "
+                    "local models when installed).")
+    p.add_argument("--book", default=DEFAULT_BOOK,
+                   help="published book name (synaptic-echoes, synaptic-echoes-short) or book folder "
+                        "(default %(default)s)")
+    p.add_argument("--questions", metavar="FILE", help="questions JSONL (default: built from the book)")
+    p.add_argument("--models", type=csv_list, help="comma-separated model aliases")
+    p.add_argument("--modes", type=csv_list, help=f"comma-separated memory modes: {', '.join(A.MODES)} "
+                                              "(default in-context)")
+    p.add_argument("--judge", default=DEFAULT_JUDGE, help="judge model alias (default %(default)s)")
+    p.add_argument("--embed-model", help=f"embedding model alias for RAG modes (default {DEFAULT_EMBED}; "
+                                         f"{OFFLINE_EMBED} offline)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default runs/<book>)")
+    p.add_argument("--local-sample", type=positive_int, metavar="N",
+                   help=f"run {LOCAL_LLM} on N questions spread over the set "
+                        f"(default run: {DEFAULT_LOCAL_SAMPLE}; else all)")
+    p.add_argument("--sample", type=positive_int, metavar="N",
+                   help="run every model on N questions spread over the set")
+    p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
+                                                         "the cache holds; call nothing")
+    p.add_argument("--batch", action="store_true",
+                   help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
+                        "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
+    p.add_argument("--shard", type=_shard_arg, metavar="I/N",
+                   help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
+                        "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
+    p.set_defaults(func=cmd_run)
+
+    p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
+    p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
+    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl)")
+    p.set_defaults(func=cmd_questions)
+
+    p = subparsers.add_parser(
+        "finetune", help="write a book's fine-tuning data and fine-tune a model on it (OpenAI API)",
+        description="Write the single-event question/answer pairs as chat JSONL, submit an OpenAI "
+                    "fine-tuning job, wait for it, record the fine-tuned model id and print the config "
+                    "snippet that declares it as a model alias (use it with --modes finetuned).")
+    p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
+    p.add_argument("--model", required=True, help="base model to fine-tune, e.g. gpt-4o-mini-2024-07-18")
+    p.add_argument("--endpoint", default="openai", help="OpenAI-compatible endpoint from the config "
+                                                        "(default %(default)s)")
+    p.add_argument("--data-out", metavar="FILE", help="training data file (default runs/finetune/<book>.jsonl)")
+    p.add_argument("--record", metavar="FILE", help="JSON file recording the job and model id "
+                                                     "(default: next to the data, .model.json)")
+    p.add_argument("--alias", help="alias name for the fine-tuned model (default ft:<book>)")
+    p.add_argument("--suffix", help="model name suffix sent to the API")
+    p.add_argument("--data-only", action="store_true", help="write the training data, submit nothing")
+    p.add_argument("--epochs", type=int, default=30, help="training epochs (paper: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=64, help="batch size (paper: %(default)s)")
+    p.add_argument("--lr-multiplier", type=float, default=1.8, help="learning-rate multiplier (paper: %(default)s)")
+    p.add_argument("--poll-interval", type=float, default=30.0, help="seconds between job polls")
+    p.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
+    p.set_defaults(func=cmd_finetune)
+
+    p = subparsers.add_parser(
+        "report", help="re-render a run folder's scores and report, or write the HTML report of runs (--out)",
+        description="With one RUN_DIR and no --out: re-render its scores.json and report.md. With --out DIR: "
+                    "write the report of one or more runs (different models, modes, books, judges, or the "
+                    "shards of one run) to DIR: index.html (self-contained), report.md, tables/ (Markdown "
+                    "and CSV), figures/ (PNG and SVG), scores.json.")
+    p.add_argument("run_dir", nargs="+", help="run folder(s) holding results.jsonl")
+    p.add_argument("--out", metavar="DIR", help="report folder to write (index.html, tables, figures)")
+    p.set_defaults(func=cmd_report)
+
+    p = subparsers.add_parser(
+        "compare", help="test whether run A scores higher than run B (paired or unpaired, picked from the runs)",
+        description="Same questions on both sides: Wilcoxon signed-rank (pratt) and a paired bootstrap CI of the "
+                    "mean F1 difference (Gardner-Altman figure with --out). Different books: one-sided "
+                    "Mann-Whitney U (A higher than B). The command says which test it used.")
+    p.add_argument("run_a", help="run folder A (several shards: separate with commas)")
+    p.add_argument("run_b", help="run folder B (several shards: separate with commas)")
+    p.add_argument("--a", metavar="MODEL/MODE", help="configuration of A when its run holds several")
+    p.add_argument("--b", metavar="MODEL/MODE", help="configuration of B when its run holds several")
+    p.add_argument("--get", default="all", choices=["all", "latest", "chronological", "any"],
+                   help="questions compared (default %(default)s: simple recall)")
+    p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="write compare.md, compare.json and the figure here")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser(
+        "agreement", help="agreement of two judges on the same answers (runs differing only by --judge)",
+        description="Pairs the questions of configurations present under two judges: Pearson, Spearman, mean "
+                    "absolute F1 difference, share of identical item sets, the largest disagreements; with "
+                    "--out the tables (Markdown, CSV) and a scatter plot.")
+    p.add_argument("run_dir", nargs="+", help="run folders (the same answers judged by different judges)")
+    p.add_argument("--top", type=positive_int, default=20, help="disagreements listed per judge pair")
+    p.add_argument("--out", metavar="DIR", help="write the tables and the scatter plot here")
+    p.set_defaults(func=cmd_agreement)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+def _shard_arg(text: str) -> tuple[int, int]:
+    from engine.benchmark.evaluation.shard import parse_shard
+
+    try:
+        return parse_shard(text)
+    except TulvingError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.Job]:
+    if not getattr(args, "shard", None):
+        return jobs
+    from engine.benchmark.evaluation.shard import shard_jobs
+
+    return shard_jobs(jobs, *args.shard)
+
+
+def _load_book(name: str) -> Any:
+    from engine.benchmark.generation.published import load_book
+
+    return load_book(name)
+
+
+def _questions(args: argparse.Namespace, book: Book) -> list[Question]:
+    from engine.benchmark.evaluation.questions import build_questions, read_questions
+
+    if getattr(args, "questions", None):
+        return read_questions(args.questions)
+    return build_questions(book)
+
+
+def _config(args: argparse.Namespace) -> Any:
+
+    return load_config(args)
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+# -- run ----------------------------------------------------------------------------------
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _config(args)
+    default_run = args.models is None and args.modes is None
+    models = args.models or [DEFAULT_READER]
+    modes = args.modes or [A.IN_CONTEXT]
+    for mode in modes:
+        A.check_mode(mode)
+    for model in models + [args.judge]:
+        config.alias(model)  # unknown model: one-line error before any work
+    if args.embed_model:
+        config.alias(args.embed_model)
+    book = _load_book(args.book)
+    questions = _questions(args, book)
+    out = Path(args.out or Path("runs") / str(book.name))
+    if not args.dry_run:
+        check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
+    return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+
+
+def _minilm_installed() -> bool:
+    from providers.local_models import MINILM_PACKAGE, package_dir
+
+    return package_dir(MINILM_PACKAGE) is not None
+
+
+async def _embedder_works(engine: Engine, model: str) -> str | None:
+    """None if `model` embeds a probe text, else why not."""
+    from engine.requests import EmbedRequest
+
+    try:
+        [outcome] = await engine.run([EmbedRequest(model=model, texts=["probe"])], label=f"probe {model}")
+    except TulvingError as exc:
+        return str(exc)
+    return None if outcome.ok else str(outcome.error)
+
+
+def _default_plan(args: argparse.Namespace, questions: list[Any], rag_ok: bool) -> list[pipeline.Job]:
+    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
+    if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
+        n = args.local_sample or DEFAULT_LOCAL_SAMPLE
+        jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
+    elif rag_ok:
+        _note(f"llama-cpp-python is not installed: {LOCAL_LLM} is left out (pip install 'tulving-bench[local]')")
+    return jobs
+
+
+def _plan(args: argparse.Namespace, questions: list[Any], models: list[str], modes: list[str]
+          ) -> list[pipeline.Job]:
+    samples: dict[tuple[str, str], int] = {}
+    for model in models:
+        for mode in modes:
+            if args.sample:
+                samples[(model, mode)] = args.sample
+            if args.local_sample and model.startswith("local:"):
+                samples[(model, mode)] = args.local_sample
+    return pipeline.plan_jobs(questions, models, modes, samples)
+
+
+async def _run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question], models: list[str],
+               modes: list[str], default_run: bool, out: Path) -> int:
+
+    started = time.perf_counter()
+    embed_model = args.embed_model or (OFFLINE_EMBED if default_run else DEFAULT_EMBED)
+    if args.dry_run:
+        if default_run:
+            jobs = _default_plan(args, questions, rag_ok=_minilm_installed())
+        else:
+            jobs = _plan(args, questions, models, modes)
+        jobs = _shard(args, jobs)
+        return await _dry_run(args, config, book, questions, jobs, embed_model)
+    async with open_engine(args) as engine:
+        if default_run:
+            problem = await _embedder_works(engine, embed_model)
+            if problem:
+                _note(f"{embed_model} is unavailable ({problem}): running in-context only")
+            jobs = _default_plan(args, questions, rag_ok=problem is None)
+        else:
+            jobs = _plan(args, questions, models, modes)
+        jobs = _shard(args, jobs)
+        evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
+                                             embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
+                                             else None)
+    # After closing: the cache's last writes (and their failures) are counted by then.
+    engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
+    engine_stats.pop("notices", None)
+    wall = time.perf_counter() - started
+    run = _run_record(book, questions, evaluation, wall, engine_stats)
+    if getattr(args, "shard", None):
+        run["shard"] = "{}/{}".format(*args.shard)
+    try:
+        summary = write_run(out, evaluation.records, run)
+    except OSError as exc:
+        lost = int(engine_stats.get("cache_write_errors", 0))
+        then = (f"and {lost} replies could not be stored in the cache {getattr(args, 'cache', '')} either: a rerun "
+                f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
+                                                          "without new calls")
+        raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
+    if not getattr(args, "quiet", False):
+        for line in spending_lines(run["spending"]):
+            print(line, file=sys.stderr)
+    print(leaderboard_text(summary))
+    print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
+    return run_exit_code(evaluation.records, engine_stats, args)
+
+
+def run_exit_code(records: Sequence[Any], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
+    """0 only when every planned answer and judgment exists; else say what is
+    missing and why on stderr, and return the exit code that tells it apart
+    (engine/errors.py): --max-cost, storage, or calls that failed."""
+    missing = incomplete_records(records)
+    errors = engine_stats.get("errors") or {}
+    budget = int(errors.get(BUDGET, 0))
+    failed = sum(n for kind, n in errors.items() if kind != BUDGET)
+    stored_badly = int(engine_stats.get("cache_write_errors", 0))
+    if stored_badly:
+        _error(f"{stored_badly} replies could not be stored in the cache {getattr(args, 'cache', '')}: the results "
+               f"of this run are written, but a rerun would pay for those calls again (check the disk, "
+               f"`tulving cache check`, or use --cache elsewhere)")
+        return EXIT_STORAGE
+    if budget:
+        _error(f"stopped by --max-cost {args.max_cost:g}: {budget} calls not sent, {missing} results missing; "
+               f"rerun with a higher --max-cost to continue (finished calls are cached)")
+        return EXIT_BUDGET
+    if missing or failed:
+        _error(f"incomplete: {missing} results missing, {failed} calls failed ({_kinds(errors)}); rerun the same "
+               f"command to retry them (finished calls are cached)")
+        return EXIT_INCOMPLETE
+    return 0
+
+
+def incomplete_records(records: Sequence[Any]) -> int:
+    """Records whose answer or judgment is missing because a call failed
+    (an unparsable judge reply is a result, counted apart)."""
+    return sum(1 for r in records if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or "")))
+
+
+def _kinds(errors: dict[str, int]) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) or "none final"
+
+
+def _cached_text(record: Any) -> str | None:
+    """The reply text of a cached chat response, or None."""
+    if record is None:
+        return None
+    from cache.codec import result_from_record
+
+    result = result_from_record(record)
+    text = getattr(result, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def _error(message: str) -> None:
+    print(f"tulving: {printable(message)}", file=sys.stderr)
+
+
+def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, wall: float,
+                engine_stats: dict[str, Any]) -> dict[str, Any]:
+    jobs = []
+    for job in ev.jobs:
+        st = ev.stats[(job.model, job.mode)]
+        jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
+                     "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
+                     "wall_seconds": round(st.wall, 3), "cached_answers": sorted(st.cached_answers)})
+    return {"book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if book.path is not None
+                                       else {}),
+            "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
+            "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
+                          "wall_seconds": round(ev.retrieval_seconds, 3)},
+            "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
+
+
+def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(out / RESULTS_FILE, records)
+    summary = summarize(records, run)
+    (out / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "report.md").write_text(render_markdown(summary))
+    (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
+    return summary
+
+
+async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
+                   jobs: list[pipeline.Job], embed_model: str) -> int:
+    from engine.benchmark.evaluation.judge import chrono_judge_request, judge_request
+    from engine.benchmark.evaluation.scores import distinct
+    from engine.requests import EmbedRequest
+    from engine.tokens import count_tokens
+
+    unset = pipeline.check_jobs(config, book, jobs, args.judge, embed_model, require_keys=False)
+    for variable in unset:  # an estimate needs no key; the run will
+        _note(f"{variable} is not set: the run itself will need it (this estimate does not)")
+    rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
+    texts = list(dict.fromkeys(q.question for q in questions))
+
+    def embed_requests() -> Iterator[EmbedRequest]:
+        for mode in rag_modes:
+            for batch in (rag.chunks_for_mode(book.text, mode), texts):
+                for i in range(0, len(batch), rag.EMBED_BATCH):
+                    yield EmbedRequest(model=embed_model, texts=batch[i:i + rag.EMBED_BATCH])
+
+    n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES)
+
+    async def fill(estimator: Estimator) -> None:
+        await estimator.add("embed", embed_requests())
+        for job in jobs:
+            alias = config.alias(job.model)
+            answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
+            if job.mode in A.RAG_MODES:  # prompts known after retrieval: the template with top-K chunks of the book
+                chunks = rag.chunks_for_mode(book.text, job.mode)[:rag.top_k(questions, job.mode)]
+                sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
+                first = config.endpoints_of(alias)[0]
+                estimator.add_unknown("answer", alias, len(job.questions),
+                                      count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
+                                      batchable=batch_capable(first))
+                answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
+            else:
+                requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
+                found = await estimator.add("answer", requests)
+                answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
+            # Judge prompts hold the answer: exact where it is cached, else up to its max_tokens.
+            for known in (True, False):
+                picked = [q for q in job.questions if (answers[q.q_idx] is not None) == known]
+                judge_requests = [judge_request(q, answers[q.q_idx] or "", book=book, model=args.judge)
+                                  for q in picked]
+                judge_requests += [chrono_judge_request(q, answers[q.q_idx] or "", distinct(q.correct_answer),
+                                                        model=args.judge)
+                                   for q in picked if q.get == "chronological" and q.correct_answer]
+                await estimator.add("judge", judge_requests, extra_input_tokens=0 if known else answer_max)
+
+    estimator = await dry_run_estimate(config, args.cache, fill)
+    known = [r for r in estimator.rows() if r.role == "embed" or r.role == "answer"]
+    total, cached = sum(r.calls for r in known) - n_rag, sum(r.cached for r in known)
+    n_answers = sum(len(j.questions) for j in jobs)
+    n_chrono = sum(1 for j in jobs for q in j.questions if q.get == "chronological" and q.correct_answer)
+    print(f"jobs: {', '.join(j.name + (f' (sample {j.sample})' if j.sample else '') for j in jobs)}")
+    print(f"embedding and answering calls known now: {total}, of which the cache holds {cached}")
+    if n_rag:
+        print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
+    print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
+          f"made for answers not already judged in the cache")
+    print_estimate(estimator)
+    if args.batch:
+        def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
+            for job in jobs:
+                if job.mode not in A.RAG_MODES:
+                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
+
+        by_batch: Counter[str] = Counter()
+        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
+                             by_batch=by_batch)
+        _print_batch_plan(config, jobs, args.judge, by_batch, total - cached)
+    return 0
+
+
+def _print_batch_plan(config: Config, jobs: list[pipeline.Job], judge: str, by_batch: Counter[str],
+                      uncached: int) -> None:
+    """Where --batch sends the calls: through which endpoints' batch APIs, and what stays direct."""
+    def route(model: str) -> str:
+        names = [s.name for s in config.endpoints_of(config.alias(model)) if batch_capable(s)]
+        return f"by batch through {names[0]}" if names else "direct"
+
+    known = sum(by_batch.values())
+    where = ", ".join(f"{name}: {n}" for name, n in sorted(by_batch.items()))
+    print(f"--batch: {known} of the {uncached} uncached calls known now go by batch" + (f" ({where})" if where else "")
+          + f", {uncached - known} direct")
+    for model in dict.fromkeys(j.model for j in jobs if j.mode in A.RAG_MODES):
+        print(f"--batch: RAG answers of {model}: {route(model)}")
+    judging = route(judge)
+    print(f"--batch: judge calls ({judge}): {judging}"
+          + (", one batch per round (judgments, then re-draws)" if judging != "direct" else ""))
+
+
+# -- questions, finetune, report ------------------------------------------------------------
+
+def cmd_questions(args: argparse.Namespace) -> int:
+    from engine.benchmark.evaluation.questions import build_questions, write_questions
+
+    book = _load_book(args.book)
+    questions = build_questions(book)
+    path = write_questions(args.out, questions)
+    counts = {g: sum(1 for q in questions if q.get == g) for g in ("all", "latest", "chronological")}
+    print(f"{len(questions)} questions ({', '.join(f'{n} {g}' for g, n in counts.items())}) -> {path}")
+    return 0
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from engine.benchmark.evaluation import finetune
+    from engine.benchmark.evaluation.questions import single_event_questions
+
+    config = _config(args)
+    book = _load_book(args.book)
+    data_path = Path(args.data_out or Path("runs") / "finetune" / f"{book.name}.jsonl")
+    examples = finetune.training_examples(book, single_event_questions(book))
+    finetune.write_training_file(data_path, examples)
+    print(f"{len(examples)} training examples -> {data_path}")
+    if args.data_only:
+        return 0
+    started = time.perf_counter()
+    job = lifecycle.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
+                                            training_file=data_path, suffix=args.suffix,
+                                            poll_interval=args.poll_interval, timeout=args.timeout,
+                                            hyperparameters={"n_epochs": args.epochs, "batch_size": args.batch_size,
+                                                             "learning_rate_multiplier": args.lr_multiplier}))
+    model_id = job.get("fine_tuned_model")
+    if not model_id:
+        raise TulvingError(f"fine-tuning job {job.get('job_id')} ended {job.get('status')} without a model")
+    alias = args.alias or f"ft:{book.name}"
+    base = config.models.get(args.model) or next((m for m in config.models.values() if m.model == args.model),
+                                                 None)
+    snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base)
+    record_path = Path(args.record or data_path.with_suffix(".model.json"))
+    record = {"book": str(book.name), "base_model": args.model, "endpoint": args.endpoint, "alias": alias,
+              "training_data": str(data_path), "examples": len(examples), **job,
+              "seconds": round(time.perf_counter() - started, 1), "config_snippet": snippet}
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"fine-tuned model {model_id} (job {job.get('job_id')}) -> {record_path}")
+    print("Add to your config to evaluate it (tulving run --models "
+          f"{alias} --modes finetuned):\n\n{snippet}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if args.out or len(args.run_dir) > 1:
+        return cmd_report_folder(args)
+    run_dir = Path(args.run_dir[0])
+    records = load_results(run_dir)
+    run_path = run_dir / "run.json"
+    run = None
+    if run_path.is_file():
+        try:
+            run = json.loads(run_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TulvingError(f"{run_path}: not a readable run record ({exc})") from None
+        if not isinstance(run, dict) or not isinstance(run.get("jobs", []), list) or not all(
+                isinstance(j, dict) and isinstance(j.get("model"), str) and isinstance(j.get("mode"), str)
+                for j in run.get("jobs", [])):
+            raise TulvingError(f"{run_path}: not a run record (expected an object with a list of jobs)")
+    summary = summarize(records, run)
+    (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (run_dir / "report.md").write_text(render_markdown(summary))
+    print(leaderboard_text(summary))
+    return 0
+
+
+def cmd_report_folder(args: argparse.Namespace) -> int:
+    from engine.benchmark.evaluation.report_folder import write_report
+
+    if not args.out:
+        raise TulvingError("several run folders: pass --out DIR for their report")
+    files = write_report(args.run_dir, args.out)
+    for note in files.notes:
+        _note(note)
+    print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
+          f"{files.questions} questions, {files.seconds:.1f} s)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from engine.benchmark.evaluation.compare import compare
+
+    result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
+                     resamples=args.resamples, seed=args.seed, out=args.out)
+    print(result.text())
+    if args.out:
+        print(f"\nwritten: {Path(args.out) / 'compare.md'}")
+    return 0
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    from engine.benchmark.evaluation import agreement as AG
+    from engine.benchmark.evaluation.runset import load_runs
+    from engine.benchmark.evaluation.tables import to_csv, to_markdown
+
+    results = AG.agreement_results(load_runs(args.run_dir))
+    if not results:
+        raise TulvingError("no configuration of these runs was judged by two judges (run the same models and "
+                           "modes with another --judge, same cache)")
+    tables = [AG.summary_table(results), AG.disagreement_table(results, args.top)]
+    print(to_markdown(tables[0]))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for t in tables:
+            (out / f"{t.key}.md").write_text(to_markdown(t))
+            (out / f"{t.key}.csv").write_text(to_csv(t))
+        figures = AG.agreement_figures(results, out)
+        print(f"written: {', '.join(t.key for t in tables)} (.md, .csv), "
+              f"{', '.join(f.name + '.png' for f in figures)} in {out}")
+    return 0

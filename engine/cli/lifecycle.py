@@ -1,0 +1,80 @@
+"""Running a command's coroutine so that SIGTERM stops it as Ctrl-C does.
+
+    result = lifecycle.run(main_coroutine())   # instead of asyncio.run
+
+SIGTERM (what `timeout`, schedulers and process managers send) must stop a
+run the orderly way: the main task is cancelled, engines close and the cache
+is flushed, and the command exits 143. The CLI's SIGTERM handler
+(engine/cli/main.py) calls `terminate()`, which cancels the running command's main
+task directly. It used to send itself SIGINT and let asyncio's runner cancel
+the task, but a process started with SIGINT ignored (any background job of a
+non-interactive shell: `tulving run ... &`, some CI runners) has no SIGINT
+handler, so the SIGTERM was swallowed and the run went on to exit 0.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into the same orderly stop as Ctrl-C."""
+
+
+# (loop, main task) of the command coroutines running now, innermost last.
+_running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+_terminating = False
+
+
+def reset() -> None:
+    """Forget an earlier SIGTERM (one CLI invocation's state, tests call main() repeatedly)."""
+    global _terminating
+    _terminating = False
+
+
+def terminating() -> bool:
+    return _terminating
+
+
+def terminate() -> bool:
+    """Ask the running command to stop (from the SIGTERM handler, in the main
+    thread). True when a command coroutine was running and is cancelled now;
+    False when none is (the caller then stops the synchronous code itself)."""
+    global _terminating
+    _terminating = True
+    if not _running:
+        return False
+    loop, task = _running[-1]
+    if task.done():
+        return False
+    task.cancel()
+    loop.call_soon_threadsafe(lambda: None)  # wake the loop if it sleeps in select()
+    return True
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, stoppable by `terminate()`: raises `Terminated`
+    once the main task has unwound (its `finally` and `async with` blocks ran)."""
+
+    async def tracked() -> T:
+        task = asyncio.current_task()
+        assert task is not None  # inside asyncio.run: there is a current task
+        entry = (asyncio.get_running_loop(), task)
+        _running.append(entry)
+        try:
+            return await main
+        finally:
+            _running.remove(entry)
+
+    try:
+        result = asyncio.run(tracked())
+    except asyncio.CancelledError:
+        if _terminating:
+            raise Terminated() from None
+        raise
+    if _terminating:  # the stop was asked for, even if the work finished meanwhile
+        raise Terminated()
+    return result

@@ -1,0 +1,212 @@
+"""The `tulving` command line.
+
+    tulving [--config PATH] [--cache PATH] [--quiet] [--max-cost USD] COMMAND ...
+
+This module builds the parser (the global options) and runs a command. The
+command modules (engine/cli/: tools, bench, cache, generate, evaluate) each
+expose `register(subparsers)`, adding subcommands whose handler is
+`handler(args) -> int`; handlers build engines with
+`engine.cli.common.open_engine(args)`.
+
+User errors (a bad config, an unknown model, a missing key or file) print one
+line, `tulving: error: ...`, and exit 2; other fatal provider errors exit 1;
+the other exit codes (incomplete runs, --max-cost, storage, Ctrl-C, SIGTERM)
+are listed in engine/errors.py. Global options may come before or after the
+command. SIGTERM stops like Ctrl-C (engines close, the cache is flushed),
+whether or not SIGINT is ignored (engine/cli/lifecycle.py).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from engine.cli import batches, bench, evaluate, generate, lifecycle, tools
+from engine.cli import cache as cache_commands
+from engine.cli.argtypes import non_negative_float
+from engine.cli.common import DEFAULT_CACHE
+from engine.cli.lifecycle import Terminated
+from engine.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_PIPE,
+    EXIT_STORAGE,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    printable,
+)
+from providers.base import AUTH, CONFIG, ProviderError, TulvingError
+
+COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate, batches)
+
+
+# -- parser and entry point ---------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tulving",
+        description="Episodic Memory Benchmark for LLMs: generate books, evaluate models, at high throughput.",
+        epilog="Configuration: a TOML file of [endpoints.*] and [models.*] merged over the built-in defaults "
+               "(see `tulving config check`). API keys are read from the environment variables the "
+               "endpoints name.")
+    parser.add_argument("--config", metavar="PATH", default=os.environ.get("TULVING_CONFIG"),
+                        help="TOML config (default: $TULVING_CONFIG, else built-in defaults)")
+    parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE", DEFAULT_CACHE),
+                        help="response cache, SQLite (default: $TULVING_CACHE, else %(default)s)")
+    parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    parser.add_argument("--max-cost", metavar="USD", type=non_negative_float,
+                        help="send no new call once the run's spending would exceed this")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def _fail(message: str, code: int) -> int:
+    """Print one error line (control characters escaped: it may quote a
+    server, a file name or model output) and return `code`."""
+    _print_err(f"tulving: error: {' '.join(printable(message).split())}")
+    return code
+
+
+def _print_err(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):  # stderr gone: nothing left to tell
+        pass
+
+
+_GLOBAL_VALUED = ("--config", "--cache", "--max-cost")
+_GLOBAL_FLAGS = ("--quiet",)
+
+
+def hoist_global_options(argv: Sequence[str]) -> list[str]:
+    """Move the global options written after the command (`tulving run
+    --cache X`) in front of it, where argparse expects them. What follows
+    `serve-loopback` or `--` is left alone."""
+    argv = list(argv)
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    seen_command = False
+    while i < len(argv):
+        token = argv[i]
+        if token == "--" or token == "serve-loopback":
+            rest.extend(argv[i:])
+            break
+        name = token.split("=", 1)[0]
+        if seen_command and name in _GLOBAL_VALUED and "=" in token:
+            front.append(token)
+        elif seen_command and token in _GLOBAL_VALUED and i + 1 < len(argv):
+            front.extend(argv[i:i + 2])
+            i += 1
+        elif seen_command and token in _GLOBAL_FLAGS:
+            front.append(token)
+        else:
+            if not token.startswith("-") and not (i > 0 and argv[i - 1] in _GLOBAL_VALUED):
+                seen_command = True
+            rest.append(token)
+        i += 1
+    return front + rest
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Stop like Ctrl-C: a running command coroutine has its main task
+    cancelled (engines close, the cache is flushed: engine/cli/lifecycle.py);
+    synchronous code gets a KeyboardInterrupt."""
+    if not lifecycle.terminate():
+        raise Terminated()
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _os_error(exc: OSError) -> int:
+    name = exc.filename or ""
+    what = exc.strerror or str(exc)
+    where = f"{name}: " if name else ""
+    code = EXIT_STORAGE if exc.errno in _STORAGE_ERRNOS else EXIT_USAGE
+    return _fail(f"{where}{what}", code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    lifecycle.reset()
+    argv = hoist_global_options(sys.argv[1:] if argv is None else argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if _in_main_thread() else None
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        terminated = lifecycle.terminating()
+        _print_err("tulving: terminated" if terminated else "tulving: interrupted")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+    except BrokenPipeError:  # `tulving ... | head`: the reader left; exit quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_PIPE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "command", None) == "serve-loopback":  # its options belong to the server
+        args.server_args = extra + args.server_args
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(printable(x) for x in extra)}")
+    if getattr(args, "func", None) is None:
+        return _usage(parser)
+    _install_uvloop()
+    try:
+        return int(args.func(args) or 0)
+    except TulvingError as exc:
+        return _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))
+    except ProviderError as exc:
+        return _fail(str(exc), EXIT_USAGE if exc.kind in (AUTH, CONFIG) else EXIT_FAILED)
+    except FileNotFoundError as exc:
+        return _fail(f"file not found: {exc.filename or exc}", EXIT_USAGE)
+    except (KeyboardInterrupt, BrokenPipeError):
+        raise
+    except OSError as exc:
+        return _os_error(exc)
+    except UnicodeDecodeError as exc:
+        return _fail(f"a file read is not UTF-8 text ({exc.reason} at byte {exc.start})", EXIT_USAGE)
+    except RecursionError as exc:
+        return _fail(f"input nested too deeply ({exc})", EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 -- a bug: one line, the traceback on request
+        if os.environ.get("TULVING_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(exc).__name__}: {exc} (set TULVING_DEBUG=1 for the traceback)",
+                     EXIT_FAILED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
