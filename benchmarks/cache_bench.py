@@ -28,6 +28,7 @@ from engine.benchmark.generation.published import load_book  # noqa: E402
 from engine.config import Config  # noqa: E402
 from engine.requests import ChatRequest  # noqa: E402
 from engine.resolve import resolve  # noqa: E402
+from providers.base import ChatResult  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are an expert in memory tests."}
 
@@ -37,9 +38,9 @@ def requests(n: int) -> list[ChatRequest]:
             for i in range(n)]
 
 
-def reply(i: int) -> dict:
-    return {"text": f"The answer to question {i} is London.", "finish_reason": "stop", "input_tokens": 40,
-            "output_tokens": 9, "latency": 1.25, "request_id": f"req-{i}"}
+def reply(i: int) -> ChatResult:
+    return ChatResult(text=f"The answer to question {i} is London.", finish_reason="stop", input_tokens=40,
+                      output_tokens=9, latency=1.25, request_id=f"req-{i}")
 
 
 async def write(path: Path, resolved, batch_rows: int) -> float:

@@ -138,9 +138,9 @@ async def writer_cost(n: int, tmp: str) -> None:
 
         async with TimedCache(os.path.join(tmp, f"writer{seconds}.sqlite"), batch_seconds=seconds) as cache:
             for i, r in enumerate(resolved):
-                cache.put(r.key, r.identity, {"text": f"The answer to question {i} is London.",
-                                              "finish_reason": "stop", "input_tokens": 40, "output_tokens": 9,
-                                              "latency": 0.001, "request_id": f"chatcmpl-{i:024d}"},
+                cache.put(r.key, r.identity, ChatResult(text=f"The answer to question {i} is London.",
+                                                        finish_reason="stop", input_tokens=40, output_tokens=9,
+                                                        latency=0.001, request_id=f"chatcmpl-{i:024d}"),
                           canonical=r.canonical)
                 if i % 32 == 31:
                     await asyncio.sleep(32 / 5000)

@@ -25,11 +25,19 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from cache.codec import CHUNKS, chunk_digests, decode_identity, decode_response, encode_identity, encode_response
+from cache.codec import (
+    CHUNKS,
+    Record,
+    chunk_digests,
+    decode_identity,
+    decode_response,
+    encode_identity,
+    encode_response,
+)
 from cache.keys import normalize, request_key
 from cache.store import ENTRY_COLUMNS, INSERT_BLOB, INSERT_ENTRY, CacheError, connect, iso_utc
 from providers.base import TulvingError
@@ -67,7 +75,7 @@ class Entry:
     base_url: str | None
     created_at: str
     identity: dict[str, Any]
-    response: dict[str, Any]
+    response: Record
 
 
 def load_entry(conn: sqlite3.Connection, key: str) -> Entry | None:
@@ -517,7 +525,7 @@ def _import_entry(conn: sqlite3.Connection, item: dict[str, Any], name: str, num
         raise TulvingError(f"{name}: line {number}: key {str(key)[:12]}… does not match its identity")
     if conn.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone():
         return False
-    text, vectors, dtype, count = encode_response(response)
+    text, vectors, dtype, count = encode_response(cast(Record, response))  # as exported: kept as it is
     conn.execute(INSERT_ENTRY, (key, str(rebuilt.get("op", "chat")), str(rebuilt.get("model", "")),
                                 rebuilt.get("kind"), rebuilt.get("base_url"), str(created_at), text, vectors,
                                 dtype, count, orjson.dumps(identity).decode()))

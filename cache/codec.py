@@ -6,8 +6,9 @@ digests of its chunks (cache/chunks.py) kept in the `blobs` table. A real
 dict with a key starting with "$" is wrapped as `{"$literal": {...}}`, so
 decoding is exact whatever the request holds.
 
-Response (`result_to_record` / `result_from_record`): the result fields as
-JSON, except an embedding reply's `vectors`
+Response (`result_to_record` / `result_from_record`, used by cache/store.py
+only: the engine hands the cache ChatResult/EmbedResult and gets them back):
+the result fields as JSON (`ChatRecord` / `EmbedRecord`), except an embedding reply's `vectors`
 (a list of equal-length float lists), which go into a BLOB as little-endian
 float32 when every value survives the float32 round trip exactly (local
 models, OpenAI's base64 embeddings), float64 otherwise -- so the decoded
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import Any, Required, TypedDict, cast
 
 import numpy as np
 import orjson
@@ -28,6 +29,31 @@ from providers.base import ChatResult, EmbedResult, Result
 
 CHUNKS = "$chunks"
 LITERAL = "$literal"
+
+
+class ChatRecord(TypedDict, total=False):
+    """A chat reply as the `response` column holds it (older records may lack the optional fields)."""
+
+    text: Required[str]
+    finish_reason: str
+    input_tokens: int
+    output_tokens: int
+    latency: float
+    request_id: str | None
+    cache_read_tokens: int   # only when non-zero
+    cache_write_tokens: int  # only when non-zero
+
+
+class EmbedRecord(TypedDict, total=False):
+    """An embedding reply: `vectors` packed into the `vectors` BLOB when they are a float matrix."""
+
+    vectors: Required[list[list[float]]]
+    input_tokens: int
+    latency: float
+    request_id: str | None
+
+
+Record = ChatRecord | EmbedRecord
 
 
 # -- identity -------------------------------------------------------------------
@@ -97,7 +123,7 @@ def decode_identity(encoded: Any, fetch: Callable[[Iterable[str]], dict[str, str
 
 
 # -- response -------------------------------------------------------------------
-def encode_response(response: dict[str, Any]) -> tuple[str, bytes | None, str | None, int | None]:
+def encode_response(response: Record) -> tuple[str, bytes | None, str | None, int | None]:
     """(JSON text, packed vectors or None, dtype "<f4"/"<f8" or None, vector count or None)."""
     vectors = response.get("vectors")
     packed = _pack_vectors(vectors) if type(vectors) is list and vectors else None
@@ -108,11 +134,11 @@ def encode_response(response: dict[str, Any]) -> tuple[str, bytes | None, str | 
     return orjson.dumps(rest).decode(), blob, dtype, len(cast(list[Any], vectors))  # packed: a list
 
 
-def decode_response(text: str, vectors: bytes | None, dtype: str | None, count: int | None) -> dict[str, Any]:
-    response: dict[str, Any] = orjson.loads(text)
+def decode_response(text: str, vectors: bytes | None, dtype: str | None, count: int | None) -> Record:
+    response: Record = orjson.loads(text)
     if vectors is not None:
         array = np.frombuffer(vectors, dtype=dtype).astype(np.float64)
-        response["vectors"] = array.reshape(count, -1).tolist() if count else []
+        cast(EmbedRecord, response)["vectors"] = array.reshape(count, -1).tolist() if count else []
     return response
 
 
@@ -131,10 +157,10 @@ def _pack_vectors(vectors: list[Any]) -> tuple[bytes, str] | None:
 
 
 # -- results ----------------------------------------------------------------------
-def result_to_record(result: Result) -> dict[str, Any]:
+def result_to_record(result: Result) -> Record:
     """The cache's response: the result's fields (an embedding has `vectors`)."""
     if isinstance(result, ChatResult):
-        record = {"text": result.text, "finish_reason": result.finish_reason,
+        record: ChatRecord = {"text": result.text, "finish_reason": result.finish_reason,
                   "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
                   "latency": result.latency, "request_id": result.request_id}
         # Prompt-cache counts only when there are some: older records stay as they were.
@@ -147,8 +173,9 @@ def result_to_record(result: Result) -> dict[str, Any]:
             "latency": result.latency, "request_id": result.request_id}
 
 
-def result_from_record(record: dict[str, Any]) -> Result:
+def result_from_record(record: Record) -> Result:
     if "vectors" in record:
+        record = cast(EmbedRecord, record)
         return EmbedResult(vectors=record["vectors"], input_tokens=record.get("input_tokens", 0),
                            latency=record.get("latency", 0.0), request_id=record.get("request_id"))
     return ChatResult(text=record["text"], finish_reason=record.get("finish_reason", "stop"),

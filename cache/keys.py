@@ -27,6 +27,10 @@ KEY_FORMAT = b"tulving-cache/1\n"
 _EXACT_INT_LIMIT = 2 ** 53
 _INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 64 - 1  # what orjson can write
 
+# A request identity (engine/resolve.py builds it): op, kind, base_url, model,
+# params, messages or texts, draw; JSON-like values all through.
+Identity = Mapping[str, object]
+
 
 def normalize(value: Any) -> Any:
     """The canonical form of a JSON-like value. Containers that need no change
@@ -97,25 +101,25 @@ def _normalize_other(value: Any) -> Any:
     raise TypeError(f"cannot key a value of type {type(value).__name__}: {value!r:.80}")
 
 
-def _key_str(key: Any) -> str:
+def _key_str(key: object) -> str:
     if type(key) is not str:
         raise TypeError(f"cannot key a mapping with a non-string key {key!r:.80}")
     return key
 
 
-def canonical_bytes(identity: Mapping[str, Any]) -> bytes:
+def canonical_bytes(identity: Identity) -> bytes:
     """The canonical serialization of an identity (what the key hashes)."""
     return dumps_normalized(normalize(identity))
 
 
-def dumps_normalized(identity: Any) -> bytes:
+def dumps_normalized(identity: object) -> bytes:
     """`canonical_bytes` of an identity already in canonical form (every value
     `normalize` would return unchanged): for callers that normalised its parts
     once (engine/resolve.py normalises an alias's parameters once per batch)."""
     return orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)
 
 
-def request_key(identity: Mapping[str, Any]) -> str:
+def request_key(identity: Identity) -> str:
     """sha256 hex digest of the canonical identity: the cache key."""
     return key_of_canonical(canonical_bytes(identity))
 

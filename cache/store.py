@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import hashlib
 import logging
 import math
@@ -66,13 +67,13 @@ from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
-from cache.codec import decode_response, encode_identity, encode_response
-from cache.keys import canonical_bytes
-from providers.base import TulvingError
+from cache.codec import Record, decode_response, encode_identity, encode_response, result_from_record, result_to_record
+from cache.keys import Identity, canonical_bytes
+from providers.base import Result, TulvingError
 
 log = logging.getLogger("tulving.cache")
 
@@ -128,7 +129,13 @@ def _insert_entries_sql(rows: int) -> str:
             + ", ".join([_ROW_PLACEHOLDERS] * rows))
 
 
-def _insert_entries(conn: sqlite3.Connection, entries: list[tuple[Any, ...]]) -> None:
+# An `entries` row in ENTRY_COLUMNS order; `kind` and `base_url` as the identity holds them.
+_Entry = tuple[str, str, str, object, object, str, str, bytes | None, str | None, int | None, str, str]
+# What `put` queues for the writer: key, identity, canonical bytes, record, time put, request characters.
+_Row = tuple[str, Identity, bytes | None, Record, float, int]
+
+
+def _insert_entries(conn: sqlite3.Connection, entries: Sequence[_Entry]) -> None:
     for start in range(0, len(entries), ENTRY_ROWS_PER_INSERT):
         part = entries[start:start + ENTRY_ROWS_PER_INSERT]
         conn.execute(_insert_entries_sql(len(part)), [value for row in part for value in row])
@@ -272,20 +279,20 @@ def iso_utc(timestamp: float) -> str:
     return f"{text}.{micros:06d}Z"
 
 
-def _identity_chars(identity: dict[str, Any]) -> int:
+def _identity_chars(identity: Identity) -> int:
     messages = identity.get("messages")
     if messages:
-        return sum(len(m.get("content") or "") for m in messages)
+        return sum(len(m.get("content") or "") for m in cast(list[dict[str, str]], messages))
     texts = identity.get("texts")
-    return sum(map(len, texts)) if texts else 0
+    return sum(map(len, cast(list[str], texts))) if texts else 0
 
 
 def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str] | None = None
-                 ) -> dict[str, dict[str, Any]]:
-    """{key: response} for the keys present, looked up `READ_BATCH` at a time.
-    A row whose checksum does not match (or whose response cannot be decoded)
-    is left out, as a miss, and its key appended to `corrupt`."""
-    found: dict[str, dict[str, Any]] = {}
+                 ) -> dict[str, Record]:
+    """{key: response record} for the keys present, looked up `READ_BATCH` at
+    a time. A row whose checksum does not match (or whose response cannot be
+    decoded) is left out, as a miss, and its key appended to `corrupt`."""
+    found: dict[str, Record] = {}
     loads = orjson.loads
     for i in range(0, len(keys), READ_BATCH):
         batch = keys[i:i + READ_BATCH]
@@ -299,6 +306,17 @@ def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
             except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
                 if corrupt is not None:
                     corrupt.append(key)
+    return found
+
+
+def read_results(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str]) -> dict[str, Result]:
+    """{key: result} for the keys present (`read_entries`, decoded on the reader thread)."""
+    found: dict[str, Result] = {}
+    for key, record in read_entries(conn, keys, corrupt).items():
+        try:
+            found[key] = result_from_record(record)
+        except Exception:  # noqa: BLE001 -- a record without its fields is a miss, never a wrong answer
+            corrupt.append(key)
     return found
 
 
@@ -382,14 +400,14 @@ class ResponseCache:
     """Async cache of successful replies in one SQLite file.
 
         async with ResponseCache("runs/cache.sqlite") as cache:
-            found = await cache.get_many(keys)      # {key: response} for the hits
-            cache.put(key, identity, response)      # queued; committed in batches
+            found = await cache.get_many(keys)      # {key: ChatResult | EmbedResult} for the hits
+            cache.put(key, identity, result)        # queued; committed in batches
             await cache.flush()                     # everything put so far is on disk
 
-    `key` must be `cache.keys.request_key(identity)`; `response` is a JSON-able
-    dict (the ChatResult/EmbedResult fields). `put` takes ownership of both:
-    do not change them afterwards. A key put and not yet committed is already
-    returned by `get`/`get_many` (from memory).
+    `key` must be `cache.keys.request_key(identity)`; `result` a ChatResult or
+    EmbedResult, turned into the stored record (cache/codec.py) at once. `put`
+    takes ownership of `identity`: do not change it afterwards. A key put and
+    not yet committed is already returned by `get`/`get_many` (from memory).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, blob_min_chars: int = 4096,
@@ -407,7 +425,7 @@ class ResponseCache:
         self._items: deque[Any] = deque()  # row tuples, _Flush markers, _STOP
         self._wake = threading.Event()
         self._urgent = threading.Event()
-        self._pending: dict[str, dict[str, Any]] = {}  # put, not yet committed
+        self._pending: dict[str, Record] = {}  # put, not yet committed
         # Request text queued for the writer (back-pressure for the engine: a
         # slow disk must not let book-sized prompts pile up in memory). Two
         # counters, each written by one thread only, so no lock is needed.
@@ -418,7 +436,7 @@ class ResponseCache:
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._reader: _ReaderThread | None = None
-        self._get_waiters: dict[str, list[asyncio.Future[dict[str, Any] | None]]] = {}
+        self._get_waiters: dict[str, list[asyncio.Future[Result | None]]] = {}
         self._get_tasks: set[asyncio.Task[None]] = set()
         self._open = False
         self._closed = False
@@ -499,25 +517,26 @@ class ResponseCache:
         self._writer = None
 
     # -- reads ----------------------------------------------------------------------
-    async def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """{key: response} for the keys that are cached (misses are absent)."""
+    async def get_many(self, keys: Sequence[str]) -> dict[str, Result]:
+        """{key: result} for the keys that are cached (misses are absent); a
+        new result object for every key and call."""
         self._check_open()
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, Result] = {}
         if self._pending:
             missing = []
             for key in keys:
-                response = self._pending.get(key)
-                if response is None:
+                record = self._pending.get(key)
+                if record is None:
                     missing.append(key)
                 else:
-                    found[key] = dict(response)
+                    found[key] = result_from_record(record)
         else:
             missing = list(keys)
         if missing:
             corrupt: list[str] = []
             assert self._reader is not None  # _check_open passed
             try:
-                found.update(await self._reader.run(read_entries, self._read_conn, missing, corrupt))
+                found.update(await self._reader.run(read_results, self._read_conn, missing, corrupt))
             except sqlite3.DatabaseError as exc:
                 raise damaged(self.path, exc) from None
             if corrupt:
@@ -526,11 +545,11 @@ class ResponseCache:
                             "(`tulving cache check` lists them)", len(corrupt), self.path)
         return found
 
-    async def get(self, key: str) -> dict[str, Any] | None:
-        """The response for `key` or None. Concurrent calls are looked up together."""
+    async def get(self, key: str) -> Result | None:
+        """The result for `key` or None. Concurrent calls are looked up together."""
         self._check_open()
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[dict[str, Any] | None] = loop.create_future()
+        future: asyncio.Future[Result | None] = loop.create_future()
         first = not self._get_waiters
         self._get_waiters.setdefault(key, []).append(future)
         if first:
@@ -543,7 +562,7 @@ class ResponseCache:
         self._get_tasks.add(task)
         task.add_done_callback(self._get_tasks.discard)
 
-    async def _answer_gets(self, waiters: dict[str, list[asyncio.Future[dict[str, Any] | None]]]) -> None:
+    async def _answer_gets(self, waiters: dict[str, list[asyncio.Future[Result | None]]]) -> None:
         try:
             found = await self.get_many(list(waiters))
         except BaseException as exc:
@@ -553,19 +572,19 @@ class ResponseCache:
                         future.set_exception(exc)
             return
         for key, futures in waiters.items():
-            response = found.get(key)
+            result = found.get(key)
             for i, future in enumerate(futures):
                 if not future.done():
-                    future.set_result(response if i == 0 or response is None else dict(response))
+                    future.set_result(result if i == 0 or result is None else dataclasses.replace(result))
 
     # -- writes ---------------------------------------------------------------------
-    def put(self, key: str, identity: dict[str, Any], response: dict[str, Any], *,
-            canonical: bytes | None = None) -> None:
-        """Queue a successful response for the writer; returns at once.
+    def put(self, key: str, identity: Identity, result: Result, *, canonical: bytes | None = None) -> None:
+        """Queue a successful result for the writer; returns at once.
         `canonical` may pass `cache.keys.canonical_bytes(identity)` when the
         caller already has it (the engine does: it hashed them for the key),
         so the writer does not serialise the identity again."""
         self._check_open()
+        response = result_to_record(result)
         self._pending[key] = response
         size = _identity_chars(identity)
         self._queued_chars += size
@@ -615,7 +634,7 @@ class ResponseCache:
             # Clear before taking: anything appended from here on sets them again.
             self._wake.clear()
             self._urgent.clear()
-            rows: list[tuple[Any, ...]] = []
+            rows: list[_Row] = []
             while items:
                 item = items.popleft()
                 if item is _STOP:
@@ -638,7 +657,7 @@ class ResponseCache:
             if isinstance(item, _Flush):
                 item.done()
 
-    def _commit_rows(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    def _commit_rows(self, conn: sqlite3.Connection, rows: list[_Row]) -> None:
         if not rows:
             return
         try:
@@ -649,31 +668,53 @@ class ResponseCache:
         finally:
             self._written_chars += sum(row[5] for row in rows)
 
-    def _commit(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-        entries: list[tuple[Any, ...]] = []
+    def _commit(self, conn: sqlite3.Connection, rows: list[_Row]) -> None:
+        entries, blobs = self._encode_rows(rows)
+        if not self._insert(conn, entries, blobs):
+            blobs = {}
+        if len(self._known_blobs) > 1_000_000:
+            self._known_blobs.clear()
+        self._known_blobs.update(blobs)
+        pending = self._pending
+        for key, _identity, _canonical, response, _created, _size in rows:
+            if pending.get(key) is response:
+                pending.pop(key, None)
+
+    def _encode_rows(self, rows: list[_Row]) -> tuple[list[_Entry], dict[str, tuple[str, int]]]:
+        """The `entries` rows to insert and the chunks not yet stored by this
+        writer; a row that cannot be encoded is counted and logged."""
+        entries: list[_Entry] = []
         blobs: dict[str, tuple[str, int]] = {}
         for key, identity, canonical, response, created, _size in rows:
             try:
-                if not canonical:  # not handed over (None, or b"" for a large request)
-                    canonical = canonical_bytes(identity)
-                stored = canonical
-                if len(stored) > self.blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
-                    encoded, chunks = encode_identity(orjson.loads(stored), self.blob_min_chars)
-                    stored = orjson.dumps(encoded)
-                else:
-                    chunks = {}
-                text, vectors, dtype, count = encode_response(response)
-                get = identity.get
-                entries.append((key, str(get("op", "chat")), str(get("model", "")), get("kind"),
-                                get("base_url"), iso_utc(created), text, vectors, dtype, count,
-                                stored.decode(), entry_checksum(key, text, vectors)))
+                entry, chunks = self._encode_row(key, identity, canonical, response, created)
             except Exception as exc:  # a value JSON cannot hold, a non-dict identity, ...
                 self.write_errors += 1
                 log.error("cache: cannot store the response for key %s: %s", key, exc)
                 continue
+            entries.append(entry)
             for digest, chunk in chunks.items():
                 if digest not in self._known_blobs:
                     blobs[digest] = chunk
+        return entries, blobs
+
+    def _encode_row(self, key: str, identity: Identity, canonical: bytes | None, response: Record,
+                    created: float) -> tuple[_Entry, dict[str, tuple[str, int]]]:
+        if not canonical:  # not handed over (None, or b"" for a large request)
+            canonical = canonical_bytes(identity)
+        stored = canonical
+        chunks: dict[str, tuple[str, int]] = {}
+        if len(stored) > self.blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
+            encoded, chunks = encode_identity(orjson.loads(stored), self.blob_min_chars)
+            stored = orjson.dumps(encoded)
+        text, vectors, dtype, count = encode_response(response)
+        get = identity.get
+        return (key, str(get("op", "chat")), str(get("model", "")), get("kind"), get("base_url"), iso_utc(created),
+                text, vectors, dtype, count, stored.decode(), entry_checksum(key, text, vectors)), chunks
+
+    def _insert(self, conn: sqlite3.Connection, entries: list[_Entry], blobs: dict[str, tuple[str, int]]) -> bool:
+        """One transaction, tried again twice while another process holds the
+        lock; False (counted, logged) when it could not be written."""
         for attempt in range(3):
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -683,21 +724,13 @@ class ResponseCache:
                 conn.executemany(INSERT_BLOB, [(d, size, text) for d, (text, size) in blobs.items()])
                 _insert_entries(conn, entries)
                 conn.execute("COMMIT")
-                break
+                return True
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                busy = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
-                if busy and attempt < 2:
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc) and attempt < 2:
                     continue
                 self.write_errors += len(entries)
                 log.error("cache: could not write %d responses to %s: %s", len(entries), self.path, exc)
-                blobs = {}
-                break
-        if len(self._known_blobs) > 1_000_000:
-            self._known_blobs.clear()
-        self._known_blobs.update(blobs)
-        pending = self._pending
-        for key, _identity, _canonical, response, _created, _size in rows:
-            if pending.get(key) is response:
-                pending.pop(key, None)
+                return False
+        return False

@@ -9,17 +9,9 @@ same head call and the one that can start it soonest takes it, so traffic
 spreads by free capacity. Dispatchers sleep on an event plus a timer set to the
 exact time capacity frees; nothing polls.
 
-After a 429 (see `EndpointState.on_rate_limited`): the call itself waits the
-server's retry-after (the engine caps it); the whole endpoint pauses only when
-429s dominate its recent replies; and it slows down once per episode -- half
-the rate and concurrency, recovered linearly over RECOVERY_SECONDS, or for an
-endpoint without a set (or learned) RPM an inferred request rate. A 429 that
-says nothing (no retry-after, no rate-limit header) also halves the
-concurrency cap, which then regrows by one per cap's worth of successful
-replies (additive increase). Each slow-down is a trial judged on the replies
-that follow it: kept only if it lowered the 429 share beyond chance, undone
-otherwise (429s not caused by our speed -- another process on the account, a
-provider's bad minute -- must not starve the run).
+After a 429 the endpoint pauses, slows down and lowers its concurrency as
+engine/pacing.py decides (`Pacing`, one per endpoint): the one place a 429 is
+decided, whether the call is tried again included (`after_failure`).
 
 Limits the provider reports in its reply headers (`learn_limits`) are paced
 by as well (engine/limiter.py): where none is configured or where the
@@ -44,38 +36,30 @@ import heapq
 import logging
 import math
 import time
-from collections import deque
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.budget import Budget
 from engine.limiter import EndpointLimits
+from engine.pacing import Pacing, Retry, retry
 from engine.resolve import Resolved
 from engine.warmup import marked
-from providers.base import BAD_REPLY, CONFIG, ChatResult, EndpointSpec, Provider, ProviderError, RateLimitInfo, Result
+from providers.base import (
+    BAD_REPLY,
+    CONFIG,
+    RATE_LIMITED,
+    ChatResult,
+    EndpointSpec,
+    Provider,
+    ProviderError,
+    RateLimitInfo,
+    Result,
+)
 from providers.http_errors import exception_error
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PAUSE = 1.0          # seconds to pause after a 429 that names no wait
-RECOVERY_SECONDS = 30.0      # from half rate back to full rate after a 429
-MIN_FACTOR = 1 / 16
-INFERRED_DOUBLING = 20.0     # seconds for an inferred request rate to double
-MAX_INFERRED_FACTOR = 1e6
-SHARE_WINDOW = 40            # replies over which the 429 share before a slow-down is measured
-TRIAL_REPLIES = 12           # replies to calls sent after a slow-down before judging it
-TRIAL_SECONDS = 30.0         # a trial not judged by then (too few replies) is kept
-MIN_TRIAL_EVIDENCE = 6       # replies before a slow-down needed to judge it at all
-KEPT_FLOOR = 0.1             # or if it fell below this
-KEPT_Z = 1.65                # a slow-down is kept if the 429 share fell by this many standard errors
-ALWAYS_KEPT_SHARE = 0.6      # past this share of 429s we are far too fast: a slow-down is never undone
-IGNORE_SECONDS = 60.0        # after an undone slow-down, 429s at that share slow nothing down
-IGNORE_MARGIN = 0.25         # ... unless the share rises this much above it
-PAUSE_WINDOW = 10            # the endpoint pauses on a 429 when, over its last replies,
-PAUSE_SHARE = 0.8            # at least this share were 429s (30% random 429s reach it once in ~600)
-TOO_FAST_SHARE = 0.5         # a 429 share this high is our speed: a running trial does not hold slow-downs back
-MIN_PAUSE_EVIDENCE = 4       # replies needed to judge (with none known at all, a 429 pauses)
 NOTICE_PAUSE = 5.0           # pauses this long are announced on stderr
 
 
@@ -173,14 +157,6 @@ class Pool:
             heapq.heapify(heap)
 
 
-def _clearly_lower(after: float, n_after: int, before: float, n_before: int) -> bool:
-    """Whether the 429 share `after` a slow-down is lower than `before` beyond
-    chance (a one-sided two-proportion z-test at KEPT_Z)."""
-    pooled = (after * n_after + before * n_before) / (n_after + n_before)
-    spread = math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_after + 1.0 / n_before))
-    return before - after > KEPT_Z * spread if spread > 0 else after < before
-
-
 def _reported_limits(outcome: AttemptOutcome) -> RateLimitInfo | None:
     """What the reply's headers said of the rate limits (a result's or an error's)."""
     reply = outcome.result if outcome.result is not None else outcome.error
@@ -226,23 +202,9 @@ class EndpointState:
         self.limits = EndpointLimits(spec, now=now)
         self.pools: list[Pool] = []
         self.in_flight = 0
-        self.paused_until = 0.0
         self.last_prompt: tuple[str, ...] | None = None
         self.calls = 0
-        self.rate_limited = 0
-        self._factor = 1.0
-        self._factor_since = now
-        self._inferred = False      # the request rate was inferred after a 429
-        self.succeeded = 0
-        self._mark_time, self._mark_done = now, 0
-        self._last_slowdown = -math.inf
-        self._replies: deque[tuple[float, bool]] = deque(maxlen=4 * SHARE_WINDOW)  # (sent at, answered 429)
-        self._trial: tuple[Any, ...] | None = None
-        self._ignore_until = -math.inf
-        self._ignored_share = 0.0
-        self.reverted = 0           # slow-downs undone because they did not lower the 429 share
-        self._concurrency = self.max_concurrency  # cap lowered by 429s that say nothing (AIMD)
-        self._grow_count = 0                      # successes towards the cap's next +1
+        self.pacing = Pacing(self.max_concurrency, self.limits, now)  # pause, slow-downs, AIMD after 429s
         # per-minute limits the provider reported: model -> RateLimitInfo group -> rate
         self.learned_limits: dict[str, dict[str, float]] = {}
         self._wake = asyncio.Event()
@@ -266,16 +228,15 @@ class EndpointState:
         self._wake.set()
 
     def record_reply(self, rate_limited: bool, now: float, sent_at: float = -math.inf) -> None:
-        """Every finished attempt, answered 429 or not, and when it was sent:
-        the recent 429 share decides whether a slow-down helped (`_judge_trial`)."""
-        self._replies.append((sent_at, rate_limited))
-        if self._trial is not None:
-            self._judge_trial(now)
-
-    def recent_429_share(self, last: int = SHARE_WINDOW) -> tuple[float, int]:
-        """(share of 429s, replies counted) over the last `last` replies."""
-        replies = [limited for _, limited in list(self._replies)[-last:]]
-        return (sum(replies) / len(replies) if replies else 0.0), len(replies)
+        """Every finished attempt, answered 429 or not, and when it was sent
+        (the pacing judges its slow-down trials on them)."""
+        share = self.pacing.on_reply(rate_limited, now, sent_at)
+        if share is not None:  # a slow-down did not lower the 429 share: undone
+            if self.owner is not None:
+                self.owner.notice(f"{self.name}: {share:.0%} of replies are 429 whatever our rate "
+                                  f"(not caused by our speed): keeping full speed and retrying them",
+                                  key=("revert", self.name), every=60.0)
+            self.wake()
 
     def learn_limits(self, info: RateLimitInfo | None, now: float, model: str = "") -> None:
         """The rate limits a reply from `model` reported in its headers (every
@@ -287,10 +248,8 @@ class EndpointState:
         changed = self.limits.learn(info, now, model)
         if not changed:
             return
-        if "requests" in changed and self._inferred:  # told the rate: no need to guess it
-            self.limits.restore_request_limit(None, now)  # an inferred rate means none was configured
-            self._inferred = False
-            self._factor, self._factor_since = min(1.0, self._factor), now
+        if "requests" in changed:  # told the rate: no need to guess it
+            self.pacing.told_request_limit(now)
         first = model not in self.learned_limits
         self.learned_limits.setdefault(model, {}).update(changed)
         if first and self.owner is not None:
@@ -315,126 +274,27 @@ class EndpointState:
 
     def on_rate_limited(self, retry_after: float | None, now: float, sent_at: float | None = None,
                         limits: RateLimitInfo | None = None) -> None:
-        """A 429: slow down once per episode -- a 429 to a call sent before
-        the last slow-down belongs to that episode (it was sent too fast
-        already) -- and pause dispatch until the server's wait while 429s
-        dominate the recent replies (a lone 429 delays only its own call).
+        """A 429 (its wait already capped): the pacing pauses and slows down
+        (engine/pacing.py); a long pause is announced."""
+        paused = self.pacing.on_rate_limited(retry_after, now, sent_at, said_limits=limits is not None)
+        if paused is not None and paused >= NOTICE_PAUSE and self.owner is not None:
+            until = time.strftime("%H:%M:%S", time.localtime(time.time() + paused))
+            self.owner.notice(f"waiting for {self.name}: rate-limited (HTTP 429), paused until {until} "
+                              f"({paused:.0f} s)", key=("pause", self.name))
 
-        With a configured RPM the effective rate and concurrency halve. An
-        endpoint configured without one gets a request rate inferred from what
-        it achieved since the previous episode (concurrency alone cannot slow
-        fast calls down), which then grows exponentially until the next 429.
-
-        A slow-down is a trial: once TRIAL_REPLIES replies to calls sent after
-        it are in, it is kept only if it lowered the 429 share; otherwise the
-        429s are not caused by our speed (another process on the account, a
-        provider's bad minute), the rate before the trial is restored, and
-        429s at that share cause no slow-down for IGNORE_SECONDS.
-
-        A 429 that says nothing of the limits (no `retry_after`, no rate-limit
-        headers in `limits`) also halves the concurrency cap, part of the same
-        trial; it regrows additively with the successful replies (`release`)."""
-        self.rate_limited += 1
-        wait = retry_after if retry_after is not None else DEFAULT_PAUSE
-        share, counted = self.recent_429_share(PAUSE_WINDOW)
-        ignoring = now < self._ignore_until and share < self._ignored_share + IGNORE_MARGIN
-        if not ignoring and (counted == 0 or counted >= MIN_PAUSE_EVIDENCE and share >= PAUSE_SHARE):
-            if now + wait > self.paused_until:
-                self.paused_until = now + wait
-                if wait >= NOTICE_PAUSE and self.owner is not None:
-                    until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait))
-                    self.owner.notice(f"waiting for {self.name}: rate-limited (HTTP 429), paused until {until} "
-                                      f"({wait:.0f} s)", key=("pause", self.name))
-        trial = self._trial
-        if trial is not None and now - trial[0] > TRIAL_SECONDS:  # never judged: kept
-            trial = self._trial = None
-        if ignoring or trial is not None and self._trial_blocks(trial[0]) and (
-                sent_at is None or sent_at >= self._last_slowdown):
-            return  # known not to be ours, or a judgeable trial is running: one slow-down per trial
-        if sent_at is None or sent_at >= self._last_slowdown:
-            if trial is None:  # the state to go back to if the slow-down(s) of this trial do not help
-                self._trial = (now, self.factor(now), self._inferred, self.limits.requests, self._concurrency)
-            if not self.limits.knows_request_limit() or self._inferred:
-                self._infer_rate(now)
-                self._factor = 0.9
-            else:
-                self._factor = max(MIN_FACTOR, self.factor(now) * 0.5)
-            if retry_after is None and limits is None:  # nothing said: fewer calls at once too
-                self._concurrency, self._grow_count = max(1, self._concurrency // 2), 0
-            self._last_slowdown = now
-        self._factor_since = max(self.paused_until, now)  # no recovery while paused
-
-    def _trial_blocks(self, started: float) -> bool:
-        """Whether the running trial holds further slow-downs back: it can be
-        judged (enough replies from before it) and 429s since it are not so
-        many that we are plainly still far too fast."""
-        before = [limited for sent, limited in self._replies if sent < started][-SHARE_WINDOW:]
-        after = [limited for sent, limited in self._replies if sent >= started]
-        plainly_too_fast = any(len(part) >= 4 and sum(part) / len(part) >= TOO_FAST_SHARE for part in (before, after))
-        return len(before) >= MIN_TRIAL_EVIDENCE and not plainly_too_fast
-
-    def _judge_trial(self, now: float) -> None:
-        assert self._trial is not None  # judged only while a trial runs
-        started, factor, inferred, requests, concurrency = self._trial
-        after = [limited for sent, limited in self._replies if sent >= started]
-        if len(after) < TRIAL_REPLIES:
-            return
-        self._trial = None
-        before = [limited for sent, limited in self._replies if sent < started][-SHARE_WINDOW:]
-        share_before = sum(before) / len(before) if before else 0.0
-        share_after = sum(after) / len(after)
-        if (len(before) >= MIN_TRIAL_EVIDENCE and share_after >= KEPT_FLOOR
-                and max(share_before, share_after) < ALWAYS_KEPT_SHARE
-                and not _clearly_lower(share_after, len(after), share_before, len(before))):
-            # The slow-down did not lower the 429 share: undo it.
-            self._factor, self._factor_since = factor, now
-            self._inferred = inferred
-            self._concurrency = max(self._concurrency, concurrency)
-            self.limits.restore_request_limit(requests, now)
-            self.paused_until = min(self.paused_until, now)
-            self._ignore_until = now + IGNORE_SECONDS
-            self._ignored_share = max(share_before, share_after)
-            self.reverted += 1
-            if self.owner is not None:
-                self.owner.notice(f"{self.name}: {share_after:.0%} of replies are 429 whatever our rate "
-                                  f"(not caused by our speed): keeping full speed and retrying them",
-                                  key=("revert", self.name), every=60.0)
-            self.wake()
-
-    def _infer_rate(self, now: float) -> None:
-        elapsed = now - self._mark_time
-        done = self.succeeded - self._mark_done
-        per_second = done / elapsed if elapsed > 0 and done > 0 else 1.0
-        rpm = max(1.0, per_second * 60.0)
-        if self._inferred and self.limits.requests is not None:
-            # An episode that follows a pause measures few successes: never
-            # fall below half the rate in use (AIMD), or the rate collapses and
-            # takes minutes to double back (seen: 54 s instead of 4 s).
-            in_use = self.limits.requests.rate * 60.0 * self.factor(now)
-            rpm = max(rpm, in_use * 0.5)
-        self.limits.set_request_rate(rpm, now)
-        self._inferred = True
-        self._mark_time, self._mark_done = now, self.succeeded
-
-    def factor(self, now: float) -> float:
-        """Share of the configured (or inferred) rate currently used: back to
-        1.0 linearly over RECOVERY_SECONDS after a halving; an inferred rate
-        doubles every INFERRED_DOUBLING seconds, probing for the real limit."""
-        if now > self._factor_since:
-            if self._inferred:
-                if self._factor < MAX_INFERRED_FACTOR:
-                    self._factor = min(MAX_INFERRED_FACTOR, self._factor * 2.0 ** min(
-                        64.0, (now - self._factor_since) / INFERRED_DOUBLING))
-            elif self._factor < 1.0:
-                self._factor = min(1.0, self._factor + (now - self._factor_since) / RECOVERY_SECONDS)
-            self._factor_since = now
-        return self._factor
-
-    def concurrency_cap(self, factor: float) -> int:
-        """Calls this endpoint may have in flight now: max_concurrency, scaled
-        down with the rate after a 429 (`factor`) and by the cap that 429s
-        saying nothing halve (it regrows additively in `release`)."""
-        return max(1, min(math.floor(self.max_concurrency * min(1.0, factor)), self._concurrency))
+    def after_failure(self, job: Job, error: ProviderError, now: float, sent_at: float,
+                      backoff: Callable[[int, float | None], float]) -> Retry:
+        """A failed attempt of `job` (its 429s already counted in
+        job.rate_limited): whether and when the call is tried again, and a
+        429 paces the endpoint."""
+        limited = error.kind == RATE_LIMITED
+        decision = retry(rate_limited=limited, retryable=error.retryable, retry_after=error.retry_after,
+                         attempts=job.attempts, limited_attempts=job.rate_limited,
+                         max_attempts=job.resolved.endpoints[0].max_attempts,
+                         max_retry_after=self.spec.max_retry_after, backoff=backoff)
+        if limited:
+            self.on_rate_limited(decision.wait, now, sent_at=sent_at, limits=error.rate_limits)
+        return decision
 
     # -- picking -----------------------------------------------------------------
     def _pick(self) -> tuple[Job, Pool] | None:
@@ -486,10 +346,11 @@ class EndpointState:
         signal (a new call, a free slot), or the seconds until capacity frees."""
         while True:
             now = time.monotonic()
-            if now < self.paused_until:
-                return self.paused_until - now
-            factor = self.factor(now)
-            if self.in_flight >= self.concurrency_cap(factor):
+            pacing = self.pacing
+            if now < pacing.paused_until:
+                return pacing.paused_until - now
+            factor = pacing.factor(now)
+            if self.in_flight >= pacing.concurrency_cap(factor):
                 return None
             picked = self._pick()
             if picked is None:
@@ -624,11 +485,7 @@ class EndpointState:
         the server settled it) before the next call may start."""
         self.in_flight -= 1
         if usage is not None:
-            self.succeeded += 1
-            if self._concurrency < self.max_concurrency:  # additive increase: +1 per cap's worth of replies
-                self._grow_count += 1
-                if self._grow_count >= self._concurrency:
-                    self._concurrency, self._grow_count = self._concurrency + 1, 0
+            self.pacing.on_success()
         if self.limits.limited:
             try:
                 charged = job.input_estimate if job.limit_input is None else job.limit_input

@@ -56,7 +56,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cache.batches import BatchLedger
-from cache.codec import result_from_record, result_to_record
 from cache.store import ResponseCache
 from engine import gc_tuning
 from engine.batch_dispatch import BatchEndpoint
@@ -92,14 +91,6 @@ MAX_BATCH_HELD = 100_000
 MAX_BATCH_HELD_CHARS = 512_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
-# (A server's retry-after longer than the endpoint's `max_retry_after`, 60 s
-# by default as the Anthropic SDK caps it, is capped and reported: a bad header
-# must not stall a run for hours.)
-# Attempts a call may spend on 429s (the provider's pacing, not the call's
-# fault), counted apart from the endpoint's max_attempts for other errors.
-RATE_LIMITED_ATTEMPTS = 12
-# Longest back-off of a call after a 429 that names no wait.
-UNNAMED_429_RETRY_CAP = 2.0
 # A retry waiting this long (or longer) is announced on stderr.
 NOTICE_WAIT = 5.0
 
@@ -424,7 +415,7 @@ class Engine:
                 if spec.name not in self._endpoints:
                     self._endpoint(spec)
         inflight = self._inflight
-        hits: dict[str, Any] = {}
+        hits: dict[str, Result] = {}
         if self._cache is not None:
             lookup = [r.key for r in resolved if r.key not in inflight and r.request.cache_read]
             if lookup:
@@ -433,9 +424,9 @@ class Engine:
             if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
                 self._queue_new(r, sink, taken)
                 continue
-            record = hits.get(r.key)
-            if record is not None:
-                sink.put_nowait(Outcome(request=r.request, result=result_from_record(record), cached=True,
+            hit = hits.get(r.key)
+            if hit is not None:
+                sink.put_nowait(Outcome(request=r.request, result=hit, cached=True,
                                         key=r.key))
                 continue
             job = inflight.get(r.key)
@@ -556,65 +547,52 @@ class Engine:
     def _after_reply(self, ep: EndpointState, job: Job, start: float, result: Result | None,
                      error: ProviderError | None, usage: tuple[int, int] | None, cost: float) -> None:
         """Count, cache and settle a finished attempt, or queue it again."""
-        r = job.resolved
-        policy = r.endpoints[0]
         now = time.monotonic()
         ep.record_reply(error is not None and error.kind == RATE_LIMITED, now, start)
         if error is None:
             assert usage is not None and result is not None  # a reply without an error has both
-            stats = self._stats
-            stats.succeeded += 1
-            stats.tokens_in += usage[0]
-            stats.tokens_out += usage[1]
-            stats.cost += cost
-            self._warmed(job, ok=True)
-            if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
-                    r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
-                try:
-                    self._cache.put(r.key, r.identity, result_to_record(result), canonical=r.canonical)
-                except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
-                    self._cache_put_failed(exc)
-            if not job.cancelled:
-                self._settle(job, result=result, cost=cost, endpoint=ep.name)
-            return
-        if job.cancelled:
-            return
-        wait = error.retry_after
+            self._succeeded(ep, job, result, usage, cost)
+        elif not job.cancelled:
+            self._failed(ep, job, error, start, now)
+
+    def _succeeded(self, ep: EndpointState, job: Job, result: Result, usage: tuple[int, int], cost: float) -> None:
+        r = job.resolved
+        stats = self._stats
+        stats.succeeded += 1
+        stats.tokens_in += usage[0]
+        stats.tokens_out += usage[1]
+        stats.cost += cost
+        self._warmed(job, ok=True)
+        if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
+                r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
+            try:
+                self._cache.put(r.key, r.identity, result, canonical=r.canonical)
+            except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
+                self._cache_put_failed(exc)
+        if not job.cancelled:
+            self._settle(job, result=result, cost=cost, endpoint=ep.name)
+
+    def _failed(self, ep: EndpointState, job: Job, error: ProviderError, start: float, now: float) -> None:
+        """A failed attempt: the endpoint's pacing decides whether and when
+        the call is tried again (engine/pacing.py); counted and reported here."""
         if error.kind == RATE_LIMITED:
             self._stats.rate_limited += 1
             job.rate_limited += 1
-            cap = ep.spec.max_retry_after
-            if wait is not None and wait > cap:
-                self.notice(f"{ep.name} asked to wait {wait:,.0f} s before retrying (HTTP 429); "
-                            f"waiting {cap:g} s instead (max_retry_after)", key=("cap", ep.name))
-                self._stats.retry_after_capped += 1
-                wait = cap
-            ep.on_rate_limited(wait, now, sent_at=start, limits=error.rate_limits)
-        elif wait is not None:
-            wait = min(wait, ep.spec.max_retry_after)
         job.last_error = error
-        # 429s are the provider's pacing, not a fault of the call: they get
-        # their own, larger allowance of attempts.
-        other_attempts = job.attempts - job.rate_limited
-        if error.kind == RATE_LIMITED:
-            may_retry = job.rate_limited < max(policy.max_attempts, RATE_LIMITED_ATTEMPTS)
-        else:
-            may_retry = error.retryable and other_attempts < policy.max_attempts
-        if may_retry:
-            nth = job.rate_limited if error.kind == RATE_LIMITED else other_attempts
-            delay = self.retry_policy.delay(max(1, nth), wait)
-            if error.kind == RATE_LIMITED and wait is None:
-                # No wait named: the endpoint's pause and slow-down handle a
-                # real overload; the call itself backs off a bounded time.
-                delay = min(delay, UNNAMED_429_RETRY_CAP)
-            if job.deadline is None or now + delay < job.deadline:
-                self._stats.retries += 1
-                if delay >= NOTICE_WAIT:
-                    until = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
-                    self.notice(f"waiting for {ep.name}: {error.kind}, retrying until {until} "
-                                f"({delay:.0f} s)", key=("wait", ep.name))
-                self._requeue_later(job, delay)
-                return
+        decision = ep.after_failure(job, error, now, start, self.retry_policy.delay)
+        if decision.asked is not None:
+            self.notice(f"{ep.name} asked to wait {decision.asked:,.0f} s before retrying (HTTP 429); "
+                        f"waiting {ep.spec.max_retry_after:g} s instead (max_retry_after)", key=("cap", ep.name))
+            self._stats.retry_after_capped += 1
+        delay = decision.delay
+        if decision.allowed and (job.deadline is None or now + delay < job.deadline):
+            self._stats.retries += 1
+            if delay >= NOTICE_WAIT:
+                until = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
+                self.notice(f"waiting for {ep.name}: {error.kind}, retrying until {until} "
+                            f"({delay:.0f} s)", key=("wait", ep.name))
+            self._requeue_later(job, delay)
+            return
         self._settle(job, error=error, endpoint=ep.name)
 
     def _requeue_later(self, job: Job, delay: float) -> None:

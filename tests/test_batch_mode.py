@@ -26,6 +26,7 @@ from engine.loopback.server import LoopbackServer
 from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
+from providers.base import ChatResult
 from providers.batch_wires import make_batch_api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -412,7 +413,7 @@ async def test_the_ledger_owes_only_keys_whose_results_are_not_in_the_cache(tmp_
 
     path = tmp_path / "c.sqlite"
     async with ResponseCache(path) as cache:
-        cache.put("a" * 64, {"op": "chat", "model": "m", "messages": []}, {"text": "stored"})
+        cache.put("a" * 64, {"op": "chat", "model": "m", "messages": []}, ChatResult(text="stored"))
     ledger = BatchLedger(path)
     await ledger.record("batch_1", endpoint="lb", kind="openai", base_url=None, model="m", state="in_progress",
                         keys=["a" * 64, "b" * 64, "c" * 64])

@@ -22,6 +22,7 @@ from engine.config import Config
 from engine.errors import TulvingError
 from engine.requests import ChatRequest, EmbedRequest
 from engine.resolve import resolve
+from providers.base import ChatResult, EmbedResult
 
 CONFIG = Config.load(None)
 SYSTEM = {"role": "system", "content": "You are an expert in memory tests."}
@@ -131,14 +132,14 @@ async def test_hits_and_misses_persist_across_instances(tmp_path):
     async with ResponseCache(path) as cache:
         for i, (key, identity) in enumerate(zip(keys, identities)):
             if i % 3:  # every third one is never cached
-                cache.put(key, identity, {"text": f"reply {i}", "input_tokens": i, "finish_reason": "stop"})
+                cache.put(key, identity, ChatResult(text=f"reply {i}", input_tokens=i, finish_reason="stop"))
         await cache.flush()
     async with ResponseCache(path) as cache:
         found = await cache.get_many(keys + ["0" * 64])
         assert set(found) == {k for i, k in enumerate(keys) if i % 3}
-        assert found[keys[4]] == {"text": "reply 4", "input_tokens": 4, "finish_reason": "stop"}
+        assert found[keys[4]] == ChatResult(text="reply 4", input_tokens=4, finish_reason="stop")
         assert await cache.get(keys[0]) is None
-        assert await cache.get(keys[5]) == {"text": "reply 5", "input_tokens": 5, "finish_reason": "stop"}
+        assert await cache.get(keys[5]) == ChatResult(text="reply 5", input_tokens=5, finish_reason="stop")
         together = await asyncio.gather(*(cache.get(k) for k in keys[:30] + keys[:3]))  # looked up in one batch
         assert [r is not None for r in together] == [i % 3 != 0 for i in list(range(30)) + [0, 1, 2]]
         assert together[1] == together[31] and together[1] is not together[31]
@@ -151,8 +152,8 @@ async def test_put_is_visible_before_the_commit_and_flush_commits(tmp_path):
     path = tmp_path / "cache.sqlite"
     async with ResponseCache(path, batch_seconds=60, batch_rows=10_000) as cache:
         key = request_key(chat_identity())
-        cache.put(key, chat_identity(), {"text": "hello"})
-        assert await cache.get(key) == {"text": "hello"}
+        cache.put(key, chat_identity(), ChatResult(text="hello"))
+        assert await cache.get(key) == ChatResult(text="hello")
         with sqlite3.connect(path) as conn:
             assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 0
         await cache.flush()
@@ -168,12 +169,12 @@ async def test_embedding_vectors_round_trip_exactly_and_compactly(tmp_path):
     ident_double = {**ident_single, "model": "text-embedding-3-small", "texts": ["a", "b"]}
     path = tmp_path / "cache.sqlite"
     async with ResponseCache(path) as cache:
-        cache.put(request_key(ident_single), ident_single, {"vectors": single, "input_tokens": 3})
-        cache.put(request_key(ident_double), ident_double, {"vectors": double, "input_tokens": 2})
+        cache.put(request_key(ident_single), ident_single, EmbedResult(vectors=single, input_tokens=3))
+        cache.put(request_key(ident_double), ident_double, EmbedResult(vectors=double, input_tokens=2))
     async with ResponseCache(path) as cache:
         found = await cache.get_many([request_key(ident_single), request_key(ident_double)])
-    assert found[request_key(ident_single)] == {"vectors": single, "input_tokens": 3}
-    assert found[request_key(ident_double)] == {"vectors": double, "input_tokens": 2}
+    assert found[request_key(ident_single)] == EmbedResult(vectors=single, input_tokens=3)
+    assert found[request_key(ident_double)] == EmbedResult(vectors=double, input_tokens=2)
     with sqlite3.connect(path) as conn:
         rows = dict(conn.execute("SELECT model, vector_dtype || ':' || length(vectors) FROM entries"))
     assert rows == {"minilm": f"<f4:{3 * 384 * 4}", "text-embedding-3-small": f"<f8:{2 * 1536 * 8}"}
@@ -200,7 +201,7 @@ async def test_a_book_in_686_prompts_is_stored_once(tmp_path):
         for i in range(686)]
     async with ResponseCache(path) as cache:
         for r in resolved:
-            cache.put(r.key, r.identity, {"text": "London"})
+            cache.put(r.key, r.identity, ChatResult(text="London"))
     questions = sum(len(r.identity["messages"][1]["content"]) - len(book) for r in resolved)
     with sqlite3.connect(path) as conn:
         blob_bytes = conn.execute("SELECT sum(size) FROM blobs").fetchone()[0]
@@ -220,7 +221,7 @@ async def test_dollar_keys_in_a_request_are_stored_literally(tmp_path):
                              messages=[{"role": "user", "content": "long " * 2000}])
     key = request_key(identity)
     async with ResponseCache(tmp_path / "c.sqlite") as cache:
-        cache.put(key, identity, {"text": "ok"})
+        cache.put(key, identity, ChatResult(text="ok"))
     conn = admin.open_existing(tmp_path / "c.sqlite")
     try:
         assert admin.load_entry(conn, key).identity == identity
@@ -231,7 +232,7 @@ async def test_dollar_keys_in_a_request_are_stored_literally(tmp_path):
 async def test_unopened_or_closed_cache_refuses_use(tmp_path):
     cache = ResponseCache(tmp_path / "c.sqlite")
     with pytest.raises(RuntimeError):
-        cache.put("k", chat_identity(), {"text": "x"})
+        cache.put("k", chat_identity(), ChatResult(text="x"))
     await cache.open()
     await cache.close()
     await cache.close()  # idempotent
@@ -269,7 +270,7 @@ def test_a_missing_cache_file_is_a_one_line_error(tmp_path):
 
 
 # -- admin and CLI ----------------------------------------------------------------
-async def fill(path, requests, response=lambda i: {"text": f"answer {i}"}):
+async def fill(path, requests, response=lambda i: ChatResult(text=f"answer {i}")):
     resolved = [resolve(CONFIG, r) for r in requests]
     async with ResponseCache(path) as cache:
         for i, r in enumerate(resolved):
@@ -285,7 +286,7 @@ async def test_stats_counts_entries_by_op_and_model(tmp_path, capsys):
     path = tmp_path / "c.sqlite"
     await fill(path, [question(i) for i in range(5)] + [question(i, model="gpt-4o-mini") for i in range(2)]
                + [EmbedRequest(model="text-embedding-3-small", texts=["a", "b"])],
-               response=lambda i: {"text": "x"} if i < 7 else {"vectors": [[0.5, 0.25], [1.0, 2.0]]})
+               response=lambda i: ChatResult(text="x") if i < 7 else EmbedResult(vectors=[[0.5, 0.25], [1.0, 2.0]]))
     s = admin.stats(path)
     assert s["entries"] == 8 and s["oldest"] <= s["newest"]
     assert {(m["op"], m["model"]): m["entries"] for m in s["by_model"]} == {
@@ -327,7 +328,8 @@ async def test_explain_key_shows_one_entry(tmp_path, capsys):
     (r,) = await fill(path, [question(3)])
     cli(path, "cache", "explain", "--key", r.key)
     shown = json.loads(capsys.readouterr().out)
-    assert shown["response"] == {"text": "answer 0"} and shown["identity"] == r.identity
+    assert shown["response"] == {"text": "answer 0", "finish_reason": "stop", "input_tokens": 0, "output_tokens": 0,
+                                 "latency": 0.0, "request_id": None} and shown["identity"] == r.identity
     with pytest.raises(TulvingError, match="no entry with key"):
         cli(path, "cache", "explain", "--key", "f" * 64)
 
@@ -353,7 +355,7 @@ async def test_export_import_round_trip_reproduces_keys_and_responses(tmp_path, 
     chats = await fill(source, [question(i, book) for i in range(30)])
     embeds = await fill(source, [EmbedRequest(model="local:minilm", texts=[f"text {i}", "x" * 6000])
                                  for i in range(3)],
-                        response=lambda i: {"vectors": [[0.1 * i, 0.2], [0.3, 1e-7]], "input_tokens": 4})
+                        response=lambda i: EmbedResult(vectors=[[0.1 * i, 0.2], [0.3, 1e-7]], input_tokens=4))
     export = tmp_path / "export.jsonl"
     cli(source, "cache", "export", str(export))
     assert "exported 33 entries" in capsys.readouterr().out
@@ -421,7 +423,7 @@ async def test_prune_by_model_and_age_removes_orphaned_chunks(tmp_path, capsys):
     assert after["file_bytes"] < before["file_bytes"]
     async with ResponseCache(path) as cache:  # the rest still reads back whole
         r = resolve(CONFIG, question(2, book_a))
-        assert await cache.get(r.key) == {"text": "answer 2"}
+        assert await cache.get(r.key) == ChatResult(text="answer 2")
 
     report = admin.prune(path, older_than_days=1)  # nothing is a day old
     assert report.entries == {} and report.blobs == 0
@@ -433,12 +435,12 @@ async def test_prune_by_model_and_age_removes_orphaned_chunks(tmp_path, capsys):
 async def test_a_response_json_cannot_hold_is_skipped_and_logged_not_fatal(tmp_path, caplog):
     good, bad = chat_identity(draw=1), chat_identity(draw=2)
     async with ResponseCache(tmp_path / "c.sqlite") as cache:
-        cache.put(request_key(bad), bad, {"text": {"a", "set"}})
-        cache.put(request_key(good), good, {"text": "fine"})
+        cache.put(request_key(bad), bad, ChatResult(text={"a", "set"}))  # type: ignore[arg-type]
+        cache.put(request_key(good), good, ChatResult(text="fine"))
         await cache.flush()
         assert cache.write_errors == 1
     async with ResponseCache(tmp_path / "c.sqlite") as cache:
-        assert await cache.get_many([request_key(good), request_key(bad)]) == {request_key(good): {"text": "fine"}}
+        assert await cache.get_many([request_key(good), request_key(bad)]) == {request_key(good): ChatResult(text="fine")}
     assert "cannot store the response" in caplog.text
 
 
@@ -466,7 +468,7 @@ async def test_writer_backlog_is_counted_and_waited_for(tmp_path):
         for i in range(5):
             identity = {"op": "chat", "kind": "builtin", "base_url": None, "model": "reader", "params": {},
                         "messages": [{"role": "user", "content": book + f"Question {i}?"}], "draw": 0}
-            cache.put(request_key(identity), identity, {"text": f"answer {i}"})
+            cache.put(request_key(identity), identity, ChatResult(text=f"answer {i}"))
         assert cache.backlog_chars == 5 * len(book) + sum(len(f"Question {i}?") for i in range(5))
         await asyncio.wait_for(cache.wait_for_room(0), timeout=10)
         assert cache.backlog_chars == 0

@@ -15,6 +15,7 @@ from cache.store import ResponseCache
 from engine.config import Config
 from engine.requests import ChatRequest
 from engine.resolve import resolve
+from providers.base import ChatResult
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,6 +25,7 @@ WRITER = r"""
 import asyncio, sys
 from cache.keys import request_key
 from cache.store import ResponseCache
+from providers.base import ChatResult
 
 path, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -36,7 +38,7 @@ async def main():
     async with ResponseCache(path, batch_rows=64) as cache:
         i = 0
         while count == 0 or i < count:
-            cache.put(request_key(identity(i)), identity(i), {"text": f"{prefix} answer {i}"})
+            cache.put(request_key(identity(i)), identity(i), ChatResult(text=f"{prefix} answer {i}"))
             i += 1
             if i % 100 == 0:
                 await cache.flush()
@@ -92,7 +94,7 @@ async def test_two_processes_writing_at_once_lose_nothing(tmp_path):
             keys = writer_keys(prefix, 3000)
             found = await cache.get_many(keys)
             assert len(found) == 3000
-            assert found[keys[2999]] == {"text": f"{prefix} answer 2999"}
+            assert found[keys[2999]] == ChatResult(text=f"{prefix} answer 2999")
 
 
 async def test_a_writer_killed_mid_run_leaves_an_intact_file(tmp_path):
@@ -119,7 +121,7 @@ async def test_a_writer_killed_mid_run_leaves_an_intact_file(tmp_path):
         assert len(await cache.get_many(writer_keys("survivor", 2000))) == 2000
         # Everything the killed writer had flushed is there.
         assert len(await cache.get_many(writer_keys("doomed", committed))) == committed
-        cache.put("k" * 64, {"op": "chat", "model": "after"}, {"text": "still writable"})
+        cache.put("k" * 64, {"op": "chat", "model": "after"}, ChatResult(text="still writable"))
     assert integrity(path) == "ok"
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM entries WHERE model = 'after'").fetchone()[0] == 1

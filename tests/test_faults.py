@@ -12,7 +12,8 @@ import pytest
 
 from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config, ModelAlias
-from engine.dispatch import TRIAL_REPLIES, EndpointState
+from engine.dispatch import EndpointState
+from engine.pacing import TRIAL_REPLIES
 from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
@@ -96,7 +97,7 @@ STEPS = [
     ("engine.config.ModelAlias.cost", None),                 # pricing the call
     ("engine.limiter.EndpointLimits.settle", None),          # refunding the token reservation
     ("engine.dispatch.EndpointState.record_reply", None),    # counting the reply
-    ("engine.scheduler.result_to_record", None),             # turning it into a cache record (cache/codec.py)
+    ("cache.store.result_to_record", None),                  # turning it into a cache record (cache/codec.py)
     ("cache.store.ResponseCache.put", None),                 # handing it to the cache
     ("engine.limiter.EndpointLimits.reserve", None),         # reserving capacity before the call
     ("engine.dispatch.EndpointState._launch", None),         # starting the call's task
@@ -179,20 +180,20 @@ def test_a_slow_down_that_does_not_lower_the_429_share_is_undone():
     ep = _endpoint()
     every_third = [i % 3 == 0 for i in range(30)]  # 33% of replies are 429s, whatever our rate
     _replies(ep, every_third[:12], sent_at=0.0, now=1.0)   # the first 429 slows down to half
-    assert ep.factor(1.0) == 0.5
+    assert ep.pacing.factor(1.0) == 0.5
     _replies(ep, every_third, sent_at=2.0, now=3.0)        # same share at half speed: undone
-    assert ep.reverted == 1 and ep.factor(3.0) == 1.0
+    assert ep.pacing.reverted == 1 and ep.pacing.factor(3.0) == 1.0
     _replies(ep, every_third, sent_at=4.0, now=5.0)        # the same share again: no new slow-down
-    assert ep.factor(5.0) == 1.0 and ep.paused_until <= 5.0
+    assert ep.pacing.factor(5.0) == 1.0 and ep.pacing.paused_until <= 5.0
 
 
 def test_a_slow_down_that_stops_the_429s_is_kept():
     ep = _endpoint()
     _replies(ep, [i % 3 == 0 for i in range(12)], sent_at=0.0, now=1.0)
-    assert ep.factor(1.0) == 0.5
+    assert ep.pacing.factor(1.0) == 0.5
     _replies(ep, [False] * TRIAL_REPLIES, sent_at=2.0, now=3.0)  # slower, no 429 any more: our speed caused them
-    assert ep.reverted == 0 and ep.factor(3.0) < 1.0
-    assert math.isclose(ep.factor(3.0), 0.5 + (3.0 - 1.0) / 30.0)  # and it recovers as before
+    assert ep.pacing.reverted == 0 and ep.pacing.factor(3.0) < 1.0
+    assert math.isclose(ep.pacing.factor(3.0), 0.5 + (3.0 - 1.0) / 30.0)  # and it recovers as before
 
 
 async def test_a_base_url_with_a_query_string_keeps_it_after_the_path():

@@ -21,9 +21,10 @@ import pytest
 
 from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config
-from engine.dispatch import TRIAL_REPLIES, EndpointState, Job
+from engine.dispatch import EndpointState, Job
 from engine.limiter import EndpointLimits, LeakyBucket, learned_window
 from engine.loopback.server import LoopbackServer, constant
+from engine.pacing import TRIAL_REPLIES
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from providers.base import EndpointSpec, RateLimitInfo
@@ -139,22 +140,22 @@ def _succeed(ep: EndpointState, n: int) -> None:
 
 async def test_a_429_saying_nothing_halves_concurrency_which_regrows_additively():
     ep = _endpoint()
-    assert ep.concurrency_cap(1.0) == 16
+    assert ep.pacing.concurrency_cap(1.0) == 16
     ep.on_rate_limited(None, now=10.0, sent_at=9.0)  # no retry-after, no rate-limit header
-    assert ep.concurrency_cap(1.0) == 8
+    assert ep.pacing.concurrency_cap(1.0) == 8
     _succeed(ep, 8)  # one cap's worth of successful replies: +1
-    assert ep.concurrency_cap(1.0) == 9
+    assert ep.pacing.concurrency_cap(1.0) == 9
     _succeed(ep, 9)
-    assert ep.concurrency_cap(1.0) == 10
+    assert ep.pacing.concurrency_cap(1.0) == 10
     _succeed(ep, 200)
-    assert ep.concurrency_cap(1.0) == 16
+    assert ep.pacing.concurrency_cap(1.0) == 16
 
 
 async def test_a_429_with_header_information_leaves_concurrency_to_the_limits():
     for kwargs in ({"retry_after": 1.0}, {"retry_after": None, "limits": RateLimitInfo(requests_remaining=0)}):
         ep = _endpoint()
         ep.on_rate_limited(now=10.0, sent_at=9.0, **kwargs)
-        assert ep.concurrency_cap(1.0) == 16
+        assert ep.pacing.concurrency_cap(1.0) == 16
 
 
 async def test_a_concurrency_slow_down_that_does_not_lower_the_429_share_is_undone():
@@ -168,20 +169,20 @@ async def test_a_concurrency_slow_down_that_does_not_lower_the_429_share_is_undo
                 ep.on_rate_limited(None, now, sent_at=sent_at)
 
     replies(every_third[:12], sent_at=0.0, now=1.0)
-    assert ep.concurrency_cap(1.0) == 8
+    assert ep.pacing.concurrency_cap(1.0) == 8
     replies(every_third[:TRIAL_REPLIES], sent_at=2.0, now=3.0)  # the same share at half: undone
-    assert ep.reverted == 1 and ep.concurrency_cap(ep.factor(3.0)) == 16
+    assert ep.pacing.reverted == 1 and ep.pacing.concurrency_cap(ep.pacing.factor(3.0)) == 16
 
 
 async def test_a_reported_request_limit_replaces_an_inferred_one():
     ep = _endpoint()
     ep.on_rate_limited(None, now=10.0, sent_at=9.0)  # no limit known: a rate is inferred
-    assert ep.limits.requests is not None and ep._inferred
+    assert ep.limits.requests is not None and ep.pacing._inferred
     ep.learn_limits(RateLimitInfo(requests_limit=600), 11.0, "m")
-    assert ep.limits.requests is None and not ep._inferred  # the provider's own figure instead
+    assert ep.limits.requests is None and not ep.pacing._inferred  # the provider's own figure instead
     assert ep.learned_limits == {"m": {"requests": 600}}
     ep.on_rate_limited(None, now=20.0, sent_at=19.0)  # the next slow-down halves it, inferring nothing
-    assert ep.limits.requests is None and ep.factor(20.0) == 0.5
+    assert ep.limits.requests is None and ep.pacing.factor(20.0) == 0.5
 
 
 # -- the engine against the loopback server --------------------------------------------------

@@ -56,7 +56,7 @@ from engine.estimate import Estimator
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from engine.spending import spending_lines
-from providers.base import BUDGET, TulvingError
+from providers.base import BUDGET, Result, TulvingError
 from providers.batch_wires import batch_capable
 
 DEFAULT_BOOK = "synaptic-echoes-short"
@@ -352,13 +352,8 @@ def _kinds(errors: dict[str, int]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) or "none final"
 
 
-def _cached_text(record: Any) -> str | None:
-    """The reply text of a cached chat response, or None."""
-    if record is None:
-        return None
-    from cache.codec import result_from_record
-
-    result = result_from_record(record)
+def _cached_text(result: Result | None) -> str | None:
+    """The reply text of a cached chat result, or None."""
     text = getattr(result, "text", None)
     return text if isinstance(text, str) else None
 
