@@ -38,7 +38,7 @@ from cache.codec import (
     encode_identity,
     encode_response,
 )
-from cache.keys import normalize, request_key
+from cache.keys import Identity, normalize, request_key
 from cache.store import ENTRY_COLUMNS, INSERT_BLOB, INSERT_ENTRY, CacheError, connect, iso_utc
 from providers.base import TulvingError
 
@@ -61,9 +61,9 @@ def fetch_blobs(conn: sqlite3.Connection, digests: Iterable[str]) -> dict[str, s
     return found
 
 
-def rebuild_identity(conn: sqlite3.Connection, identity_json: str) -> dict[str, Any]:
-    identity: dict[str, Any] = decode_identity(orjson.loads(identity_json), lambda digests: fetch_blobs(conn, digests))
-    return identity
+def rebuild_identity(conn: sqlite3.Connection, identity_json: str) -> dict[str, object]:
+    """A stored identity with its long texts put back (an identity is always a JSON object)."""
+    return cast(dict[str, object], decode_identity(orjson.loads(identity_json), lambda d: fetch_blobs(conn, d)))
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Entry:
     kind: str | None
     base_url: str | None
     created_at: str
-    identity: dict[str, Any]
+    identity: dict[str, object]
     response: Record
 
 
@@ -164,12 +164,12 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(path: str | os.PathLike[str], identity: Mapping[str, Any]) -> Explanation:
+def explain(path: str | os.PathLike[str], identity: Identity) -> Explanation:
     """Why the request with this identity is (not) cached: a hit, or the
     nearest cached entry of the same op and the fields that differ."""
     identity = normalize(identity)
     key = request_key(identity)
-    op = identity.get("op", "chat")
+    op = str(identity.get("op", "chat"))
     conn = open_existing(path)
     try:
         if conn.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone():
@@ -180,7 +180,7 @@ def explain(path: str | os.PathLike[str], identity: Mapping[str, Any]) -> Explan
         # to the newest.
         encoded, query_chunks = encode_identity(identity, 4096)
         texts = _ChunkTexts(conn, {d: text for d, (text, _) in query_chunks.items()})
-        query_fields = _fields(encoded)
+        query_fields = _fields(cast(Identity, encoded))
         candidates = 0
         best_rank: tuple[int, int, str] | None = None
         best: tuple[str, str, str] | None = None
@@ -230,7 +230,7 @@ class _ChunkTexts:
         return self.known[digest]
 
 
-def _shared_prefix(a: Any, b: Any, texts: _ChunkTexts) -> int:
+def _shared_prefix(a: object, b: object, texts: _ChunkTexts) -> int:
     """How many leading characters two encoded values have in common (texts,
     chunked texts, or messages by their content); 0 for anything else."""
     if isinstance(a, dict) and isinstance(b, dict) and "content" in a and "content" in b:
@@ -266,10 +266,10 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-def _fields(identity: Mapping[str, Any]) -> dict[str, Any]:
+def _fields(identity: Identity) -> dict[str, object]:
     """The identity as named fields: kind, base_url, model, params.<name>,
     messages[i], texts[i], draw (and any other top-level key as itself)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name, value in identity.items():
         if name == "op":
             continue
@@ -289,7 +289,7 @@ def _field_order(name: str) -> tuple[int, int, str]:
     return order.get(head, 6), index, name
 
 
-def _describe(name: str, cached: Any, wanted: Any) -> str:
+def _describe(name: str, cached: object, wanted: object) -> str:
     if cached is _ABSENT:
         return f"{name}: only in the request: {_show(wanted)}"
     if wanted is _ABSENT:
@@ -322,7 +322,7 @@ def _snippet(text: str, start: int) -> str:
     return ("…" if start > 0 else "") + repr(piece) + ("…" if start + SNIPPET < len(text) else "")
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = repr(value) if not isinstance(value, (dict, list)) else orjson.dumps(value).decode()
     return text if len(text) <= 2 * SNIPPET else text[:2 * SNIPPET] + f"… ({len(text):,} chars)"
 
@@ -338,12 +338,10 @@ def show_entry(path: str | os.PathLike[str], key: str, *, full: bool = False) ->
         raise TulvingError(f"no entry with key {key} in {path}")
     data = {"key": entry.key, "op": entry.op, "model": entry.model, "kind": entry.kind, "base_url": entry.base_url,
             "created_at": entry.created_at, "identity": entry.identity, "response": entry.response}
-    if not full:
-        data = _shorten(data)
-    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    return orjson.dumps(data if full else _shorten(data), option=orjson.OPT_INDENT_2).decode()
 
 
-def _shorten(value: Any, limit: int = 300) -> Any:
+def _shorten(value: object, limit: int = 300) -> object:
     if isinstance(value, str) and len(value) > limit:
         return value[:limit // 2] + f" …[{len(value) - limit:,} chars]… " + value[-limit // 2:]
     if isinstance(value, dict):
@@ -460,35 +458,10 @@ def import_jsonl(path: str | os.PathLike[str], source: str | os.PathLike[str]) -
     stream = sys.stdin.buffer if source_path is None else open(source_path, "rb")
     name = "stdin" if source_path is None else str(source_path)
     conn = connect(path, create=True)
-    imported = skipped = blobs = 0
-    header = False
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for number, line in enumerate(stream, 1):
-                if not line.strip():
-                    continue
-                try:
-                    item = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    raise TulvingError(f"{name}: line {number} is not valid JSON ({exc})") from None
-                if not header:
-                    header = True
-                    if not isinstance(item, dict) or item.get("format") != EXPORT_FORMAT:
-                        raise TulvingError(f"{name} is not a Tulving cache export (no header line)")
-                    if item.get("version") != EXPORT_VERSION:
-                        raise TulvingError(f"{name}: unsupported export version {item.get('version')!r}")
-                elif isinstance(item, dict) and "blob" in item:
-                    blobs += _import_blob(conn, item, name, number)
-                elif isinstance(item, dict) and "key" in item:
-                    if _import_entry(conn, item, name, number):
-                        imported += 1
-                    else:
-                        skipped += 1
-                else:
-                    raise TulvingError(f"{name}: line {number} is neither a chunk nor an entry")
-            if not header:
-                raise TulvingError(f"{name} is empty, not a Tulving cache export")
+            counts = _import_items(conn, _export_items(stream, name), name)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -497,10 +470,45 @@ def import_jsonl(path: str | os.PathLike[str], source: str | os.PathLike[str]) -
         if stream is not sys.stdin.buffer:
             stream.close()
         conn.close()
-    return {"imported": imported, "skipped": skipped, "blobs": blobs}
+    return counts
 
 
-def _import_blob(conn: sqlite3.Connection, item: dict[str, Any], name: str, number: int) -> int:
+def _export_items(stream: Iterable[bytes], name: str) -> Iterator[tuple[int, object]]:
+    """(line number, parsed JSON) for every non-blank line of an export, its
+    header checked first."""
+    header = False
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        try:
+            item = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise TulvingError(f"{name}: line {number} is not valid JSON ({exc})") from None
+        if header:
+            yield number, item
+            continue
+        header = True
+        if not isinstance(item, dict) or item.get("format") != EXPORT_FORMAT:
+            raise TulvingError(f"{name} is not a Tulving cache export (no header line)")
+        if item.get("version") != EXPORT_VERSION:
+            raise TulvingError(f"{name}: unsupported export version {item.get('version')!r}")
+    if not header:
+        raise TulvingError(f"{name} is empty, not a Tulving cache export")
+
+
+def _import_items(conn: sqlite3.Connection, items: Iterable[tuple[int, object]], name: str) -> dict[str, int]:
+    counts = {"imported": 0, "skipped": 0, "blobs": 0}
+    for number, item in items:
+        if isinstance(item, dict) and "blob" in item:
+            counts["blobs"] += _import_blob(conn, item, name, number)
+        elif isinstance(item, dict) and "key" in item:
+            counts["imported" if _import_entry(conn, item, name, number) else "skipped"] += 1
+        else:
+            raise TulvingError(f"{name}: line {number} is neither a chunk nor an entry")
+    return counts
+
+
+def _import_blob(conn: sqlite3.Connection, item: dict[str, object], name: str, number: int) -> int:
     digest, text = item.get("blob"), item.get("text")
     if not isinstance(text, str) or not isinstance(digest, str):
         raise TulvingError(f"{name}: line {number}: a chunk needs a digest and a text")
@@ -510,13 +518,13 @@ def _import_blob(conn: sqlite3.Connection, item: dict[str, Any], name: str, numb
     return conn.execute(INSERT_BLOB, (digest, len(raw), text)).rowcount
 
 
-def _import_entry(conn: sqlite3.Connection, item: dict[str, Any], name: str, number: int) -> bool:
+def _import_entry(conn: sqlite3.Connection, item: dict[str, object], name: str, number: int) -> bool:
     try:
         key, identity, response = item["key"], item["identity"], item["response"]
         created_at = item.get("created_at") or iso_utc(time.time())
         if not isinstance(identity, dict) or not isinstance(response, dict):
             raise TypeError("identity and response must be objects")
-        rebuilt = decode_identity(identity, lambda digests: fetch_blobs(conn, digests))
+        rebuilt = cast(Identity, decode_identity(identity, lambda digests: fetch_blobs(conn, digests)))
     except (KeyError, TypeError) as exc:
         raise TulvingError(f"{name}: line {number}: malformed entry ({exc})") from None
     except CacheError:

@@ -33,15 +33,17 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import orjson
 
 from cache.store import connect, damaged, iso_utc
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -104,7 +106,7 @@ class BatchLedger:
             self._conn = conn
         return self._conn
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     def _close(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from typing import Any, Required, TypedDict, cast
+from typing import Required, TypedDict, cast
 
 import numpy as np
 import orjson
@@ -57,14 +57,14 @@ Record = ChatRecord | EmbedRecord
 
 
 # -- identity -------------------------------------------------------------------
-def encode_identity(identity: Any, blob_min_chars: int) -> tuple[Any, dict[str, tuple[str, int]]]:
+# An identity's values as orjson reads them back: exact dicts, lists and scalars.
+def encode_identity(identity: object, blob_min_chars: int) -> tuple[object, dict[str, tuple[str, int]]]:
     """(encoded identity, {digest: (chunk text, size in UTF-8 bytes)}).
     `identity` must already be canonical (keys.normalize)."""
     blobs: dict[str, tuple[str, int]] = {}
 
-    def encode(value: Any) -> Any:
-        kind = type(value)
-        if kind is str:
+    def encode(value: object) -> object:
+        if type(value) is str:
             if len(value) <= blob_min_chars:
                 return value
             digests = []
@@ -74,21 +74,21 @@ def encode_identity(identity: Any, blob_min_chars: int) -> tuple[Any, dict[str, 
                 blobs[digest] = (piece, len(raw))
                 digests.append(digest)
             return {CHUNKS: digests}
-        if kind is dict:
+        if type(value) is dict:
             out = {k: encode(v) for k, v in value.items()}
             return {LITERAL: out} if any(k.startswith("$") for k in value) else out
-        if kind is list:
+        if type(value) is list:
             return [encode(v) for v in value]
         return value
 
     return encode(identity), blobs
 
 
-def chunk_digests(encoded: Any) -> set[str]:
+def chunk_digests(encoded: object) -> set[str]:
     """Every blob digest an encoded identity refers to."""
     found: set[str] = set()
 
-    def walk(value: Any) -> None:
+    def walk(value: object) -> None:
         if type(value) is dict:
             if CHUNKS in value and len(value) == 1:
                 found.update(value[CHUNKS])
@@ -103,12 +103,12 @@ def chunk_digests(encoded: Any) -> set[str]:
     return found
 
 
-def decode_identity(encoded: Any, fetch: Callable[[Iterable[str]], dict[str, str]]) -> Any:
+def decode_identity(encoded: object, fetch: Callable[[Iterable[str]], dict[str, str]]) -> object:
     """The identity, rebuilt exactly. `fetch(digests)` returns {digest: text};
     a missing chunk raises KeyError (a damaged cache)."""
     texts = fetch(chunk_digests(encoded))
 
-    def decode(value: Any) -> Any:
+    def decode(value: object) -> object:
         if type(value) is dict:
             if len(value) == 1 and CHUNKS in value:
                 return "".join(texts[d] for d in value[CHUNKS])
@@ -131,7 +131,7 @@ def encode_response(response: Record) -> tuple[str, bytes | None, str | None, in
         return orjson.dumps(response).decode(), None, None, None
     rest = {k: v for k, v in response.items() if k != "vectors"}
     blob, dtype = packed
-    return orjson.dumps(rest).decode(), blob, dtype, len(cast(list[Any], vectors))  # packed: a list
+    return orjson.dumps(rest).decode(), blob, dtype, len(cast(list[object], vectors))  # packed: a list
 
 
 def decode_response(text: str, vectors: bytes | None, dtype: str | None, count: int | None) -> Record:
@@ -142,7 +142,7 @@ def decode_response(text: str, vectors: bytes | None, dtype: str | None, count: 
     return response
 
 
-def _pack_vectors(vectors: list[Any]) -> tuple[bytes, str] | None:
+def _pack_vectors(vectors: list[object]) -> tuple[bytes, str] | None:
     try:
         array = np.asarray(vectors)
     except ValueError:  # ragged

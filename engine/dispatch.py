@@ -36,13 +36,14 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.budget import Budget
 from engine.limiter import EndpointLimits
 from engine.pacing import Pacing, Retry, retry
+from engine.requests import Outcome, Request
 from engine.resolve import Resolved
 from engine.warmup import marked
 from providers.base import (
@@ -72,7 +73,7 @@ class Job:
     input_estimate: int
     output_estimate: int
     prompt: tuple[str, ...] | None = None       # roles and contents, for prefix ordering
-    waiters: list[tuple[Any, Any]] = field(default_factory=list)  # (request, sink)
+    waiters: list[tuple[Request, asyncio.Queue[Outcome]]] = field(default_factory=list)  # (request, sink)
     pool: Pool | None = None
     attempts: int = 0
     rate_limited: int = 0                       # attempts answered 429
@@ -112,7 +113,7 @@ class CallOwner(Protocol):
         """Count, cache and settle the call, or queue it again: once per
         attempt, and once for a call settled without being sent."""
 
-    def notice(self, message: str, *, key: Any = None, every: float = 10.0) -> None:
+    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0) -> None:
         """A line on stderr saying why the run waits."""
 
 

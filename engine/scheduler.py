@@ -51,7 +51,7 @@ import logging
 import operator
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -175,7 +175,7 @@ class Engine:
         self._closed = False
         self._timers: set[asyncio.TimerHandle] = set()
         self._gc_tuned = False
-        self._notices: dict[Any, float] = {}
+        self._notices: dict[Hashable, float] = {}
         self._retry_waiting = 0  # calls sleeping before their next attempt
         # Batch mode (engine/batch_dispatch.py): chat calls to openai/anthropic
         # endpoints go through the providers' batch APIs.
@@ -185,7 +185,7 @@ class Engine:
         self._batch_held_chars = 0
         self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
         self._streams_waiting = 0
-        self._warmup = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
+        self._warmup: Warmup[Job] = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
 
     # -- lifecycle -------------------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -304,7 +304,7 @@ class Engine:
         if total is None and hasattr(requests, "__len__"):
             total = len(requests)  # type: ignore[arg-type]
         is_async = isinstance(requests, AsyncIterable)
-        source: Any = requests.__aiter__() if isinstance(requests, AsyncIterable) else iter(requests)
+        source = requests.__aiter__() if isinstance(requests, AsyncIterable) else iter(requests)
         sink: asyncio.Queue[Outcome] = asyncio.Queue()
         progress = Progress(enabled=self.progress, total=total, label=label, stats=self._stats)
         stats = self._stats
@@ -315,24 +315,10 @@ class Engine:
         try:
             while True:
                 if not exhausted and sink.empty():
-                    window = self._window_size()
-                    # Calls sleeping before a retry do not hold the window:
-                    # 30% of 429s must not starve the endpoint of new calls;
-                    # nor do calls held for a provider batch (batch mode).
-                    held = min(self._batch_held, MAX_BATCH_HELD)
-                    max_chars = MAX_PENDING_CHARS + min(self._batch_held_chars, MAX_BATCH_HELD_CHARS)
-                    room = window + min(self._retry_waiting, window) + held - pending
-                    # Pull in batches (one cache lookup each), not one by one.
-                    if room >= max(1, window // 4) and (pending_chars < max_chars or pending == 0):
-                        cache = self._cache
-                        if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
-                            await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
-                        chunk, chars, exhausted = await self._pull(source, is_async, room,
-                                                                   max_chars - pending_chars)
-                        if chunk:
-                            pending += len(chunk)
-                            pending_chars += chars
-                            await self._submit(chunk, sink)
+                    pulled = await self._refill(source, is_async, sink, pending, pending_chars)
+                    if pulled is not None:
+                        pending, pending_chars = pending + pulled[0], pending_chars + pulled[1]
+                        exhausted = pulled[2]
                         continue
                 if pending == 0:
                     if exhausted:
@@ -391,7 +377,29 @@ class Engine:
             slots[index] = outcome
         return slots  # type: ignore[return-value]
 
-    async def _pull(self, source: Any, is_async: bool, limit: int, char_budget: int
+    async def _refill(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, sink: asyncio.Queue[Outcome], pending: int,
+                      pending_chars: int) -> tuple[int, int, bool] | None:
+        """Pull the next requests and submit them when the window has room:
+        (requests, their characters, exhausted), or None when it has none."""
+        window = self._window_size()
+        # Calls sleeping before a retry do not hold the window: 30% of 429s
+        # must not starve the endpoint of new calls; nor do calls held for a
+        # provider batch (batch mode).
+        held = min(self._batch_held, MAX_BATCH_HELD)
+        max_chars = MAX_PENDING_CHARS + min(self._batch_held_chars, MAX_BATCH_HELD_CHARS)
+        room = window + min(self._retry_waiting, window) + held - pending
+        # Pull in batches (one cache lookup each), not one by one.
+        if room < max(1, window // 4) or (pending_chars >= max_chars and pending != 0):
+            return None
+        cache = self._cache
+        if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
+            await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
+        chunk, chars, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars)
+        if chunk:
+            await self._submit(chunk, sink)
+        return len(chunk), chars, exhausted
+
+    async def _pull(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, limit: int, char_budget: int
                     ) -> tuple[list[Request], int, bool]:
         """Up to `limit` requests holding up to `char_budget` prompt characters
         (at least one); returns (requests, their characters, exhausted)."""
@@ -399,7 +407,7 @@ class Engine:
         chars = 0
         try:
             while len(chunk) < limit and (chars < char_budget or not chunk):
-                r = await source.__anext__() if is_async else next(source)
+                r = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr,arg-type]  # is_async says which
                 chunk.append(r)
                 chars += _request_chars(r)
         except (StopIteration, StopAsyncIteration):
@@ -619,7 +627,7 @@ class Engine:
         self._stats.cache_write_errors += 1
         self.notice(f"could not store a reply in the cache ({type(exc).__name__}: {exc})", key=("cache",))
 
-    def notice(self, message: str, *, key: Any = None, every: float = 10.0) -> None:
+    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0) -> None:
         """A line on stderr saying why the run waits or what went wrong,
         at most once per `every` seconds per `key`."""
         now = time.monotonic()

@@ -19,13 +19,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import SupportsFloat, SupportsInt, TypedDict, cast
 
 from engine.config import ModelAlias
 from engine.requests import Outcome
 from providers.base import ChatResult
 
 ROLES = ("answer", "judge", "write", "embed")
+
+
+class SpendingRow(TypedDict):
+    """One (model, role) line of a run's spending, as results.json keeps it."""
+
+    model: str
+    role: str
+    calls: int
+    cached: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    spent_usd: float
+    list_usd: float
+    caching_saved_usd: float
 
 
 @dataclass(slots=True)
@@ -42,12 +58,13 @@ class RoleUsage:
     list_usd: float = 0.0
     caching_saved_usd: float = 0.0
 
-    def add(self, other: Mapping[str, Any]) -> None:
+    def add(self, other: Mapping[str, object]) -> None:
+        """Add a row read back from a results file (missing or empty figures count 0)."""
         for name in ("calls", "cached", "input_tokens", "cache_read_tokens", "cache_write_tokens",
                      "output_tokens"):
-            setattr(self, name, getattr(self, name) + int(other.get(name, 0) or 0))
+            setattr(self, name, getattr(self, name) + int(cast(SupportsInt, other.get(name, 0) or 0)))
         for name in ("spent_usd", "list_usd", "caching_saved_usd"):
-            setattr(self, name, getattr(self, name) + float(other.get(name, 0.0) or 0.0))
+            setattr(self, name, getattr(self, name) + float(cast(SupportsFloat, other.get(name, 0.0) or 0.0)))
 
 
 def caching_saving(alias: ModelAlias, result: ChatResult, spent: float) -> float:
@@ -91,13 +108,14 @@ class Spending:
         else:
             row.list_usd += alias.cost(result.input_tokens, 0)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[SpendingRow]:
         order = {role: i for i, role in enumerate(ROLES)}
         out = []
         for row in sorted(self._rows.values(), key=lambda r: (r.model, order.get(r.role, 9), r.role)):
-            d = asdict(row)
-            for name in ("spent_usd", "list_usd", "caching_saved_usd"):
-                d[name] = round(d[name], 6)
+            d = cast(SpendingRow, asdict(row))
+            d["spent_usd"] = round(d["spent_usd"], 6)
+            d["list_usd"] = round(d["list_usd"], 6)
+            d["caching_saved_usd"] = round(d["caching_saved_usd"], 6)
             out.append(d)
         return out
 
@@ -105,7 +123,7 @@ class Spending:
         return spending_lines(self.rows())
 
 
-def merge_rows(groups: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+def merge_rows(groups: Iterable[Iterable[Mapping[str, object]]]) -> list[SpendingRow]:
     """Rows of several runs (shards) added up per (model, role)."""
     merged = Spending()
     for rows in groups:
@@ -114,7 +132,7 @@ def merge_rows(groups: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, 
     return merged.rows()
 
 
-def spending_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+def spending_lines(rows: Iterable[SpendingRow]) -> list[str]:
     """The run summary's cost lines: one per (model, role), then the total."""
     rows = list(rows)
     lines = []

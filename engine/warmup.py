@@ -22,8 +22,8 @@ gets (providers.base.PREFIX_END), outside the cache key.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from providers.base import PREFIX_END
 
@@ -31,6 +31,8 @@ from providers.base import PREFIX_END
 # nothing under 1,024 tokens (about 4 characters a token in English).
 MIN_PREFIX_CHARS = 4 * 1024
 
+
+J = TypeVar("J", bound=Hashable)  # a held call (the engine's `Job`)
 
 def prefix_parts(messages: Sequence[Mapping[str, str]], end: tuple[int, int]) -> Iterator[tuple[str, str]]:
     """(role, text) of each message up to `end`, the last one cut at it."""
@@ -66,18 +68,18 @@ def marked(messages: Sequence[Mapping[str, str]], end: tuple[int, int]) -> list[
     return out
 
 
-class Warmup:
+class Warmup(Generic[J]):
     """Holds back calls sharing a prompt prefix until one of them has warmed
     the provider's cache. Keys are whatever identifies (endpoints, model,
     prefix); jobs are any hashable objects (the engine's `Job`)."""
 
     def __init__(self) -> None:
         self._warm: set[Hashable] = set()                # prefixes whose first call succeeded
-        self._held: dict[Hashable, list[Any]] = {}       # prefix being warmed -> calls waiting for it
-        self._warming: dict[Any, Hashable] = {}          # the call warming each prefix -> its key
+        self._held: dict[Hashable, list[J]] = {}         # prefix being warmed -> calls waiting for it
+        self._warming: dict[J, Hashable] = {}            # the call warming each prefix -> its key
         self.held_total = 0                              # calls ever held back (for tests and reports)
 
-    def hold(self, job: Any, key: Hashable) -> bool:
+    def hold(self, job: J, key: Hashable) -> bool:
         """True: `job` waits for the call warming its prefix (do not queue
         it now). False: queue it (it warms the prefix, or the prefix is warm)."""
         if key in self._warm:
@@ -91,7 +93,7 @@ class Warmup:
         self.held_total += 1
         return True
 
-    def finished(self, job: Any, *, ok: bool, alive: Any = None) -> list[Any]:
+    def finished(self, job: J, *, ok: bool, alive: Callable[[J], bool] | None = None) -> list[J]:
         """`job` has ended (for good: not a retry). Returns the calls to queue
         now: every call it held back when it succeeded; else the next one
         (`alive(job)` true), which warms the prefix in its place."""
