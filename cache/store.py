@@ -64,10 +64,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -75,6 +75,7 @@ from cache.codec import Record, decode_response, encode_identity, encode_respons
 from cache.keys import Identity, canonical_bytes
 from providers.base import Result, TulvingError
 
+T = TypeVar("T")
 log = logging.getLogger("tulving.cache")
 
 FORMAT = "tulving-cache"
@@ -350,10 +351,10 @@ class _ReaderThread:
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+    def run(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
         """`fn(*args)` on the thread; a future of its result in the running loop."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
         self._queue.put((loop, future, fn, args))
         return future
 
@@ -422,7 +423,7 @@ class ResponseCache:
         # writer wakes on `_wake` (set by the first item after it went idle),
         # gathers for up to batch_seconds unless `_urgent` (a full batch, a
         # flush, a stop), then takes everything queued at once.
-        self._items: deque[Any] = deque()  # row tuples, _Flush markers, _STOP
+        self._items: deque[_Row | _Flush | object] = deque()  # row tuples, _Flush markers, _STOP
         self._wake = threading.Event()
         self._urgent = threading.Event()
         self._pending: dict[str, Record] = {}  # put, not yet committed
@@ -482,7 +483,7 @@ class ResponseCache:
     async def __aenter__(self) -> ResponseCache:
         return await self.open()
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def flush(self) -> None:
@@ -610,7 +611,7 @@ class ResponseCache:
             self._wake.set()
             await asyncio.sleep(0.005)
 
-    def _send(self, item: Any) -> None:
+    def _send(self, item: _Flush | object) -> None:
         """A flush marker or _STOP: handled as soon as the writer sees it."""
         self._items.append(item)
         self._urgent.set()
@@ -645,7 +646,7 @@ class ResponseCache:
                     rows = []
                     item.done()
                     continue
-                rows.append(item)
+                rows.append(cast(_Row, item))  # neither _STOP nor a flush marker: a row
                 if len(rows) >= self.batch_rows:
                     self._commit_rows(conn, rows)
                     rows = []

@@ -174,13 +174,11 @@ class Pacing:
         its recent replies, and slows down once per episode: a 429 to a call
         sent before the last slow-down belongs to that episode. Returns the
         seconds of a pause it set or lengthened, else None."""
-        wait = retry_after if retry_after is not None else DEFAULT_PAUSE
         share, counted = self.recent_429_share(PAUSE_WINDOW)
         ignoring = now < self._ignore_until and share < self._ignored_share + IGNORE_MARGIN
         paused = None
         if not ignoring and (counted == 0 or counted >= MIN_PAUSE_EVIDENCE and share >= PAUSE_SHARE):
-            if now + wait > self.paused_until:
-                self.paused_until, paused = now + wait, wait
+            paused = self._pause(retry_after if retry_after is not None else DEFAULT_PAUSE, now)
         trial = self._trial
         if trial is not None and now - trial.started > TRIAL_SECONDS:  # never judged: kept
             trial = self._trial = None
@@ -191,6 +189,13 @@ class Pacing:
             self._slow_down(now, nothing_said=retry_after is None and not said_limits)
         self._factor_since = max(self.paused_until, now)  # no recovery while paused
         return paused
+
+    def _pause(self, wait: float, now: float) -> float | None:
+        """Pause the endpoint `wait` seconds unless it is paused longer already."""
+        if now + wait <= self.paused_until:
+            return None
+        self.paused_until = now + wait
+        return wait
 
     def _slow_down(self, now: float, nothing_said: bool) -> None:
         """Halve the rate (or infer one), and the concurrency cap when the 429 said nothing."""

@@ -16,9 +16,11 @@ the reply, when it can, and the result carries its timings), `cache_read=False`
 long it was queued before its first send (`queued`) and when its last attempt
 was sent (`sent_at`); one from the cache has neither, nor timings.
 A failed attempt of a retryable kind is queued again after a backoff
-(engine/retry.py); 429s have their own allowance of attempts and a capped wait
-(the endpoint's max_retry_after, reported when applied); a call that fails for
-good yields its error and the run goes on. Only successful replies are cached.
+(engine/retry.py) when the endpoint's pacing allows it (engine/pacing.py: 429s
+have their own allowance of attempts and a capped wait, the endpoint's
+max_retry_after, reported when applied); a call that fails for good yields its
+error and the run goes on. Only successful replies are cached, handed to the
+cache as results (the record format is the cache's own).
 
 Every call ends: whatever raises in an attempt's life (the provider, its
 usage, pricing, the limiter, the cache hand-off, a retry timer), the endpoint
