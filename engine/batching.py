@@ -6,7 +6,7 @@ one by one.
 (providers/batch_api.py). As inspect_ai's `Batcher.generate_for_request`
 does, its `chat()` puts the call into the batch being gathered and waits for
 its line; embeddings go to the wrapped provider. The engine chooses it once,
-when it builds an endpoint (`Batching.provider`); the dispatcher and the
+when it builds an endpoint (`Batching.provider`, engine/batching_mode.py); the dispatcher and the
 scheduler see a provider that holds its calls in a queue of its own
 (`Provider.holds_calls`: not paced by the endpoint's limits, not counted in
 the engine's pull window) and results that say they came by batch
@@ -25,7 +25,18 @@ Life of a batch:
    API's request-count and size limits and the account's batch queue limits
    (`batch_queue_requests`, `batch_queue_tokens`: later batches wait for
    earlier ones to end); the batch's id and keys are recorded in the ledger
-   before anything waits on it (engine/batching_wait.py polls and harvests).
+   before anything waits on it.
+4. Poll with backoff (options `batch_poll`, first wait in seconds, default 10,
+   growing x1.5 up to `batch_poll_max`, default 300), a notice while waiting
+   (`BatchWaiting`). A batch the ledger recorded under a provisional id (a run
+   killed between asking for it and learning its id) is looked up first; one
+   the provider no longer knows (404) is forgotten and its calls fail
+   retryably (the engine's retry sends them again).
+5. Harvest: each line's result (with `batched` set) or classified error goes
+   to the calls waiting for it. Failed lines leave the ledger before their
+   calls hear of it, so a retry goes into a new batch; results leave it once
+   the engine has committed them to the cache (`BatchHost.committed`), else a
+   rerun harvests them again from the same batch (paid once).
 """
 from __future__ import annotations
 
@@ -35,25 +46,22 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from cache.batches import BatchLedger
 from cache.keys import request_key
-from engine.batching_wait import POLL_FIRST, POLL_MAX, PROVISIONAL, BatchHost, BatchOptions, BatchWaiting, Line, Watch
 from engine.dispatch import CALL_KEY
-from engine.resolve import Resolved
 from providers.base import (
     BAD_REPLY,
     BAD_REQUEST,
-    CONFIG,
+    RATE_LIMITED,
     ChatResult,
     EmbedResult,
-    EndpointSpec,
     Provider,
     ProviderError,
 )
-from providers.batch_api import BatchApi, LineResult
-from providers.batch_wires import batch_capable, make_batch_api
+from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
 from providers.http_errors import exception_error
 
 log = logging.getLogger(__name__)
@@ -63,47 +71,60 @@ QUIET_MAX = 2.0       # s without a new call, whatever the streams do: submit
 SIZE_MARGIN = 4096    # bytes kept free under an API's size limit (the file's or body's own framing)
 HARVEST_GRACE = 30.0  # s a closing provider waits for a harvest under way
 
-
-def _count_option(spec: EndpointSpec, name: str) -> int | None:
-    value = spec.options.get(name)
-    if value is not None and (type(value) is not int or value < 1):
-        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
-                                    f"got {value!r}")
-    return value
-
-
-def _seconds_option(spec: EndpointSpec, name: str, default: float) -> float:
-    value = spec.options.get(name, default)
-    if type(value) not in (int, float) or not value > 0:
-        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive number of "
-                                    f"seconds, got {value!r}")
-    return float(value)
+POLL_FIRST = 10.0     # s before the first poll (endpoint option batch_poll)
+POLL_MAX = 300.0      # longest wait between polls (batch_poll_max)
+POLL_GROWTH = 1.5
+POLL_FAILURES = 8     # failed polls (or result downloads) in a row before the batch's calls fail
+NOTICE_EVERY = 30.0   # s between two "waiting for batch" lines
+QUEUE_FULL_WAIT = 60.0  # s before a batch refused for the account's queue limit (token_limit_exceeded) is sent again
+PROVISIONAL = "pending:"  # ledger id of a batch asked for whose id is not known yet (+ the prepare handle)
 
 
-def batch_options(spec: EndpointSpec) -> BatchOptions:
-    first = _seconds_option(spec, "batch_poll", POLL_FIRST)
-    return BatchOptions(first, max(first, _seconds_option(spec, "batch_poll_max", POLL_MAX)),
-                        _count_option(spec, "batch_queue_requests"), _count_option(spec, "batch_queue_tokens"))
+class BatchHost(Protocol):
+    """The engine, as a batching provider sees it (engine/scheduler.py)."""
+
+    def feeding(self) -> bool:
+        """Whether a stream is pulling requests right now (more calls may come)."""
+
+    async def committed(self) -> bool:
+        """Wait until every result handed to the engine so far is committed
+        to the cache; False when some may not be (no cache, or closing)."""
+
+    def notice(self, message: str, *, key: Any = None, every: float = 10.0) -> None:
+        """A line on stderr saying why the run waits."""
 
 
-def has_batch_api(spec: EndpointSpec) -> bool:
-    """Whether `--batch` sends this endpoint's chat calls by batch."""
-    return batch_capable(spec)
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """An endpoint's batch options (read in engine/batching_mode.py)."""
+
+    poll_first: float = POLL_FIRST        # batch_poll: s before the first poll, growing x1.5
+    poll_max: float = POLL_MAX            # batch_poll_max: longest wait between polls
+    queue_requests: int | None = None     # batch_queue_requests: requests in our batches at once
+    queue_tokens: int | None = None       # batch_queue_tokens: prompt tokens in our batches at once
 
 
-def _batch_api(spec: EndpointSpec, api_key: str | None) -> BatchApi | None:
-    """The endpoint's batch API, or None (after the provider-kind registry:
-    `providers.kinds.batch_api_for(spec, key)`)."""
-    return make_batch_api(spec, api_key) if has_batch_api(spec) else None
+@dataclass(eq=False, slots=True)
+class Line:
+    """One request of a batch, and the calls waiting for its answer."""
+
+    key: str                  # the cache key: the line's custom_id
+    model: str
+    body: bytes               # as the batch API sends it (its size counts toward the API's limit)
+    tokens: int               # prompt estimate, for the queue's token limit
+    waiters: list[asyncio.Future[ChatResult]] = field(default_factory=list)
 
 
-def batch_endpoint(r: Resolved) -> str | None:
-    """The endpoint whose batch API a resolved call goes through in batch
-    mode, or None when it goes direct (embeddings, other endpoint kinds,
-    `options.batch = false`). What `--dry-run` counts."""
-    if r.messages is None:
-        return None
-    return next((spec.name for spec in r.endpoints if has_batch_api(spec)), None)
+@dataclass(eq=False)
+class Watch:
+    """One batch being waited on, and its lines, by key."""
+
+    id: str
+    lines: dict[str, Line] = field(default_factory=dict)
+    started: float = 0.0       # time.monotonic() when it was submitted (or resumed)
+    task: asyncio.Task[None] | None = None
+    harvesting: bool = False   # its results are being handed over: let it finish
+    load: tuple[str, int, int] | None = None  # (queue, requests, prompt tokens) it holds in the batch queue
 
 
 def _own_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> str:
@@ -114,7 +135,7 @@ def _own_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[
 
 class BatchingProvider(Provider):
     """An endpoint's chat calls by batch (see the module docstring); the
-    waiting side is `BatchWaiting` (engine/batching_wait.py)."""
+    waiting side is `BatchWaiting`."""
 
     holds_calls = True
     can_stream = False
@@ -385,35 +406,186 @@ class BatchingProvider(Provider):
         self.waiting.watch(Watch(info.id, {line.key: line for line in lines}, started, load=load), info)
 
 
-class Batching:
-    """Batch mode of one engine: the ledger in its cache file, and a
-    batching provider for each endpoint whose kind has a batch API."""
+class BatchWaiting:
+    """The batches one batching provider waits on."""
 
-    def __init__(self, cache_path: str | None, host: BatchHost):
-        self.host = host
-        self.ledger = BatchLedger(cache_path) if cache_path is not None else None
-        self.providers: list[BatchingProvider] = []
-        if self.ledger is None:
-            host.notice("batch mode without a cache: the batches are not recorded, a killed run cannot resume "
-                        "them", key=("batch-no-cache",))
+    def __init__(self, provider: BatchingProvider):
+        self.p = provider
+        self.watches: dict[str, Watch] = {}
+        self.resumed = 0       # recorded batches polled again instead of submitting their calls
 
-    def provider(self, direct: Provider, spec: EndpointSpec, api_key: str | None) -> Provider:
-        """The provider the endpoint's calls go through: `direct`, or the
-        batching provider wrapping it."""
-        api = _batch_api(spec, api_key)
-        if api is None:
-            return direct
-        batching = BatchingProvider(direct, api, batch_options(spec), self.ledger, self.host)
-        self.providers.append(batching)
-        return batching
+    def holds(self, line: Line) -> bool:
+        return any(line in w.lines.values() for w in self.watches.values())
 
-    def counters(self) -> dict[str, int]:
-        """Batches submitted and resumed, and calls sent in them (EngineStats)."""
-        return {"batches": sum(p.submitted for p in self.providers),
-                "batches_resumed": sum(p.waiting.resumed for p in self.providers),
-                "batched_calls": sum(p.batched for p in self.providers)}
+    def watch(self, watch: Watch, info: BatchInfo | None) -> None:
+        """Wait for a batch (submitted now, or recorded earlier: info None)."""
+        self.watches[watch.id] = watch
+        watch.task = self.p.spawn(self._wait(watch, info), f"batch-wait:{watch.id}")
 
-    def close(self) -> None:
-        """After the providers' aclose()."""
-        if self.ledger is not None:
-            self.ledger.close()
+    def attach(self, batch_id: str, line: Line) -> None:
+        """Wait on a recorded batch for this line instead of sending it again."""
+        watch = self.watches.get(batch_id)
+        if watch is None:
+            watch = Watch(batch_id, started=time.monotonic())
+            self.resumed += 1
+            self.p.host.notice(f"{self.p.name}: resuming batch {batch_id} (submitted earlier)",
+                               key=("resumed", batch_id))
+            self.watch(watch, None)
+        watch.lines[line.key] = line
+
+    async def finish(self, grace: float) -> None:
+        """Let harvests under way end (their last step, the ledger forgetting
+        the keys stored, comes after the calls had their results)."""
+        finishing = [w.task for w in self.watches.values() if w.harvesting and w.task is not None]
+        if finishing:
+            await asyncio.wait(finishing, timeout=grace)
+
+    # -- polling -----------------------------------------------------------------------------
+    async def _adopt(self, watch: Watch) -> BatchInfo | None:
+        """A batch recorded under its provisional id: find it and record its
+        id, or, when it was never created, forget it and send its calls again."""
+        p = self.p
+        handle = watch.id[len(PROVISIONAL):]
+        try:
+            info = await p.api.find(handle)
+        except ProviderError as exc:
+            self._fail_watch(watch, exc)
+            return None
+        if info is None:
+            if p.ledger is not None:
+                await p.ledger.forget(watch.id)
+            self._fail_watch(watch, ProviderError(BAD_REPLY, f"{p.name}: the batch of input {handle} was never "
+                                                             f"created: sending its requests again"))
+            return None
+        if p.ledger is not None:
+            await p.ledger.rename(watch.id, info.id, info.status)
+        if self.watches.get(watch.id) is watch:
+            del self.watches[watch.id]
+        watch.id = info.id
+        self.watches.setdefault(info.id, watch)
+        return info
+
+    async def _wait(self, watch: Watch, info: BatchInfo | None) -> None:
+        try:
+            if watch.id.startswith(PROVISIONAL):
+                info = await self._adopt(watch)
+                if info is None:
+                    return
+            info = await self._poll_until_ended(watch, info)
+            if info is not None:
+                await self._harvest(watch, info)
+        finally:
+            self.p.queue_release(watch.load)
+            watch.load = None
+            if self.watches.get(watch.id) is watch:
+                del self.watches[watch.id]
+
+    async def _poll_until_ended(self, watch: Watch, info: BatchInfo | None) -> BatchInfo | None:
+        """The batch once it has ended; None when its calls were failed instead."""
+        p = self.p
+        delay = p.options.poll_first
+        failures = 0
+        while info is None or not info.ended:
+            if info is not None:
+                await asyncio.sleep(delay)
+                delay = min(delay * POLL_GROWTH, p.options.poll_max)
+            try:
+                info = await p.api.poll(watch.id)
+            except ProviderError as exc:
+                failures += 1
+                if exc.status == 404:
+                    await self._gone(watch, exc)
+                    return None
+                if not exc.retryable or failures >= POLL_FAILURES:
+                    self._fail_watch(watch, exc)
+                    return None
+                p.host.notice(f"{p.name}: polling batch {watch.id} failed ({exc}); trying again",
+                              key=("poll-failed", watch.id))
+                if info is None:
+                    await asyncio.sleep(delay)
+                continue
+            failures = 0
+            if p.ledger is not None:
+                await p.ledger.update(watch.id, info.status, dict(info.counts))
+            if not info.ended:
+                self._waiting_notice(watch, info)
+        return info
+
+    def _waiting_notice(self, watch: Watch, info: BatchInfo) -> None:
+        done = sum(v for k, v in info.counts.items() if k not in ("total", "processing"))
+        total = info.counts.get("total") or (sum(info.counts.values()) if "processing" in info.counts else 0)
+        waited = time.monotonic() - watch.started
+        self.p.host.notice(f"waiting for batch {watch.id} on {self.p.name}: {info.status}"
+                           + (f", {done}/{total} done" if total else "") + f" ({waited:.0f} s so far)",
+                           key=("batch-wait", self.p.name), every=NOTICE_EVERY)
+
+    async def _gone(self, watch: Watch, exc: ProviderError) -> None:
+        """The provider no longer knows the batch or its results (deleted,
+        results past their 29-30 days): forget it, send its calls again."""
+        p = self.p
+        if p.ledger is not None:
+            await p.ledger.forget(watch.id)
+        self._fail_watch(watch, ProviderError(BAD_REPLY, f"{p.name}: batch {watch.id} or its results are gone "
+                                                         f"({exc}): sending its requests again"))
+
+    def _fail_watch(self, watch: Watch, error: ProviderError) -> None:
+        self.p.fail(list(watch.lines.values()), error)
+        watch.lines = {}
+
+    # -- harvesting --------------------------------------------------------------------------
+    def _missing(self, info: BatchInfo) -> ProviderError:
+        """The error of a line an ended batch does not report."""
+        name = self.p.name
+        if info.failure is not None:
+            if "limit_exceeded" in info.failure:  # the account's batch queue is full: later, not never
+                return ProviderError(RATE_LIMITED, f"{name}: batch {info.id} refused: {info.failure}",
+                                     retry_after=QUEUE_FULL_WAIT)
+            return ProviderError(BAD_REQUEST, f"{name}: batch {info.id} failed: {info.failure}")
+        if info.status in ("cancelled", "canceled", "cancelling", "canceling") or info.counts.get("canceled"):
+            return cancelled_error(name, info.id)
+        if info.status == "expired" or info.counts.get("expired"):
+            return expired_error(name, info.id)
+        return ProviderError(BAD_REPLY, f"{name}: batch {info.id} ended without a result for this request")
+
+    async def _results(self, watch: Watch, info: BatchInfo) -> dict[str, LineResult] | None:
+        """The ended batch's results; None when its calls were failed instead."""
+        p = self.p
+        failures = 0
+        while True:
+            try:
+                return await p.api.results(info)
+            except ProviderError as exc:
+                failures += 1
+                if exc.status == 404:
+                    await self._gone(watch, exc)
+                    return None
+                if not exc.retryable or failures >= POLL_FAILURES:
+                    self._fail_watch(watch, exc)
+                    return None
+                await asyncio.sleep(min(p.options.poll_first * failures, p.options.poll_max))
+
+    async def _harvest(self, watch: Watch, info: BatchInfo) -> None:
+        watch.harvesting = True
+        results = await self._results(watch, info)
+        if results is None:
+            return
+        handled: set[str] = set()
+        while True:  # lines attached while this harvest awaited are answered from the same results
+            todo = [line for key, line in watch.lines.items() if key not in handled]
+            if not todo:
+                return
+            handled.update(line.key for line in todo)
+            await self._answer(watch, [(line, results.get(line.key) or self._missing(info)) for line in todo])
+
+    async def _answer(self, watch: Watch, answers: list[tuple[Line, LineResult]]) -> None:
+        p = self.p
+        failed = [line.key for line, answer in answers if isinstance(answer, ProviderError)]
+        if failed and p.ledger is not None:  # out of the ledger first: their retry is a new batch
+            await p.ledger.settled(watch.id, failed)
+        delivered = [line.key for line, answer in answers if p.deliver(line, answer) and isinstance(answer, ChatResult)]
+        # The callers take their results (the engine hands each to the cache in that step), then
+        # the cache commits them; only then does the ledger forget them (else a rerun harvests
+        # them again). Lines nobody took any more stay owed.
+        await asyncio.sleep(0)
+        if delivered and p.ledger is not None and await p.host.committed():
+            await p.ledger.settled(watch.id, delivered)

@@ -58,7 +58,7 @@ from typing import Any
 from cache.codec import result_from_record, result_to_record
 from cache.store import ResponseCache
 from engine import gc_tuning
-from engine.batching import Batching
+from engine.batching_mode import Batching
 from engine.budget import Budget
 from engine.config import Config
 from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
@@ -122,7 +122,7 @@ class EngineStats:
     retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
     cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
     notices: list[str] = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
-    # Counted by the providers that hold calls (Batching.counters, engine/batching.py):
+    # Counted by the providers that hold calls (Batching.counters, engine/batching_mode.py):
     batches: int = 0           # provider batches submitted
     batches_resumed: int = 0   # batches recorded by an earlier run, polled again instead of submitting
     batched_calls: int = 0     # calls sent in the batches submitted
@@ -187,7 +187,7 @@ class Engine:
         self._notices: dict[Any, float] = {}
         self._retry_waiting = 0  # calls sleeping before their next attempt
         # `batch`: chat calls go through the batch API of endpoints whose kind
-        # has one (engine/batching.py chooses the provider of each endpoint).
+        # has one (engine/batching_mode.py chooses the provider of each endpoint).
         self.batch = batch
         self._batching: Batching | None = None
         self._parked = 0            # requests waiting on calls their provider holds (Job.held)
