@@ -6,11 +6,14 @@ one by one.
 (providers/batch_api.py). As inspect_ai's `Batcher.generate_for_request`
 does, its `chat()` puts the call into the batch being gathered and waits for
 its line; embeddings go to the wrapped provider. The engine chooses it once,
-when it builds an endpoint (`Batching.provider`, engine/batching_mode.py); the dispatcher and the
-scheduler see a provider that holds its calls in a queue of its own
+when it builds an endpoint (`Batching.provider`, engine/batching_mode.py);
+the dispatcher and the scheduler see a provider that holds its calls in a
+queue of its own
 (`Provider.holds_calls`: not paced by the endpoint's limits, not counted in
 the engine's pull window) and results that say they came by batch
-(`ChatResult.batched`: the budget prices them at the batch discount).
+(`ChatResult.batched`: the budget prices them at the batch discount). The
+dispatcher hands each call's cache key over in `dispatch.CALL_KEY`: it is the
+line's custom_id, and the ledger's key.
 
 Life of a batch:
 1. Gather: each call joins the batch being gathered (one line per cache key,
