@@ -587,8 +587,8 @@ class BatchWaiting:
             await p.ledger.settled(watch.id, failed)
         delivered = [line.key for line, answer in answers if p.deliver(line, answer) and isinstance(answer, ChatResult)]
         # The callers take their results (the engine hands each to the cache in that step), then
-        # the cache commits them; only then does the ledger forget them (else a rerun harvests
-        # them again). Lines nobody took any more stay owed.
+        # the cache commits them; only then does the ledger forget them, and only those the cache
+        # holds (else a rerun harvests them again). Lines nobody took any more stay owed.
         await asyncio.sleep(0)
         if delivered and p.ledger is not None and await p.host.committed():
-            await p.ledger.settled(watch.id, delivered)
+            await p.ledger.settled_stored(watch.id, delivered)
