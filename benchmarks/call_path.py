@@ -4,7 +4,8 @@ the layers (a frame of a lower layer calling into a higher one).
 
 The loopback server runs in a child process, so only the client's path is
 traced: scheduler -> dispatch -> provider -> HTTP pool -> cache, and back to
-the stream as an Outcome.
+the stream as an Outcome. Then the same for a call sent by batch (`--batch`:
+the server ends each batch at its first poll).
 
     python benchmarks/call_path.py
 """
@@ -40,10 +41,12 @@ def _module(filename: str) -> str | None:
     return ".".join(parts)
 
 
-async def one_call(base_url: str, cache: Path) -> tuple[list[str], list[tuple[str, str]], list[tuple[str, str]]]:
-    config = config_for(base_url, concurrency=4)
+async def one_call(base_url: str, cache: Path, batch: bool = False
+                   ) -> tuple[list[str], list[tuple[str, str]], list[tuple[str, str]]]:
+    options = {"options": {"batch_poll": 0.01, "batch_poll_max": 0.02}} if batch else {}
+    config = config_for(base_url, concurrency=4, **options)
     request = ChatRequest(model="m", messages=[{"role": "user", "content": "the path of one call"}])
-    async with Engine(config, cache_path=str(cache)) as engine:
+    async with Engine(config, cache_path=str(cache), batch=batch) as engine:
         await engine.run([ChatRequest(model="m", messages=[{"role": "user", "content": "warm up"}])])
         entered: list[str] = []
         upward: list[tuple[str, str]] = []
@@ -74,10 +77,8 @@ async def one_call(base_url: str, cache: Path) -> tuple[list[str], list[tuple[st
     return entered, sorted(set(upward)), sorted({(f"{a}", f"{b}.{fn}") for a, b, fn in back})
 
 
-def main() -> None:
-    with ServerProcess() as server, tempfile.TemporaryDirectory() as tmp:
-        entered, upward, back = asyncio.run(one_call(server.base_url, Path(tmp) / "cache.sqlite"))
-    print(f"one uncached chat call entered {len(entered)} of Tulving's files:")
+def report(how: str, entered: list[str], upward: list[tuple[str, str]], back: list[tuple[str, str]]) -> None:
+    print(f"one uncached chat call {how} entered {len(entered)} of Tulving's files:")
     for module in entered:
         print("  ", module.replace(".", "/") + ".py")
     print(f"calls back up the layers: {len(upward)}")
@@ -86,6 +87,12 @@ def main() -> None:
     print(f"calls back into a file the path entered earlier (distinct caller -> function): {len(back)}")
     for caller, callee in back:
         print(f"   {caller} -> {callee}")
+
+
+def main() -> None:
+    with ServerProcess("--batch-polls", "1") as server, tempfile.TemporaryDirectory() as tmp:
+        report("(direct)", *asyncio.run(one_call(server.base_url, Path(tmp) / "direct.sqlite")))
+        report("(by batch)", *asyncio.run(one_call(server.base_url, Path(tmp) / "batch.sqlite", batch=True)))
 
 
 if __name__ == "__main__":

@@ -173,6 +173,18 @@ class BatchLedger:
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany("DELETE FROM batch_keys WHERE batch_id = ? AND key = ?", [(batch_id, k) for k in keys])
 
+    async def settled_stored(self, batch_id: str, keys: Sequence[str]) -> None:
+        """`settled` for those of these keys whose result is in the cache
+        (`entries`); the others stay owed (a rerun harvests them again)."""
+        await self._run(self._settled_stored, batch_id, list(keys))
+
+    def _settled_stored(self, batch_id: str, keys: list[str]) -> None:
+        conn = self._open()
+        with conn:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("DELETE FROM batch_keys WHERE batch_id = ? AND key = ? AND EXISTS "
+                             "(SELECT 1 FROM entries AS e WHERE e.key = ?)", [(batch_id, k, k) for k in keys])
+
     async def forget(self, batch_id: str) -> None:
         """Drop a batch and every key it owes (the provider no longer knows it)."""
         await self._run(self._forget, batch_id)

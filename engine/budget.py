@@ -3,7 +3,8 @@
     budget = Budget(max_cost=20.0)
     refusal = budget.admit(alias, input_estimate, output_estimate)  # None: may send
     reserved = budget.reserve(alias, input_estimate, output_estimate)
-    cost = budget.settle(reserved, alias, result)                    # what it cost (batch=True: discounted)
+    cost = budget.settle(reserved, alias, result)                    # what it cost (a result that came by
+                                                                     # batch, `result.batched`: discounted)
 
 A call's worst case (its prompt estimate plus max_tokens, at the alias's
 prices) is reserved before it is sent and released when it ends, so calls in
@@ -93,7 +94,8 @@ class Budget:
     def settle(self, reserved: float, alias: ModelAlias, result: Result | None, *, batch: bool = False) -> float:
         """Release a call's reservation and count what it cost (0 without a
         reply), from the reply's usage: its prompt-cache reads and writes at
-        their prices, a batch call at the batch discount. Raises what the
+        their prices, a result that came by batch (`ChatResult.batched`, or
+        `batch=True`) at the batch discount. Raises what the
         alias's prices raise: the caller settles the call as an error, never hangs."""
         self.reserved -= reserved
         if self._waiters:
@@ -104,7 +106,7 @@ class Budget:
             return 0.0
         if isinstance(result, ChatResult):
             cost = float(alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
-                                    cache_write=result.cache_write_tokens, batch=batch))
+                                    cache_write=result.cache_write_tokens, batch=batch or result.batched))
         else:
             cost = float(alias.cost(result.input_tokens, 0, batch=batch))
         self.spent += cost

@@ -22,6 +22,14 @@ Endpoints whose provider `prefers_prefix_order` (llama.cpp keeps only the
 previous prompt's KV cache) run one call at a time and pick, among the waiting
 calls, the one sharing the longest prompt prefix with the previous call.
 
+Calls a provider holds in a queue of its own (`Provider.holds_calls`: the
+batching provider, engine/batching.py, puts them into a provider batch) start
+at once (`_start_held`): the endpoint's limits, pause and concurrency do not
+pace them, and the budget admits them at the alias's batch price, refusing
+rather than holding them back (calls in flight settle only when the
+provider's queue answers). The attempt's task carries the call's cache key in
+CALL_KEY, for such a provider to keep its own record of the call.
+
 The dispatcher runs each attempt itself, top-down: budget admission
 (engine/budget.py), the endpoint's limits, the timeout, the provider call,
 the reply's usage and cost, the release of the slot. It reports how the
@@ -37,6 +45,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -63,6 +72,10 @@ log = logging.getLogger(__name__)
 
 NOTICE_PAUSE = 5.0           # pauses this long are announced on stderr
 
+# The cache key of the call an attempt's task is making (set only for a call
+# the provider holds, which records it under that key: a batch line's custom_id).
+CALL_KEY: ContextVar[str | None] = ContextVar("tulving_call_key", default=None)
+
 
 @dataclass(eq=False, slots=True)
 class Job:
@@ -85,7 +98,7 @@ class Job:
     taken_at: float | None = None               # time.monotonic() when the engine took the request
     first_sent: float | None = None             # ... when its first attempt was sent
     last_sent: float | None = None              # ... and its last one
-    batched: bool = False                       # held for a provider batch (engine/batch_dispatch.py)
+    held: bool = False                          # its provider holds it in a queue of its own (holds_calls)
     limit_input: int | None = None              # input tokens charged to the rate limits, when not the
                                                 # estimate (a warm prefix the provider does not count)
 
@@ -198,6 +211,7 @@ class EndpointState:
         self.budget = budget if budget is not None else Budget()
         self.prefix_order = provider.prefers_prefix_order
         self.enforces_timeout = provider.enforces_timeout
+        self.holds_calls = provider.holds_calls
         self.max_concurrency = 1 if self.prefix_order else max(1, int(spec.max_concurrency))
         now = time.monotonic()
         self.limits = EndpointLimits(spec, now=now)
@@ -345,6 +359,8 @@ class EndpointState:
     def _dispatch_ready(self) -> float | None:
         """Start every call that may start now. Returns None to wait for a
         signal (a new call, a free slot), or the seconds until capacity frees."""
+        if self.holds_calls:
+            self._start_held()
         while True:
             now = time.monotonic()
             pacing = self.pacing
@@ -390,6 +406,30 @@ class EndpointState:
                 self._report(job, AttemptOutcome(error=ProviderError(
                     CONFIG, f"engine could not start the call: {type(exc).__name__}: {exc}"), sent=False, final=True))
 
+    def _start_held(self) -> None:
+        """Start every waiting call the provider holds (see the module
+        docstring); the others stay for the paced loop."""
+        for pool in self.pools:
+            heap = pool.heap
+            if not any(job.held for job in heap):
+                continue
+            held = sorted(job for job in heap if job.held and not job.cancelled)
+            pool.heap = [job for job in heap if not job.held and not job.cancelled]
+            heapq.heapify(pool.heap)
+            for job in held:
+                alias = job.resolved.alias
+                refusal = self.budget.admit(alias, job.input_estimate, job.output_estimate, batch=True)
+                if refusal is not None:  # over budget: settled without a call
+                    self._report(job, AttemptOutcome(error=refusal, sent=False, final=True))
+                    continue
+                try:
+                    self._launch(job, held=True)
+                except Exception as exc:  # noqa: BLE001 -- a call that cannot start is settled, never lost
+                    log.exception("endpoint %s: starting a call failed", self.name)
+                    self._report(job, AttemptOutcome(error=ProviderError(
+                        CONFIG, f"engine could not start the call: {type(exc).__name__}: {exc}"), sent=False,
+                        final=True))
+
     def _fail_waiting(self, error: ProviderError) -> None:
         for pool in self.pools:
             jobs, pool.heap = pool.heap, []
@@ -398,10 +438,11 @@ class EndpointState:
                     self._report(job, AttemptOutcome(error=error, sent=False, final=True))
 
     # -- one attempt, top-down ------------------------------------------------------
-    def _launch(self, job: Job) -> None:
-        task = asyncio.get_running_loop().create_task(self._attempt(job))
+    def _launch(self, job: Job, held: bool = False) -> None:
+        task = asyncio.get_running_loop().create_task(self._attempt(job, held))
         job.task = task
-        job.cost_reserved = self.budget.reserve(job.resolved.alias, job.input_estimate, job.output_estimate)
+        job.cost_reserved = self.budget.reserve(job.resolved.alias, job.input_estimate, job.output_estimate,
+                                                batch=held)
         task.add_done_callback(lambda t: self._after_attempt(t, job))
 
     def _call(self, r: Resolved, timeout: float) -> Awaitable[Result]:
@@ -414,22 +455,25 @@ class EndpointState:
             return self.provider.chat(r.alias.model, messages, params=r.params, timeout=timeout)
         return self.provider.embed(r.alias.model, r.request.texts, timeout=timeout)  # type: ignore[union-attr]
 
-    async def _attempt(self, job: Job) -> None:
+    async def _attempt(self, job: Job, held: bool = False) -> None:
         """One attempt: the provider call under its timeout, the reply's usage
         and cost, the slot released exactly once whatever raises, then one
-        report to the owner."""
+        report to the owner. A held call has no slot and no timer: the
+        provider's queue bounds it (a batch's 24 h window)."""
         r = job.resolved
         policy = r.endpoints[0]  # retry settings of the alias's first endpoint
         start = time.monotonic()
         job.attempts += 1
-        if job.deadline is None and policy.total_timeout:
+        if held:
+            CALL_KEY.set(r.key)
+        elif job.deadline is None and policy.total_timeout:
             job.deadline = start + policy.total_timeout
         spec_timeout = self.spec.timeout
         timeout = spec_timeout if job.deadline is None else max(0.001, min(spec_timeout, job.deadline - start))
         outcome = AttemptOutcome(started=start)
         try:
             try:
-                if self.enforces_timeout:  # the provider's own timer bounds the call: no second one
+                if self.enforces_timeout or held:  # the provider's own timer bounds the call: no second one
                     outcome.result = await self._call(r, timeout)
                 else:
                     async with asyncio.timeout(timeout):
@@ -450,7 +494,8 @@ class EndpointState:
                 outcome = AttemptOutcome(error=exception_error(exc, endpoint=self.name, timeout=timeout, secret=None),
                                          started=start)
             finally:
-                self.release(job, self._limit_usage(outcome), _reported_limits(outcome))
+                if not held:
+                    self.release(job, self._limit_usage(outcome), _reported_limits(outcome))
         if outcome.result is not None and outcome.error is not None:
             outcome.result = None
         self._report(job, outcome)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cache.store import ResponseCache
-from engine.batch_dispatch import batch_endpoint
+from engine.batching_mode import batch_endpoint
 from engine.config import Config, ModelAlias
 from engine.requests import EmbedRequest, Request
 from engine.resolve import Resolved, resolve
@@ -64,7 +64,7 @@ class EstimateRow:
 def default_batchable(r: Resolved) -> bool:
     """Whether `--batch` sends a call through a provider's batch API (the
     OpenAI Batch API, Anthropic Message Batches): chat calls to endpoints of
-    those kinds, unless `options.batch = false` (engine/batch_dispatch.py)."""
+    those kinds, unless `options.batch = false` (engine/batching_mode.py)."""
     return batch_endpoint(r) is not None
 
 

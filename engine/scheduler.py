@@ -57,10 +57,9 @@ from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, It
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cache.batches import BatchLedger
 from cache.store import ResponseCache
 from engine import gc_tuning
-from engine.batch_dispatch import BatchEndpoint
+from engine.batching_mode import Batching
 from engine.budget import Budget
 from engine.config import Config
 from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
@@ -72,7 +71,6 @@ from engine.retry import RetryPolicy
 from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key, prefix_parts
 from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, Provider, ProviderError, Result
-from providers.batch_wires import batch_capable, make_batch_api
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +85,11 @@ MAX_WINDOW = 4096
 # Prompt characters held by pulled-but-not-yielded requests (a book in context
 # is ~4 MB per request): pulling pauses above this, down to one request.
 MAX_PENDING_CHARS = 64_000_000
-# Batch mode: calls held for a provider batch do not count against the window
-# (a whole round must reach one batch), up to these bounds.
-MAX_BATCH_HELD = 100_000
-MAX_BATCH_HELD_CHARS = 512_000_000
+# Calls a provider holds in a queue of its own (Provider.holds_calls: a batch
+# API) do not count against the window (a whole round must reach one batch),
+# up to these bounds.
+MAX_PARKED = 100_000
+MAX_PARKED_CHARS = 512_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
 # A retry waiting this long (or longer) is announced on stderr.
@@ -116,7 +115,8 @@ class EngineStats:
     retry_after_capped: int = 0  # 429s whose retry-after exceeded the endpoint's max_retry_after
     cache_write_errors: int = 0  # replies the cache refused (see also the cache's own count)
     notices: list[str] = field(default_factory=list)  # the lines `Engine.notice` printed, latest last
-    batches: int = 0           # provider batches submitted (batch mode)
+    # Counted by the providers that hold calls (Batching.counters, engine/batching_mode.py):
+    batches: int = 0           # provider batches submitted
     batches_resumed: int = 0   # batches recorded by an earlier run, polled again instead of submitting
     batched_calls: int = 0     # calls sent in the batches submitted
     # endpoint -> model -> the per-minute limits its provider reported in reply headers (dispatch.learn_limits)
@@ -179,12 +179,12 @@ class Engine:
         self._gc_tuned = False
         self._notices: dict[Hashable, float] = {}
         self._retry_waiting = 0  # calls sleeping before their next attempt
-        # Batch mode (engine/batch_dispatch.py): chat calls to openai/anthropic
-        # endpoints go through the providers' batch APIs.
+        # `batch`: chat calls go through the batch API of endpoints whose kind
+        # has one (engine/batching_mode.py chooses the provider of each endpoint).
         self.batch = batch
-        self._ledger: BatchLedger | None = None
-        self._batch_held = 0        # requests waiting on calls held for a batch
-        self._batch_held_chars = 0
+        self._batching: Batching | None = None
+        self._parked = 0            # requests waiting on calls their provider holds (Job.held)
+        self._parked_chars = 0
         self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
         self._streams_waiting = 0
         self._warmup: Warmup[Job] = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
@@ -209,11 +209,8 @@ class Engine:
                 self._untune_gc()
                 raise
             self._cache = cache
-            if self.batch:
-                self._ledger = BatchLedger(self.cache_path)
-        elif self.batch and self.cache_path is None:
-            self.notice("batch mode without a cache: the batches are not recorded, a killed run cannot resume "
-                        "them", key=("batch-no-cache",))
+        if self.batch and self._batching is None:
+            self._batching = Batching(self.cache_path if self._cache is not None else None, self)
 
     async def close(self) -> None:
         if self._closed:
@@ -231,13 +228,13 @@ class Engine:
         self._inflight.clear()
         for ep in self._endpoints.values():
             await ep.stop()
-        if self._ledger is not None:
-            self._ledger.close()
         for ep in self._endpoints.values():
             try:
                 await ep.provider.aclose()
             except Exception:  # closing must not mask the run's own outcome
                 pass
+        if self._batching is not None:
+            self._batching.close()
         try:
             cache = self._cache
             if cache is not None:
@@ -261,11 +258,10 @@ class Engine:
     def stats(self) -> EngineStats:
         stats = self._stats
         stats.elapsed = time.monotonic() - self._opened_at
-        batchers = [ep for ep in self._endpoints.values() if isinstance(ep, BatchEndpoint)]
-        if batchers:
-            stats.batches = sum(ep.submitted for ep in batchers)
-            stats.batches_resumed = sum(ep.resumed for ep in batchers)
-            stats.batched_calls = sum(ep.batched for ep in batchers)
+        if self._batching is not None:
+            counters = self._batching.counters()
+            stats.batches, stats.batches_resumed = counters["batches"], counters["batches_resumed"]
+            stats.batched_calls = counters["batched_calls"]
         stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
                                 for name, ep in self._endpoints.items() if ep.learned_limits}
         return stats
@@ -275,11 +271,10 @@ class Engine:
         ep = self._endpoints.get(spec.name)
         if ep is None:
             key = self.config.api_key(spec)  # ConfigError naming the variable
-            if self.batch and batch_capable(spec):
-                ep = BatchEndpoint(spec, make_provider(spec, key), self, self._budget, make_batch_api(spec, key),
-                                   self._ledger)
-            else:
-                ep = EndpointState(spec, make_provider(spec, key), self, self._budget)
+            provider = make_provider(spec, key)
+            if self._batching is not None:  # the one place a call's way is chosen: direct or by batch
+                provider = self._batching.provider(provider, spec, key)
+            ep = EndpointState(spec, provider, self, self._budget)
             self._endpoints[spec.name] = ep
             ep.start()
         return ep
@@ -385,10 +380,10 @@ class Engine:
         (requests, their characters, exhausted), or None when it has none."""
         window = self._window_size()
         # Calls sleeping before a retry do not hold the window: 30% of 429s
-        # must not starve the endpoint of new calls; nor do calls held for a
-        # provider batch (batch mode).
-        held = min(self._batch_held, MAX_BATCH_HELD)
-        max_chars = MAX_PENDING_CHARS + min(self._batch_held_chars, MAX_BATCH_HELD_CHARS)
+        # must not starve the endpoint of new calls; nor do calls their
+        # provider holds (Job.held).
+        held = min(self._parked, MAX_PARKED)
+        max_chars = MAX_PENDING_CHARS + min(self._parked_chars, MAX_PARKED_CHARS)
         room = window + min(self._retry_waiting, window) + held - pending
         # Pull in batches (one cache lookup each), not one by one.
         if room < max(1, window // 4) or (pending_chars >= max_chars and pending != 0):
@@ -443,8 +438,8 @@ class Engine:
             if job is not None:
                 job.waiters.append((r.request, sink))
                 self._stats.deduplicated += 1
-                if job.batched:
-                    self._hold_for_batch(r.request, 1)
+                if job.held:
+                    self._park(r.request, 1)
                 continue
             self._queue_new(r, sink, taken)
 
@@ -468,11 +463,12 @@ class Engine:
         # In flight under its cache key, for identical requests to join it;
         # one that reads no cache under a key of its own (nobody joins it).
         self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
-        if r.messages is not None and isinstance(pool.endpoints[0], BatchEndpoint):
-            # By batch: no warm-up call first (it would wait a whole batch); the
-            # providers' prompt caches serve batches on a best-effort basis.
-            job.batched = True
-            self._hold_for_batch(r.request, 1)
+        if r.messages is not None and provider.holds_calls:
+            # No warm-up call first (it would wait for the provider's whole
+            # queue, a batch); the providers' prompt caches serve batches on a
+            # best-effort basis.
+            job.held = True
+            self._park(r.request, 1)
         elif r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
                 prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
             key = (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))
@@ -490,18 +486,18 @@ class Engine:
                 _charge_warm_prefix(held, held.pool.endpoints[0].provider)
             held.pool.push(held)
 
-    def _hold_for_batch(self, request: Request, sign: int) -> None:
-        """Count a request waiting on a call held for a batch (sign 1), or
+    def _park(self, request: Request, sign: int) -> None:
+        """Count a request waiting on a call its provider holds (sign 1), or
         no longer waiting (-1): the stream's window does not count them."""
-        self._batch_held += sign
-        self._batch_held_chars += sign * _request_chars(request)
+        self._parked += sign
+        self._parked_chars += sign * _request_chars(request)
 
-    # -- batch mode (batch_dispatch.BatchOwner) ---------------------------------------------
+    # -- for providers that hold calls (batching.BatchHost) ------------------------------
     def feeding(self) -> bool:
         """Whether a stream is pulling requests (not waiting for outcomes)."""
         return self._streams_open > self._streams_waiting
 
-    async def stored(self) -> bool:
+    async def committed(self) -> bool:
         """Every reply handed to the cache so far is committed. False when
         replies may have been left out (the engine closing stores none)."""
         if self._cache is None or self._closed:
@@ -516,10 +512,10 @@ class Engine:
             waiters = [w for w in job.waiters if w[1] is not sink]
             if len(waiters) == len(job.waiters):
                 continue
-            if job.batched:
+            if job.held:
                 for request, its_sink in job.waiters:
                     if its_sink is sink:
-                        self._hold_for_batch(request, -1)
+                        self._park(request, -1)
             job.waiters = waiters
             if not waiters:
                 job.cancelled = True
@@ -658,9 +654,9 @@ class Engine:
         first = True
         sent = job.first_sent
         queued = None if sent is None or job.taken_at is None else sent - job.taken_at
-        if job.batched:
+        if job.held:
             for request, _ in job.waiters:
-                self._hold_for_batch(request, -1)
+                self._park(request, -1)
         for request, sink in job.waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,

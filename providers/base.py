@@ -80,6 +80,7 @@ class ChatResult:
     cache_write_tokens: int = 0
     timings: StreamTimings | None = None     # a streamed call's arrival times (not cached)
     rate_limits: RateLimitInfo | None = None  # what the reply's headers said (not cached)
+    batched: bool = False                     # answered through a batch API: priced at the batch discount (not cached)
 
 
 @dataclass(slots=True)
@@ -217,6 +218,12 @@ class Provider(abc.ABC):
     # input-token rate limit (Anthropic): the engine then charges a call whose
     # prefix is warm, and settles every call, without those tokens.
     cache_reads_count_toward_limits: bool = True
+    # True when `chat()` hands the call to a queue of the provider's own (a
+    # batch API, engine/batching.py) that answers on its own schedule, maybe
+    # hours later, at the batch price: the engine starts such calls at once,
+    # not paced by the endpoint's limits or concurrency, and does not count
+    # them against how far ahead it pulls requests.
+    holds_calls: bool = False
 
     @abc.abstractmethod
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,

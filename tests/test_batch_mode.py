@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.batch_dispatch import SIZE_MARGIN
+from engine.batching import SIZE_MARGIN
 from engine.benchmark.evaluation.results import load_results
 from engine.config import Config
 from engine.loopback.batches import BatchKnobs

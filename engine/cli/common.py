@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from cache.store import ResponseCache
-from engine.batch_dispatch import batch_endpoint
+from engine.batching_mode import batch_endpoint
 from engine.config import Config
 from engine.estimate import ESTIMATE_NOTE, Estimator
 from engine.requests import Request
@@ -39,7 +39,7 @@ async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | No
                          requests: Iterable[Request], *, by_batch: Counter[str] | None = None) -> tuple[int, int]:
     """(requests, how many of them the cache already holds), calling nothing.
     `by_batch`: counts the uncached requests `--batch` would send through a
-    provider batch API, by endpoint (engine.batch_dispatch.batch_endpoint).
+    provider batch API, by endpoint (engine.batching_mode.batch_endpoint).
     Raises ConfigError for an unknown model alias."""
     total = cached = 0
     cache = None

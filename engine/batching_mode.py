@@ -1,0 +1,95 @@
+"""Batch mode of one engine (`Engine(batch=True)`, `tulving run --batch`):
+which endpoints send their chat calls by batch, with which options, and the
+`BatchingProvider` (engine/batching.py) that does it for each of them.
+
+    batching = Batching(cache_path, host=engine)
+    provider = batching.provider(make_provider(spec, key), spec, key)  # direct, or by batch
+    ...
+    batching.counters()   # {"batches": ..., "batches_resumed": ..., "batched_calls": ...}
+    batching.close()      # after the providers' aclose()
+"""
+from __future__ import annotations
+
+from cache.batches import BatchLedger
+from engine.batching import POLL_FIRST, POLL_MAX, BatchHost, BatchingProvider, BatchOptions
+from engine.resolve import Resolved
+from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
+from providers.batch_api import BatchApi
+from providers.batch_wires import batch_capable, make_batch_api
+
+
+def _count_option(spec: EndpointSpec, name: str) -> int | None:
+    value = spec.options.get(name)
+    if value is not None and (type(value) is not int or value < 1):
+        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
+                                    f"got {value!r}")
+    return value
+
+
+def _seconds_option(spec: EndpointSpec, name: str, default: float) -> float:
+    value = spec.options.get(name, default)
+    if type(value) not in (int, float) or not value > 0:
+        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive number of "
+                                    f"seconds, got {value!r}")
+    return float(value)
+
+
+def batch_options(spec: EndpointSpec) -> BatchOptions:
+    """The endpoint's batch options (the one place they are read)."""
+    first = _seconds_option(spec, "batch_poll", POLL_FIRST)
+    return BatchOptions(first, max(first, _seconds_option(spec, "batch_poll_max", POLL_MAX)),
+                        _count_option(spec, "batch_queue_requests"), _count_option(spec, "batch_queue_tokens"))
+
+
+def has_batch_api(spec: EndpointSpec) -> bool:
+    """Whether `--batch` sends this endpoint's chat calls by batch."""
+    return batch_capable(spec)
+
+
+def _batch_api(spec: EndpointSpec, api_key: str | None) -> BatchApi | None:
+    """The endpoint's batch API, or None (after the provider-kind registry:
+    `providers.kinds.batch_api_for(spec, key)`)."""
+    return make_batch_api(spec, api_key) if has_batch_api(spec) else None
+
+
+def batch_endpoint(r: Resolved) -> str | None:
+    """The endpoint whose batch API a resolved call goes through in batch
+    mode, or None when it goes direct (embeddings, other endpoint kinds,
+    `options.batch = false`). What `--dry-run` counts."""
+    if r.messages is None:
+        return None
+    return next((spec.name for spec in r.endpoints if has_batch_api(spec)), None)
+
+
+class Batching:
+    """Batch mode of one engine: the ledger in its cache file, and a
+    batching provider for each endpoint whose kind has a batch API."""
+
+    def __init__(self, cache_path: str | None, host: BatchHost):
+        self.host = host
+        self.ledger = BatchLedger(cache_path) if cache_path is not None else None
+        self.providers: list[BatchingProvider] = []
+        if self.ledger is None:
+            host.notice("batch mode without a cache: the batches are not recorded, a killed run cannot resume "
+                        "them", key=("batch-no-cache",))
+
+    def provider(self, direct: Provider, spec: EndpointSpec, api_key: str | None) -> Provider:
+        """The provider the endpoint's calls go through: `direct`, or the
+        batching provider wrapping it."""
+        api = _batch_api(spec, api_key)
+        if api is None:
+            return direct
+        batching = BatchingProvider(direct, api, batch_options(spec), self.ledger, self.host)
+        self.providers.append(batching)
+        return batching
+
+    def counters(self) -> dict[str, int]:
+        """Batches submitted and resumed, and calls sent in them (EngineStats)."""
+        return {"batches": sum(p.submitted for p in self.providers),
+                "batches_resumed": sum(p.waiting.resumed for p in self.providers),
+                "batched_calls": sum(p.batched for p in self.providers)}
+
+    def close(self) -> None:
+        """After the providers' aclose()."""
+        if self.ledger is not None:
+            self.ledger.close()

@@ -1,0 +1,146 @@
+"""Batching behind the provider (engine/batching.py): the engine sees a
+provider that holds its calls, not a batch dispatcher. Against the loopback
+server in-process, real HTTP, the real cache file."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine.batching import BatchingProvider
+from engine.batching_mode import Batching
+from engine.budget import Budget
+from engine.config import Config
+from engine.loopback.batches import BatchKnobs
+from engine.loopback.server import LoopbackServer
+from engine.requests import ChatRequest
+from engine.retry import RetryPolicy
+from engine.scheduler import Engine
+from providers.base import ChatResult
+
+FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
+
+
+def config(server: LoopbackServer, **endpoint: object) -> Config:
+    return Config.from_dicts(
+        {"lb": {"kind": "openai", "base_url": server.openai_base_url, "max_attempts": 3,
+                "options": {"batch_poll": 0.01, "batch_poll_max": 0.02}, **endpoint},
+         "plain": {"kind": "openai", "base_url": server.openai_base_url, "options": {"batch": False}}},
+        {"m": {"endpoints": ["lb"], "model": "test-model", "params": {"max_tokens": 16},
+               "price_in": 1000.0, "price_out": 2000.0},
+         "p": {"endpoints": ["plain"], "model": "test-model"}})
+
+
+def requests(n: int, model: str = "m") -> list[ChatRequest]:
+    return [ChatRequest(model=model, messages=[{"role": "user", "content": f"question {i}"}], tag=i)
+            for i in range(n)]
+
+
+def lines_per_batch(server: LoopbackServer) -> list[int]:
+    return sorted(len(e["run"].lines) for e in server.batches.openai.values())
+
+
+async def test_the_engine_chooses_the_batching_provider_once_per_endpoint_from_the_kinds_batch_api(tmp_path):
+    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+        async with Engine(config(server), cache_path=str(tmp_path / "c.sqlite"), batch=True) as engine:
+            outcomes = await engine.run(requests(2) + requests(1, "p"))
+            providers = {name: ep.provider for name, ep in engine._endpoints.items()}
+    assert all(o.ok for o in outcomes)
+    assert isinstance(providers["lb"], BatchingProvider) and providers["lb"].holds_calls
+    assert not isinstance(providers["plain"], BatchingProvider) and not providers["plain"].holds_calls
+    assert server.stats.batch_requests == {"succeeded": 2} and server.stats.by_path["/v1/chat/completions"] == 1
+
+
+async def test_calls_the_provider_holds_are_not_paced_by_the_endpoints_limits(tmp_path):
+    """One request a minute, one at a time: paced like direct calls, ten
+    calls would take ten minutes; held by the batching provider they go out
+    together, in one batch."""
+    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+        async with Engine(config(server, rpm=1, max_concurrency=1), cache_path=str(tmp_path / "c.sqlite"),
+                          batch=True, retry_policy=FAST_RETRY) as engine:
+            outcomes = await asyncio.wait_for(engine.run(requests(10)), timeout=60)
+        assert all(o.ok for o in outcomes) and lines_per_batch(server) == [10]
+
+
+async def test_a_result_that_came_by_batch_is_priced_at_the_batch_discount_by_itself(tmp_path):
+    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+        cfg = config(server)
+        async with Engine(cfg, cache_path=str(tmp_path / "c.sqlite"), batch=True) as engine:
+            (outcome,) = await engine.run(requests(1))
+    result = outcome.result
+    assert isinstance(result, ChatResult) and result.batched
+    alias = cfg.alias("m")
+    full = alias.cost(result.input_tokens, result.output_tokens)
+    assert Budget().settle(0.0, alias, result) == pytest.approx(full * 0.5) == pytest.approx(outcome.cost)
+    direct = ChatResult(text="x", input_tokens=result.input_tokens, output_tokens=result.output_tokens)
+    assert Budget().settle(0.0, alias, direct) == pytest.approx(full)
+
+
+async def test_a_call_whose_caller_left_before_its_batch_went_out_is_not_sent(tmp_path):
+    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+        async with Engine(config(server), cache_path=str(tmp_path / "c.sqlite"), batch=True) as engine:
+            stream = engine.stream(requests(5))
+            first = asyncio.ensure_future(stream.__anext__())
+            while "lb" not in engine._endpoints or len(engine._endpoints["lb"].provider.lines) < 5:
+                await asyncio.sleep(0)  # until the five calls wait in the batch being gathered
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            await stream.aclose()  # the stream ends: its calls are cancelled
+            await asyncio.sleep(0.3)
+            (kept,) = await engine.run(requests(1))
+        assert kept.ok and lines_per_batch(server) == [1]
+
+
+async def test_batch_mode_without_a_cache_says_a_killed_run_cannot_resume(tmp_path):
+    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+        async with Engine(config(server), batch=True) as engine:
+            outcomes = await engine.run(requests(3))
+    assert all(o.ok for o in outcomes)
+    assert any("without a cache" in n for n in engine.stats.notices) and engine.stats.batched_calls == 3
+
+
+def test_batch_options_are_read_and_checked_when_the_endpoint_is_built(tmp_path):
+    from engine.batching_mode import batch_options
+    from providers.base import ProviderError
+
+    spec = Config.from_dicts({"lb": {"kind": "openai", "options": {"batch_poll": 2, "batch_poll_max": 1,
+                                                                   "batch_queue_requests": 5}}},
+                             {"m": {"endpoints": ["lb"], "model": "x"}}).endpoints["lb"]
+    options = batch_options(spec)
+    assert (options.poll_first, options.poll_max, options.queue_requests, options.queue_tokens) == (2.0, 2.0, 5, None)
+    bad = Config.from_dicts({"lb": {"kind": "openai", "options": {"batch_poll": "soon"}}},
+                            {"m": {"endpoints": ["lb"], "model": "x"}}).endpoints["lb"]
+    with pytest.raises(ProviderError, match="batch_poll must be a positive number"):
+        Batching(None, _Host()).provider(_Direct(bad), bad, None)
+
+
+class _Host:
+    def feeding(self) -> bool:
+        return False
+
+    async def committed(self) -> bool:
+        return False
+
+    def notice(self, message: str, *, key: object = None, every: float = 10.0) -> None:
+        pass
+
+
+def _Direct(spec):  # noqa: N802 -- the endpoint's direct provider
+    from providers import make_provider
+
+    return make_provider(spec, None)
+
+
+async def test_the_ledger_forgets_a_harvested_key_only_once_the_cache_holds_its_result(tmp_path):
+    from cache.batches import BatchLedger
+    from cache.store import ResponseCache
+
+    path = tmp_path / "c.sqlite"
+    async with ResponseCache(path) as cache:
+        cache.put("a" * 64, {"op": "chat", "model": "m", "messages": []}, {"text": "stored"})
+    ledger = BatchLedger(path)
+    await ledger.record("batch_1", endpoint="lb", kind="openai", base_url=None, model="m", state="completed",
+                        keys=["a" * 64, "b" * 64])
+    await ledger.settled_stored("batch_1", ["a" * 64, "b" * 64])
+    assert await ledger.owing("lb", ["a" * 64, "b" * 64]) == {"b" * 64: "batch_1"}
+    ledger.close()
