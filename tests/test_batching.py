@@ -134,10 +134,11 @@ def _Direct(spec):  # noqa: N802 -- the endpoint's direct provider
 async def test_the_ledger_forgets_a_harvested_key_only_once_the_cache_holds_its_result(tmp_path):
     from cache.batches import BatchLedger
     from cache.store import ResponseCache
+    from providers.base import ChatResult
 
     path = tmp_path / "c.sqlite"
     async with ResponseCache(path) as cache:
-        cache.put("a" * 64, {"op": "chat", "model": "m", "messages": []}, {"text": "stored"})
+        cache.put("a" * 64, {"op": "chat", "model": "m", "messages": []}, ChatResult(text="stored"))
     ledger = BatchLedger(path)
     await ledger.record("batch_1", endpoint="lb", kind="openai", base_url=None, model="m", state="completed",
                         keys=["a" * 64, "b" * 64])
