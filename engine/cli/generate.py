@@ -203,9 +203,13 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
     print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
           f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
           f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
-    stats = engine.stats
-    if stats.cache_write_errors:
-        print(f"tulving: error: {stats.cache_write_errors} replies could not be stored in the cache "
+    return _exit_status(args, run, engine.stats.cache_write_errors)
+
+
+def _exit_status(args: argparse.Namespace, run: ChapterRun, cache_write_errors: int) -> int:
+    """0, or the exit status (said on stderr) of a book written with calls lost or replies not cached."""
+    if cache_write_errors:
+        print(f"tulving: error: {cache_write_errors} replies could not be stored in the cache "
               f"{getattr(args, 'cache', '')}: a rerun would pay for them again", file=sys.stderr)
         return EXIT_STORAGE
     if run.error_events:
