@@ -44,6 +44,20 @@ def _bin_table(records: Sequence[ResultRecord], get: str) -> dict[str, dict[str,
     return out
 
 
+def _execution(records: Sequence[ResultRecord]) -> dict[str, Any]:
+    """How the row's calls went: scored, errors, failures, re-draws, cost."""
+    return {
+        "scored": sum(1 for r in records if r.f1 is not None),
+        "answer_errors": sum(1 for r in records if r.answer_error),
+        # results missing because a call failed (answer or judge): the row is incomplete
+        "incomplete": sum(1 for r in records
+                          if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or ""))),
+        "judge_failures": sum(1 for r in records if r.judge_failed),
+        "judge_redraws": sum(max(0, r.judge_draws - 1) for r in records),
+        "cost_usd": round(sum(r.cost + r.judge_cost for r in records), 6),
+    }
+
+
 def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
                   job: Mapping[str, Any] | None = None) -> dict[str, Any]:
     sr, _ = simple_recall(records)
@@ -66,14 +80,7 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
         "order": {"considered": parts.considered, "exact_matches": parts.exact_matches,
                   "all": _nan_to_none(parts.all), "tau": _nan_to_none(parts.tau),
                   "score": _nan_to_none(round(parts.order, 4))},
-        "scored": sum(1 for r in records if r.f1 is not None),
-        "answer_errors": sum(1 for r in records if r.answer_error),
-        # results missing because a call failed (answer or judge): the row is incomplete
-        "incomplete": sum(1 for r in records
-                          if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or ""))),
-        "judge_failures": sum(1 for r in records if r.judge_failed),
-        "judge_redraws": sum(max(0, r.judge_draws - 1) for r in records),
-        "cost_usd": round(sum(r.cost + r.judge_cost for r in records), 6),
+        **_execution(records),
     }
     if job is not None:
         for key in ("calls", "cache_hits", "spent_usd", "wall_seconds"):

@@ -180,6 +180,29 @@ def _percent_2(numerator: float, denominator: float) -> float:
     return round(numerator / denominator * 100, 2) / 100
 
 
+def _latest_score(means: Mapping[str, tuple[float, int]]) -> float:
+    """Latest: the count-weighted mean of the per-bin means (nan without a question)."""
+    counted = sum(n for _, n in means.values())
+    if not counted:
+        return UNDEFINED
+    weighted = 0.0
+    for m, n in means.values():
+        weighted += m * n
+    # reference: round(100*(mean*count).sum()/count.sum(), 2), as '%', read back / 100
+    return round(100 * weighted / counted, 2) / 100
+
+
+def _order_score(considered: list[Any], exact: list[Any]) -> tuple[float, float, float]:
+    """(All, tau, Order) of the considered chronological questions (all nan without one)."""
+    if not considered:
+        return UNDEFINED, UNDEFINED, UNDEFINED
+    share = _percent_2(len(exact), len(considered))
+    taus = [float(_get(r, "tau")) for r in exact if _get(r, "tau") is not None]
+    tau = round(float(np.mean(taus)), 2) if taus else 0.0
+    order = 0.0 if share == 0 or tau == 0 else max(0.0, share * tau)
+    return share, tau, order
+
+
 def chronological_awareness(rows: Iterable[Any]) -> tuple[float, ChronoParts]:
     """Chronological Awareness Score (protocol.md, Judging and scores): the
     mean of (a) Latest, the count-weighted mean of the per-bin mean F1 of
@@ -195,25 +218,11 @@ def chronological_awareness(rows: Iterable[Any]) -> tuple[float, ChronoParts]:
     (the reference has no figure for it: it divides by zero)."""
     rows = list(rows)
     means = _bin_means(rows, "latest", LATEST_BINS)
-    counted = sum(n for _, n in means.values())
-    if counted:
-        weighted = 0.0
-        for m, n in means.values():
-            weighted += m * n
-        # reference: round(100*(mean*count).sum()/count.sum(), 2), as '%', read back / 100
-        latest = round(100 * weighted / counted, 2) / 100
-    else:
-        latest = UNDEFINED
+    latest = _latest_score(means)
     considered = [r for r in rows if _get(r, "get") == "chronological"
                   and is_considered(_get(r, "correct_answer") or []) and _get(r, "exact_match") is not None]
     exact = [r for r in considered if _get(r, "exact_match")]
-    if considered:
-        share = _percent_2(len(exact), len(considered))
-        taus = [float(_get(r, "tau")) for r in exact if _get(r, "tau") is not None]
-        tau = round(float(np.mean(taus)), 2) if taus else 0.0
-        order = 0.0 if share == 0 or tau == 0 else max(0.0, share * tau)
-    else:
-        share = tau = order = UNDEFINED
+    share, tau, order = _order_score(considered, exact)
     parts = ChronoParts(latest=latest, latest_bins={b: m for b, (m, _) in means.items()},
                         latest_counts={b: n for b, (_, n) in means.items()}, considered=len(considered),
                         exact_matches=len(exact), all=share, tau=tau, order=order)

@@ -140,6 +140,17 @@ def _bin_head(records: Sequence[ResultRecord], bins: Sequence[str]) -> list[str]
     return heads
 
 
+def _parts(recs: list[ResultRecord], dim: Callable[[ResultRecord], Any] | None, dim_order: Sequence[Any] | None
+           ) -> list[tuple[Any, list[ResultRecord]]]:
+    """(value of `dim`, its records) in order, values without records left out; no `dim`: (None, all)."""
+    if not recs:
+        return []
+    if dim is None:
+        return [(None, recs)]
+    values = [v for v in (dim_order or sorted({dim(r) for r in recs}, key=str)) if any(dim(r) == v for r in recs)]
+    return [(value, [r for r in recs if dim(r) == value]) for value in values]
+
+
 def _breakdown(runset: RunSet, key: str, title: str, get: str, dim_name: str | None,
                dim: Callable[[ResultRecord], Any] | None, dim_order: Sequence[Any] | None, note: str) -> Table:
     """F1 mean±sd by bin for each configuration (and each value of `dim`)."""
@@ -150,12 +161,7 @@ def _breakdown(runset: RunSet, key: str, title: str, get: str, dim_name: str | N
         ["all bins", "scored", "judge failures", "notes"]
     rows = []
     for k, recs in selected.items():
-        if not recs:
-            continue
-        values = [None] if dim is None else \
-            [v for v in (dim_order or sorted({dim(r) for r in recs}, key=str)) if any(dim(r) == v for r in recs)]
-        for value in values:
-            part = recs if dim is None else [r for r in recs if dim(r) == value]
+        for value, part in _parts(recs, dim, dim_order):
             cells: list[Cell] = _label_cells(runset, k) + ([str(value)] if dim is not None else [])
             cells += [f1_stat(r for r in part if r.bin == b) if any(r.bin == b for r in part) else "" for b in bins]
             cells += [f1_stat(part), f"{sum(r.f1 is not None for r in part)}/{len(part)}",

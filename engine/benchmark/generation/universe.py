@@ -118,6 +118,28 @@ def _date(raw: Mapping[str, Any], key: str, source: str) -> dt.date:
         raise UniverseError(f"{source}: {key} {value!r} is not a date YYYY-MM-DD") from None
 
 
+def _content_details(details_raw: object, contents: tuple[str, ...], source: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(details_raw, dict):
+        raise UniverseError(f"{source}: content_details must map each content to a list of details")
+    details: dict[str, tuple[str, ...]] = {}
+    for content in contents:
+        if content not in details_raw:
+            raise UniverseError(f"{source}: content_details has no details for content {content!r}")
+        details[content] = _names(details_raw, content, f"{source}: content_details", 1)
+    return details
+
+
+def _styles(styles_raw: object, source: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(styles_raw, dict) or not styles_raw:
+        raise UniverseError(f"{source}: styles must map each style to its adjectives")
+    styles: dict[str, tuple[str, ...]] = {}
+    for style, adjectives in styles_raw.items():
+        if not isinstance(adjectives, list) or not adjectives or not all(isinstance(a, str) for a in adjectives):
+            raise UniverseError(f"{source}: style {style!r} needs a non-empty list of adjectives")
+        styles[style] = tuple(adjectives)
+    return styles
+
+
 def validate_universe(raw: Any, *, source: str = "universe", default_name: str = "custom") -> UniverseSpec:
     """Check a parsed universe file; raise UniverseError with a one-line message."""
     if not isinstance(raw, dict):
@@ -135,22 +157,8 @@ def validate_universe(raw: Any, *, source: str = "universe", default_name: str =
         raise UniverseError(f"{source}: first_names x last_names give fewer than {N_UNIVERSE} full names")
     locations = _names(raw, "locations", source, N_UNIVERSE)
     contents = _names(raw, "contents", source, N_UNIVERSE)
-    details_raw = raw["content_details"]
-    if not isinstance(details_raw, dict):
-        raise UniverseError(f"{source}: content_details must map each content to a list of details")
-    details: dict[str, tuple[str, ...]] = {}
-    for content in contents:
-        if content not in details_raw:
-            raise UniverseError(f"{source}: content_details has no details for content {content!r}")
-        details[content] = _names(details_raw, content, f"{source}: content_details", 1)
-    styles_raw = raw["styles"]
-    if not isinstance(styles_raw, dict) or not styles_raw:
-        raise UniverseError(f"{source}: styles must map each style to its adjectives")
-    styles: dict[str, tuple[str, ...]] = {}
-    for style, adjectives in styles_raw.items():
-        if not isinstance(adjectives, list) or not adjectives or not all(isinstance(a, str) for a in adjectives):
-            raise UniverseError(f"{source}: style {style!r} needs a non-empty list of adjectives")
-        styles[style] = tuple(adjectives)
+    details = _content_details(raw["content_details"], contents, source)
+    styles = _styles(raw["styles"], source)
     nb = raw["nb_paragraphs"]
     if (not isinstance(nb, list) or not nb
             or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in nb)):
