@@ -45,7 +45,7 @@ from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.report import leaderboard_text, render_markdown, summarize
-from engine.benchmark.evaluation.results import RESULTS_FILE, load_results, write_results
+from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
 from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
 from engine.cli.argtypes import csv_list, positive_int
@@ -197,7 +197,7 @@ def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.
     return shard_jobs(jobs, *args.shard)
 
 
-def _load_book(name: str) -> Any:
+def _load_book(name: str) -> Book:
     from engine.benchmark.generation.published import load_book
 
     return load_book(name)
@@ -211,8 +211,7 @@ def _questions(args: argparse.Namespace, book: Book) -> list[Question]:
     return build_questions(book)
 
 
-def _config(args: argparse.Namespace) -> Any:
-
+def _config(args: argparse.Namespace) -> Config:
     return load_config(args)
 
 
@@ -258,7 +257,7 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
     return None if outcome.ok else str(outcome.error)
 
 
-def _default_plan(args: argparse.Namespace, questions: list[Any], rag_ok: bool) -> list[pipeline.Job]:
+def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
     jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
     if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
@@ -268,7 +267,7 @@ def _default_plan(args: argparse.Namespace, questions: list[Any], rag_ok: bool) 
     return jobs
 
 
-def _plan(args: argparse.Namespace, questions: list[Any], models: list[str], modes: list[str]
+def _plan(args: argparse.Namespace, questions: list[Question], models: list[str], modes: list[str]
           ) -> list[pipeline.Job]:
     samples: dict[tuple[str, str], int] = {}
     for model in models:
@@ -327,7 +326,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     return run_exit_code(evaluation.records, engine_stats, args)
 
 
-def run_exit_code(records: Sequence[Any], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
+def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
     """0 only when every planned answer and judgment exists; else say what is
     missing and why on stderr, and return the exit code that tells it apart
     (engine/errors.py): --max-cost, storage, or calls that failed."""
@@ -352,7 +351,7 @@ def run_exit_code(records: Sequence[Any], engine_stats: dict[str, Any], args: ar
     return 0
 
 
-def incomplete_records(records: Sequence[Any]) -> int:
+def incomplete_records(records: Sequence[ResultRecord]) -> int:
     """Records whose answer or judgment is missing because a call failed
     (an unparsable judge reply is a result, counted apart)."""
     return sum(1 for r in records if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or "")))
@@ -393,7 +392,7 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
             "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
 
 
-def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[str, Any]:
+def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / RESULTS_FILE, records)
     summary = summarize(records, run)
