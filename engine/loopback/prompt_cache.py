@@ -59,7 +59,7 @@ class CacheLookup:
 NO_CACHE = CacheLookup()
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     # The same text the server counts (loopback_server._content_text).
     if isinstance(content, str):
         return content
@@ -68,7 +68,7 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _strip(block: Any) -> Any:
+def _strip(block: object) -> object:
     if isinstance(block, dict) and "cache_control" in block:
         return {k: v for k, v in block.items() if k != "cache_control"}
     return block
@@ -167,7 +167,7 @@ class PromptCache:
                     break
         return hit_key, hit_lifetime
 
-    def _lifetime(self, control: dict[str, Any] | None) -> float:
+    def _lifetime(self, control: Mapping[str, object] | None) -> float:
         return 3600.0 if control and control.get("ttl") == "1h" else self.ttl
 
     # -- OpenAI ---------------------------------------------------------------------------

@@ -104,7 +104,7 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypedDict, cast
@@ -112,7 +112,7 @@ from typing import Any, TypedDict, cast
 import orjson
 from aiohttp import web
 
-from engine.loopback.batches import Batches, BatchKnobs
+from engine.loopback.batches import Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, openai_error
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
 from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
@@ -120,6 +120,7 @@ from engine.loopback.stream import Progress, anthropic_frames, openai_frames, wr
 from engine.tokens import count_tokens
 
 ReplyFn = Callable[[str, dict[str, Any]], "str | tuple[str, str]"]
+Handler = Callable[[web.Request], Awaitable[web.Response]]  # an aiohttp route handler
 LatencyFn = Callable[[], float]
 
 FAULT_KINDS = frozenset({"500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
@@ -197,7 +198,7 @@ class Faults:
 
 # -- replies, tokens, embeddings -----------------------------------------------------------
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A message's text: a string, or the text parts of a content-block list."""
     if isinstance(content, str):
         return content
@@ -364,7 +365,7 @@ class LoopbackServer:
         self.host, self.port = host, port
         self.ssl_context = ssl_context  # serve HTTPS (the base URLs say https)
         self.stats = ServerStats()
-        self.files: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, StoredFile] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.batches = Batches(self, batch or BatchKnobs())
         self._ids = itertools.count(1)
@@ -513,7 +514,7 @@ class LoopbackServer:
         self.stats.accepted_times.append(now)
         return None
 
-    async def _plain_reply(self, request: web.Request, api: str, prepared: Prepared, data: Any,
+    async def _plain_reply(self, request: web.Request, api: str, prepared: Prepared, data: object,
                            output_tokens: int, fault: str | None) -> web.StreamResponse:
         """An unstreamed reply, after the configured delay, damaged as the fault asks."""
         delay = self._reply_delay(output_tokens)
@@ -747,7 +748,7 @@ class LoopbackServer:
                 packed = array("f", vector)
                 if sys.byteorder != "little":
                     packed.byteswap()
-                embedding: Any = base64.b64encode(packed.tobytes()).decode()
+                embedding: str | list[float] = base64.b64encode(packed.tobytes()).decode()
             else:
                 embedding = vector
             data.append({"object": "embedding", "index": index, "embedding": embedding})
@@ -776,7 +777,7 @@ class LoopbackServer:
         return data, output_tokens
 
     # -- files and fine-tuning (OpenAI) ---------------------------------------------------------
-    def _control(self, handler: Callable[..., Any], api: str = "openai") -> Callable[..., Any]:
+    def _control(self, handler: Handler, api: str = "openai") -> Handler:
         """Count, authenticate and serve a control-plane call (no limits, no faults)."""
         async def serve(request: web.Request) -> web.Response:
             route = request.match_info.route.resource
@@ -824,7 +825,7 @@ class LoopbackServer:
         return web.Response(body=self.files[file_id]["content"], content_type="application/octet-stream")
 
     # -- batches (loopback_batches) ------------------------------------------------------------
-    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+    def batch_line(self, api: str, path: str, body: object) -> tuple[int, dict[str, Any]]:
         """(status, body) of one batch request, built exactly as the direct
         endpoint would (same text and usage; no limits, faults or latency)."""
         builders = {"/v1/chat/completions": self._openai_chat, "/v1/embeddings": self._openai_embeddings,

@@ -52,11 +52,11 @@ def split_text(text: str, n: int) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-def _data(payload: Any) -> bytes:
+def _data(payload: object) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def _event(name: str, payload: Any) -> bytes:
+def _event(name: str, payload: object) -> bytes:
     return b"event: " + name.encode() + b"\n" + _data(payload)
 
 
