@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.benchmark.generation.assemble import book_tokens, build_book
-from engine.benchmark.generation.bookdir import check_output_folder, write_book_dir, write_events
+from engine.benchmark.generation.bookdir import MetaEvent, check_output_folder, write_book_dir, write_events
 from engine.benchmark.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests, ChapterRun
 from engine.benchmark.generation.events import n_candidates, sample_events, sample_meta_events
 from engine.benchmark.generation.prompts import chapter_messages
@@ -152,7 +152,7 @@ def generate_handler(args: argparse.Namespace) -> int:
 
 
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
-                    metas: list[dict[str, Any]], distribution: str, out: Path) -> int:
+                    metas: list[MetaEvent], distribution: str, out: Path) -> int:
     from tqdm import tqdm
 
     from engine.scheduler import Engine

@@ -21,7 +21,15 @@ from typing import Any
 
 from engine.benchmark.datadir import book_dir, published_book_dir, published_names, user_data_dir
 from engine.benchmark.generation.assemble import book_tokens
-from engine.benchmark.generation.bookdir import CHAPTER_SEPARATOR, Book, BookError, read_book_dir, split_chapters
+from engine.benchmark.generation.bookdir import (
+    CHAPTER_SEPARATOR,
+    Book,
+    BookError,
+    ChapterRecord,
+    MetaEvent,
+    read_book_dir,
+    split_chapters,
+)
 from engine.benchmark.generation.checks import check_assembled_chapter
 
 LONG = "synaptic-echoes"
@@ -73,8 +81,8 @@ def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
                 path=path, chapter_texts=chapter_texts)
 
 
-def verify_chapters(source: str, chapter_texts: list[str], chapters: list[dict[str, Any]], events: list[dict[str, Any]],
-                    metas: list[dict[str, Any]]) -> None:
+def verify_chapters(source: str, chapter_texts: list[str], chapters: list[ChapterRecord], events: list[dict[str, str]],
+                    metas: list[MetaEvent]) -> None:
     for k, (body, chapter) in enumerate(zip(chapter_texts, chapters), start=1):
         if chapter.get("chapter") != k:
             raise BookError(f"book {source}: chapters.json entry {k} has chapter number {chapter.get('chapter')}")
