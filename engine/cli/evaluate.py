@@ -44,7 +44,7 @@ from typing import Any
 from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
 from engine.benchmark.evaluation.questions import Question
-from engine.benchmark.evaluation.report import leaderboard_text, render_markdown, summarize
+from engine.benchmark.evaluation.report import Scores, leaderboard_text, render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
 from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
@@ -392,7 +392,7 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
             "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
 
 
-def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -> dict[str, Any]:
+def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -> Scores:
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / RESULTS_FILE, records)
     summary = summarize(records, run)

@@ -32,6 +32,7 @@ from engine.benchmark.evaluation.agreement import (
     summary_table,
 )
 from engine.benchmark.evaluation.html_report import DrillRow, Section, render_html
+from engine.benchmark.evaluation.report import Scores
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunSet, load_runs
 from engine.benchmark.evaluation.scores import BINS
@@ -97,7 +98,7 @@ def drill_rows(runset: RunSet) -> list[DrillRow]:
     return rows
 
 
-def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, notes: list[str]
+def _figures(runset: RunSet, summaries: Sequence[Scores], folder: Path, notes: list[str]
              ) -> dict[str, list[F.Figure]]:
     """Figures by section id; empty when matplotlib is missing (said in `notes`)."""
     try:
@@ -152,7 +153,7 @@ def _cue_cells(runset: RunSet, labels: dict[Any, str], present: list[str], cues:
     return cells
 
 
-def _ranking_figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path) -> list[F.Figure]:
+def _ranking_figures(runset: RunSet, summaries: Sequence[Scores], folder: Path) -> list[F.Figure]:
     """The bootstrap forests, then the critical difference diagrams."""
     several = len(summaries) > 1
     out = []
@@ -247,10 +248,10 @@ def _bootstrap_table(boot: Sequence[tuple[str, str, list[tuple[str, BootstrapRes
                       "excludes 0: the run scores differently from the best-ranked one.")
 
 
-def _ranking_table(summaries: Sequence[dict[str, Any]]) -> Table | None:
+def _ranking_table(summaries: Sequence[Scores]) -> Table | None:
     rows = []
     for s in summaries:
-        for p in (s.get("ranking") or {}).get("pairs", []):
+        for p in s["ranking"]["pairs"] if "ranking" in s else []:
             rows.append([str(s.get("book")), str(s.get("judge")), p["a"], p["b"], f"{p['p']:.3g}",
                          f"{p['p_holm']:.3g}", "yes" if p["significant"] else "no"])
     if not rows:
@@ -260,7 +261,7 @@ def _ranking_table(summaries: Sequence[dict[str, Any]]) -> Table | None:
                  note="zero_method 'pratt', on the questions every full (not sampled) run scored.")
 
 
-def _ranking_text(summaries: Sequence[dict[str, Any]]) -> str:
+def _ranking_text(summaries: Sequence[Scores]) -> str:
     parts = []
     for s in summaries:
         if s.get("ranking"):

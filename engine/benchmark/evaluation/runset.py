@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.benchmark.evaluation.report import summarize
+from engine.benchmark.evaluation.report import Scores, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results
 from engine.spending import merge_rows
 from providers.base import TulvingError
@@ -67,7 +67,7 @@ class RunSet:
         parts = [key.model, key.mode] + ([key.book] if books else []) + ([f"judge {key.judge}"] if judges else [])
         return " / ".join(parts)
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self) -> list[Scores]:
         """scores.json content per (book, judge), in key order."""
         out = []
         for (book, judge), run in self.runs.items():
