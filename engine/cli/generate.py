@@ -46,7 +46,7 @@ class GenerationIncomplete(TulvingError):
     exit_code = EXIT_INCOMPLETE
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("generate", help="generate a benchmark book (events, chapters, ground truth)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--universe", default="default",

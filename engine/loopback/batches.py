@@ -223,10 +223,10 @@ class Batches:
         return _json(batch)
 
     @staticmethod
-    def _openai_validate(content: bytes, endpoint: str) -> tuple[list[tuple[str, object]], list[dict[str, Any]], str | None]:
+    def _openai_validate(content: bytes, endpoint: str) -> tuple[list[tuple[str, object]], list[dict[str, object]], str | None]:
         """(lines, validation errors, model) of a batch input file."""
         lines: list[tuple[str, object]] = []
-        errors: list[dict[str, Any]] = []
+        errors: list[dict[str, object]] = []
         seen: set[str] = set()
         model = None
 
@@ -309,8 +309,8 @@ class Batches:
         batch["request_counts"].update(completed=ok, failed=len(run.done) - ok)
 
     def _openai_end(self, batch: dict[str, Any], run: _Run, status: str, now: int) -> None:
-        outputs: list[dict[str, Any]] = []
-        failures: list[dict[str, Any]] = []
+        outputs: list[object] = []
+        failures: list[object] = []
         usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
                                  "input_tokens_details": {"cached_tokens": 0},
                                  "output_tokens_details": {"reasoning_tokens": 0}}
@@ -344,7 +344,7 @@ class Batches:
         if status == "completed" and batch["finalizing_at"] is None:
             batch["finalizing_at"] = now
 
-    def _save(self, batch_id: str, kind: str, lines: list[dict[str, Any]]) -> str | None:
+    def _save(self, batch_id: str, kind: str, lines: list[object]) -> str | None:
         if not lines:
             return None
         file_id = f"file-{self.server._next_id()}"

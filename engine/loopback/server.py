@@ -278,7 +278,7 @@ class ServerStats:
     batch_input_tokens: int = 0
     batch_output_tokens: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"requests": self.requests, "by_status": {str(k): v for k, v in self.by_status.items()},
                 "by_path": dict(self.by_path), "rate_limited": self.rate_limited, "faults": dict(self.faults),
                 "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
@@ -806,7 +806,7 @@ class LoopbackServer:
                                "created_at": int(time.time())}
         return _json(self._file_object(file_id))
 
-    def _file_object(self, file_id: str) -> dict[str, Any]:
+    def _file_object(self, file_id: str) -> dict[str, object]:
         entry = self.files[file_id]
         return {"id": file_id, "object": "file", "bytes": len(entry["content"]), "created_at": entry["created_at"],
                 "filename": entry["filename"], "purpose": entry["purpose"], "status": "processed",

@@ -281,7 +281,7 @@ def _judge_from_prompt(content: str) -> dict[str, Any]:
     return judge(kind.group(1).strip(), ground_truth, answer, chapter)
 
 
-def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> str:
+def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
     """Reply to a judge prompt of engine/benchmark/evaluation/judge.py."""
     content = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
     try:

@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
 
 from engine.benchmark.evaluation.templates import TEMPLATES, Template
 
@@ -327,7 +326,7 @@ def answer(context: str | None, question: str) -> str:
     return format_items(flat)
 
 
-def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> str:
+def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
     user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     context, question = split_prompt(user)
     return answer(context, question)

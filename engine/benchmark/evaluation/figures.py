@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from engine.benchmark.evaluation.tables import visible_controls
-from engine.benchmark.generation.bookdir import Book
+from engine.benchmark.generation.bookdir import Book, ChapterRecord
 from engine.benchmark.generation.stats import ITEMS, LEVELS, N_HIST_BINS
 from engine.benchmark.generation.stats import item_positions as positions_of
 
@@ -238,7 +238,7 @@ def entity_track(folder: Path, book: Book, entity: str | None = None) -> Figure:
     entity = entity or max(sorted(counts), key=lambda e: counts[e])
     chapters = [c for c in book.chapters if c["entity"] == entity]
 
-    def date(c: Mapping[str, Any]) -> dt.date | None:
+    def date(c: ChapterRecord) -> dt.date | None:
         try:
             return dt.datetime.strptime(c["date"], "%B %d, %Y").date()
         except (KeyError, ValueError):

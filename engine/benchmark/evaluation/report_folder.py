@@ -22,7 +22,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engine.benchmark.evaluation import figures as F
 from engine.benchmark.evaluation.agreement import (
@@ -34,7 +33,7 @@ from engine.benchmark.evaluation.agreement import (
 from engine.benchmark.evaluation.html_report import DrillRow, Section, render_html
 from engine.benchmark.evaluation.report import Scores
 from engine.benchmark.evaluation.results import ResultRecord
-from engine.benchmark.evaluation.runset import RunSet, load_runs
+from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
 from engine.benchmark.evaluation.scores import BINS
 from engine.benchmark.evaluation.statistics import BootstrapResult, average_ranks, paired_bootstrap
 from engine.benchmark.evaluation.tables import (
@@ -124,7 +123,7 @@ def _figures(runset: RunSet, summaries: Sequence[Scores], folder: Path, notes: l
     return out
 
 
-def _f1_series(runset: RunSet, labels: dict[Any, str], present: list[str]
+def _f1_series(runset: RunSet, labels: dict[RunKey, str], present: list[str]
                ) -> dict[str, dict[str, tuple[float, float]]]:
     """Run label -> bin -> (mean F1, sd) of the 'all' questions."""
     series = {}
@@ -139,7 +138,7 @@ def _f1_series(runset: RunSet, labels: dict[Any, str], present: list[str]
     return series
 
 
-def _cue_cells(runset: RunSet, labels: dict[Any, str], present: list[str], cues: list[str]
+def _cue_cells(runset: RunSet, labels: dict[RunKey, str], present: list[str], cues: list[str]
                ) -> dict[str, dict[tuple[str, str], float]]:
     """Bin -> (cue, run label) -> mean F1 of the 'all' questions."""
     cells: dict[str, dict[tuple[str, str], float]] = {}

@@ -140,8 +140,8 @@ def _bin_head(records: Sequence[ResultRecord], bins: Sequence[str]) -> list[str]
     return heads
 
 
-def _parts(recs: list[ResultRecord], dim: Callable[[ResultRecord], Any] | None, dim_order: Sequence[Any] | None
-           ) -> list[tuple[Any, list[ResultRecord]]]:
+def _parts(recs: list[ResultRecord], dim: Callable[[ResultRecord], object] | None,
+           dim_order: Sequence[object] | None) -> list[tuple[object, list[ResultRecord]]]:
     """(value of `dim`, its records) in order, values without records left out; no `dim`: (None, all)."""
     if not recs:
         return []
@@ -152,7 +152,7 @@ def _parts(recs: list[ResultRecord], dim: Callable[[ResultRecord], Any] | None, 
 
 
 def _breakdown(runset: RunSet, key: str, title: str, get: str, dim_name: str | None,
-               dim: Callable[[ResultRecord], Any] | None, dim_order: Sequence[Any] | None, note: str) -> Table:
+               dim: Callable[[ResultRecord], object] | None, dim_order: Sequence[object] | None, note: str) -> Table:
     """F1 mean±sd by bin for each configuration (and each value of `dim`)."""
     selected = {k: [r for r in recs if r.get == get] for k, recs in runset.groups.items()}
     everything = [r for recs in selected.values() for r in recs]

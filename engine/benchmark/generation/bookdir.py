@@ -193,7 +193,7 @@ def read_book_dir(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _dump(path: Path, data: Any) -> None:
+def _dump(path: Path, data: object) -> None:
     # Written to a temporary name then renamed, so a killed run never leaves a
     # half-written file behind.
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -140,7 +140,7 @@ def _styles(styles_raw: object, source: str) -> dict[str, tuple[str, ...]]:
     return styles
 
 
-def validate_universe(raw: Any, *, source: str = "universe", default_name: str = "custom") -> UniverseSpec:
+def validate_universe(raw: object, *, source: str = "universe", default_name: str = "custom") -> UniverseSpec:
     """Check a parsed universe file; raise UniverseError with a one-line message."""
     if not isinstance(raw, dict):
         raise UniverseError(f"{source}: a universe file holds a JSON object")

@@ -73,7 +73,7 @@ class RequestRecord:
             return None
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> dict[str, object]:
         """The per-request row of the JSON output."""
         d = asdict(self)
         del d["chunk_times"]

@@ -33,7 +33,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -58,7 +57,7 @@ class ClientCost:
     idle_cpu_ms_per_s: float = math.nan        # the process idle (lag probe included), measured just before
     net_cpu_us_per_request: float = math.nan   # CPU per request above that idle cost
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
