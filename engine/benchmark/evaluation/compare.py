@@ -20,7 +20,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -44,7 +43,7 @@ class Comparison:
     why: str
     p_value: float               # paired: two-sided Wilcoxon; unpaired: one-sided MW, A > B
     p_reverse: float | None = None       # unpaired: B > A
-    bootstrap: dict[str, Any] | None = None
+    bootstrap: dict[str, float] | None = None  # BootstrapResult but its distribution
     figure: str | None = None
     notes: list[str] = field(default_factory=list)
 

@@ -136,7 +136,7 @@ def _add_records(groups: dict[RunKey, dict[int, ResultRecord]], records: Iterabl
     return duplicates
 
 
-def _job_of(run: dict[str, Any], key: RunKey) -> dict[str, Any]:
+def job_of(run: Mapping[str, Any], key: RunKey) -> dict[str, Any]:
     """The run.json job of a configuration ({} when the run does not list it)."""
     return next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (key.model, key.mode)), {})
 
@@ -168,7 +168,7 @@ def load_runs(paths: Iterable[str | Path]) -> RunSet:
     ordered = {k: [v[q] for q in sorted(v)] for k, v in sorted(groups.items())}
     samples, cached = {}, {}
     for key in ordered:
-        job = _job_of(runs[(key.book, key.judge)], key)
+        job = job_of(runs[(key.book, key.judge)], key)
         samples[key] = job.get("sample")
         cached[key] = set(job["cached_answers"]) if "cached_answers" in job else None
     return RunSet(folders=folders, groups=ordered, runs=runs, samples=samples, duplicates=duplicates,

@@ -35,7 +35,7 @@ import numpy as np
 from engine.benchmark.datadir import data_dir
 from engine.benchmark.evaluation.report import BASELINE_NOTES, SPENDING_HEAD, SPENDING_NOTE, spending_rows
 from engine.benchmark.evaluation.results import ResultRecord
-from engine.benchmark.evaluation.runset import RunKey, RunSet
+from engine.benchmark.evaluation.runset import RunKey, RunSet, job_of
 from engine.benchmark.evaluation.scores import BINS, LATEST_BINS, chronological_awareness, simple_recall
 from engine.benchmark.evaluation.templates import RETRIEVAL_TYPES, cue_parts
 
@@ -338,8 +338,7 @@ def execution_table(runset: RunSet) -> Table:
     rows = []
     for k, recs in runset.groups.items():
         run = runset.runs[(k.book, k.judge)]
-        job: dict[str, Any] = next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (k.model, k.mode)),
-                                   {})
+        job = job_of(run, k)
         cached = runset.cached_answers.get(k)
         rows.append(_label_cells(runset, k) + [
             str(len(recs)), str(job.get("calls", "-")), str(job.get("cache_hits", "-")),

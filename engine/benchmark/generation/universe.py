@@ -61,7 +61,7 @@ class Universe:
     entities: tuple[str, ...]
     locations: tuple[str, ...]
     contents: tuple[str, ...]
-    stream_state: tuple[Any, ...]  # Python random state after step 2 (feeds the detail draws)
+    stream_state: tuple[object, ...]  # Python random state after step 2 (feeds the detail draws)
 
     @property
     def name(self) -> str:
