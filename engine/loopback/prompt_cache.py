@@ -75,7 +75,7 @@ def _strip(block: object) -> object:
 
 
 # (prefix tokens, key, cache_control or None) at the end of each content block
-_Boundary = tuple[int, bytes, "dict[str, Any] | None"]
+_Boundary = tuple[int, bytes, "Mapping[str, object] | None"]
 
 
 def _anthropic_boundaries(body: Mapping[str, Any], count: Callable[[str], int]) -> list[_Boundary]:
@@ -83,7 +83,7 @@ def _anthropic_boundaries(body: Mapping[str, Any], count: Callable[[str], int]) 
     hasher = hashlib.blake2b(digest_size=16)
     hasher.update(orjson.dumps([body.get("model"), [_strip(t) for t in body.get("tools") or []]]))
     system = body.get("system")
-    groups: list[tuple[str, Any]] = [("system", system)] if system else []
+    groups: list[tuple[str, object]] = [("system", system)] if system else []
     groups += [(m.get("role", ""), m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)]
     boundaries: list[_Boundary] = []
     done_tokens = 0

@@ -73,7 +73,7 @@ def openai_frames(data: Mapping[str, Any], include_usage: bool) -> list[Frame]:
     head["object"] = "chat.completion.chunk"
     extra = {"usage": None} if include_usage else {}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
         return _data({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
                       **extra})
 
