@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from engine.benchmark.evaluation.tables import visible_controls
 from engine.benchmark.generation.bookdir import Book, ChapterRecord
 from engine.benchmark.generation.stats import ITEMS, LEVELS, N_HIST_BINS
 from engine.benchmark.generation.stats import item_positions as positions_of
+
+if TYPE_CHECKING:  # matplotlib is optional (the plots extra): imported when a figure is drawn
+    from matplotlib.figure import Figure as MplFigure
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,7 @@ def _t(text: object) -> str:
     return visible_controls(str(text))
 
 
-def _save(fig: Any, folder: Path, name: str, title: str, caption: str = "") -> Figure:
+def _save(fig: MplFigure, folder: Path, name: str, title: str, caption: str = "") -> Figure:
     plt = _plt()
     folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()

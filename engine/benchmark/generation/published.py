@@ -35,7 +35,7 @@ from engine.benchmark.generation.checks import check_assembled_chapter
 LONG = "synaptic-echoes"
 SHORT = "synaptic-echoes-short"
 PUBLISHED = published_names("books")
-PUBLISHED_META: dict[str, Any] = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
+PUBLISHED_META: dict[str, object] = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
                   "distribution": "geometric"}
 
 

@@ -16,7 +16,6 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engine.benchmark.datadir import published_names, universe_path, user_data_dir
 from providers.base import TulvingError
@@ -96,7 +95,7 @@ def load_universe_spec(name_or_path: str | Path) -> UniverseSpec:
     return validate_universe(raw, source=str(path), default_name=default_name)
 
 
-def _names(raw: Mapping[str, Any], key: str, source: str, minimum: int) -> tuple[str, ...]:
+def _names(raw: Mapping[str, object], key: str, source: str, minimum: int) -> tuple[str, ...]:
     value = raw[key]
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise UniverseError(f"{source}: {key} must be a list of non-empty strings")
@@ -110,7 +109,7 @@ def _names(raw: Mapping[str, Any], key: str, source: str, minimum: int) -> tuple
     return tuple(value)
 
 
-def _date(raw: Mapping[str, Any], key: str, source: str) -> dt.date:
+def _date(raw: Mapping[str, object], key: str, source: str) -> dt.date:
     value = raw[key]
     try:
         return dt.date.fromisoformat(str(value))
