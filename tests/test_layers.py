@@ -82,6 +82,11 @@ def imports(files: dict[str, Path]) -> list[tuple[str, str, bool]]:
     return sorted(set(edges))
 
 
+def any_names(tree: ast.AST) -> int:
+    """How many times a module names `typing.Any` (the figure the size check keeps under its limit)."""
+    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id == "Any")
+
+
 def layer_of(module: str) -> tuple[int, int] | None:
     """(layer index, group index) by the longest matching prefix."""
     best: tuple[int, tuple[int, int]] | None = None
@@ -174,8 +179,7 @@ def test_the_walker_sees_upward_imports_and_cycles(tmp_path, monkeypatch):
 def _figures() -> None:
     files = module_files()
     edges = imports(files)
-    any_count = sum(len([t for t in ast.walk(ast.parse(p.read_text())) if isinstance(t, ast.Name) and t.id == "Any"])
-                    for p in files.values())
+    any_count = sum(any_names(ast.parse(p.read_text(encoding="utf-8"))) for p in files.values())
     print(f"modules {len(files)}, import edges {len(edges)}, inside functions "
           f"{sum(1 for e in edges if e[2])}")
     print(f"upward or cross-group imports {len(violations(edges))}, cycles {len(cycles(edges))}, "

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from engine.benchmark.latency import load as load_shapes
 from engine.benchmark.latency.load import LoadPoint
@@ -119,25 +119,27 @@ def _int(value: str | None, option: str, minimum: int) -> int | None:
     return n
 
 
-def _plan(args: argparse.Namespace) -> dict[str, Any]:
+class BenchPlan(TypedDict):
+    """The checked options of a latency benchmark."""
+    models: list[str]
+    points: list[LoadPoint]
+    sweep: tuple[str, list[float]] | None  # (what varies, its values)
+    warmup: int | None
+    input_tokens: int
+    output_tokens: int
+    percentiles: list[float]
+    slo: dict[str, float]
+
+
+def _plan(args: argparse.Namespace) -> BenchPlan:
     """Every option checked and parsed, before anything is sent."""
     alias = args.command == "bench-latency"
 
     def default(name: str) -> Any:
         return DEFAULTS[name][1 if alias else 0]
 
-    if not args.models:
-        raise TulvingError("--models is required (model aliases, comma-separated; see `tulving models`)")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if not models:
-        raise TulvingError("--models: expected a comma-separated list of model aliases")
-    if args.duration is not None and args.n is not None:
-        raise TulvingError("give -n or --duration, not both")
-    duration = None
-    if args.duration is not None:
-        duration = load_shapes.parse_rate(args.duration, "--duration")  # a positive finite number
-        if math.isinf(duration):
-            raise TulvingError("--duration must be a finite number of seconds")
+    models = _models(args.models)
+    duration = _duration(args)
     n = None if duration is not None else (_int(args.n, "-n", 1) or default("n"))
     concurrency = _int(args.max_concurrency, "--max-concurrency", 1)
     if concurrency is None:
@@ -153,10 +155,32 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "models": models, "points": planned, "sweep": sweep,
         "warmup": default("warmup") if args.warmup is None else _int(args.warmup, "--warmup", 0),
-        "input_tokens": _int(args.input_tokens, "--input-tokens", 1), "output_tokens": output_tokens,
+        "input_tokens": _int(args.input_tokens, "--input-tokens", 1) or 0,  # argparse's default: never None
+        "output_tokens": output_tokens,
         "percentiles": parse_percentiles(args.percentiles) if args.percentiles else list(DEFAULT_PERCENTILES),
         "slo": parse_slo(args.slo) if args.slo else {},
     }
+
+
+def _models(text: str | None) -> list[str]:
+    if not text:
+        raise TulvingError("--models is required (model aliases, comma-separated; see `tulving models`)")
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise TulvingError("--models: expected a comma-separated list of model aliases")
+    return models
+
+
+def _duration(args: argparse.Namespace) -> float | None:
+    """--duration in seconds (None: not given); -n and --duration exclude each other."""
+    if args.duration is not None and args.n is not None:
+        raise TulvingError("give -n or --duration, not both")
+    if args.duration is None:
+        return None
+    duration = load_shapes.parse_rate(args.duration, "--duration")  # a positive finite number
+    if math.isinf(duration):
+        raise TulvingError("--duration must be a finite number of seconds")
+    return duration
 
 
 def _check_models(config: Config, models: list[str]) -> None:
@@ -199,7 +223,7 @@ def _note(args: argparse.Namespace, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-async def _bench(args: argparse.Namespace, plan: dict[str, Any], config: Config, prompts: PromptSet | None
+async def _bench(args: argparse.Namespace, plan: BenchPlan, config: Config, prompts: PromptSet | None
                  ) -> list[BenchRun]:
     nonce = uuid.uuid4().hex[:8]
     runs: list[BenchRun] = []

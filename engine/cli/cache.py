@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -119,7 +119,7 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_request(data: Any) -> ChatRequest | EmbedRequest:
+def parse_request(data: object) -> ChatRequest | EmbedRequest:
     """A ChatRequest or EmbedRequest from the JSON form `explain` takes."""
     from engine.requests import ChatRequest, EmbedRequest
 
@@ -150,7 +150,7 @@ def parse_request(data: Any) -> ChatRequest | EmbedRequest:
                        extra=data.get("extra"), draw=draw)
 
 
-def _read_json(source: str) -> Any:
+def _read_json(source: str) -> object:
     if source == "-":
         raw = sys.stdin.buffer.read()
     else:

@@ -44,8 +44,8 @@ from typing import Any
 from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
 from engine.benchmark.evaluation.questions import Question
-from engine.benchmark.evaluation.report import leaderboard_text, render_markdown, summarize
-from engine.benchmark.evaluation.results import RESULTS_FILE, load_results, write_results
+from engine.benchmark.evaluation.report import Scores, leaderboard_text, render_markdown, summarize
+from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
 from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
 from engine.cli.argtypes import csv_list, positive_int
@@ -71,7 +71,17 @@ LOCAL_LLM = "local:smollm2"
 DEFAULT_LOCAL_SAMPLE = 1
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _register_run(subparsers)
+    p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
+    p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
+    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl)")
+    p.set_defaults(func=cmd_questions)
+    _register_finetune(subparsers)
+    _register_reports(subparsers)
+
+
+def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "run", help="evaluate models on a book: answers, judgments, scores, report",
         description="Answer every question of a book with each model and memory mode, judge the answers, "
@@ -104,11 +114,8 @@ def register(subparsers: Any) -> None:
                         "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
     p.set_defaults(func=cmd_run)
 
-    p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
-    p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
-    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl)")
-    p.set_defaults(func=cmd_questions)
 
+def _register_finetune(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "finetune", help="write a book's fine-tuning data and fine-tune a model on it (OpenAI API)",
         description="Write the single-event question/answer pairs as chat JSONL, submit an OpenAI "
@@ -131,6 +138,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
     p.set_defaults(func=cmd_finetune)
 
+
+def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """report, compare, agreement: commands that read finished runs."""
     p = subparsers.add_parser(
         "report", help="re-render a run folder's scores and report, or write the HTML report of runs (--out)",
         description="With one RUN_DIR and no --out: re-render its scores.json and report.md. With --out DIR: "
@@ -187,7 +197,7 @@ def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.
     return shard_jobs(jobs, *args.shard)
 
 
-def _load_book(name: str) -> Any:
+def _load_book(name: str) -> Book:
     from engine.benchmark.generation.published import load_book
 
     return load_book(name)
@@ -201,8 +211,7 @@ def _questions(args: argparse.Namespace, book: Book) -> list[Question]:
     return build_questions(book)
 
 
-def _config(args: argparse.Namespace) -> Any:
-
+def _config(args: argparse.Namespace) -> Config:
     return load_config(args)
 
 
@@ -248,7 +257,7 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
     return None if outcome.ok else str(outcome.error)
 
 
-def _default_plan(args: argparse.Namespace, questions: list[Any], rag_ok: bool) -> list[pipeline.Job]:
+def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
     jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
     if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
@@ -258,7 +267,7 @@ def _default_plan(args: argparse.Namespace, questions: list[Any], rag_ok: bool) 
     return jobs
 
 
-def _plan(args: argparse.Namespace, questions: list[Any], models: list[str], modes: list[str]
+def _plan(args: argparse.Namespace, questions: list[Question], models: list[str], modes: list[str]
           ) -> list[pipeline.Job]:
     samples: dict[tuple[str, str], int] = {}
     for model in models:
@@ -317,7 +326,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     return run_exit_code(evaluation.records, engine_stats, args)
 
 
-def run_exit_code(records: Sequence[Any], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
+def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
     """0 only when every planned answer and judgment exists; else say what is
     missing and why on stderr, and return the exit code that tells it apart
     (engine/errors.py): --max-cost, storage, or calls that failed."""
@@ -342,7 +351,7 @@ def run_exit_code(records: Sequence[Any], engine_stats: dict[str, Any], args: ar
     return 0
 
 
-def incomplete_records(records: Sequence[Any]) -> int:
+def incomplete_records(records: Sequence[ResultRecord]) -> int:
     """Records whose answer or judgment is missing because a call failed
     (an unparsable judge reply is a result, counted apart)."""
     return sum(1 for r in records if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or "")))
@@ -378,7 +387,7 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
             "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
 
 
-def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[str, Any]:
+def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -> Scores:
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / RESULTS_FILE, records)
     summary = summarize(records, run)
@@ -390,8 +399,6 @@ def write_run(out: Path, records: Sequence[Any], run: dict[str, Any]) -> dict[st
 
 async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
                    jobs: list[pipeline.Job], embed_model: str) -> int:
-    from engine.benchmark.evaluation.judge import chrono_judge_request, judge_request
-    from engine.benchmark.evaluation.scores import distinct
     from engine.requests import EmbedRequest
     from engine.tokens import count_tokens
 
@@ -426,17 +433,39 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
                 requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
                 found = await estimator.add("answer", requests)
                 answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
-            # Judge prompts hold the answer: exact where it is cached, else up to its max_tokens.
-            for known in (True, False):
-                picked = [q for q in job.questions if (answers[q.q_idx] is not None) == known]
-                judge_requests = [judge_request(q, answers[q.q_idx] or "", book=book, model=args.judge)
-                                  for q in picked]
-                judge_requests += [chrono_judge_request(q, answers[q.q_idx] or "", distinct(q.correct_answer),
-                                                        model=args.judge)
-                                   for q in picked if q.get == "chronological" and q.correct_answer]
-                await estimator.add("judge", judge_requests, extra_input_tokens=0 if known else answer_max)
+            await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
 
     estimator = await dry_run_estimate(config, args.cache, fill)
+    uncached = _print_dry_run(estimator, jobs, n_rag)
+    if args.batch:
+        def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
+            for job in jobs:
+                if job.mode not in A.RAG_MODES:
+                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
+
+        by_batch: Counter[str] = Counter()
+        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
+                             by_batch=by_batch)
+        _print_batch_plan(config, jobs, args.judge, by_batch, uncached)
+    return 0
+
+
+async def _add_judge_calls(estimator: Estimator, job: pipeline.Job, answers: dict[int, str | None], book: Book,
+                           judge: str, answer_max: int) -> None:
+    """Judge prompts hold the answer: exact where it is cached, else up to its max_tokens."""
+    from engine.benchmark.evaluation.judge import chrono_judge_request, judge_request
+    from engine.benchmark.evaluation.scores import distinct
+
+    for known in (True, False):
+        picked = [q for q in job.questions if (answers[q.q_idx] is not None) == known]
+        judge_requests = [judge_request(q, answers[q.q_idx] or "", book=book, model=judge) for q in picked]
+        judge_requests += [chrono_judge_request(q, answers[q.q_idx] or "", distinct(q.correct_answer), model=judge)
+                           for q in picked if q.get == "chronological" and q.correct_answer]
+        await estimator.add("judge", judge_requests, extra_input_tokens=0 if known else answer_max)
+
+
+def _print_dry_run(estimator: Estimator, jobs: list[pipeline.Job], n_rag: int) -> int:
+    """Print the calls a run needs and what they cost; return the known calls the cache lacks."""
     known = [r for r in estimator.rows() if r.role == "embed" or r.role == "answer"]
     total, cached = sum(r.calls for r in known) - n_rag, sum(r.cached for r in known)
     n_answers = sum(len(j.questions) for j in jobs)
@@ -448,17 +477,7 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
     print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
           f"made for answers not already judged in the cache")
     print_estimate(estimator)
-    if args.batch:
-        def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
-            for job in jobs:
-                if job.mode not in A.RAG_MODES:
-                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
-
-        by_batch: Counter[str] = Counter()
-        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
-                             by_batch=by_batch)
-        _print_batch_plan(config, jobs, args.judge, by_batch, total - cached)
-    return 0
+    return total - cached
 
 
 def _print_batch_plan(config: Config, jobs: list[pipeline.Job], judge: str, by_batch: Counter[str],

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.benchmark.generation.assemble import book_tokens, build_book
-from engine.benchmark.generation.bookdir import check_output_folder, write_book_dir, write_events
+from engine.benchmark.generation.bookdir import MetaEvent, check_output_folder, write_book_dir, write_events
 from engine.benchmark.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests, ChapterRun
 from engine.benchmark.generation.events import n_candidates, sample_events, sample_meta_events
 from engine.benchmark.generation.prompts import chapter_messages
@@ -46,7 +46,7 @@ class GenerationIncomplete(TulvingError):
     exit_code = EXIT_INCOMPLETE
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("generate", help="generate a benchmark book (events, chapters, ground truth)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--universe", default="default",
@@ -152,7 +152,7 @@ def generate_handler(args: argparse.Namespace) -> int:
 
 
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
-                    metas: list[dict[str, Any]], distribution: str, out: Path) -> int:
+                    metas: list[MetaEvent], distribution: str, out: Path) -> int:
     from tqdm import tqdm
 
     from engine.scheduler import Engine
@@ -203,9 +203,13 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
     print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
           f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
           f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
-    stats = engine.stats
-    if stats.cache_write_errors:
-        print(f"tulving: error: {stats.cache_write_errors} replies could not be stored in the cache "
+    return _exit_status(args, run, engine.stats.cache_write_errors)
+
+
+def _exit_status(args: argparse.Namespace, run: ChapterRun, cache_write_errors: int) -> int:
+    """0, or the exit status (said on stderr) of a book written with calls lost or replies not cached."""
+    if cache_write_errors:
+        print(f"tulving: error: {cache_write_errors} replies could not be stored in the cache "
               f"{getattr(args, 'cache', '')}: a rerun would pay for them again", file=sys.stderr)
         return EXIT_STORAGE
     if run.error_events:

@@ -25,7 +25,7 @@ class Terminated(KeyboardInterrupt):
 
 
 # (loop, main task) of the command coroutines running now, innermost last.
-_running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+_running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = []
 _terminating = False
 
 

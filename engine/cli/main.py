@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from types import FrameType
 
 from engine.cli import batches, bench, evaluate, generate, lifecycle, tools
 from engine.cli import cache as cache_commands
@@ -130,7 +130,7 @@ def hoist_global_options(argv: Sequence[str]) -> list[str]:
     return front + rest
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """Stop like Ctrl-C: a running command coroutine has its main task
     cancelled (engines close, the cache is flushed: engine/cli/lifecycle.py);
     synchronous code gets a KeyboardInterrupt."""

@@ -50,10 +50,10 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import orjson
 from aiohttp import web
@@ -68,16 +68,25 @@ class BatchStats(Protocol):
     def batch_requests(self) -> Counter[str]: ...  # batch lines by outcome
 
 
+class StoredFile(TypedDict):
+    """A file the server holds (uploaded, or a batch's output), as /v1/files describes it."""
+    content: bytes
+    filename: str
+    purpose: str
+    created_at: int       # seconds since the epoch
+
+
 class BatchHost(Protocol):
     """What the batch APIs need of the server that hosts them (LoopbackServer)."""
 
     @property
     def stats(self) -> BatchStats: ...
-    files: dict[str, dict[str, Any]]  # uploaded and produced files by id
+    files: dict[str, StoredFile]  # uploaded and produced files by id
 
     def _next_id(self) -> str: ...
-    def _control(self, handler: Callable[..., Any], api: str = "openai") -> Callable[..., Any]: ...
-    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict[str, Any]]: ...
+    def _control(self, handler: Callable[[web.Request], Awaitable[web.Response]], api: str = "openai"
+                 ) -> Callable[[web.Request], Awaitable[web.Response]]: ...
+    def batch_line(self, api: str, path: str, body: object) -> tuple[int, dict[str, Any]]: ...
     def error_body(self, api: str, status: int, message: str, code: str | None = None,
                    param: str | None = None) -> dict[str, Any]: ...
 
@@ -115,13 +124,13 @@ def _rfc3339(timestamp: float | None) -> str | None:
 class _Run:
     """What both APIs share: the lines, their processing order and results."""
     id: str
-    lines: list[tuple[str, Any]]          # (custom_id, request body)
+    lines: list[tuple[str, object]]          # (custom_id, request body)
     order: list[int]
     failing: set[int]
     polls: int = 0
     done: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # line -> (status, body)
 
-    def process(self, target: int, run_line: Callable[[int, Any], tuple[int, dict[str, Any]]]) -> None:
+    def process(self, target: int, run_line: Callable[[int, object], tuple[int, dict[str, Any]]]) -> None:
         for index in self.order[len(self.done):target]:
             self.done[index] = run_line(index, self.lines[index][1])
 
@@ -147,7 +156,7 @@ class Batches:
         router.add_get("/v1/messages/batches/{batch_id}/results", control(self._anthropic_results, "anthropic"))
 
     # -- shared ---------------------------------------------------------------------------
-    def _run(self, batch_id: str, lines: list[tuple[str, Any]]) -> _Run:
+    def _run(self, batch_id: str, lines: list[tuple[str, object]]) -> _Run:
         rng = random.Random(f"{self.knobs.seed}:{batch_id}")
         order = list(range(len(lines)))
         if self.knobs.shuffle and len(order) > 1:
@@ -165,7 +174,7 @@ class Batches:
             share = min(share, self.knobs.expire_after)
         return min(total, math.ceil(total * share))
 
-    def _line(self, api: str, path: str, run: _Run, index: int, body: Any) -> tuple[int, dict[str, Any]]:
+    def _line(self, api: str, path: str, run: _Run, index: int, body: object) -> tuple[int, dict[str, Any]]:
         if index in run.failing:
             self.server.stats.batch_requests["injected_500"] += 1
             return 500, self.server.error_body(api, 500, "The server had an error while processing your request.")
@@ -174,7 +183,7 @@ class Batches:
         return status, reply
 
     @staticmethod
-    async def _json_body(request: web.Request) -> Any:
+    async def _json_body(request: web.Request) -> object:
         try:
             return orjson.loads(await request.read())
         except orjson.JSONDecodeError:
@@ -214,10 +223,10 @@ class Batches:
         return _json(batch)
 
     @staticmethod
-    def _openai_validate(content: bytes, endpoint: str) -> tuple[list[Any], list[dict[str, Any]], str | None]:
+    def _openai_validate(content: bytes, endpoint: str) -> tuple[list[tuple[str, object]], list[dict[str, object]], str | None]:
         """(lines, validation errors, model) of a batch input file."""
-        lines: list[tuple[str, Any]] = []
-        errors: list[dict[str, Any]] = []
+        lines: list[tuple[str, object]] = []
+        errors: list[dict[str, object]] = []
         seen: set[str] = set()
         model = None
 
@@ -300,8 +309,8 @@ class Batches:
         batch["request_counts"].update(completed=ok, failed=len(run.done) - ok)
 
     def _openai_end(self, batch: dict[str, Any], run: _Run, status: str, now: int) -> None:
-        outputs: list[dict[str, Any]] = []
-        failures: list[dict[str, Any]] = []
+        outputs: list[object] = []
+        failures: list[object] = []
         usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
                                  "input_tokens_details": {"cached_tokens": 0},
                                  "output_tokens_details": {"reasoning_tokens": 0}}
@@ -335,7 +344,7 @@ class Batches:
         if status == "completed" and batch["finalizing_at"] is None:
             batch["finalizing_at"] = now
 
-    def _save(self, batch_id: str, kind: str, lines: list[dict[str, Any]]) -> str | None:
+    def _save(self, batch_id: str, kind: str, lines: list[object]) -> str | None:
         if not lines:
             return None
         file_id = f"file-{self.server._next_id()}"

@@ -12,7 +12,6 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import orjson
 from aiohttp import web
@@ -23,7 +22,7 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 4
                     529: "overloaded_error"}
 
 
-def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+def _json(data: object, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, headers=headers, content_type="application/json")
 
 

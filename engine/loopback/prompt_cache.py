@@ -59,7 +59,7 @@ class CacheLookup:
 NO_CACHE = CacheLookup()
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     # The same text the server counts (loopback_server._content_text).
     if isinstance(content, str):
         return content
@@ -68,10 +68,36 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _strip(block: Any) -> Any:
+def _strip(block: object) -> object:
     if isinstance(block, dict) and "cache_control" in block:
         return {k: v for k, v in block.items() if k != "cache_control"}
     return block
+
+
+# (prefix tokens, key, cache_control or None) at the end of each content block
+_Boundary = tuple[int, bytes, "Mapping[str, object] | None"]
+
+
+def _anthropic_boundaries(body: Mapping[str, Any], count: Callable[[str], int]) -> list[_Boundary]:
+    """Every content block's prefix, in prompt order: the system prompt, then each message."""
+    hasher = hashlib.blake2b(digest_size=16)
+    hasher.update(orjson.dumps([body.get("model"), [_strip(t) for t in body.get("tools") or []]]))
+    system = body.get("system")
+    groups: list[tuple[str, object]] = [("system", system)] if system else []
+    groups += [(m.get("role", ""), m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)]
+    boundaries: list[_Boundary] = []
+    done_tokens = 0
+    for role, content in groups:
+        hasher.update(b"\x1e" + role.encode() + b"\x1f")
+        blocks = content if isinstance(content, list) else [content]
+        for j, block in enumerate(blocks):
+            hasher.update(orjson.dumps(_strip(block)))
+            partial = content if not isinstance(content, list) else blocks[: j + 1]
+            control = block.get("cache_control") if isinstance(block, dict) else None
+            boundaries.append((done_tokens + count(_content_text(partial)), hasher.copy().digest(),
+                               control if isinstance(control, dict) else None))
+        done_tokens += count(_content_text(content))
+    return boundaries
 
 
 class PromptCache:
@@ -104,40 +130,15 @@ class PromptCache:
 
     # -- Anthropic ------------------------------------------------------------------------
     def anthropic(self, body: Mapping[str, Any], count: Callable[[str], int]) -> CacheLookup:
-        hasher = hashlib.blake2b(digest_size=16)
-        hasher.update(orjson.dumps([body.get("model"), [_strip(t) for t in body.get("tools") or []]]))
-        # Groups in prompt order: the system prompt, then each message; each a list of blocks.
-        system = body.get("system")
-        groups: list[tuple[str, Any]] = [("system", system)] if system else []
-        groups += [(m.get("role", ""), m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)]
-        boundaries: list[tuple[int, bytes, dict[str, Any] | None]] = []  # (prefix tokens, key, cache_control or None)
-        done_tokens = 0
-        for role, content in groups:
-            hasher.update(b"\x1e" + role.encode() + b"\x1f")
-            blocks = content if isinstance(content, list) else [content]
-            for j, block in enumerate(blocks):
-                hasher.update(orjson.dumps(_strip(block)))
-                partial = content if not isinstance(content, list) else blocks[: j + 1]
-                control = block.get("cache_control") if isinstance(block, dict) else None
-                boundaries.append((done_tokens + count(_content_text(partial)), hasher.copy().digest(),
-                                   control if isinstance(control, dict) else None))
-            done_tokens += count(_content_text(content))
+        boundaries = _anthropic_boundaries(body, count)
         marks = [i for i, (_, _, control) in enumerate(boundaries) if control is not None]
         if not marks:
             return NO_CACHE
         if len(marks) > _MAX_BREAKPOINTS:
             raise CacheError(f"A maximum of {_MAX_BREAKPOINTS} blocks with cache_control may be provided. "
                              f"Found {len(marks)}.")
-        now = self.clock()
         lookup = CacheLookup()
-        hit_key, hit_lifetime = None, self.ttl
-        for mark in marks:
-            for i in range(mark, max(-1, mark - _LOOKBACK - 1), -1):
-                tokens, key, _ = boundaries[i]
-                if tokens > lookup.read and self._live(key, now):
-                    lookup.read, hit_key = tokens, key
-                    hit_lifetime = self._lifetime(boundaries[mark][2])
-                    break
+        hit_key, hit_lifetime = self._longest_hit(boundaries, marks, lookup)
         for mark in marks:
             tokens, key, control = boundaries[mark]
             if tokens >= self.min_tokens:
@@ -151,7 +152,22 @@ class PromptCache:
                 lookup.write_1h = lookup.write
         return lookup
 
-    def _lifetime(self, control: dict[str, Any] | None) -> float:
+    def _longest_hit(self, boundaries: list[_Boundary], marks: list[int], lookup: CacheLookup
+                     ) -> tuple[bytes | None, float]:
+        """Set `lookup.read` to the longest live prefix at or up to _LOOKBACK blocks before a
+        breakpoint; return its key (None: no hit) and the lifetime its breakpoint asks for."""
+        now = self.clock()
+        hit_key, hit_lifetime = None, self.ttl
+        for mark in marks:
+            for i in range(mark, max(-1, mark - _LOOKBACK - 1), -1):
+                tokens, key, _ = boundaries[i]
+                if tokens > lookup.read and self._live(key, now):
+                    lookup.read, hit_key = tokens, key
+                    hit_lifetime = self._lifetime(boundaries[mark][2])
+                    break
+        return hit_key, hit_lifetime
+
+    def _lifetime(self, control: Mapping[str, object] | None) -> float:
         return 3600.0 if control and control.get("ttl") == "1h" else self.ttl
 
     # -- OpenAI ---------------------------------------------------------------------------

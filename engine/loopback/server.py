@@ -104,22 +104,23 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import orjson
 from aiohttp import web
 
-from engine.loopback.batches import Batches, BatchKnobs
+from engine.loopback.batches import Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, openai_error
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
-from engine.loopback.prompt_cache import NO_CACHE, CacheError, PromptCache
+from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
 from engine.tokens import count_tokens
 
 ReplyFn = Callable[[str, dict[str, Any]], "str | tuple[str, str]"]
+Handler = Callable[[web.Request], Awaitable[web.Response]]  # an aiohttp route handler
 LatencyFn = Callable[[], float]
 
 FAULT_KINDS = frozenset({"500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
@@ -197,7 +198,7 @@ class Faults:
 
 # -- replies, tokens, embeddings -----------------------------------------------------------
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A message's text: a string, or the text parts of a content-block list."""
     if isinstance(content, str):
         return content
@@ -277,7 +278,7 @@ class ServerStats:
     batch_input_tokens: int = 0
     batch_output_tokens: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"requests": self.requests, "by_status": {str(k): v for k, v in self.by_status.items()},
                 "by_path": dict(self.by_path), "rate_limited": self.rate_limited, "faults": dict(self.faults),
                 "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
@@ -300,6 +301,40 @@ class ServerStats:
 
 
 # -- the server -----------------------------------------------------------------------------
+
+class Prepared(TypedDict, total=False):
+    """What `_prepare` learned of a valid request, for the reply builders and the accounting."""
+    input_tokens: int
+    cache: CacheLookup
+    start: float              # time.monotonic() when the request was accepted
+    texts: list[str]          # embeddings only: the texts to embed
+
+
+def _embedding_texts(body: dict[str, Any]) -> list[str]:
+    texts = body.get("input")
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise _Reject(400, "'input' must be a string or a non-empty list of strings", param="input")
+    return texts
+
+
+def _prompt_parts(api: str, body: dict[str, Any]) -> list[str]:
+    """The texts of a chat request the input tokens are counted on (the API's 400 when malformed)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _Reject(400, "'messages' must be a non-empty list", param="messages")
+    parts = [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
+    if api == "anthropic":
+        if not isinstance(body.get("max_tokens"), int):
+            raise _Reject(400, "max_tokens: Field required")
+        if any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+            raise _Reject(400, "messages: Unexpected role \"system\". The Messages API accepts a top-level "
+                               "`system` parameter, not \"system\" as an input message role.")
+        system = body.get("system")
+        parts.append(system if isinstance(system, str) else _content_text(system))
+    return parts
+
 
 class LoopbackServer:
     """Async context manager: `async with LoopbackServer(rpm=600) as server:`."""
@@ -330,7 +365,7 @@ class LoopbackServer:
         self.host, self.port = host, port
         self.ssl_context = ssl_context  # serve HTTPS (the base URLs say https)
         self.stats = ServerStats()
-        self.files: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, StoredFile] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.batches = Batches(self, batch or BatchKnobs())
         self._ids = itertools.count(1)
@@ -421,7 +456,6 @@ class LoopbackServer:
             stats.by_status[status] += 1
 
     async def _respond(self, request: web.Request, api: str, build: Callable[..., Any]) -> web.StreamResponse:
-        error = openai_error if api == "openai" else anthropic_error
         denied = self._check_auth(request, api)
         if denied is not None:
             return denied
@@ -435,31 +469,54 @@ class LoopbackServer:
         fault = self.faults.pick() if request.path in _FAULTABLE else None
         if fault is not None:
             self.stats.faults[fault] += 1
-            if fault.isdigit():
-                return error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."))
-            if fault == "stall":
-                await self._stall()
-            elif fault == "stream_error" and not streaming:  # unstreamed: the plain error
-                return error(500 if api == "openai" else 529, _FAULT_MESSAGES["500" if api == "openai" else "529"])
-            elif fault == "content_filter" and api == "openai":
-                return openai_error(400, "Your request was rejected as a result of our safety system.",
-                                    code="content_policy_violation", param="messages")
+            refused = await self._fault_before_reply(api, fault, streaming)
+            if refused is not None:
+                return refused
         try:
             prepared = self._prepare(api, request.path, body)
-            now = time.monotonic()
-            if self.limits.active:
-                # Anthropic's input-token limit does not count cache reads.
-                charged = prepared["input_tokens"] - (prepared["cache"].read if api == "anthropic" else 0)
-                wait, which = self.limits.admit(charged, now)
-                if wait > 0:
-                    self.stats.rate_limited += 1
-                    return self._too_many(api, wait, which, now)
-            self.stats.accepted_times.append(now)
+            limited = self._admit(api, prepared)
+            if limited is not None:
+                return limited
             data, output_tokens = build(body, prepared, fault)
         except _Reject as reject:
             return self._reject(api, reject)
         if streaming and fault != "bad_json":
             return await self._stream(request, api, body, prepared, data, output_tokens, fault)
+        return await self._plain_reply(request, api, prepared, data, output_tokens, fault)
+
+    async def _fault_before_reply(self, api: str, fault: str, streaming: bool) -> web.Response | None:
+        """The reply of a fault that replaces the answer (an error status), None for the others
+        (a stall first waits, then lets the request go on)."""
+        if fault.isdigit():
+            error = openai_error if api == "openai" else anthropic_error
+            return error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."))
+        if fault == "stall":
+            await self._stall()
+        elif fault == "stream_error" and not streaming:  # unstreamed: the plain error
+            if api == "openai":
+                return openai_error(500, _FAULT_MESSAGES["500"])
+            return anthropic_error(529, _FAULT_MESSAGES["529"])
+        elif fault == "content_filter" and api == "openai":
+            return openai_error(400, "Your request was rejected as a result of our safety system.",
+                                code="content_policy_violation", param="messages")
+        return None
+
+    def _admit(self, api: str, prepared: Prepared) -> web.Response | None:
+        """Count the request against the rate limits: a 429 when over them, else None."""
+        now = time.monotonic()
+        if self.limits.active:
+            # Anthropic's input-token limit does not count cache reads.
+            charged = prepared["input_tokens"] - (prepared["cache"].read if api == "anthropic" else 0)
+            wait, which = self.limits.admit(charged, now)
+            if wait > 0:
+                self.stats.rate_limited += 1
+                return self._too_many(api, wait, which, now)
+        self.stats.accepted_times.append(now)
+        return None
+
+    async def _plain_reply(self, request: web.Request, api: str, prepared: Prepared, data: object,
+                           output_tokens: int, fault: str | None) -> web.StreamResponse:
+        """An unstreamed reply, after the configured delay, damaged as the fault asks."""
         delay = self._reply_delay(output_tokens)
         if delay > 0:
             await asyncio.sleep(delay)
@@ -482,21 +539,21 @@ class LoopbackServer:
             delay += sum(self.token_delay() for _ in range(output_tokens - 1))
         return delay
 
-    def _finish(self, api: str, prepared: dict[str, Any], output_tokens: int) -> dict[str, str]:
+    def _finish(self, api: str, prepared: Prepared, output_tokens: int) -> dict[str, str]:
         """Account a served reply (limits, stats, prompt cache); its headers."""
         now = time.monotonic()
         self.limits.charge_output(output_tokens, now)
         self._account(prepared, output_tokens)
         return self._reply_headers(api, prepared, now)
 
-    def _reply_headers(self, api: str, prepared: dict[str, Any], now: float) -> dict[str, str]:
+    def _reply_headers(self, api: str, prepared: Prepared, now: float) -> dict[str, str]:
         headers = self._limit_headers(api, now)
         headers["x-request-id" if api == "openai" else "request-id"] = f"req_{self._next_id()}"
         if api == "openai":
             headers["openai-processing-ms"] = str(int((now - prepared["start"]) * 1000))
         return headers
 
-    def _account(self, prepared: dict[str, Any], output_tokens: int, batch: bool = False) -> None:
+    def _account(self, prepared: Prepared, output_tokens: int, batch: bool = False) -> None:
         cache = prepared["cache"]
         self.prompt_cache.commit(cache)
         stats = self.stats
@@ -509,7 +566,7 @@ class LoopbackServer:
             stats.input_tokens += prepared["input_tokens"]
             stats.output_tokens += output_tokens
 
-    async def _stream(self, request: web.Request, api: str, body: dict[str, Any], prepared: dict[str, Any], data: dict[str, Any],
+    async def _stream(self, request: web.Request, api: str, body: dict[str, Any], prepared: Prepared, data: dict[str, Any],
                       output_tokens: int, fault: str | None) -> web.StreamResponse:
         """Send the reply as server-sent events (loopback_stream)."""
         if api == "openai":
@@ -609,7 +666,7 @@ class LoopbackServer:
         raise _Aborted("truncate")
 
     # -- request parsing ------------------------------------------------------------------
-    def _prepare(self, api: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _prepare(self, api: str, path: str, body: dict[str, Any]) -> Prepared:
         """Validate the body; count input tokens; apply the context limit."""
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise _Reject(400, "you must provide a model parameter", param="model")
@@ -618,38 +675,25 @@ class LoopbackServer:
                           param="stream_options")
         start = time.monotonic()
         if path == "/v1/embeddings":
-            texts = body.get("input")
-            if isinstance(texts, str):
-                texts = [texts]
-            if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-                raise _Reject(400, "'input' must be a string or a non-empty list of strings", param="input")
+            texts = _embedding_texts(body)
             return {"texts": texts, "input_tokens": sum(self.count_tokens(t) for t in texts), "cache": NO_CACHE,
                     "start": start}
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _Reject(400, "'messages' must be a non-empty list", param="messages")
-        parts = [_content_text(m.get("content")) for m in messages if isinstance(m, dict)]
-        if api == "anthropic":
-            if not isinstance(body.get("max_tokens"), int):
-                raise _Reject(400, "max_tokens: Field required")
-            if any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
-                raise _Reject(400, "messages: Unexpected role \"system\". The Messages API accepts a top-level "
-                                   "`system` parameter, not \"system\" as an input message role.")
-            system = body.get("system")
-            parts.append(system if isinstance(system, str) else _content_text(system))
-        input_tokens = sum(self.count_tokens(p) for p in parts if p)
-        if self.context_tokens is not None and input_tokens > self.context_tokens:
-            if api == "openai":
-                raise _Reject(400, f"This model's maximum context length is {self.context_tokens} tokens. "
-                                   f"However, your messages resulted in {input_tokens} tokens. Please reduce the "
-                                   f"length of the messages.", code="context_length_exceeded", param="messages")
-            raise _Reject(400, f"prompt is too long: {input_tokens} tokens > {self.context_tokens} maximum")
+        input_tokens = sum(self.count_tokens(p) for p in _prompt_parts(api, body) if p)
+        self._check_context(api, input_tokens)
         try:
             cache = (self.prompt_cache.anthropic(body, self.count_tokens) if api == "anthropic"
                      else self.prompt_cache.openai(body, self.count_tokens, input_tokens))
         except CacheError as exc:
             raise _Reject(400, str(exc)) from None
         return {"input_tokens": input_tokens, "cache": cache, "start": start}
+
+    def _check_context(self, api: str, input_tokens: int) -> None:
+        if self.context_tokens is not None and input_tokens > self.context_tokens:
+            if api == "openai":
+                raise _Reject(400, f"This model's maximum context length is {self.context_tokens} tokens. "
+                                   f"However, your messages resulted in {input_tokens} tokens. Please reduce the "
+                                   f"length of the messages.", code="context_length_exceeded", param="messages")
+            raise _Reject(400, f"prompt is too long: {input_tokens} tokens > {self.context_tokens} maximum")
 
     def _generate(self, api: str, body: dict[str, Any], max_tokens: int | None, stops: Sequence[str]
                   ) -> tuple[str, str, str | None, int]:
@@ -671,7 +715,7 @@ class LoopbackServer:
         return text, finish, matched, tokens
 
     # -- OpenAI ---------------------------------------------------------------------------
-    def _openai_chat(self, body: dict[str, Any], prepared: dict[str, Any], fault: str | None) -> tuple[dict[str, Any], int]:
+    def _openai_chat(self, body: dict[str, Any], prepared: Prepared, fault: str | None) -> tuple[dict[str, Any], int]:
         stop = body.get("stop") or []
         stops = [stop] if isinstance(stop, str) else list(stop)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -692,7 +736,7 @@ class LoopbackServer:
         }
         return data, output_tokens
 
-    def _openai_embeddings(self, body: dict[str, Any], prepared: dict[str, Any], fault: str | None) -> tuple[dict[str, Any], int]:
+    def _openai_embeddings(self, body: dict[str, Any], prepared: Prepared, fault: str | None) -> tuple[dict[str, Any], int]:
         dim = body.get("dimensions") or self.embed_dim
         if not isinstance(dim, int) or dim < 1:
             raise _Reject(400, "'dimensions' must be a positive integer", param="dimensions")
@@ -704,7 +748,7 @@ class LoopbackServer:
                 packed = array("f", vector)
                 if sys.byteorder != "little":
                     packed.byteswap()
-                embedding: Any = base64.b64encode(packed.tobytes()).decode()
+                embedding: str | list[float] = base64.b64encode(packed.tobytes()).decode()
             else:
                 embedding = vector
             data.append({"object": "embedding", "index": index, "embedding": embedding})
@@ -712,7 +756,7 @@ class LoopbackServer:
         return {"object": "list", "data": data, "model": body["model"], "usage": usage}, 0
 
     # -- Anthropic ------------------------------------------------------------------------
-    def _anthropic_messages(self, body: dict[str, Any], prepared: dict[str, Any], fault: str | None) -> tuple[dict[str, Any], int]:
+    def _anthropic_messages(self, body: dict[str, Any], prepared: Prepared, fault: str | None) -> tuple[dict[str, Any], int]:
         stops = list(body.get("stop_sequences") or [])
         text, finish, matched, output_tokens = self._generate("anthropic", body, body["max_tokens"], stops)
         if fault == "content_filter":
@@ -733,7 +777,7 @@ class LoopbackServer:
         return data, output_tokens
 
     # -- files and fine-tuning (OpenAI) ---------------------------------------------------------
-    def _control(self, handler: Callable[..., Any], api: str = "openai") -> Callable[..., Any]:
+    def _control(self, handler: Handler, api: str = "openai") -> Handler:
         """Count, authenticate and serve a control-plane call (no limits, no faults)."""
         async def serve(request: web.Request) -> web.Response:
             route = request.match_info.route.resource
@@ -762,7 +806,7 @@ class LoopbackServer:
                                "created_at": int(time.time())}
         return _json(self._file_object(file_id))
 
-    def _file_object(self, file_id: str) -> dict[str, Any]:
+    def _file_object(self, file_id: str) -> dict[str, object]:
         entry = self.files[file_id]
         return {"id": file_id, "object": "file", "bytes": len(entry["content"]), "created_at": entry["created_at"],
                 "filename": entry["filename"], "purpose": entry["purpose"], "status": "processed",
@@ -781,7 +825,7 @@ class LoopbackServer:
         return web.Response(body=self.files[file_id]["content"], content_type="application/octet-stream")
 
     # -- batches (loopback_batches) ------------------------------------------------------------
-    def batch_line(self, api: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+    def batch_line(self, api: str, path: str, body: object) -> tuple[int, dict[str, Any]]:
         """(status, body) of one batch request, built exactly as the direct
         endpoint would (same text and usage; no limits, faults or latency)."""
         builders = {"/v1/chat/completions": self._openai_chat, "/v1/embeddings": self._openai_embeddings,

@@ -52,11 +52,11 @@ def split_text(text: str, n: int) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-def _data(payload: Any) -> bytes:
+def _data(payload: object) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def _event(name: str, payload: Any) -> bytes:
+def _event(name: str, payload: object) -> bytes:
     return b"event: " + name.encode() + b"\n" + _data(payload)
 
 
@@ -73,7 +73,7 @@ def openai_frames(data: Mapping[str, Any], include_usage: bool) -> list[Frame]:
     head["object"] = "chat.completion.chunk"
     extra = {"usage": None} if include_usage else {}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
         return _data({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
                       **extra})
 

@@ -33,7 +33,6 @@ import datetime as dt
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from rapidfuzz import fuzz
 
@@ -209,7 +208,7 @@ def chapter_coverage(chapter: str, answer: str) -> float:
     return 1.0 if share >= 0.5 else 0.5 if share >= 0.25 else 0.0
 
 
-def judge(kind: str, ground_truth: Sequence[str], answer: str, chapter: str | None = None) -> dict[str, Any]:
+def judge(kind: str, ground_truth: Sequence[str], answer: str, chapter: str | None = None) -> dict[str, object]:
     """The main judge's verdict as the prompt's JSON object."""
     distinct = list(dict.fromkeys(ground_truth))
     if is_negative(answer):
@@ -237,7 +236,7 @@ def judge(kind: str, ground_truth: Sequence[str], answer: str, chapter: str | No
             "explanation": why}
 
 
-def chrono(ground_truth: Sequence[str], predicted: Sequence[str]) -> dict[str, Any]:
+def chrono(ground_truth: Sequence[str], predicted: Sequence[str]) -> dict[str, object]:
     """The chronological judge's index per predicted item."""
     used: set[int] = set()
     indexes = []
@@ -263,7 +262,7 @@ def _literal_line(content: str, label: str) -> list[str]:
     return [str(x) for x in value]
 
 
-def _judge_from_prompt(content: str) -> dict[str, Any]:
+def _judge_from_prompt(content: str) -> dict[str, object]:
     kind = re.search(r"^Question type: (.*)$", content, re.MULTILINE)
     gt_at = content.find("\nGroundtruth: ")
     answer_at = content.find("\nAI-generated answer: ", gt_at)
@@ -281,7 +280,7 @@ def _judge_from_prompt(content: str) -> dict[str, Any]:
     return judge(kind.group(1).strip(), ground_truth, answer, chapter)
 
 
-def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> str:
+def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
     """Reply to a judge prompt of engine/benchmark/evaluation/judge.py."""
     content = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
     try:

@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
 
 from engine.benchmark.evaluation.templates import TEMPLATES, Template
 
@@ -300,6 +299,13 @@ def format_items(items: Sequence[str]) -> str:
     return ", ".join(items[:-1]) + f", and {items[-1]}"
 
 
+def _in_time_order(events: list[Event]) -> list[Event]:
+    """Dated events by date (ties in book order), then the undated ones."""
+    dated = [(d, n, e) for n, e in enumerate(events) if (d := _date_value(e.text)) is not None]
+    undated = [e for e in events if _date_value(e.text) is None]
+    return [e for _, _, e in sorted(dated, key=lambda x: (x[0], x[1]))] + undated
+
+
 def answer(context: str | None, question: str) -> str:
     parsed = parse_question(question)
     if context is None or parsed is None:
@@ -308,24 +314,19 @@ def answer(context: str | None, question: str) -> str:
     if not events:
         return NO_MATCH
     if parsed.get in ("latest", "chronological"):
-        dated = [(d, n, e) for n, e in enumerate(events) if (d := _date_value(e.text)) is not None]
-        undated = [e for e in events if _date_value(e.text) is None]
-        events = [e for _, _, e in sorted(dated, key=lambda x: (x[0], x[1]))] + undated
+        events = _in_time_order(events)
     per_event = [extract(e, parsed) for e in events]
     if parsed.trace == "Full event details":
         return "\n\n".join(items[0] for items in per_event if items) or NO_MATCH
     if parsed.get == "latest":
-        for items in reversed(per_event):
-            if items:
-                return items[0]
-        return NO_MATCH
+        return next((items[0] for items in reversed(per_event) if items), NO_MATCH)
     flat = [item for items in per_event for item in items]
     if parsed.get == "all":
         flat = list(dict.fromkeys(flat))
     return format_items(flat)
 
 
-def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> str:
+def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
     user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     context, question = split_prompt(user)
     return answer(context, question)

@@ -130,20 +130,8 @@ def _item_sentence(key: str, spec: ChapterSpec, dice: _Dice) -> str:
     return f"Before long, {spec.detail_phrase} during the {spec.content}, and the moment was full of {adj}."
 
 
-def write_chapter(spec: ChapterSpec, dice: _Dice, flaw: str | None) -> str:
-    n_secondary = dice.integer(1, 3)
-    paragraphs: list[list[str]] = [[] for _ in range(spec.nb_paragraphs)]
-    for i, sentences in enumerate(paragraphs, start=1):
-        sentences.append(dice.pick(_FILLERS))
-        for key in ("date", "location", "entity", "content"):
-            if spec.position[key] == i:
-                sentences.append(_item_sentence(key, spec, dice))
-        sentences.append(dice.pick(_FILLERS))
-    for x in range(1, n_secondary + 1):
-        target = paragraphs[dice.integer(0, spec.nb_paragraphs - 1)]
-        line = dice.pick(_SECONDARY_LINES).format(who=f"$entity_{x}", adj=dice.pick(spec.adjectives))
-        target.insert(1, line)
-    # -- deliberate flaws -----------------------------------------------------------------
+def _add_flaw(paragraphs: list[list[str]], spec: ChapterSpec, dice: _Dice, flaw: str | None) -> None:
+    """The deliberate flaw a chapter is written with, for the checks to catch (write_chapter numbers)."""
     if flaw == "paragraph_count":
         if spec.nb_paragraphs > 1 and dice.unit() < 0.5:
             last = paragraphs.pop()
@@ -163,6 +151,22 @@ def write_chapter(spec: ChapterSpec, dice: _Dice, flaw: str | None) -> str:
         paragraphs[-1].append("The next day, she came back to see what remained.")
     elif flaw == "second_place":
         paragraphs[-1].append("Later, across town, the story took another turn.")
+
+
+def write_chapter(spec: ChapterSpec, dice: _Dice, flaw: str | None) -> str:
+    n_secondary = dice.integer(1, 3)
+    paragraphs: list[list[str]] = [[] for _ in range(spec.nb_paragraphs)]
+    for i, sentences in enumerate(paragraphs, start=1):
+        sentences.append(dice.pick(_FILLERS))
+        for key in ("date", "location", "entity", "content"):
+            if spec.position[key] == i:
+                sentences.append(_item_sentence(key, spec, dice))
+        sentences.append(dice.pick(_FILLERS))
+    for x in range(1, n_secondary + 1):
+        target = paragraphs[dice.integer(0, spec.nb_paragraphs - 1)]
+        line = dice.pick(_SECONDARY_LINES).format(who=f"$entity_{x}", adj=dice.pick(spec.adjectives))
+        target.insert(1, line)
+    _add_flaw(paragraphs, spec, dice, flaw)
     numbers = list(range(1, len(paragraphs) + 1))
     if flaw == "numbering":
         if len(numbers) > 1:

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any
 
 from engine.benchmark.evaluation import figures as F
 from engine.benchmark.evaluation.results import ResultRecord
@@ -31,7 +30,7 @@ TOP_DISAGREEMENTS = 20
 class JudgePair:
     a: RunKey
     b: RunKey
-    figures: dict[str, Any]                  # scores.agreement + identical_items
+    figures: dict[str, float | int | None]               # scores.agreement + identical_items
     pairs: list[tuple[ResultRecord, ResultRecord]]   # questions judged by both (answers equal or not)
     different_answers: int                   # questions whose answers differ between the runs
 

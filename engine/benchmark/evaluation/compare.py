@@ -20,11 +20,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from engine.benchmark.evaluation import figures as F
+from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
 from engine.benchmark.evaluation.statistics import mann_whitney_greater, paired_bootstrap, wilcoxon_p
 from providers.base import TulvingError
@@ -43,7 +43,7 @@ class Comparison:
     why: str
     p_value: float               # paired: two-sided Wilcoxon; unpaired: one-sided MW, A > B
     p_reverse: float | None = None       # unpaired: B > A
-    bootstrap: dict[str, Any] | None = None
+    bootstrap: dict[str, float] | None = None  # BootstrapResult but its distribution
     figure: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -96,26 +96,7 @@ def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str 
     if key_a.judge != key_b.judge:
         notes.append("the two sides were judged by different judges")
     if key_a.book == key_b.book and qa == qb:
-        f1a = {r.q_idx: r.f1 for r in recs_a}
-        f1b = {r.q_idx: r.f1 for r in recs_b}
-        both = {q: (fa, fb) for q in qa if (fa := f1a[q]) is not None and (fb := f1b[q]) is not None}
-        common = sorted(both)
-        if len(common) < len(qa):
-            notes.append(f"{len(qa) - len(common)} question(s) with a judge failure on a side left out")
-        x = [float(both[q][0]) for q in common]
-        y = [float(both[q][1]) for q in common]
-        boot = paired_bootstrap(x, y, n_resamples=resamples, seed=seed)
-        result = Comparison(label_a, label_b, "paired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
-                            "the same questions on both sides", wilcoxon_p(x, y),
-                            bootstrap={k: v for k, v in asdict(boot).items() if k != "distribution"}, notes=notes)
-        if out is not None:
-            caption = (f"{boot.n_resamples} paired resamples, seed {boot.seed}; "
-                       f"{100 * boot.confidence:.0f}% CI [{boot.ci_low:+.4f}, {boot.ci_high:+.4f}]")
-            fig = F.bootstrap_differences(Path(out) / "figures", x, y, boot.distribution,
-                                          (boot.ci_low, boot.ci_high), ("A: " + key_a.model + " / " + key_a.mode,
-                                                                        "B: " + key_b.model + " / " + key_b.mode),
-                                          caption)
-            result.figure = f"figures/{fig.name}.png"
+        result = _paired(recs_a, recs_b, (key_a, key_b), (label_a, label_b), get, resamples, seed, out, notes)
     else:
         x = [float(r.f1) for r in recs_a if r.f1 is not None]
         y = [float(r.f1) for r in recs_b if r.f1 is not None]
@@ -124,11 +105,43 @@ def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str 
                             why + ": the questions cannot be paired", mann_whitney_greater(x, y),
                             p_reverse=mann_whitney_greater(y, x), notes=notes)
     if out is not None:
-        folder = Path(out)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "compare.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
-        md = "# Comparison\n\n```\n" + result.text() + "\n```\n"
-        if result.figure:
-            md += f"\n![paired bootstrap]({result.figure})\n"
-        (folder / "compare.md").write_text(md)
+        _write(result, Path(out))
     return result
+
+
+def _paired(recs_a: list[ResultRecord], recs_b: list[ResultRecord], keys: tuple[RunKey, RunKey],
+            labels: tuple[str, str], get: str, resamples: int, seed: int, out: str | Path | None,
+            notes: list[str]) -> Comparison:
+    """Wilcoxon and the paired bootstrap on the questions both sides scored (figure when `out`)."""
+    f1a = {r.q_idx: r.f1 for r in recs_a}
+    f1b = {r.q_idx: r.f1 for r in recs_b}
+    both = {q: (fa, fb) for q in f1a if (fa := f1a[q]) is not None and (fb := f1b[q]) is not None}
+    common = sorted(both)
+    if len(common) < len(f1a):
+        notes.append(f"{len(f1a) - len(common)} question(s) with a judge failure on a side left out")
+    x = [float(both[q][0]) for q in common]
+    y = [float(both[q][1]) for q in common]
+    boot = paired_bootstrap(x, y, n_resamples=resamples, seed=seed)
+    result = Comparison(labels[0], labels[1], "paired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
+                        "the same questions on both sides", wilcoxon_p(x, y),
+                        bootstrap={k: v for k, v in asdict(boot).items() if k != "distribution"}, notes=notes)
+    if out is not None:
+        caption = (f"{boot.n_resamples} paired resamples, seed {boot.seed}; "
+                   f"{100 * boot.confidence:.0f}% CI [{boot.ci_low:+.4f}, {boot.ci_high:+.4f}]")
+        key_a, key_b = keys
+        fig = F.bootstrap_differences(Path(out) / "figures", x, y, boot.distribution,
+                                      (boot.ci_low, boot.ci_high), ("A: " + key_a.model + " / " + key_a.mode,
+                                                                    "B: " + key_b.model + " / " + key_b.mode),
+                                      caption)
+        result.figure = f"figures/{fig.name}.png"
+    return result
+
+
+def _write(result: Comparison, folder: Path) -> None:
+    """compare.json and compare.md (with the figure's link) into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "compare.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
+    md = "# Comparison\n\n```\n" + result.text() + "\n```\n"
+    if result.figure:
+        md += f"\n![paired bootstrap]({result.figure})\n"
+    (folder / "compare.md").write_text(md)

@@ -23,14 +23,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.benchmark.evaluation.tables import visible_controls
-from engine.benchmark.generation.bookdir import Book
+from engine.benchmark.generation.bookdir import Book, ChapterRecord
 from engine.benchmark.generation.stats import ITEMS, LEVELS, N_HIST_BINS
 from engine.benchmark.generation.stats import item_positions as positions_of
+
+if TYPE_CHECKING:  # matplotlib is optional (the plots extra): imported when a figure is drawn
+    from matplotlib.figure import Figure as MplFigure
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,7 @@ def _t(text: object) -> str:
     return visible_controls(str(text))
 
 
-def _save(fig: Any, folder: Path, name: str, title: str, caption: str = "") -> Figure:
+def _save(fig: MplFigure, folder: Path, name: str, title: str, caption: str = "") -> Figure:
     plt = _plt()
     folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
@@ -238,7 +241,7 @@ def entity_track(folder: Path, book: Book, entity: str | None = None) -> Figure:
     entity = entity or max(sorted(counts), key=lambda e: counts[e])
     chapters = [c for c in book.chapters if c["entity"] == entity]
 
-    def date(c: Mapping[str, Any]) -> dt.date | None:
+    def date(c: ChapterRecord) -> dt.date | None:
         try:
             return dt.datetime.strptime(c["date"], "%B %d, %Y").date()
         except (KeyError, ValueError):

@@ -40,7 +40,11 @@ def format_items(items: list[str]) -> str:
     return ", ".join(items[:-1]) + f", and {items[-1]}"
 
 
-def training_examples(book: Book, questions: Iterable[Question]) -> list[dict[str, Any]]:
+# One chat example of the fine-tuning file: {"messages": [{"role": ..., "content": ...}, ...]}
+ChatExample = dict[str, list[dict[str, str]]]
+
+
+def training_examples(book: Book, questions: Iterable[Question]) -> list[ChatExample]:
     title = book_title(book)
     system = finetuning_system_prompt(title)
     examples = []
@@ -55,7 +59,7 @@ def training_examples(book: Book, questions: Iterable[Question]) -> list[dict[st
     return examples
 
 
-def write_training_file(path: str | os.PathLike[str], examples: Iterable[dict[str, Any]]) -> Path:
+def write_training_file(path: str | os.PathLike[str], examples: Iterable[ChatExample]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:

@@ -24,7 +24,6 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 ITEMS_KEY = "identified_items_in_AI_answer"
 SCORES_KEY = "matching_score"
@@ -93,14 +92,14 @@ def _repair(s: str) -> str:
     return s
 
 
-def _python_literal(s: str) -> Any:
+def _python_literal(s: str) -> object:
     s = re.sub(r"\btrue\b", "True", s)
     s = re.sub(r"\bfalse\b", "False", s)
     s = re.sub(r"\bnull\b", "None", s)
     return ast.literal_eval(s)
 
 
-def _loads(s: str) -> Any:
+def _loads(s: str) -> object:
     """JSON, else repaired JSON, else a Python literal; None if nothing works."""
     for attempt in (s, _repair(s)):
         try:
@@ -114,7 +113,7 @@ def _loads(s: str) -> Any:
     return None
 
 
-def _value_after_key(text: str, key: str) -> Any:
+def _value_after_key(text: str, key: str) -> object:
     """The JSON value following `"key":` in otherwise broken text (e.g. an
     explanation with unescaped quotes): the bracketed span is cut out and
     loaded alone."""
@@ -151,7 +150,7 @@ def _value_after_key(text: str, key: str) -> Any:
     return None
 
 
-def _reply_object(text: str, required: Sequence[str]) -> dict[str, Any]:
+def _reply_object(text: str, required: Sequence[str]) -> dict[str, object]:
     """The reply's JSON object holding the `required` keys."""
     if not isinstance(text, str) or not text.strip():
         raise JudgeReplyError("empty judge reply")
@@ -168,7 +167,7 @@ def _reply_object(text: str, required: Sequence[str]) -> dict[str, Any]:
 
 
 # -- values ------------------------------------------------------------------------------
-def _score(value: Any) -> float:
+def _score(value: object) -> float:
     if isinstance(value, bool) or value is None:
         raise JudgeReplyError(f"score {value!r} is not a number")
     if isinstance(value, (int, float)):
@@ -186,13 +185,13 @@ def _score(value: Any) -> float:
     return x
 
 
-def _score_pairs(raw: Any) -> list[tuple[str | None, Any]]:
+def _score_pairs(raw: object) -> list[tuple[str | None, object]]:
     """(ground-truth key or None, raw score) pairs from the forms judges use."""
     if isinstance(raw, dict):
         return [(str(k), v) for k, v in raw.items()]
     if not isinstance(raw, list):
         raise JudgeReplyError(f"{SCORES_KEY} is not a list")
-    pairs: list[tuple[str | None, Any]] = []
+    pairs: list[tuple[str | None, object]] = []
     for entry in raw:
         if isinstance(entry, dict):
             if len(entry) == 1:
@@ -212,11 +211,11 @@ def _norm_key(s: str) -> str:
     return " ".join(s.casefold().split())
 
 
-def _align(pairs: list[tuple[str | None, Any]], ground_truth: int | Sequence[str]) -> list[float]:
+def _align(pairs: list[tuple[str | None, object]], ground_truth: int | Sequence[str]) -> list[float]:
     n = ground_truth if isinstance(ground_truth, int) else len(ground_truth)
     keyed = [(k, v) for k, v in pairs if k is not None]
     if not isinstance(ground_truth, int) and len(keyed) == len(pairs):
-        by_key: dict[str, Any] = {}
+        by_key: dict[str, object] = {}
         for k, v in keyed:
             by_key.setdefault(_norm_key(k), v)
         wanted = [_norm_key(g) for g in ground_truth]
@@ -227,7 +226,7 @@ def _align(pairs: list[tuple[str | None, Any]], ground_truth: int | Sequence[str
     raise JudgeReplyError(f"{SCORES_KEY} has {len(pairs)} entries for {n} ground-truth items")
 
 
-def _items(raw: Any) -> list[str]:
+def _items(raw: object) -> list[str]:
     if raw is None:
         return []
     if isinstance(raw, str):
@@ -256,7 +255,7 @@ def parse_judge_reply(text: str, n_ground_truth: int | Sequence[str]) -> JudgeVe
                         explanation=explanation if isinstance(explanation, str) else str(explanation))
 
 
-def _index(value: Any) -> int:
+def _index(value: object) -> int:
     if isinstance(value, bool):
         raise JudgeReplyError(f"index {value!r} is not an integer")
     if isinstance(value, int):

@@ -45,7 +45,7 @@ from engine.benchmark.evaluation.templates import (
     TIMES,
     Template,
 )
-from engine.benchmark.generation.bookdir import Book
+from engine.benchmark.generation.bookdir import Book, ChapterRecord, Item
 from engine.benchmark.generation.published import load_book
 from engine.benchmark.generation.universe import load_universe  # the generation side owns the universe
 from providers.base import TulvingError
@@ -56,7 +56,7 @@ SEED_NON_EMPTY = 1
 SEED_EMPTY = 2
 DATE_FORMAT = "%B %d, %Y"
 
-_TRACE_FIELD = {TIMES: "date", SPACES: "location", ENTITIES: "entity", CONTENTS: "content"}
+_TRACE_FIELD: dict[str, Item] = {TIMES: "date", SPACES: "location", ENTITIES: "entity", CONTENTS: "content"}
 
 
 class QuestionsError(TulvingError):
@@ -139,14 +139,14 @@ def bin_of(n_chapters: int) -> str:
 class ChapterIndex:
     """The chapters by field value, so that a cue's matches are found fast."""
 
-    def __init__(self, chapters: Sequence[dict[str, Any]]):
+    def __init__(self, chapters: Sequence[ChapterRecord]):
         self.chapters = list(chapters)
-        self.by_value: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.by_value: dict[tuple[str, str], list[ChapterRecord]] = {}
         for ch in self.chapters:
             for name in FIELDS:
                 self.by_value.setdefault((name, ch[name]), []).append(ch)
 
-    def matching(self, template: Template, values: Sequence[str]) -> list[dict[str, Any]]:
+    def matching(self, template: Template, values: Sequence[str]) -> list[ChapterRecord]:
         """The chapters matching the template's cue filled with values, in chapter order."""
         fixed = [(name, v) for f, name, v in zip(template.fixed, FIELDS, values) if f]
         if not fixed:
@@ -155,7 +155,7 @@ class ChapterIndex:
         return [ch for ch in pools[0] if all(ch[name] == v for name, v in fixed)]
 
 
-def _index(chapters: Sequence[dict[str, Any]] | ChapterIndex) -> ChapterIndex:
+def _index(chapters: Sequence[ChapterRecord] | ChapterIndex) -> ChapterIndex:
     return chapters if isinstance(chapters, ChapterIndex) else ChapterIndex(chapters)
 
 
@@ -164,11 +164,11 @@ def _parse_date(text: str) -> dt.date:
     return dt.datetime.strptime(text, DATE_FORMAT).date()
 
 
-def _story_date(chapter: dict[str, Any]) -> dt.date:
+def _story_date(chapter: ChapterRecord) -> dt.date:
     return _parse_date(chapter["date"])
 
 
-def ground_truth(chapters: Sequence[dict[str, Any]] | ChapterIndex, template: Template,
+def ground_truth(chapters: Sequence[ChapterRecord] | ChapterIndex, template: Template,
                  values: Sequence[str]) -> tuple[list[str], list[int]]:
     """(correct_answer, matching chapter numbers) of a template filled with
     values = (t, s, e, c), over the book's chapter ground truth."""
@@ -194,7 +194,7 @@ def ground_truth(chapters: Sequence[dict[str, Any]] | ChapterIndex, template: Te
     return items, [ch["chapter"] for ch in ordered]
 
 
-def make_question(chapters: Sequence[dict[str, Any]] | ChapterIndex, template: Template,
+def make_question(chapters: Sequence[ChapterRecord] | ChapterIndex, template: Template,
                   values: Sequence[str]) -> Question:
     text, cue_completed = template.fill(*values)
     answer, numbers = ground_truth(chapters, template, values)
@@ -210,12 +210,12 @@ def _chapter_order(n_chapters: int, n_events: int, seed: int) -> list[int]:
     return random.Random(seed).sample(range(1, n_chapters + 1), min(cap, n_chapters))
 
 
-def _tsec(chapter: dict[str, Any]) -> tuple[str, str, str, str]:
+def _tsec(chapter: ChapterRecord) -> tuple[str, str, str, str]:
     t, s, e, c = (chapter[f] for f in FIELDS)
     return t, s, e, c
 
 
-def non_empty_candidates(chapters: Sequence[dict[str, Any]], n_events: int) -> list[Question]:
+def non_empty_candidates(chapters: Sequence[ChapterRecord], n_events: int) -> list[Question]:
     index = ChapterIndex(chapters)
     by_number = {ch["chapter"]: ch for ch in chapters}
     out: list[Question] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -20,6 +20,89 @@ from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
 from engine.benchmark.evaluation.statistics import format_ranking, rank_runs
 from engine.errors import printable
+
+
+# -- scores.json ------------------------------------------------------------------
+class BinCell(TypedDict):
+    mean: float | None        # as the scores use it (bin_mean); None: no question scored
+    sd: float | None
+    count: int                # questions scored
+    asked: int
+
+
+class LatestPart(TypedDict):
+    score: float | None
+    bins: dict[str, float]
+    counts: dict[str, int]
+
+
+class OrderPart(TypedDict):
+    considered: int
+    exact_matches: int
+    all: float | None
+    tau: float | None
+    score: float | None
+
+
+class Execution(TypedDict):
+    """How a configuration's calls went."""
+    scored: int
+    answer_errors: int
+    incomplete: int           # results missing because a call failed (answer or judge)
+    judge_failures: int
+    judge_redraws: int
+    cost_usd: float
+
+
+class JobFigures(TypedDict, total=False):
+    """What run.json's job adds to a row."""
+    calls: int
+    cache_hits: int
+    spent_usd: float
+    wall_seconds: float
+
+
+class RunRow(Execution, JobFigures):
+    """One configuration (model, mode) of scores.json."""
+    model: str
+    mode: str
+    questions: int
+    sample: int | None
+    simple_recall: float | None
+    chronological_awareness: float | None
+    chronological_asked: bool
+    bins: dict[str, BinCell]
+    latest: LatestPart
+    order: OrderPart
+
+
+class RankedPair(TypedDict):
+    a: str
+    b: str
+    p: float
+    p_holm: float
+    significant: bool
+
+
+class Ranking(TypedDict):
+    n_questions: int
+    average_ranks: dict[str, float]
+    cliques: list[list[str]]
+    friedman_p: float | None
+    pairs: list[RankedPair]
+    text: str
+
+
+class Scores(TypedDict):
+    """scores.json of one book and judge."""
+    book: str | None
+    judge: str
+    questions: int
+    runs: list[RunRow]
+    embed_model: NotRequired[str]
+    spending: NotRequired[list[dict[str, Any]]]   # engine.spending's rows
+    ranking: NotRequired[Ranking]
+
 
 BASELINE_NOTES = {
     "builtin:reader": "lexical baseline (string matching, not an LLM)",
@@ -30,8 +113,8 @@ def _nan_to_none(x: float | None) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
-def _bin_table(records: Sequence[ResultRecord], get: str) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _bin_table(records: Sequence[ResultRecord], get: str) -> dict[str, BinCell]:
+    out: dict[str, BinCell] = {}
     for b in BINS:
         values = [r.f1 for r in records if r.get == get and r.bin == b and r.f1 is not None]
         asked = sum(1 for r in records if r.get == get and r.bin == b)
@@ -44,13 +127,39 @@ def _bin_table(records: Sequence[ResultRecord], get: str) -> dict[str, dict[str,
     return out
 
 
+def _execution(records: Sequence[ResultRecord]) -> Execution:
+    """How the row's calls went: scored, errors, failures, re-draws, cost."""
+    return {
+        "scored": sum(1 for r in records if r.f1 is not None),
+        "answer_errors": sum(1 for r in records if r.answer_error),
+        # results missing because a call failed (answer or judge): the row is incomplete
+        "incomplete": sum(1 for r in records
+                          if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or ""))),
+        "judge_failures": sum(1 for r in records if r.judge_failed),
+        "judge_redraws": sum(max(0, r.judge_draws - 1) for r in records),
+        "cost_usd": round(sum(r.cost + r.judge_cost for r in records), 6),
+    }
+
+
+def _add_job_figures(figures: RunRow, job: Mapping[str, Any]) -> None:
+    """The calls, cache hits, spending and wall time run.json's job recorded (those it holds)."""
+    if "calls" in job:
+        figures["calls"] = job["calls"]
+    if "cache_hits" in job:
+        figures["cache_hits"] = job["cache_hits"]
+    if "spent_usd" in job:
+        figures["spent_usd"] = job["spent_usd"]
+    if "wall_seconds" in job:
+        figures["wall_seconds"] = job["wall_seconds"]
+
+
 def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
-                  job: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  job: Mapping[str, Any] | None = None) -> RunRow:
     sr, _ = simple_recall(records)
     ca, parts = chronological_awareness(records)
     any_latest = any(r.get == "latest" for r in records)
     any_chrono = any(r.get == "chronological" for r in records)
-    row: dict[str, Any] = {
+    row: RunRow = {
         "model": model,
         "mode": mode,
         "questions": len(records),
@@ -66,19 +175,10 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
         "order": {"considered": parts.considered, "exact_matches": parts.exact_matches,
                   "all": _nan_to_none(parts.all), "tau": _nan_to_none(parts.tau),
                   "score": _nan_to_none(round(parts.order, 4))},
-        "scored": sum(1 for r in records if r.f1 is not None),
-        "answer_errors": sum(1 for r in records if r.answer_error),
-        # results missing because a call failed (answer or judge): the row is incomplete
-        "incomplete": sum(1 for r in records
-                          if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or ""))),
-        "judge_failures": sum(1 for r in records if r.judge_failed),
-        "judge_redraws": sum(max(0, r.judge_draws - 1) for r in records),
-        "cost_usd": round(sum(r.cost + r.judge_cost for r in records), 6),
+        **_execution(records),  # type: ignore[typeddict-item]  # the job's figures follow
     }
     if job is not None:
-        for key in ("calls", "cache_hits", "spent_usd", "wall_seconds"):
-            if key in job:
-                row[key] = job[key]
+        _add_job_figures(row, job)
     return row
 
 
@@ -86,7 +186,7 @@ def _job_meta(run: Mapping[str, Any] | None) -> dict[tuple[str, str], Mapping[st
     return {(j["model"], j["mode"]): j for j in (run or {}).get("jobs", [])}
 
 
-def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = None) -> Scores:
     groups: dict[tuple[str, str], list[ResultRecord]] = {}
     for r in records:
         groups.setdefault((r.model, r.mode), []).append(r)
@@ -98,7 +198,7 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
                                -(row["simple_recall"] if row["simple_recall"] is not None else -1),
                                -(row["chronological_awareness"] or 0), row["model"], row["mode"]))
     judges = sorted({r.judge for recs in groups.values() for r in recs})
-    out = {
+    out: Scores = {
         "book": (run or {}).get("book"),
         "judge": (run or {}).get("judge") or ", ".join(judges),
         "questions": (run or {}).get("questions") or max((len(v) for v in groups.values()), default=0),
@@ -138,7 +238,7 @@ def spending_rows(spending: Iterable[Mapping[str, Any]]) -> list[list[str]]:
 
 
 def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
-             rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+             rows: Sequence[RunRow]) -> Ranking | None:
     """The paper's CD analysis over the full runs: average F1 rank per question,
     Holm-adjusted pairwise Wilcoxon tests, on the questions every run scored."""
     full = [(row["model"], row["mode"]) for row in rows if row["sample"] is None]
@@ -172,7 +272,7 @@ def _fmt_score(x: float | None, asked: bool) -> str:
     return f"{x:.3f}"
 
 
-def _notes(row: Mapping[str, Any], total: int) -> str:
+def _notes(row: RunRow, total: int) -> str:
     notes = []
     if row.get("incomplete"):
         notes.append(f"INCOMPLETE: {row['incomplete']}/{row['questions']} results missing (calls failed; "
@@ -188,7 +288,7 @@ def _notes(row: Mapping[str, Any], total: int) -> str:
     return "; ".join(notes)
 
 
-def leaderboard_rows(summary: Mapping[str, Any]) -> list[list[str]]:
+def leaderboard_rows(summary: Scores) -> list[list[str]]:
     total = summary.get("questions") or 0
     rows = []
     rank = 0
@@ -213,7 +313,7 @@ def _plain_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def _md_cell(cell: Any) -> str:
+def _md_cell(cell: object) -> str:
     """A markdown table cell: control characters escaped, `|` and line breaks
     unable to split the row."""
     return printable(cell).replace("\\", "\\\\").replace("|", "\\|")
@@ -225,25 +325,25 @@ def _md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(out)
 
 
-def _title(summary: Mapping[str, Any]) -> str:
+def _title(summary: Scores) -> str:
     book = summary.get("book") or "book"
     return f"{book}, {summary.get('questions')} questions, judge {summary.get('judge')}"
 
 
-def leaderboard_text(summary: Mapping[str, Any]) -> str:
+def leaderboard_text(summary: Scores) -> str:
     return f"Leaderboard ({_title(summary)})\n" + _plain_table(_LEADER_HEAD, leaderboard_rows(summary))
 
 
-def _bins_present(summary: Mapping[str, Any]) -> list[str]:
+def _bins_present(summary: Scores) -> list[str]:
     present = {b for row in summary["runs"] for b in row["bins"]}
     return [b for b in BINS if b in present]
 
 
-def bin_table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def bin_table_rows(summary: Scores) -> tuple[list[str], list[list[str]]]:
     bins = _bins_present(summary)
     counts = {}
     for b in bins:  # the paper's header shows each bin's question count
-        counts[b] = max((row["bins"].get(b, {}).get("asked", 0) for row in summary["runs"]), default=0)
+        counts[b] = max(((row["bins"][b]["asked"] if b in row["bins"] else 0) for row in summary["runs"]), default=0)
     head = ["Memory", "Model"] + [f"{b} ({counts[b]})" for b in bins]
     rows = []
     for row in sorted(summary["runs"], key=lambda r: (r["mode"], r["model"])):
@@ -258,7 +358,7 @@ def bin_table_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str
     return head, rows
 
 
-def render_markdown(summary: Mapping[str, Any]) -> str:
+def render_markdown(summary: Scores) -> str:
     parts = [f"# Episodic Memory Benchmark report\n\n{_title(summary)}."]
     if summary.get("embed_model"):
         parts.append(f"RAG embeddings: {summary['embed_model']}.")

@@ -22,7 +22,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engine.benchmark.evaluation import figures as F
 from engine.benchmark.evaluation.agreement import (
@@ -32,8 +31,9 @@ from engine.benchmark.evaluation.agreement import (
     summary_table,
 )
 from engine.benchmark.evaluation.html_report import DrillRow, Section, render_html
+from engine.benchmark.evaluation.report import Scores
 from engine.benchmark.evaluation.results import ResultRecord
-from engine.benchmark.evaluation.runset import RunSet, load_runs
+from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
 from engine.benchmark.evaluation.scores import BINS
 from engine.benchmark.evaluation.statistics import BootstrapResult, average_ranks, paired_bootstrap
 from engine.benchmark.evaluation.tables import (
@@ -97,7 +97,7 @@ def drill_rows(runset: RunSet) -> list[DrillRow]:
     return rows
 
 
-def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, notes: list[str]
+def _figures(runset: RunSet, summaries: Sequence[Scores], folder: Path, notes: list[str]
              ) -> dict[str, list[F.Figure]]:
     """Figures by section id; empty when matplotlib is missing (said in `notes`)."""
     try:
@@ -105,9 +105,27 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
     except ImportError:
         notes.append("figures left out: matplotlib is not installed (pip install 'tulving[plots]')")
         return {}
-    out: dict[str, list[F.Figure]] = {"recall": [], "breakdowns": [], "ranking": [], "book": []}
     labels = {k: runset.label(k) for k in runset.groups}
     present = [b for b in BINS if any(r.bin == b and r.get == "all" for r in runset.records)]
+    series = _f1_series(runset, labels, present)
+    out: dict[str, list[F.Figure]] = {"recall": [], "breakdowns": [], "ranking": [], "book": []}
+    if series:
+        out["recall"].append(F.f1_by_bin(folder, series, present, title="F1 by number of matching events "
+                                                                       "('all' questions)",
+                                         published=_published_series(runset)))
+    cues = sorted({r.cue for r in runset.records if r.cue and r.get == "all"},
+                  key=lambda c: (sum(p != "*" for p in c.strip("()").split(",")), c))
+    if cues and series:
+        out["breakdowns"].append(F.cue_heatmaps(folder, _cue_cells(runset, labels, present, cues), cues,
+                                                list(labels.values())))
+    out["ranking"] = _ranking_figures(runset, summaries, folder)
+    out["book"] = _book_figures(runset, folder, notes)
+    return out
+
+
+def _f1_series(runset: RunSet, labels: dict[RunKey, str], present: list[str]
+               ) -> dict[str, dict[str, tuple[float, float]]]:
+    """Run label -> bin -> (mean F1, sd) of the 'all' questions."""
     series = {}
     for k, recs in runset.groups.items():
         per_bin = {}
@@ -117,12 +135,12 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
                 per_bin[b] = (stat.mean, stat.sd or 0.0)
         if per_bin:
             series[labels[k]] = per_bin
-    if series:
-        out["recall"].append(F.f1_by_bin(folder, series, present, title="F1 by number of matching events "
-                                                                       "('all' questions)",
-                                         published=_published_series(runset)))
-    cues = sorted({r.cue for r in runset.records if r.cue and r.get == "all"},
-                  key=lambda c: (sum(p != "*" for p in c.strip("()").split(",")), c))
+    return series
+
+
+def _cue_cells(runset: RunSet, labels: dict[RunKey, str], present: list[str], cues: list[str]
+               ) -> dict[str, dict[tuple[str, str], float]]:
+    """Bin -> (cue, run label) -> mean F1 of the 'all' questions."""
     cells: dict[str, dict[tuple[str, str], float]] = {}
     for b in present:
         cells[b] = {}
@@ -131,23 +149,33 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
                 stat = f1_stat(r for r in recs if r.get == "all" and r.bin == b and r.cue == cue)
                 if stat.mean is not None:
                     cells[b][(cue, labels[k])] = stat.mean
-    if cues and series:
-        out["breakdowns"].append(F.cue_heatmaps(folder, cells, cues, list(labels.values())))
+    return cells
+
+
+def _ranking_figures(runset: RunSet, summaries: Sequence[Scores], folder: Path) -> list[F.Figure]:
+    """The bootstrap forests, then the critical difference diagrams."""
+    several = len(summaries) > 1
+    out = []
     for i, (group, best, results) in enumerate(bootstrap_vs_best(runset)):
-        several = len(summaries) > 1
-        out["ranking"].append(F.bootstrap_forest(
+        out.append(F.bootstrap_forest(
             folder, [(n, r.mean_difference, r.ci_low, r.ci_high) for n, r in results], best,
             f"{group}; {BOOTSTRAP_RESAMPLES} paired resamples, seed {BOOTSTRAP_SEED}, 95% percentile CI",
             name=f"bootstrap_vs_best_{i + 1}" if several else "bootstrap_vs_best"))
     for i, summary in enumerate(summaries):
         ranking = summary.get("ranking")
         if ranking:
-            several = len(summaries) > 1
-            out["ranking"].append(F.cd_diagram(
+            out.append(F.cd_diagram(
                 folder, ranking["average_ranks"], ranking["cliques"], ranking["n_questions"],
                 name=f"cd_diagram_{i + 1}" if several else "cd_diagram",
                 subtitle=f" ({summary.get('book')}, judge {summary.get('judge')})" if several else ""))
-    for book_name in sorted({k.book for k in runset.groups}):
+    return out
+
+
+def _book_figures(runset: RunSet, folder: Path, notes: list[str]) -> list[F.Figure]:
+    """Item positions and entity track of each book the runs answered."""
+    books = sorted({k.book for k in runset.groups})
+    out: list[F.Figure] = []
+    for book_name in books:
         # A book folder recorded by the run (book_path), else a published book by name.
         where = next((r.get("book_path") for (b, _), r in runset.runs.items() if b == book_name and r.get("book_path")),
                      None)
@@ -156,17 +184,17 @@ def _figures(runset: RunSet, summaries: Sequence[dict[str, Any]], folder: Path, 
         except Exception as exc:  # a book that is not published or not found: no book figures
             notes.append(f"book figures left out for {book_name}: {exc}")
             continue
-        suffix = "" if len({k.book for k in runset.groups}) == 1 else f"_{book_name}"
-        pos = F.item_positions(folder, book)
-        track = F.entity_track(folder, book)
-        if suffix:  # several books: keep both books' files
-            for fig in (pos, track):
-                for ext in ("png", "svg"):
-                    (folder / f"{fig.name}.{ext}").rename(folder / f"{fig.name}{suffix}.{ext}")
-            pos = F.Figure(pos.name + suffix, pos.title, pos.png)
-            track = F.Figure(track.name + suffix, track.title, track.png)
-        out["book"] += [pos, track]
+        pos, track = F.item_positions(folder, book), F.entity_track(folder, book)
+        if len(books) > 1:  # several books: keep both books' files
+            pos, track = (_renamed(folder, fig, f"_{book_name}") for fig in (pos, track))
+        out += [pos, track]
     return out
+
+
+def _renamed(folder: Path, fig: F.Figure, suffix: str) -> F.Figure:
+    for ext in ("png", "svg"):
+        (folder / f"{fig.name}.{ext}").rename(folder / f"{fig.name}{suffix}.{ext}")
+    return F.Figure(fig.name + suffix, fig.title, fig.png)
 
 
 def _published_series(runset: RunSet) -> dict[str, dict[str, float]] | None:
@@ -219,10 +247,10 @@ def _bootstrap_table(boot: Sequence[tuple[str, str, list[tuple[str, BootstrapRes
                       "excludes 0: the run scores differently from the best-ranked one.")
 
 
-def _ranking_table(summaries: Sequence[dict[str, Any]]) -> Table | None:
+def _ranking_table(summaries: Sequence[Scores]) -> Table | None:
     rows = []
     for s in summaries:
-        for p in (s.get("ranking") or {}).get("pairs", []):
+        for p in s["ranking"]["pairs"] if "ranking" in s else []:
             rows.append([str(s.get("book")), str(s.get("judge")), p["a"], p["b"], f"{p['p']:.3g}",
                          f"{p['p_holm']:.3g}", "yes" if p["significant"] else "no"])
     if not rows:
@@ -232,7 +260,7 @@ def _ranking_table(summaries: Sequence[dict[str, Any]]) -> Table | None:
                  note="zero_method 'pratt', on the questions every full (not sampled) run scored.")
 
 
-def _ranking_text(summaries: Sequence[dict[str, Any]]) -> str:
+def _ranking_text(summaries: Sequence[Scores]) -> str:
     parts = []
     for s in summaries:
         if s.get("ranking"):
@@ -251,22 +279,39 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
                      "the first folder's were kept")
     tables = build_tables(runset)
     summaries = runset.summaries()
-    ranking_table = _ranking_table(summaries)
-    boot_table = _bootstrap_table(bootstrap_vs_best(runset))
+    ranking_tables = [t for t in (_ranking_table(summaries), _bootstrap_table(bootstrap_vs_best(runset)))
+                      if t is not None]
     judged = agreement_results(runset)
     agreement_tables = [summary_table(judged), disagreement_table(judged)] if judged else []
     (out / "tables").mkdir(parents=True, exist_ok=True)
     figures = _figures(runset, summaries, out / "figures", notes)
     if judged and figures:
         figures["agreement"] = agreement_figures(judged, out / "figures")
-    by_key = {t.key: t for t in tables}
-    ranking_tables = [t for t in (ranking_table, boot_table) if t is not None]
     all_tables = tables + ranking_tables + agreement_tables
     for t in all_tables:
         (out / "tables" / f"{t.key}.md").write_text(to_markdown(t))
         (out / "tables" / f"{t.key}.csv").write_text(to_csv(t))
     scores = summaries[0] if len(summaries) == 1 else {"groups": summaries}
     (out / "scores.json").write_text(json.dumps(scores, indent=1) + "\n")
+    sections = _sections(tables, ranking_tables, agreement_tables, figures, _ranking_text(summaries),
+                         extra_sections)
+    drill = drill_rows(runset)
+    folders = ", ".join(str(f) for f in runset.folders)
+    intro = (f"Runs: {folders}. {len(runset.groups)} configurations, {len(drill)} answered questions. "
+             + " ".join(notes))
+    title = "Episodic Memory Benchmark report"
+    (out / "index.html").write_text(render_html(title, intro, sections, drill), encoding="utf-8")
+    (out / "report.md").write_text(_markdown(title, intro, sections))
+    n_figures = sum(len(v) for v in figures.values()) + sum(len(s.figures) for s in extra_sections)
+    return ReportFiles(out=out, tables=len(all_tables), figures=n_figures, questions=len(drill),
+                       seconds=time.perf_counter() - started, notes=notes)
+
+
+def _sections(tables: list[Table], ranking_tables: list[Table], agreement_tables: list[Table],
+              figures: dict[str, list[F.Figure]], ranking_text: str, extra_sections: Sequence[Section]
+              ) -> list[Section]:
+    """The report's sections, in order: each picks its tables and figures."""
+    by_key = {t.key: t for t in tables}
 
     def pick(*keys: str) -> list[Table]:
         return [by_key[k] for k in keys if k in by_key]
@@ -280,7 +325,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
                 tables=pick("f1_by_cue_bin", "f1_by_trace_bin", "f1_by_cue_items_bin", "f1_by_cue_trace"),
                 figures=figures.get("breakdowns", [])),
         Section("chronology", "Latest state and chronological order", tables=pick("latest", "chronological")),
-        Section("ranking", "Overall comparison (critical difference)", pre=_ranking_text(summaries),
+        Section("ranking", "Overall comparison (critical difference)", pre=ranking_text,
                 tables=ranking_tables, figures=figures.get("ranking", [])),
         *extra_sections,
     ]
@@ -290,12 +335,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
     if figures.get("book"):
         sections.append(Section("book", "The book", text="Where the items of each chapter appear, and the "
                                 "track of the entity that appears in most chapters.", figures=figures["book"]))
-    drill = drill_rows(runset)
-    folders = ", ".join(str(f) for f in runset.folders)
-    intro = (f"Runs: {folders}. {len(runset.groups)} configurations, {len(drill)} answered questions. "
-             + " ".join(notes))
-    title = "Episodic Memory Benchmark report"
-    (out / "index.html").write_text(render_html(title, intro, sections, drill), encoding="utf-8")
+    return sections
+
+
+def _markdown(title: str, intro: str, sections: list[Section]) -> str:
+    """report.md: every section's text, tables and links to its figures."""
     md = [f"# {title}\n\n{intro}\n"]
     for s in sections:
         md.append(f"# {s.title}\n")
@@ -305,7 +349,4 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
             md.append("```\n" + s.pre + "\n```\n")
         md += [to_markdown(t) for t in s.tables]
         md += [f"![{f.title}](figures/{f.name}.png)\n" for f in s.figures]
-    (out / "report.md").write_text("\n".join(md))
-    n_figures = sum(len(v) for v in figures.values()) + sum(len(s.figures) for s in extra_sections)
-    return ReportFiles(out=out, tables=len(all_tables), figures=n_figures, questions=len(drill),
-                       seconds=time.perf_counter() - started, notes=notes)
+    return "\n".join(md)

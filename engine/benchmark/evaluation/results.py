@@ -181,7 +181,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def record_problem(data: Any) -> str | None:
+def record_problem(data: object) -> str | None:
     """Why `data` is not a results.jsonl line, or None."""
     if not isinstance(data, dict):
         return f"a JSON {type(data).__name__}, not an object"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.benchmark.evaluation.report import summarize
+from engine.benchmark.evaluation.report import Scores, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results
 from engine.spending import merge_rows
 from providers.base import TulvingError
@@ -67,7 +67,7 @@ class RunSet:
         parts = [key.model, key.mode] + ([key.book] if books else []) + ([f"judge {key.judge}"] if judges else [])
         return " / ".join(parts)
 
-    def summaries(self) -> list[dict[str, Any]]:
+    def summaries(self) -> list[Scores]:
         """scores.json content per (book, judge), in key order."""
         out = []
         for (book, judge), run in self.runs.items():
@@ -123,6 +123,24 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def _add_records(groups: dict[RunKey, dict[int, ResultRecord]], records: Iterable[ResultRecord], book: str) -> int:
+    """File a folder's records by configuration; a question already filed is kept: return how many were."""
+    duplicates = 0
+    for r in records:
+        key = RunKey(book=book, judge=r.judge, model=r.model, mode=r.mode)
+        bucket = groups.setdefault(key, {})
+        if r.q_idx in bucket:
+            duplicates += 1
+            continue
+        bucket[r.q_idx] = r
+    return duplicates
+
+
+def job_of(run: Mapping[str, Any], key: RunKey) -> dict[str, Any]:
+    """The run.json job of a configuration ({} when the run does not list it)."""
+    return next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (key.model, key.mode)), {})
+
+
 def load_runs(paths: Iterable[str | Path]) -> RunSet:
     """Read run folders (each holding results.jsonl, and usually run.json)."""
     folders = [Path(p) for p in paths]
@@ -141,13 +159,7 @@ def load_runs(paths: Iterable[str | Path]) -> RunSet:
         for judge in judges:
             per_group_runs.setdefault((book, judge), []).append(
                 run if run is not None else {"book": book, "judge": judge, "jobs": []})
-        for r in records:
-            key = RunKey(book=book, judge=r.judge, model=r.model, mode=r.mode)
-            bucket = groups.setdefault(key, {})
-            if r.q_idx in bucket:
-                duplicates += 1
-                continue
-            bucket[r.q_idx] = r
+        duplicates += _add_records(groups, records, book)
     runs = {}
     for (book, judge), found in sorted(per_group_runs.items()):
         merged = merge_run_records(found)
@@ -156,8 +168,7 @@ def load_runs(paths: Iterable[str | Path]) -> RunSet:
     ordered = {k: [v[q] for q in sorted(v)] for k, v in sorted(groups.items())}
     samples, cached = {}, {}
     for key in ordered:
-        job: dict[str, Any] = next((j for j in runs[(key.book, key.judge)].get("jobs", [])
-                    if (j["model"], j["mode"]) == (key.model, key.mode)), {})
+        job = job_of(runs[(key.book, key.judge)], key)
         samples[key] = job.get("sample")
         cached[key] = set(job["cached_answers"]) if "cached_answers" in job else None
     return RunSet(folders=folders, groups=ordered, runs=runs, samples=samples, duplicates=duplicates,

@@ -121,7 +121,7 @@ def bin_mean(values: Sequence[float]) -> float:
     return float("%.2f" % (math.fsum(values) / len(values)))
 
 
-def _bin_means(rows: Iterable[Any], get: str, bins: Sequence[str]) -> dict[str, tuple[float, int]]:
+def _bin_means(rows: Iterable[object], get: str, bins: Sequence[str]) -> dict[str, tuple[float, int]]:
     """Per bin: (mean F1 as `bin_mean` gives it, number of questions)."""
     values: dict[str, list[float]] = {b: [] for b in bins}
     for row in rows:
@@ -131,7 +131,7 @@ def _bin_means(rows: Iterable[Any], get: str, bins: Sequence[str]) -> dict[str, 
     return {b: (bin_mean(v), len(v)) for b, v in values.items() if v}
 
 
-def simple_recall(rows: Iterable[Any]) -> tuple[float, dict[str, float]]:
+def simple_recall(rows: Iterable[object]) -> tuple[float, dict[str, float]]:
     """Simple Recall Score: the mean F1 of 'all' questions per bin (`bin_mean`:
     2 decimals), then the mean of those bin means rounded to 3 decimals (bins
     without questions are left out: 4 bins on the short book; the final
@@ -180,7 +180,30 @@ def _percent_2(numerator: float, denominator: float) -> float:
     return round(numerator / denominator * 100, 2) / 100
 
 
-def chronological_awareness(rows: Iterable[Any]) -> tuple[float, ChronoParts]:
+def _latest_score(means: Mapping[str, tuple[float, int]]) -> float:
+    """Latest: the count-weighted mean of the per-bin means (nan without a question)."""
+    counted = sum(n for _, n in means.values())
+    if not counted:
+        return UNDEFINED
+    weighted = 0.0
+    for m, n in means.values():
+        weighted += m * n
+    # reference: round(100*(mean*count).sum()/count.sum(), 2), as '%', read back / 100
+    return round(100 * weighted / counted, 2) / 100
+
+
+def _order_score(considered: list[object], exact: list[object]) -> tuple[float, float, float]:
+    """(All, tau, Order) of the considered chronological questions (all nan without one)."""
+    if not considered:
+        return UNDEFINED, UNDEFINED, UNDEFINED
+    share = _percent_2(len(exact), len(considered))
+    taus = [float(_get(r, "tau")) for r in exact if _get(r, "tau") is not None]
+    tau = round(float(np.mean(taus)), 2) if taus else 0.0
+    order = 0.0 if share == 0 or tau == 0 else max(0.0, share * tau)
+    return share, tau, order
+
+
+def chronological_awareness(rows: Iterable[object]) -> tuple[float, ChronoParts]:
     """Chronological Awareness Score (protocol.md, Judging and scores): the
     mean of (a) Latest, the count-weighted mean of the per-bin mean F1 of
     'latest' questions over bins 2, 3-5, 6+ (4 decimals), and (b) Order =
@@ -195,25 +218,11 @@ def chronological_awareness(rows: Iterable[Any]) -> tuple[float, ChronoParts]:
     (the reference has no figure for it: it divides by zero)."""
     rows = list(rows)
     means = _bin_means(rows, "latest", LATEST_BINS)
-    counted = sum(n for _, n in means.values())
-    if counted:
-        weighted = 0.0
-        for m, n in means.values():
-            weighted += m * n
-        # reference: round(100*(mean*count).sum()/count.sum(), 2), as '%', read back / 100
-        latest = round(100 * weighted / counted, 2) / 100
-    else:
-        latest = UNDEFINED
+    latest = _latest_score(means)
     considered = [r for r in rows if _get(r, "get") == "chronological"
                   and is_considered(_get(r, "correct_answer") or []) and _get(r, "exact_match") is not None]
     exact = [r for r in considered if _get(r, "exact_match")]
-    if considered:
-        share = _percent_2(len(exact), len(considered))
-        taus = [float(_get(r, "tau")) for r in exact if _get(r, "tau") is not None]
-        tau = round(float(np.mean(taus)), 2) if taus else 0.0
-        order = 0.0 if share == 0 or tau == 0 else max(0.0, share * tau)
-    else:
-        share = tau = order = UNDEFINED
+    share, tau, order = _order_score(considered, exact)
     parts = ChronoParts(latest=latest, latest_bins={b: m for b, (m, _) in means.items()},
                         latest_counts={b: n for b, (_, n) in means.items()}, considered=len(considered),
                         exact_matches=len(exact), all=share, tau=tau, order=order)
@@ -225,24 +234,28 @@ def chronological_awareness(rows: Iterable[Any]) -> tuple[float, ChronoParts]:
 
 
 # -- judge agreement ---------------------------------------------------------------------------
-def _f1(value: Any) -> float | None:
+def _f1(value: object) -> float | None:
     if value is None or isinstance(value, (int, float)):
         return None if value is None else float(value)
     f1 = _get(value, "f1")  # a row
     return None if f1 is None else float(f1)
 
 
-def _f1_by_key(verdicts: Any) -> dict[Any, float | None]:
+# One judge's verdicts: F1 values by position (None: no verdict), question -> F1, or rows with q_idx and f1.
+Verdicts = Sequence[object] | Mapping[Hashable, object]
+
+
+def _f1_by_key(verdicts: Verdicts) -> dict[Hashable, float | None]:
     if isinstance(verdicts, Mapping):
         return {k: _f1(v) for k, v in verdicts.items()}
-    out: dict[Any, float | None] = {}
+    out: dict[Hashable, float | None] = {}
     for i, v in enumerate(verdicts):
         key = i if v is None or isinstance(v, (int, float)) else _get(v, "q_idx", i)  # rows: by question
         out[key] = _f1(v)
     return out
 
 
-def agreement(verdicts_a: Any, verdicts_b: Any) -> dict[str, Any]:
+def agreement(verdicts_a: Verdicts, verdicts_b: Verdicts) -> dict[str, float | int | None]:
     """How two judges' per-question F1 agree. Each side is a sequence of F1
     values (None: no verdict), a mapping question -> F1, or rows with q_idx
     and f1. Questions judged by both are compared: count, mean absolute
@@ -252,7 +265,7 @@ def agreement(verdicts_a: Any, verdicts_b: Any) -> dict[str, Any]:
     keys = [k for k in a if k in b and a[k] is not None and b[k] is not None]
     x = np.array([a[k] for k in keys], dtype=float)
     y = np.array([b[k] for k in keys], dtype=float)
-    out: dict[str, Any] = {"n": len(keys), "mean_abs_diff": None, "identical": None, "within_0.25": None,
+    out: dict[str, float | int | None] = {"n": len(keys), "mean_abs_diff": None, "identical": None, "within_0.25": None,
                            "pearson": None, "spearman": None, "mean_a": None, "mean_b": None}
     if not keys:
         return out

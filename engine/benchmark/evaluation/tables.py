@@ -35,7 +35,7 @@ import numpy as np
 from engine.benchmark.datadir import data_dir
 from engine.benchmark.evaluation.report import BASELINE_NOTES, SPENDING_HEAD, SPENDING_NOTE, spending_rows
 from engine.benchmark.evaluation.results import ResultRecord
-from engine.benchmark.evaluation.runset import RunKey, RunSet
+from engine.benchmark.evaluation.runset import RunKey, RunSet, job_of
 from engine.benchmark.evaluation.scores import BINS, LATEST_BINS, chronological_awareness, simple_recall
 from engine.benchmark.evaluation.templates import RETRIEVAL_TYPES, cue_parts
 
@@ -140,8 +140,19 @@ def _bin_head(records: Sequence[ResultRecord], bins: Sequence[str]) -> list[str]
     return heads
 
 
+def _parts(recs: list[ResultRecord], dim: Callable[[ResultRecord], object] | None,
+           dim_order: Sequence[object] | None) -> list[tuple[object, list[ResultRecord]]]:
+    """(value of `dim`, its records) in order, values without records left out; no `dim`: (None, all)."""
+    if not recs:
+        return []
+    if dim is None:
+        return [(None, recs)]
+    values = [v for v in (dim_order or sorted({dim(r) for r in recs}, key=str)) if any(dim(r) == v for r in recs)]
+    return [(value, [r for r in recs if dim(r) == value]) for value in values]
+
+
 def _breakdown(runset: RunSet, key: str, title: str, get: str, dim_name: str | None,
-               dim: Callable[[ResultRecord], Any] | None, dim_order: Sequence[Any] | None, note: str) -> Table:
+               dim: Callable[[ResultRecord], object] | None, dim_order: Sequence[object] | None, note: str) -> Table:
     """F1 mean±sd by bin for each configuration (and each value of `dim`)."""
     selected = {k: [r for r in recs if r.get == get] for k, recs in runset.groups.items()}
     everything = [r for recs in selected.values() for r in recs]
@@ -150,12 +161,7 @@ def _breakdown(runset: RunSet, key: str, title: str, get: str, dim_name: str | N
         ["all bins", "scored", "judge failures", "notes"]
     rows = []
     for k, recs in selected.items():
-        if not recs:
-            continue
-        values = [None] if dim is None else \
-            [v for v in (dim_order or sorted({dim(r) for r in recs}, key=str)) if any(dim(r) == v for r in recs)]
-        for value in values:
-            part = recs if dim is None else [r for r in recs if dim(r) == value]
+        for value, part in _parts(recs, dim, dim_order):
             cells: list[Cell] = _label_cells(runset, k) + ([str(value)] if dim is not None else [])
             cells += [f1_stat(r for r in part if r.bin == b) if any(r.bin == b for r in part) else "" for b in bins]
             cells += [f1_stat(part), f"{sum(r.f1 is not None for r in part)}/{len(part)}",
@@ -332,8 +338,7 @@ def execution_table(runset: RunSet) -> Table:
     rows = []
     for k, recs in runset.groups.items():
         run = runset.runs[(k.book, k.judge)]
-        job: dict[str, Any] = next((j for j in run.get("jobs", []) if (j["model"], j["mode"]) == (k.model, k.mode)),
-                                   {})
+        job = job_of(run, k)
         cached = runset.cached_answers.get(k)
         rows.append(_label_cells(runset, k) + [
             str(len(recs)), str(job.get("calls", "-")), str(job.get("cache_hits", "-")),

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from engine.benchmark.generation.bookdir import Item
+
 # Retrieval types (traces), as named in the published question sets.
 TIMES = "Times"
 SPACES = "Spaces"
@@ -26,7 +28,7 @@ GETS = ("all", "latest", "chronological")
 # The cue's four slots, in order; a template's cue keeps the placeholder name
 # of each fixed slot and "*" for the others: "(t, *, ent, *)".
 SLOTS = ("t", "s", "ent", "c")
-FIELDS = ("date", "location", "entity", "content")  # the chapter field of each slot
+FIELDS: tuple[Item, ...] = ("date", "location", "entity", "content")  # the chapter field of each slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,8 @@ chapters joined by "\\n\\n\\n", k from 1 in event order."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
-from engine.benchmark.generation.bookdir import CHAPTER_SEPARATOR
+from engine.benchmark.generation.bookdir import CHAPTER_SEPARATOR, ChapterRecord, MetaEvent
 from engine.benchmark.generation.checks import split_paragraphs, strip_numbering
 from engine.benchmark.generation.secondary import NameDealer
 from engine.tokens import count_tokens
@@ -22,8 +21,8 @@ def assemble_book(bodies: Iterable[str]) -> str:
     return CHAPTER_SEPARATOR.join(f"Chapter {k}\n\n{body}" for k, body in enumerate(bodies, start=1))
 
 
-def ground_truth(chapter: int, event_index: int, event: Mapping[str, str], meta: Mapping[str, Any],
-                 secondary: list[str]) -> dict[str, Any]:
+def ground_truth(chapter: int, event_index: int, event: Mapping[str, str], meta: MetaEvent,
+                 secondary: list[str]) -> ChapterRecord:
     """One chapters.json entry (same keys and order as the published file)."""
     idx = meta["idx_paragraph"]
     return {"chapter": chapter, "event_index": event_index, "date": event["date"],
@@ -33,14 +32,14 @@ def ground_truth(chapter: int, event_index: int, event: Mapping[str, str], meta:
             "paragraph_of": {key: idx[key] for key in ("date", "location", "entity", "content")}}
 
 
-def build_book(valid: Mapping[int, str], events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
-               names: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
+def build_book(valid: Mapping[int, str], events: Sequence[Mapping[str, str]], metas: Sequence[MetaEvent],
+               names: Sequence[str]) -> tuple[str, list[ChapterRecord]]:
     """Valid raw candidates (event index -> text) -> (book text, chapters.json).
 
     Chapters follow event order; secondary names are dealt chapter by chapter."""
     dealer = NameDealer(names)
     bodies: list[str] = []
-    chapters: list[dict[str, Any]] = []
+    chapters: list[ChapterRecord] = []
     for k, index in enumerate(sorted(valid), start=1):
         filled, taken = dealer.fill(valid[index])
         bodies.append(chapter_body(filled))

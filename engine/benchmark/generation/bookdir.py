@@ -42,7 +42,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from providers.base import TulvingError
 
@@ -55,15 +55,40 @@ class BookError(TulvingError):
     """A book folder that is missing, malformed or inconsistent."""
 
 
+Item = Literal["date", "location", "entity", "content"]  # the four items of a chapter (and of a cue)
+
+
+class ChapterRecord(TypedDict):
+    """chapters.json: one chapter's ground truth (the published file's keys, in its order)."""
+    chapter: int                    # 1-based, in book order
+    event_index: int                # the event the chapter tells (events.json)
+    date: str
+    location: str
+    entity: str
+    content: str
+    detail: str
+    secondary_entities: list[str]
+    nb_paragraphs: int
+    style: str
+    paragraph_of: dict[str, int]    # date, location, entity, content -> paragraph (1-based)
+
+
+class MetaEvent(TypedDict):
+    """meta_events.json: how one event's chapter is laid out."""
+    nb_paragraphs: int
+    idx_paragraph: dict[str, int]   # item -> paragraph (1-based)
+    style: str
+
+
 @dataclass
 class Book:
     """A benchmark document and its ground truth."""
 
     name: str
     text: str
-    chapters: list[dict[str, Any]]          # chapters.json
-    events: list[dict[str, Any]]            # events.json (all sampled events)
-    meta_events: list[dict[str, Any]]       # meta_events.json
+    chapters: list[ChapterRecord]           # chapters.json
+    events: list[dict[str, str]]            # events.json (all sampled events)
+    meta_events: list[MetaEvent]            # meta_events.json
     universe: str = "default"
     n_tokens: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)  # book.json
@@ -168,7 +193,7 @@ def read_book_dir(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _dump(path: Path, data: Any) -> None:
+def _dump(path: Path, data: object) -> None:
     # Written to a temporary name then renamed, so a killed run never leaves a
     # half-written file behind.
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -179,7 +204,7 @@ def _dump(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
-def write_events(folder: str | Path, events: list[dict[str, Any]], meta_events: list[dict[str, Any]]) -> Path:
+def write_events(folder: str | Path, events: list[dict[str, str]], meta_events: list[MetaEvent]) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     _dump(folder / "events.json", events)
@@ -187,8 +212,8 @@ def write_events(folder: str | Path, events: list[dict[str, Any]], meta_events: 
     return folder
 
 
-def write_book_dir(folder: str | Path, *, text: str, chapters: list[dict[str, Any]], events: list[dict[str, Any]],
-                   meta_events: list[dict[str, Any]], metadata: dict[str, Any],
+def write_book_dir(folder: str | Path, *, text: str, chapters: list[ChapterRecord], events: list[dict[str, str]],
+                   meta_events: list[MetaEvent], metadata: dict[str, Any],
                    log: list[dict[str, Any]] | None = None) -> Path:
     """Write a complete book folder (see the module docstring)."""
     folder = write_events(folder, events, meta_events)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.benchmark.generation.bookdir import MetaEvent
 from engine.benchmark.generation.checks import exact_check, parse_llm_check
 from engine.benchmark.generation.prompts import chapter_messages, verification_messages
 from engine.config import Config
@@ -97,7 +98,7 @@ def seeds_draws(config: Config, model: str) -> bool:
 class ChapterRequests:
     """Builds the chat requests of candidate `draw` of event `event` and of its LLM check."""
 
-    def __init__(self, config: Config, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
+    def __init__(self, config: Config, events: Sequence[Mapping[str, str]], metas: Sequence[MetaEvent],
                  styles: Mapping[str, Sequence[str]], *, model: str, universe: str = "default",
                  seed_draws: bool | None = None, temperature: float | None = None):
         self.events, self.metas, self.styles = events, metas, styles
@@ -120,7 +121,7 @@ class ChapterRequests:
 class ChapterGenerator:
     """Generates the chapters of `events` with `model` through `engine`."""
 
-    def __init__(self, engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
+    def __init__(self, engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[MetaEvent],
                  styles: Mapping[str, Sequence[str]], *, model: str, universe: str = "default",
                  itermax: int = DEFAULT_ITERMAX, seed_draws: bool | None = None,
                  temperature: float | None = None):
@@ -238,6 +239,6 @@ class ChapterGenerator:
             result.error_events.append(tag.event)
 
 
-async def generate_chapters(engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[Mapping[str, Any]],
+async def generate_chapters(engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[MetaEvent],
                             styles: Mapping[str, Sequence[str]], **options: Any) -> ChapterRun:
     return await ChapterGenerator(engine, events, metas, styles, **options).run()

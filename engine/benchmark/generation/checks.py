@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
 
+from engine.benchmark.generation.bookdir import ChapterRecord, MetaEvent
 from engine.benchmark.generation.prompts import lower_first
 
 _PARAGRAPH_SPLIT = re.compile(r"\n+")
@@ -66,16 +66,17 @@ def placeholders_problem(text: str) -> str | None:
     return None
 
 
-def item_values(event: Mapping[str, str]) -> dict[str, str]:
+def item_values(event: Mapping[str, str] | ChapterRecord) -> dict[str, str]:
     """The four strings the checks look for, keyed like idx_paragraph."""
     return {"date": event["date"], "location": event["location"], "entity": event["entity"],
             "content": lower_first(event["detail"])}
 
 
-def _placement_problem(paragraphs: list[str], event: Mapping[str, str], meta: Mapping[str, Any]) -> str | None:
+def _placement_problem(paragraphs: list[str], event: Mapping[str, str] | ChapterRecord, paragraph_of: Mapping[str, int]
+                       ) -> str | None:
     lowered = [p.lower() for p in paragraphs]
     for key, value in item_values(event).items():
-        target = meta["idx_paragraph"][key]
+        target = paragraph_of[key]
         needle = value.lower()
         where = [i for i, p in enumerate(lowered, start=1) if needle in p]
         if target not in where:
@@ -86,7 +87,7 @@ def _placement_problem(paragraphs: list[str], event: Mapping[str, str], meta: Ma
     return None
 
 
-def exact_check(candidate: str, event: Mapping[str, str], meta: Mapping[str, Any]) -> str | None:
+def exact_check(candidate: str, event: Mapping[str, str], meta: MetaEvent) -> str | None:
     """None if the raw candidate passes every exact check, else the reason."""
     paragraphs = split_paragraphs(candidate)
     nb = meta["nb_paragraphs"]
@@ -104,10 +105,10 @@ def exact_check(candidate: str, event: Mapping[str, str], meta: Mapping[str, Any
     problem = placeholders_problem(candidate)
     if problem is not None:
         return problem
-    return _placement_problem([strip_numbering(p) for p in paragraphs], event, meta)
+    return _placement_problem([strip_numbering(p) for p in paragraphs], event, meta["idx_paragraph"])
 
 
-def check_assembled_chapter(text: str, chapter: Mapping[str, Any]) -> str | None:
+def check_assembled_chapter(text: str, chapter: ChapterRecord) -> str | None:
     """The exact checks on a chapter of book.txt against its ground truth."""
     paragraphs = text.split("\n\n")
     nb = chapter["nb_paragraphs"]
@@ -120,7 +121,7 @@ def check_assembled_chapter(text: str, chapter: Mapping[str, Any]) -> str | None
     for name in chapter.get("secondary_entities", []):
         if name not in text:
             return f"secondary entity {name!r} does not appear"
-    return _placement_problem(paragraphs, chapter, {"idx_paragraph": chapter["paragraph_of"]})
+    return _placement_problem(paragraphs, chapter, chapter["paragraph_of"])
 
 
 # -- the LLM check -----------------------------------------------------------------------

@@ -15,11 +15,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from engine.benchmark.generation.assemble import assemble_book
-from engine.benchmark.generation.bookdir import Book
+from engine.benchmark.generation.bookdir import Book, ChapterRecord
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 
@@ -31,13 +30,13 @@ Event: {entity} attended a {content} at {location} on {date}, where {entity} {de
 Answer only with a JSON object: {{"realism": <integer 1-5>, "reason": "<one sentence>"}}"""
 
 
-def story_date(chapter: Mapping[str, Any]) -> dt.date:
+def story_date(chapter: ChapterRecord) -> dt.date:
     return dt.datetime.strptime(chapter["date"], "%B %d, %Y").date()
 
 
 def chronological_book(book: Book, name: str | None = None) -> Book:
     order = sorted(range(len(book.chapters)), key=lambda i: (story_date(book.chapters[i]), i))
-    chapters = [{**book.chapters[i], "chapter": k} for k, i in enumerate(order, start=1)]
+    chapters: list[ChapterRecord] = [{**book.chapters[i], "chapter": k} for k, i in enumerate(order, start=1)]
     texts = [book.chapter_texts[i] for i in order]
     text = assemble_book(texts)
     metadata = {**book.metadata, "name": name or f"{book.name}-chrono", "derived_from": book.name,
@@ -47,7 +46,7 @@ def chronological_book(book: Book, name: str | None = None) -> Book:
                 metadata=metadata, chapter_texts=texts)
 
 
-def realism_request(chapter: Mapping[str, Any], model: str) -> ChatRequest:
+def realism_request(chapter: ChapterRecord, model: str) -> ChatRequest:
     detail = chapter["detail"][:1].lower() + chapter["detail"][1:]
     prompt = REALISM_PROMPT.format(entity=chapter["entity"], content=chapter["content"].lower(),
                                    location=chapter["location"], date=chapter["date"], detail=detail)

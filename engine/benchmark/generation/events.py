@@ -21,10 +21,10 @@ a style, from Python's `random` reseeded per field.
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import numpy as np
 
+from engine.benchmark.generation.bookdir import MetaEvent
 from engine.benchmark.generation.universe import N_UNIVERSE, Universe
 from providers.base import TulvingError
 
@@ -127,7 +127,7 @@ def sample_events(universe: Universe, n_events: int, seed_events: int = 0,
     return events
 
 
-def sample_meta_events(universe: Universe, n_events: int, seed_events: int = 0) -> list[dict[str, Any]]:
+def sample_meta_events(universe: Universe, n_events: int, seed_events: int = 0) -> list[MetaEvent]:
     """One meta-event per event: nb_paragraphs, idx_paragraph, style."""
     nb_choices = list(universe.spec.nb_paragraphs)
     styles = list(universe.spec.styles)
@@ -139,6 +139,6 @@ def sample_meta_events(universe: Universe, n_events: int, seed_events: int = 0) 
         positions[key] = [rng.randint(1, nb) for nb in nbs]
     rng = random.Random(20 * seed_events + 5)
     chosen = [rng.choice(styles) for _ in range(n_events)]
-    return [{"nb_paragraphs": nbs[i],
-             "idx_paragraph": {key: positions[key][i] for key in META_POSITION_ORDER},
-             "style": chosen[i]} for i in range(n_events)]
+    return [MetaEvent(nb_paragraphs=nbs[i],
+                      idx_paragraph={key: positions[key][i] for key in META_POSITION_ORDER},
+                      style=chosen[i]) for i in range(n_events)]

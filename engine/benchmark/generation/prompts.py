@@ -19,8 +19,8 @@ default novel wording.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from engine.benchmark.generation.bookdir import MetaEvent
 from engine.requests import Message
 
 WRITER_SYSTEM_PROMPT = (
@@ -115,7 +115,7 @@ def variant_of(universe: str) -> str:
     return universe if universe in _VARIANTS else "default"
 
 
-def chapter_user_prompt(event: Mapping[str, str], meta: Mapping[str, Any], style_adjectives: Sequence[str],
+def chapter_user_prompt(event: Mapping[str, str], meta: MetaEvent, style_adjectives: Sequence[str],
                         universe: str = "default") -> str:
     kind, verb, lengths, voice, extra, closing = _VARIANTS[variant_of(universe)]
     nb = meta["nb_paragraphs"]
@@ -133,7 +133,7 @@ def chapter_user_prompt(event: Mapping[str, str], meta: Mapping[str, Any], style
         idx_location=idx["location"], idx_date=idx["date"], idx_entity=idx["entity"], idx_content=idx["content"])
 
 
-def chapter_messages(event: Mapping[str, str], meta: Mapping[str, Any], style_adjectives: Sequence[str],
+def chapter_messages(event: Mapping[str, str], meta: MetaEvent, style_adjectives: Sequence[str],
                      universe: str = "default") -> list[Message]:
     return [{"role": "system", "content": WRITER_SYSTEM_PROMPT},
             {"role": "user", "content": chapter_user_prompt(event, meta, style_adjectives, universe)}]

@@ -21,13 +21,21 @@ from typing import Any
 
 from engine.benchmark.datadir import book_dir, published_book_dir, published_names, user_data_dir
 from engine.benchmark.generation.assemble import book_tokens
-from engine.benchmark.generation.bookdir import CHAPTER_SEPARATOR, Book, BookError, read_book_dir, split_chapters
+from engine.benchmark.generation.bookdir import (
+    CHAPTER_SEPARATOR,
+    Book,
+    BookError,
+    ChapterRecord,
+    MetaEvent,
+    read_book_dir,
+    split_chapters,
+)
 from engine.benchmark.generation.checks import check_assembled_chapter
 
 LONG = "synaptic-echoes"
 SHORT = "synaptic-echoes-short"
 PUBLISHED = published_names("books")
-PUBLISHED_META: dict[str, Any] = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
+PUBLISHED_META: dict[str, object] = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
                   "distribution": "geometric"}
 
 
@@ -73,8 +81,8 @@ def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
                 path=path, chapter_texts=chapter_texts)
 
 
-def verify_chapters(source: str, chapter_texts: list[str], chapters: list[dict[str, Any]], events: list[dict[str, Any]],
-                    metas: list[dict[str, Any]]) -> None:
+def verify_chapters(source: str, chapter_texts: list[str], chapters: list[ChapterRecord], events: list[dict[str, str]],
+                    metas: list[MetaEvent]) -> None:
     for k, (body, chapter) in enumerate(zip(chapter_texts, chapters), start=1):
         if chapter.get("chapter") != k:
             raise BookError(f"book {source}: chapters.json entry {k} has chapter number {chapter.get('chapter')}")

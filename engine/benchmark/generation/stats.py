@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.benchmark.generation.bookdir import Book
+from engine.benchmark.generation.bookdir import Book, Item
 from engine.benchmark.generation.checks import item_values
 
-ITEMS = ("date", "location", "entity", "content")
+ITEMS: tuple[Item, ...] = ("date", "location", "entity", "content")
 BINS = ("1", "2", "3-5", "6+")
 LEVELS = ("book", "chapter", "paragraph")
 N_HIST_BINS = 10

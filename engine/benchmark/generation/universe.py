@@ -16,7 +16,6 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engine.benchmark.datadir import published_names, universe_path, user_data_dir
 from providers.base import TulvingError
@@ -61,7 +60,7 @@ class Universe:
     entities: tuple[str, ...]
     locations: tuple[str, ...]
     contents: tuple[str, ...]
-    stream_state: tuple[Any, ...]  # Python random state after step 2 (feeds the detail draws)
+    stream_state: tuple[object, ...]  # Python random state after step 2 (feeds the detail draws)
 
     @property
     def name(self) -> str:
@@ -96,7 +95,7 @@ def load_universe_spec(name_or_path: str | Path) -> UniverseSpec:
     return validate_universe(raw, source=str(path), default_name=default_name)
 
 
-def _names(raw: Mapping[str, Any], key: str, source: str, minimum: int) -> tuple[str, ...]:
+def _names(raw: Mapping[str, object], key: str, source: str, minimum: int) -> tuple[str, ...]:
     value = raw[key]
     if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
         raise UniverseError(f"{source}: {key} must be a list of non-empty strings")
@@ -110,7 +109,7 @@ def _names(raw: Mapping[str, Any], key: str, source: str, minimum: int) -> tuple
     return tuple(value)
 
 
-def _date(raw: Mapping[str, Any], key: str, source: str) -> dt.date:
+def _date(raw: Mapping[str, object], key: str, source: str) -> dt.date:
     value = raw[key]
     try:
         return dt.date.fromisoformat(str(value))
@@ -118,7 +117,29 @@ def _date(raw: Mapping[str, Any], key: str, source: str) -> dt.date:
         raise UniverseError(f"{source}: {key} {value!r} is not a date YYYY-MM-DD") from None
 
 
-def validate_universe(raw: Any, *, source: str = "universe", default_name: str = "custom") -> UniverseSpec:
+def _content_details(details_raw: object, contents: tuple[str, ...], source: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(details_raw, dict):
+        raise UniverseError(f"{source}: content_details must map each content to a list of details")
+    details: dict[str, tuple[str, ...]] = {}
+    for content in contents:
+        if content not in details_raw:
+            raise UniverseError(f"{source}: content_details has no details for content {content!r}")
+        details[content] = _names(details_raw, content, f"{source}: content_details", 1)
+    return details
+
+
+def _styles(styles_raw: object, source: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(styles_raw, dict) or not styles_raw:
+        raise UniverseError(f"{source}: styles must map each style to its adjectives")
+    styles: dict[str, tuple[str, ...]] = {}
+    for style, adjectives in styles_raw.items():
+        if not isinstance(adjectives, list) or not adjectives or not all(isinstance(a, str) for a in adjectives):
+            raise UniverseError(f"{source}: style {style!r} needs a non-empty list of adjectives")
+        styles[style] = tuple(adjectives)
+    return styles
+
+
+def validate_universe(raw: object, *, source: str = "universe", default_name: str = "custom") -> UniverseSpec:
     """Check a parsed universe file; raise UniverseError with a one-line message."""
     if not isinstance(raw, dict):
         raise UniverseError(f"{source}: a universe file holds a JSON object")
@@ -135,22 +156,8 @@ def validate_universe(raw: Any, *, source: str = "universe", default_name: str =
         raise UniverseError(f"{source}: first_names x last_names give fewer than {N_UNIVERSE} full names")
     locations = _names(raw, "locations", source, N_UNIVERSE)
     contents = _names(raw, "contents", source, N_UNIVERSE)
-    details_raw = raw["content_details"]
-    if not isinstance(details_raw, dict):
-        raise UniverseError(f"{source}: content_details must map each content to a list of details")
-    details: dict[str, tuple[str, ...]] = {}
-    for content in contents:
-        if content not in details_raw:
-            raise UniverseError(f"{source}: content_details has no details for content {content!r}")
-        details[content] = _names(details_raw, content, f"{source}: content_details", 1)
-    styles_raw = raw["styles"]
-    if not isinstance(styles_raw, dict) or not styles_raw:
-        raise UniverseError(f"{source}: styles must map each style to its adjectives")
-    styles: dict[str, tuple[str, ...]] = {}
-    for style, adjectives in styles_raw.items():
-        if not isinstance(adjectives, list) or not adjectives or not all(isinstance(a, str) for a in adjectives):
-            raise UniverseError(f"{source}: style {style!r} needs a non-empty list of adjectives")
-        styles[style] = tuple(adjectives)
+    details = _content_details(raw["content_details"], contents, source)
+    styles = _styles(raw["styles"], source)
     nb = raw["nb_paragraphs"]
     if (not isinstance(nb, list) or not nb
             or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in nb)):

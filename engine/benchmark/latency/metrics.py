@@ -73,7 +73,7 @@ class RequestRecord:
             return None
         return (self.e2e - self.ttft) / (self.output_tokens - 1)
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> dict[str, object]:
         """The per-request row of the JSON output."""
         d = asdict(self)
         del d["chunk_times"]
@@ -262,21 +262,14 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
     tokens_in = sum(r.input_tokens for r in ok)
     tokens_out = sum(r.output_tokens for r in ok)
 
-    def dist(values: list[float]) -> Distribution | None:
-        return distribution(values, percentiles)
-
+    d = _distributions(records, ok, percentiles)
     summary = Summary(
         requests=len(records), completed=len(ok), failed=dict(sorted(failed.items())),
         cached=sum(r.status == "cached" for r in records), duration=duration,
         input_tokens=tokens_in, output_tokens=tokens_out,
         request_throughput=len(ok) / span, output_throughput=tokens_out / span,
         total_throughput=(tokens_in + tokens_out) / span,
-        ttft=dist([r.ttft for r in ok if r.ttft is not None]),
-        tpot=dist([t for r in ok if (t := r.tpot) is not None]),
-        itl=dist([gap for r in ok for gap in r.itl]),
-        e2e=dist([r.e2e for r in ok if r.e2e is not None]),
-        queued=dist([r.queued for r in records if r.queued is not None and r.status != "cached"]),
-        ttfb=dist([r.ttfb for r in ok if r.ttfb is not None]),
+        ttft=d["ttft"], tpot=d["tpot"], itl=d["itl"], e2e=d["e2e"], queued=d["queued"], ttfb=d["ttfb"],
         retries=sum(r.retries for r in records),
         peak_output_throughput=peak_output_rate(records), peak_in_flight=peak_in_flight(records))
     if slo:
@@ -287,3 +280,17 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
         summary.goodput = good / span
         summary.good_share = good / measured if measured else None
     return summary
+
+
+def _distributions(records: Sequence[RequestRecord], ok: list[RequestRecord], percentiles: Sequence[float]
+                   ) -> dict[str, Distribution | None]:
+    """The latency distributions of a run: ttft, tpot, itl, e2e and ttfb of the replies, queued of the calls."""
+    def dist(values: list[float]) -> Distribution | None:
+        return distribution(values, percentiles)
+
+    return {"ttft": dist([r.ttft for r in ok if r.ttft is not None]),
+            "tpot": dist([t for r in ok if (t := r.tpot) is not None]),
+            "itl": dist([gap for r in ok for gap in r.itl]),
+            "e2e": dist([r.e2e for r in ok if r.e2e is not None]),
+            "queued": dist([r.queued for r in records if r.queued is not None and r.status != "cached"]),
+            "ttfb": dist([r.ttfb for r in ok if r.ttfb is not None])}

@@ -19,7 +19,6 @@ import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
@@ -44,7 +43,7 @@ class BenchRun:
     records: list[RequestRecord]
 
 
-def load_fields(point: LoadPoint) -> dict[str, Any]:
+def load_fields(point: LoadPoint) -> dict[str, object]:
     return {"rate": "inf" if math.isinf(point.rate) else point.rate, "arrival": str(point.arrival),
             "max_concurrency": point.max_concurrency, "requests": point.requests, "duration": point.duration,
             "seed": point.seed}
@@ -128,7 +127,7 @@ def slo_text(slo: Mapping[str, float]) -> str:
     return ", ".join(f"{k} <= {v * 1000:g} ms" for k, v in slo.items())
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """JSON has no infinity or NaN."""
     if isinstance(value, float):
         if math.isnan(value):
@@ -143,18 +142,18 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def to_json(runs: Iterable[BenchRun], settings: Mapping[str, Any], per_request: bool = False) -> bytes:
-    doc: dict[str, Any] = {"settings": dict(settings), "runs": []}
+def to_json(runs: Iterable[BenchRun], settings: Mapping[str, object], per_request: bool = False) -> bytes:
+    entries = []
     for r in runs:
-        entry: dict[str, Any] = {"model": r.model, "load": load_fields(r.point), "summary": r.summary.as_dict(),
+        entry: dict[str, object] = {"model": r.model, "load": load_fields(r.point), "summary": r.summary.as_dict(),
                                  "client": r.client.as_dict()}
         if per_request:
             entry["requests"] = [rec.row() for rec in r.records]
-        doc["runs"].append(entry)
-    return orjson.dumps(_clean(doc), option=orjson.OPT_INDENT_2)
+        entries.append(entry)
+    return orjson.dumps(_clean({"settings": dict(settings), "runs": entries}), option=orjson.OPT_INDENT_2)
 
 
-def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
+def _flat(prefix: str, value: object, into: dict[str, object]) -> None:
     if isinstance(value, Mapping):
         for k, v in value.items():
             _flat(f"{prefix}_{k}" if prefix else str(k), v, into)
@@ -162,12 +161,12 @@ def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
         into[prefix] = value
 
 
-def csv_rows(runs: Iterable[BenchRun]) -> list[dict[str, Any]]:
+def csv_rows(runs: Iterable[BenchRun]) -> list[dict[str, object]]:
     """One flat row per run: model, load_*, the summary's figures (a
     distribution as ttft_mean ... ttft_p99, in seconds), client_*."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for r in runs:
-        row: dict[str, Any] = {"model": r.model}
+        row: dict[str, object] = {"model": r.model}
         _flat("load", load_fields(r.point), row)
         summary = r.summary.as_dict()
         summary["failed"] = ";".join(f"{k}={v}" for k, v in summary["failed"].items())
@@ -179,7 +178,7 @@ def csv_rows(runs: Iterable[BenchRun]) -> list[dict[str, Any]]:
                 _flat(key, d, summary)
         _flat("", summary, row)
         _flat("client", r.client.as_dict(), row)
-        rows.append(_clean(row))
+        rows.append({k: _clean(v) for k, v in row.items()})  # the keys are strings already
     return rows
 
 

@@ -33,7 +33,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -58,7 +57,7 @@ class ClientCost:
     idle_cpu_ms_per_s: float = math.nan        # the process idle (lag probe included), measured just before
     net_cpu_us_per_request: float = math.nan   # CPU per request above that idle cost
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -122,16 +121,12 @@ async def _outcome(engine: Engine, request: Request) -> Outcome:
 async def run_point(engine: Engine, make_request: Callable[[int], Request], point: LoadPoint) -> PointRun:
     """Send the point's requests and collect their records (see the module docstring)."""
     run = PointRun(point)
-    limit = point.max_concurrency
-    slots = asyncio.Semaphore(limit) if limit else None
+    slots = asyncio.Semaphore(point.max_concurrency) if point.max_concurrency else None
     closed_loop = slots is not None and math.isinf(point.rate)
     clock = time.monotonic
     tasks: set[asyncio.Task[None]] = set()
     failures: list[BaseException] = []
-    probe = LagProbe()
-    probe.start()
-    idle_rate = await _idle_cpu_rate(IDLE_SAMPLE)
-    probe.lags.clear()
+    probe, idle_rate = await _started_probe()
     cpu0 = time.process_time()
     origin = clock()
 
@@ -162,12 +157,10 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
             wait = origin + offset - clock()
             if wait > 0:
                 await asyncio.sleep(wait)
-            if closed_loop:
-                assert slots is not None
+            if closed_loop and slots is not None:
                 await slots.acquire()
             if point.duration is not None and clock() - origin >= point.duration:
-                if closed_loop:
-                    assert slots is not None
+                if closed_loop and slots is not None:
                     slots.release()
                 break
             task = asyncio.create_task(one(index, offset))
@@ -178,20 +171,37 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
         if failures:
             raise failures[0]
     finally:
-        for task in list(tasks):
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancelled(tasks)
         await probe.stop()
     cpu, wall = time.process_time() - cpu0, clock() - origin
     run.records.sort(key=lambda r: r.index)
     run.duration = max((r.done for r in run.records), default=0.0)
-    n = len(run.records)
+    run.client = _client_cost(len(run.records), cpu, wall, idle_rate, probe)
+    return run
+
+
+async def _started_probe() -> tuple[LagProbe, float]:
+    """A running loop-lag probe, and the process's idle CPU rate measured before the load."""
+    probe = LagProbe()
+    probe.start()
+    idle_rate = await _idle_cpu_rate(IDLE_SAMPLE)
+    probe.lags.clear()
+    return probe, idle_rate
+
+
+async def _cancelled(tasks: set[asyncio.Task[None]]) -> None:
+    for task in list(tasks):
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _client_cost(n: int, cpu: float, wall: float, idle_rate: float, probe: LagProbe) -> ClientCost:
+    """What the point cost the client: CPU per request (net of the idle rate) and the loop's lag."""
     mean, p99, worst = probe.figures()
     net = cpu - idle_rate * wall
-    run.client = ClientCost(requests=n, cpu_seconds=cpu, cpu_us_per_request=cpu / n * 1e6 if n else math.nan,
-                            idle_cpu_ms_per_s=idle_rate * 1000,
-                            net_cpu_us_per_request=max(0.0, net) / n * 1e6 if n else math.nan,
-                            loop_lag_mean_ms=mean, loop_lag_p99_ms=p99, loop_lag_max_ms=worst,
-                            lag_samples=len(probe.lags))
-    return run
+    return ClientCost(requests=n, cpu_seconds=cpu, cpu_us_per_request=cpu / n * 1e6 if n else math.nan,
+                      idle_cpu_ms_per_s=idle_rate * 1000,
+                      net_cpu_us_per_request=max(0.0, net) / n * 1e6 if n else math.nan,
+                      loop_lag_mean_ms=mean, loop_lag_p99_ms=p99, loop_lag_max_ms=worst,
+                      lag_samples=len(probe.lags))
