@@ -49,7 +49,6 @@ from engine.warmup import marked
 from providers.base import (
     BAD_REPLY,
     BAD_REQUEST,
-    CONFIG,
     RATE_LIMITED,
     ChatResult,
     EndpointSpec,
@@ -57,8 +56,8 @@ from providers.base import (
     ProviderError,
 )
 from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
-from providers.batch_wires import batch_capable
 from providers.http_errors import exception_error
+from providers.kinds import batch_capable, opt_float, opt_int
 
 log = logging.getLogger(__name__)
 
@@ -107,22 +106,6 @@ class _Watch:
     load: tuple[str, int, int] | None = None  # (queue, requests, prompt tokens) it holds in the batch queue
 
 
-def _count_option(spec: EndpointSpec, name: str) -> int | None:
-    value = spec.options.get(name)
-    if value is not None and (type(value) is not int or value < 1):
-        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
-                                    f"got {value!r}")
-    return value
-
-
-def _option(spec: EndpointSpec, name: str, default: float) -> float:
-    value = spec.options.get(name, default)
-    if type(value) not in (int, float) or not value > 0:
-        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive number of "
-                                         f"seconds, got {value!r}")
-    return float(value)
-
-
 class BatchEndpoint(EndpointState):
     """An endpoint whose chat calls go by batch (see the module docstring)."""
 
@@ -132,12 +115,12 @@ class BatchEndpoint(EndpointState):
         self.batch_owner = owner
         self.api = api
         self.ledger = ledger
-        self.poll_first = _option(spec, "batch_poll", POLL_FIRST)
-        self.poll_max = max(self.poll_first, _option(spec, "batch_poll_max", POLL_MAX))
+        self.poll_first = opt_float(spec, "batch_poll") or POLL_FIRST
+        self.poll_max = max(self.poll_first, opt_float(spec, "batch_poll_max") or POLL_MAX)
         # The account's batch queue (OpenAI: enqueued prompt tokens per model; Anthropic: requests in
         # queue): batches beyond it wait for earlier ones to end rather than be refused.
-        self.queue_requests = _count_option(spec, "batch_queue_requests")
-        self.queue_tokens = _count_option(spec, "batch_queue_tokens")
+        self.queue_requests = opt_int(spec, "batch_queue_requests")
+        self.queue_tokens = opt_int(spec, "batch_queue_tokens")
         self._queued: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # queue -> [requests, tokens] in batches
         self._queue_freed = asyncio.Event()
         self._gathered: list[Job] = []

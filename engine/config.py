@@ -4,7 +4,7 @@ aliases (an endpoint + a model name + default parameters).
 A user's TOML file is merged over the built-in defaults below:
 
     [endpoints.vllm-a]
-    kind = "openai"                      # openai | anthropic | local | local-embed | builtin
+    kind = "openai"                      # a provider kind: `tulving config reference` lists them
     base_url = "http://gpu-a:8000/v1"
     key_env = "VLLM_KEY"                 # variable holding the key; omit for none
     max_concurrency = 32
@@ -40,8 +40,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.errors import TulvingError
-from providers import REGISTRY
-from providers.base import EndpointSpec
+from providers.base import EndpointSpec, ProviderError
+from providers.kinds import KindRegistry, OptionError, ProviderKind, registry, validate_options
 
 # The settings behind the published numbers: temperature 1.0, 4096 output tokens.
 PAPER_PARAMS = {"temperature": 1.0, "max_tokens": 4096}
@@ -128,16 +128,59 @@ DEFAULT_MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-def register_defaults(*, endpoints: Mapping[str, Mapping[str, Any]] | None = None,
-                      models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-    """Add default endpoints and aliases from a higher layer (the benchmark's
-    built-in models, engine/benchmark/builtin): configs loaded afterwards include them."""
-    DEFAULT_ENDPOINTS.update({name: dict(table) for name, table in (endpoints or {}).items()})
-    DEFAULT_MODELS.update({name: dict(table) for name, table in (models or {}).items()})
+def default_tables() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The built-in endpoints and aliases: those above, and those the installed
+    provider kinds bring (the `builtin` endpoint and `builtin:*` aliases),
+    gathered now rather than registered by an import."""
+    endpoints = {name: dict(table) for name, table in DEFAULT_ENDPOINTS.items()}
+    models = {name: dict(table) for name, table in DEFAULT_MODELS.items()}
+    for kind in _kinds().all():
+        endpoints.update({name: dict(table) for name, table in kind.default_endpoints.items()})
+        models.update({name: dict(table) for name, table in kind.default_models.items()})
+    return endpoints, models
 
+
+def _kinds() -> KindRegistry:
+    """The installed kinds; their one-line failure (no package metadata) as a ConfigError."""
+    try:
+        return registry()
+    except ProviderError as exc:
+        raise ConfigError(exc.message) from None
+
+
+# Every key of an [endpoints.NAME] table: (type, default, what it means). The
+# configuration reference (`tulving config reference`) is generated from these
+# and from each kind's option schema (providers/kinds.py).
+ENDPOINT_KEYS: dict[str, tuple[str, str, str]] = {
+    "kind": ("string", "required", "the provider kind (see the kinds below)"),
+    "base_url": ("http(s) URL", "the kind's public API", "where calls go"),
+    "key_env": ("string", "none", "environment variable holding the API key (the key itself is never stored)"),
+    "max_concurrency": ("int, 1..100000", "16", "calls in flight at once"),
+    "rpm": ("number > 0", "none", "requests per minute"),
+    "input_tpm": ("number > 0", "none", "input tokens per minute"),
+    "output_tpm": ("number > 0", "none", "output tokens per minute"),
+    "timeout": ("number > 0", "600", "seconds per attempt"),
+    "total_timeout": ("number > 0", "none", "seconds per request over all its attempts"),
+    "max_attempts": ("int >= 1", "6", "attempts per call (retryable failures are retried with backoff)"),
+    "max_retry_after": ("number >= 0", "60", "a server's longer retry-after is capped to this many seconds"),
+    "options": ("table", "{}", "options of the endpoint's kind (see the kinds below)"),
+}
+# Every key of a [models.NAME] table, likewise.
+MODEL_KEYS: dict[str, tuple[str, str, str]] = {
+    "endpoint": ("string", "-", "the endpoint serving this model (or endpoints)"),
+    "endpoints": ("list of strings", "-", "replicas: each call goes where capacity is free"),
+    "model": ("string", "required", "the provider's model name"),
+    "params": ("table", "{}", "default request parameters (temperature >= 0, max_tokens >= 1, ...)"),
+    "price_in": ("number >= 0", "0", "USD per million input tokens"),
+    "price_out": ("number >= 0", "0", "USD per million output tokens"),
+    "price_cached_in": ("number >= 0", "price_in", "USD per million input tokens read from the prompt cache"),
+    "price_cache_write": ("number >= 0", "price_in", "USD per million input tokens written to the prompt cache"),
+    "batch_discount": ("number in (0, 1]", "0.5", "share of the price a batch-API call costs"),
+    "context_tokens": ("int >= 1", "none", "the model's context window, in tokens"),
+    "reasoning": ("bool", "false", "a reasoning model (o1/o3): no system prompt, temperature or token limit"),
+}
 _ENDPOINT_FIELDS = {f.name for f in fields(EndpointSpec)} - {"name"}
-_MODEL_FIELDS = {"endpoint", "endpoints", "model", "params", "price_in", "price_out", "reasoning", "context_tokens",
-                 "price_cached_in", "price_cache_write", "batch_discount"}
+_MODEL_FIELDS = set(MODEL_KEYS)
 
 
 @dataclass(slots=True)
@@ -150,8 +193,7 @@ class Config:
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None) -> Config:
         """Built-in defaults, with the TOML file at `path` merged over them."""
-        raw_endpoints = {k: dict(v) for k, v in DEFAULT_ENDPOINTS.items()}
-        raw_models = {k: dict(v) for k, v in DEFAULT_MODELS.items()}
+        raw_endpoints, raw_models = default_tables()
         source = "built-in defaults"
         if path is not None:
             path = Path(path)
@@ -218,10 +260,6 @@ class Config:
 # ConfigError line naming the file, the table and the key.
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-# Headers the HTTP client owns: overriding them breaks framing or routing.
-_RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-type"}
-_HTTP_KINDS = {"openai", "anthropic"}
 
 
 def _where(source: str, section: str, name: str, key: str | None = None) -> str:
@@ -262,44 +300,22 @@ def check_base_url(value: Any, where: str) -> None:
     del port
 
 
-def _check_options(options: Any, kind: str, where: str) -> None:
-    if not isinstance(options, Mapping):
-        raise ConfigError(f"{where} options must be a table, got {options!r}")
-    headers = options.get("headers")
-    if headers is not None:
-        if not isinstance(headers, Mapping):
-            raise ConfigError(f"{where} options.headers must be a table of strings, got {headers!r}")
-        for header, value in headers.items():
-            if not _HEADER_NAME.fullmatch(header):
-                raise ConfigError(f"{where} options.headers has an invalid header name {header!r}")
-            if header.lower() in _RESERVED_HEADERS:
-                raise ConfigError(f"{where} options.headers must not set {header} (the HTTP client sets it)")
-            if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
-                raise ConfigError(f"{where} options.headers.{header} must be a one-line string, got {value!r}")
-    drop = options.get("drop_params")
-    if drop is not None and (not isinstance(drop, list) or not all(isinstance(x, str) for x in drop)):
-        raise ConfigError(f"{where} options.drop_params must be a list of parameter names, got {drop!r}")
-    for flag in ("trust_env", "prompt_cache", "prompt_cache_key", "stream"):
-        if flag in options and not isinstance(options[flag], bool):
-            raise ConfigError(f"{where} options.{flag} must be true or false, got {options[flag]!r}")
-    if options.get("stream") and kind not in _HTTP_KINDS:
-        raise ConfigError(f"{where} options.stream: {kind} endpoints cannot stream "
-                          f"(only {', '.join(sorted(_HTTP_KINDS))} endpoints do)")
-    if "http_client" in options:
-        from providers.http_client import HTTP_CLIENTS
+def _check_options(options: object, kind: ProviderKind, where: str) -> dict[str, object]:
+    """The endpoint's options checked against its kind's schema (providers/kinds.py)."""
+    try:
+        return validate_options(kind, {} if options is None else options)
+    except OptionError as exc:
+        raise ConfigError(f"{where} {exc}") from None
 
-        if options["http_client"] not in HTTP_CLIENTS:
-            raise ConfigError(f"{where} options.http_client must be one of "
-                              f"{', '.join(HTTP_CLIENTS)}, got {options['http_client']!r}")
-    from providers.http_pool import TIMEOUT_OPTIONS
 
-    for seconds in TIMEOUT_OPTIONS:  # the HTTP clients' own limits, in seconds
-        value = options.get(seconds)
-        if value is not None and (not _is_number(value) or value <= 0):
-            raise ConfigError(f"{where} options.{seconds} must be a positive number of seconds, got {value!r}")
-    for text in ("anthropic_version", "model_path", "model_dir"):
-        if text in options and not isinstance(options[text], str):
-            raise ConfigError(f"{where} options.{text} must be a string, got {options[text]!r}")
+def _kind(table: Mapping[str, Any], where: str) -> ProviderKind:
+    if "kind" not in table:
+        raise ConfigError(f"{where} needs a kind")
+    name = table["kind"]
+    known = _kinds()
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"{where} has unknown kind {name!r} (known: {', '.join(known.names())})")
+    return known.get(name)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -327,11 +343,7 @@ def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
     unknown = set(table) - _ENDPOINT_FIELDS
     if unknown:
         raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}")
-    if "kind" not in table:
-        raise ConfigError(f"{where} needs a kind")
-    kind = table["kind"]
-    if not isinstance(kind, str) or kind not in REGISTRY:
-        raise ConfigError(f"{where} has unknown kind {kind!r} (known: {', '.join(sorted(REGISTRY))})")
+    kind = _kind(table, where)
     if table.get("base_url") is not None:
         check_base_url(table["base_url"], where)
     key_env = table.get("key_env")
@@ -344,10 +356,9 @@ def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
         _positive(table, key, where, integer=True)
     if table.get("max_concurrency") is not None and table["max_concurrency"] > 100_000:
         raise ConfigError(f"{where} max_concurrency must be at most 100000, got {table['max_concurrency']!r}")
-    options = table.get("options")
-    _check_options({} if options is None else options, kind, where)
+    options = _check_options(table.get("options"), kind, where)
     fields_ = {k: v for k, v in table.items() if v is not None or k in ("base_url", "key_env")}
-    fields_["options"] = dict(options or {})
+    fields_["options"] = options
     return EndpointSpec(name=name, **fields_)
 
 
@@ -356,6 +367,24 @@ def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, Endpoint
     unknown = set(table) - _MODEL_FIELDS
     if unknown:
         raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}")
+    names = _alias_endpoints(table, endpoints, where)
+    if "model" not in table:
+        raise ConfigError(f"{where} needs model (the provider's model name)")
+    if not isinstance(table["model"], str) or not table["model"].strip():
+        raise ConfigError(f"{where} model must be a non-empty string, got {table['model']!r}")
+    params = _params(table.get("params", {}), where)
+    _check_prices(table, where)
+    _positive(table, "context_tokens", where, integer=True)
+    if "reasoning" in table and not isinstance(table["reasoning"], bool):
+        raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
+    return ModelAlias(name=name, endpoints=names, model=table["model"], params=params,
+                      price_in=table.get("price_in"), price_out=table.get("price_out"),
+                      reasoning=bool(table.get("reasoning", False)), context_tokens=table.get("context_tokens"),
+                      price_cached_in=table.get("price_cached_in"), price_cache_write=table.get("price_cache_write"),
+                      batch_discount=float(table.get("batch_discount", 0.5)))
+
+
+def _alias_endpoints(table: Mapping[str, Any], endpoints: Mapping[str, EndpointSpec], where: str) -> tuple[str, ...]:
     names = table.get("endpoints") or ([table["endpoint"]] if "endpoint" in table else [])
     if isinstance(names, str):
         names = [names]
@@ -368,33 +397,29 @@ def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, Endpoint
             raise ConfigError(f"{where} endpoints must be endpoint names (strings), got {e!r}")
         if e not in endpoints:
             raise ConfigError(f"{where} names unknown endpoint {e!r}")
-    if "model" not in table:
-        raise ConfigError(f"{where} needs model (the provider's model name)")
-    if not isinstance(table["model"], str) or not table["model"].strip():
-        raise ConfigError(f"{where} model must be a non-empty string, got {table['model']!r}")
-    params = table.get("params", {})
+    return tuple(names)
+
+
+def _params(params: object, where: str) -> dict[str, object]:
     if not isinstance(params, dict):
         raise ConfigError(f"{where} params must be a table, got {params!r}")
     for key, value in params.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where} params.{key} must be finite, got {value!r}")
-    if "temperature" in params and params["temperature"] is not None and (
-            not _is_number(params["temperature"]) or params["temperature"] < 0):
-        raise ConfigError(f"{where} params.temperature must be a number >= 0, got {params['temperature']!r}")
+    temperature = params.get("temperature")
+    if temperature is not None and (not _is_number(temperature) or temperature < 0):
+        raise ConfigError(f"{where} params.temperature must be a number >= 0, got {temperature!r}")
     for key in ("max_tokens", "max_completion_tokens"):
-        if key in params and params[key] is not None and (type(params[key]) is not int or params[key] < 1):
-            raise ConfigError(f"{where} params.{key} must be a whole number >= 1, got {params[key]!r}")
+        value = params.get(key)
+        if value is not None and (type(value) is not int or value < 1):
+            raise ConfigError(f"{where} params.{key} must be a whole number >= 1, got {value!r}")
+    return dict(params)
+
+
+def _check_prices(table: Mapping[str, Any], where: str) -> None:
     for key in ("price_in", "price_out", "price_cached_in", "price_cache_write"):
         _positive(table, key, where, allow_zero=True)
     discount = table.get("batch_discount")
     if discount is not None and (not _is_number(discount) or not 0 < discount <= 1):
         raise ConfigError(f"{where} batch_discount must be a number in (0, 1] (the share of the price a batch "
                           f"call costs: 0.5 is half price), got {discount!r}")
-    _positive(table, "context_tokens", where, integer=True)
-    if "reasoning" in table and not isinstance(table["reasoning"], bool):
-        raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
-    return ModelAlias(name=name, endpoints=tuple(names), model=table["model"], params=dict(params),
-                      price_in=table.get("price_in"), price_out=table.get("price_out"),
-                      reasoning=bool(table.get("reasoning", False)), context_tokens=table.get("context_tokens"),
-                      price_cached_in=table.get("price_cached_in"), price_cache_write=table.get("price_cache_write"),
-                      batch_discount=float(table.get("batch_discount", 0.5)))

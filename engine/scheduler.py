@@ -69,9 +69,8 @@ from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key, prefix_parts
-from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, Provider, ProviderError, Result
-from providers.batch_wires import batch_capable, make_batch_api
+from providers.kinds import batch_api_for, make_provider
 
 log = logging.getLogger(__name__)
 
@@ -282,9 +281,9 @@ class Engine:
         ep = self._endpoints.get(spec.name)
         if ep is None:
             key = self.config.api_key(spec)  # ConfigError naming the variable
-            if self.batch and batch_capable(spec):
-                ep = BatchEndpoint(spec, make_provider(spec, key), self, self._budget, make_batch_api(spec, key),
-                                   self._ledger)
+            api = batch_api_for(spec, key) if self.batch else None
+            if api is not None:
+                ep = BatchEndpoint(spec, make_provider(spec, key), self, self._budget, api, self._ledger)
             else:
                 ep = EndpointState(spec, make_provider(spec, key), self, self._budget)
             self._endpoints[spec.name] = ep

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, ChatResult, EndpointSpec, ProviderError
+from providers.base import BAD_REQUEST, TIMEOUT, ChatResult, EndpointSpec, ProviderError
 
 LineResult = ChatResult | ProviderError
 
@@ -62,12 +62,8 @@ class BatchApi(abc.ABC):
 
     def __init__(self, spec: EndpointSpec, api_key: str | None):
         self.spec = spec
+        # Checked by the config at load (the kind's option schema): whole numbers >= 1, or unset.
         options = spec.options
-        for name in ("batch_max_requests", "batch_max_bytes"):
-            value = options.get(name)
-            if value is not None and (type(value) is not int or value < 1):
-                raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
-                                            f"got {value!r}")
         self.max_requests = min(self.max_requests, options.get("batch_max_requests") or self.max_requests)
         self.max_bytes = min(self.max_bytes, options.get("batch_max_bytes") or self.max_bytes)
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from providers.base import CONFIG, Provider, ProviderError
+from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
 from providers.http_errors import bad_reply, exception_error, redact, status_error
 from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
 
@@ -98,15 +98,18 @@ class JsonHttpClient:
         self._pool_options: dict[str, Any] = dict(timeouts or {})
 
     @classmethod
-    def for_endpoint(cls, spec: Any, api_key: str | None, *, auth: Mapping[str, str],
+    def for_endpoint(cls, spec: EndpointSpec, api_key: str | None, *, auth: Mapping[str, str],
                      base_headers: Mapping[str, str] | None = None, request_id_header: str) -> JsonHttpClient:
         """The client of one provider endpoint: its base headers, the
         endpoint's extra `headers` option, then `auth` (only when a key is set)."""
-        headers = {**(base_headers or {}), **(spec.options.get("headers") or {}), **(auth if api_key else {})}
+        from providers.kinds import opt_bool, opt_float, opt_str, opt_table
+
+        headers = {**(base_headers or {}), **opt_table(spec, "headers"), **(auth if api_key else {})}
+        timeouts = {name: opt_float(spec, name) for name in TIMEOUT_OPTIONS}
         return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
-                   request_id_header=request_id_header, trust_env=bool(spec.options.get("trust_env", False)),
-                   http_client=spec.options.get("http_client", "pool"),
-                   timeouts={k: spec.options[k] for k in TIMEOUT_OPTIONS if spec.options.get(k) is not None})
+                   request_id_header=request_id_header, trust_env=opt_bool(spec, "trust_env"),
+                   http_client=opt_str(spec, "http_client") or "pool",
+                   timeouts={name: seconds for name, seconds in timeouts.items() if seconds is not None})
 
     async def post(self, url: str, body: Mapping[str, Any], timeout: float
                    ) -> tuple[dict[str, Any], Mapping[str, str], float]:

@@ -174,14 +174,9 @@ class LocalEmbedProvider(Provider):
     """
 
     kind = "local-embed"
-    _OPTIONS = frozenset({"model_dir"})
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
-        unknown = set(spec.options) - self._OPTIONS
-        if unknown:
-            raise ProviderError(CONFIG, f"endpoint {spec.name!r}: unknown option(s) {sorted(unknown)} "
-                                        f"(known: {', '.join(sorted(self._OPTIONS))})")
         self._encoders: dict[Path, MiniLMEncoder] = {}
         self._lock = asyncio.Lock()         # queue callers fairly, one at a time
         self._thread_lock = threading.Lock()  # holds even if a caller is cancelled mid-encode
