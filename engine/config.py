@@ -47,6 +47,10 @@ from providers.kinds import KindRegistry, OptionError, ProviderKind, registry, v
 PAPER_PARAMS = {"temperature": 1.0, "max_tokens": 4096}
 
 
+# A TOML table as read: keys to values of any TOML type, checked before use.
+Table = dict[str, object]
+
+
 class ConfigError(TulvingError):
     """A malformed or inconsistent configuration; the message is one line."""
 
@@ -80,7 +84,7 @@ class ModelAlias:
         return total * self.batch_discount if batch else total
 
 
-DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
+DEFAULT_ENDPOINTS: dict[str, Table] = {
     # Public APIs, with limits of a low usage tier; raise them in your config.
     "openai": {"kind": "openai", "base_url": "https://api.openai.com/v1", "key_env": "OPENAI_API_KEY",
                "max_concurrency": 64, "rpm": 500, "input_tpm": 800_000, "output_tpm": 800_000},
@@ -103,7 +107,7 @@ DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
 #   ($3.75), cache hits 0.1x ($0.30); Message Batches 50% of input and output.
 # Override any of them per model in your config (price_in, price_cached_in,
 # price_cache_write, price_out, batch_discount); a price you set is used as is.
-DEFAULT_MODELS: dict[str, dict[str, Any]] = {
+DEFAULT_MODELS: dict[str, Table] = {
     "gpt-4o": {"endpoint": "openai", "model": "gpt-4o-2024-08-06", "params": PAPER_PARAMS,
                "price_in": 2.5, "price_cached_in": 1.25, "price_out": 10.0, "batch_discount": 0.5,
                "context_tokens": 128_000},
@@ -128,7 +132,7 @@ DEFAULT_MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-def default_tables() -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+def default_tables() -> tuple[dict[str, Table], dict[str, Table]]:
     """The built-in endpoints and aliases: those above, and those the installed
     provider kinds bring (the `builtin` endpoint and `builtin:*` aliases),
     gathered now rather than registered by an import."""
@@ -201,23 +205,14 @@ class Config:
             unknown = set(data) - {"endpoints", "models"}
             if unknown:
                 raise ConfigError(f"{path}: unknown top-level section(s) {sorted(unknown)} (expected endpoints, models)")
-            for section in ("endpoints", "models"):
-                if not isinstance(data.get(section, {}), dict):
-                    raise ConfigError(f"{path}: {section} must be a table of [{section}.NAME] tables, "
-                                      f"got {data[section]!r}")
-            for name, table in data.get("endpoints", {}).items():
-                if not isinstance(table, dict):
-                    raise ConfigError(f"{path}: [endpoints.{name}] must be a table")
+            for name, table in _tables(data, "endpoints", path).items():
                 raw_endpoints[name] = {**raw_endpoints.get(name, {}), **table}
-            for name, table in data.get("models", {}).items():
-                if not isinstance(table, dict):
-                    raise ConfigError(f"{path}: [models.{name}] must be a table")
-                raw_models[name] = table
+            raw_models.update(_tables(data, "models", path))
             source = str(path)
         return cls.from_dicts(raw_endpoints, raw_models, source=source)
 
     @classmethod
-    def from_dicts(cls, endpoints: Mapping[str, Mapping[str, Any]], models: Mapping[str, Mapping[str, Any]],
+    def from_dicts(cls, endpoints: Mapping[str, Mapping[str, object]], models: Mapping[str, Mapping[str, object]],
                    source: str = "dict") -> Config:
         eps = {name: _endpoint(name, table, source) for name, table in endpoints.items()}
         config = cls(endpoints=eps, models={}, source=source)
@@ -262,27 +257,41 @@ class Config:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _tables(data: Table, section: str, path: Path) -> dict[str, Table]:
+    """The [section.NAME] tables of a config file."""
+    found = data.get(section, {})
+    if not isinstance(found, dict):
+        raise ConfigError(f"{path}: {section} must be a table of [{section}.NAME] tables, got {found!r}")
+    for name, table in found.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{section}.{name}] must be a table")
+    return found
+
+
 def _where(source: str, section: str, name: str, key: str | None = None) -> str:
     return f"{source}: [{section}.{name}]" + (f" {key}" if key else "")
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _positive(table: Mapping[str, Any], key: str, where: str, *, integer: bool = False,
-              allow_zero: bool = False) -> None:
+def _positive(table: Mapping[str, object], key: str, where: str, *, integer: bool = False,
+              allow_zero: bool = False) -> float | None:
+    """The number at `key` (None when unset), checked: finite (a whole number
+    when `integer`), > 0 (>= 0 when `allow_zero`)."""
     value = table.get(key)
     if value is None:
-        return
+        return None
     ok = (type(value) is int) if integer else _is_number(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
+    if not ok or not isinstance(value, int | float) or value < 0 or (value == 0 and not allow_zero):
         what = "a whole number" if integer else "a finite number"
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{where} {key} must be {what} {bound}, got {value!r}")
+    return value
 
 
-def check_base_url(value: Any, where: str) -> None:
+def check_base_url(value: object, where: str) -> None:
     """An http(s) URL with a host (a path and a query are kept; no fragment)."""
     if not isinstance(value, str):
         raise ConfigError(f"{where} base_url must be a string URL, got {value!r}")
@@ -308,7 +317,7 @@ def _check_options(options: object, kind: ProviderKind, where: str) -> dict[str,
         raise ConfigError(f"{where} {exc}") from None
 
 
-def _kind(table: Mapping[str, Any], where: str) -> ProviderKind:
+def _kind(table: Mapping[str, object], where: str) -> ProviderKind:
     if "kind" not in table:
         raise ConfigError(f"{where} needs a kind")
     name = table["kind"]
@@ -318,7 +327,7 @@ def _kind(table: Mapping[str, Any], where: str) -> ProviderKind:
     return known.get(name)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> Table:
     """The TOML file at `path`; one ConfigError line for every way it can fail."""
     try:
         raw = path.read_bytes()
@@ -338,7 +347,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
+def _endpoint(name: str, table: Mapping[str, object], source: str) -> EndpointSpec:
     where = _where(source, "endpoints", name)
     unknown = set(table) - _ENDPOINT_FIELDS
     if unknown:
@@ -349,20 +358,35 @@ def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
     key_env = table.get("key_env")
     if key_env is not None and (not isinstance(key_env, str) or not _ENV_NAME.fullmatch(key_env)):
         raise ConfigError(f"{where} key_env must name an environment variable, got {key_env!r}")
-    for key in ("rpm", "input_tpm", "output_tpm", "timeout", "total_timeout"):
-        _positive(table, key, where)
-    _positive(table, "max_retry_after", where, allow_zero=True)
+    numbers = {key: _positive(table, key, where) for key in ("rpm", "input_tpm", "output_tpm", "timeout",
+                                                               "total_timeout")}
+    numbers["max_retry_after"] = _positive(table, "max_retry_after", where, allow_zero=True)
     for key in ("max_concurrency", "max_attempts"):
-        _positive(table, key, where, integer=True)
-    if table.get("max_concurrency") is not None and table["max_concurrency"] > 100_000:
-        raise ConfigError(f"{where} max_concurrency must be at most 100000, got {table['max_concurrency']!r}")
-    options = _check_options(table.get("options"), kind, where)
-    fields_ = {k: v for k, v in table.items() if v is not None or k in ("base_url", "key_env")}
-    fields_["options"] = options
-    return EndpointSpec(name=name, **fields_)
+        numbers[key] = _positive(table, key, where, integer=True)
+    concurrency = numbers["max_concurrency"]
+    if concurrency is not None and concurrency > 100_000:
+        raise ConfigError(f"{where} max_concurrency must be at most 100000, got {concurrency!r}")
+    unset = EndpointSpec(name=name, kind=kind.name)  # its defaults
+
+    def number(key: str, default: float) -> float:
+        value = numbers[key]
+        return default if value is None else value
+
+    return EndpointSpec(
+        name=name, kind=kind.name, base_url=_text(table, "base_url"), key_env=_text(table, "key_env"),
+        max_concurrency=int(number("max_concurrency", unset.max_concurrency)), rpm=numbers["rpm"],
+        input_tpm=numbers["input_tpm"], output_tpm=numbers["output_tpm"], timeout=number("timeout", unset.timeout),
+        total_timeout=numbers["total_timeout"], max_attempts=int(number("max_attempts", unset.max_attempts)),
+        max_retry_after=number("max_retry_after", unset.max_retry_after),
+        options=_check_options(table.get("options"), kind, where))
 
 
-def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, EndpointSpec], source: str) -> ModelAlias:
+def _text(table: Mapping[str, object], key: str) -> str | None:
+    value = table.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, EndpointSpec], source: str) -> ModelAlias:
     where = _where(source, "models", name)
     unknown = set(table) - _MODEL_FIELDS
     if unknown:
@@ -373,18 +397,18 @@ def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, Endpoint
     if not isinstance(table["model"], str) or not table["model"].strip():
         raise ConfigError(f"{where} model must be a non-empty string, got {table['model']!r}")
     params = _params(table.get("params", {}), where)
-    _check_prices(table, where)
-    _positive(table, "context_tokens", where, integer=True)
+    prices = _check_prices(table, where)
+    context = _positive(table, "context_tokens", where, integer=True)
     if "reasoning" in table and not isinstance(table["reasoning"], bool):
         raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
     return ModelAlias(name=name, endpoints=names, model=table["model"], params=params,
-                      price_in=table.get("price_in"), price_out=table.get("price_out"),
-                      reasoning=bool(table.get("reasoning", False)), context_tokens=table.get("context_tokens"),
-                      price_cached_in=table.get("price_cached_in"), price_cache_write=table.get("price_cache_write"),
-                      batch_discount=float(table.get("batch_discount", 0.5)))
+                      reasoning=bool(table.get("reasoning", False)),
+                      context_tokens=None if context is None else int(context), price_in=prices["price_in"],
+                      price_out=prices["price_out"], price_cached_in=prices["price_cached_in"],
+                      price_cache_write=prices["price_cache_write"], batch_discount=_discount(table, where))
 
 
-def _alias_endpoints(table: Mapping[str, Any], endpoints: Mapping[str, EndpointSpec], where: str) -> tuple[str, ...]:
+def _alias_endpoints(table: Mapping[str, object], endpoints: Mapping[str, EndpointSpec], where: str) -> tuple[str, ...]:
     names = table.get("endpoints") or ([table["endpoint"]] if "endpoint" in table else [])
     if isinstance(names, str):
         names = [names]
@@ -416,10 +440,15 @@ def _params(params: object, where: str) -> dict[str, object]:
     return dict(params)
 
 
-def _check_prices(table: Mapping[str, Any], where: str) -> None:
-    for key in ("price_in", "price_out", "price_cached_in", "price_cache_write"):
-        _positive(table, key, where, allow_zero=True)
-    discount = table.get("batch_discount")
-    if discount is not None and (not _is_number(discount) or not 0 < discount <= 1):
+def _check_prices(table: Mapping[str, object], where: str) -> dict[str, float | None]:
+    """The alias's prices, checked."""
+    return {key: _positive(table, key, where, allow_zero=True)
+            for key in ("price_in", "price_out", "price_cached_in", "price_cache_write")}
+
+
+def _discount(table: Mapping[str, object], where: str) -> float:
+    discount = table.get("batch_discount", 0.5)
+    if not _is_number(discount) or not isinstance(discount, int | float) or not 0 < discount <= 1:
         raise ConfigError(f"{where} batch_discount must be a number in (0, 1] (the share of the price a batch "
                           f"call costs: 0.5 is half price), got {discount!r}")
+    return float(discount)

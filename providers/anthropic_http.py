@@ -59,26 +59,26 @@ _DROPPED = frozenset({"seed", "stop", "max_completion_tokens"})
 _CACHED = {"type": "ephemeral"}
 
 
-def _blocks(text: str, end: int) -> list[dict[str, Any]]:
+def _blocks(text: str, end: int) -> list[dict[str, object]]:
     """`text` as content blocks, the first (up to `end`) marked for the
     prompt cache: everything up to and including it is the cached prefix."""
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text[:end], "cache_control": _CACHED}]
+    blocks: list[dict[str, object]] = [{"type": "text", "text": text[:end], "cache_control": _CACHED}]
     if text[end:]:
         blocks.append({"type": "text", "text": text[end:]})
     return blocks
 
 
-def _prefix_end(message: Mapping[str, Any]) -> int | None:
+def _prefix_end(message: Mapping[str, object]) -> int | None:
     end = message.get(PREFIX_END)
     return end if type(end) is int and end > 0 else None
 
 
-def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, object]) -> dict[str, object]:
     """The /v1/messages request body for OpenAI-style messages and params. A
     message carrying PREFIX_END becomes content blocks, the one ending the
     shared prefix marked `cache_control` (Anthropic's prompt caching)."""
     system = [m for m in messages if m["role"] == "system"]
-    turns: list[Mapping[str, Any]] = []
+    turns: list[Mapping[str, object]] = []
     for m in messages:
         if m["role"] == "system":
             continue
@@ -86,7 +86,7 @@ def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Map
             end = _prefix_end(m)
             m = {"role": m["role"], "content": _blocks(m["content"], end) if end else m["content"]}
         turns.append(m)
-    body: dict[str, Any] = {"model": model, "messages": turns}
+    body: dict[str, object] = {"model": model, "messages": turns}
     if system:
         text = "\n\n".join(m["content"] for m in system)
         ends = [(i, _prefix_end(m)) for i, m in enumerate(system) if _prefix_end(m)]
@@ -100,8 +100,15 @@ def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Map
         body["max_tokens"] = params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
     stop = params.get("stop")
     if stop:
-        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        body["stop_sequences"] = _stop_sequences(stop)
     return body
+
+
+def _stop_sequences(stop: object) -> object:
+    """`stop` (a string or a list of them) as Anthropic's stop_sequences list."""
+    if isinstance(stop, str):
+        return [stop]
+    return list(stop) if isinstance(stop, list | tuple) else stop
 
 
 class AnthropicProvider(HttpProvider):
@@ -120,8 +127,8 @@ class AnthropicProvider(HttpProvider):
         self.caches_prompt_prefix = opt_bool(spec, "prompt_cache")
         self._stream_always = opt_bool(spec, "stream")
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+    async def chat(self, model: str, messages: Sequence[Mapping[str, object]], *,
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         body = self.chat_body(model, messages, params)
         if stream or self._stream_always:
             return await self._chat_streamed(body, timeout)
@@ -131,14 +138,14 @@ class AnthropicProvider(HttpProvider):
         result.rate_limits = rate_limit_info(headers)
         return result
 
-    def chat_body(self, model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+    def chat_body(self, model: str, messages: Sequence[Mapping[str, object]], params: Mapping[str, object]
+                  ) -> dict[str, object]:
         """The `/v1/messages` body of a call (a direct call's, and a batch request's `params`)."""
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         return messages_body(model, messages, params)
 
-    async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
+    async def _chat_streamed(self, body: dict[str, object], timeout: float) -> ChatResult:
         body["stream"] = True
         parser = SSEParser()
         async with self._http.stream(self._url, body, timeout) as reply:
@@ -189,7 +196,7 @@ class AnthropicProvider(HttpProvider):
             raise stream_error(data.encode(), endpoint=self.spec.name, secret=self._api_key, request_id=request_id)
         return payload
 
-    def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
+    def chat_result(self, data: dict[str, object], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `message` object (a direct reply's body,
         or a batch result's `result.message`)."""
         content = data.get("content")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from collections.abc import Mapping as MappingABC
 from time import perf_counter
 from typing import Any, Protocol
@@ -36,17 +36,16 @@ _USER_AGENT = "tulving/0.1"
 HTTP_CLIENTS = ("pool", "aiohttp")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """orjson fallback for the non-builtin containers callers may pass
     (MappingProxyType, custom sequences); called only for those."""
     if isinstance(value, MappingABC):
         return dict(value)
     if isinstance(value, (set, frozenset)):
         return sorted(value)
-    try:
+    if isinstance(value, Iterable):
         return list(value)
-    except TypeError:
-        raise TypeError(f"cannot send {type(value).__name__} as JSON") from None
+    raise TypeError(f"cannot send {type(value).__name__} as JSON")
 
 
 def _abandon(session: aiohttp.ClientSession) -> None:
@@ -111,7 +110,7 @@ class JsonHttpClient:
                    http_client=opt_str(spec, "http_client") or "pool",
                    timeouts={name: seconds for name, seconds in timeouts.items() if seconds is not None})
 
-    async def post(self, url: str, body: Mapping[str, Any], timeout: float
+    async def post(self, url: str, body: Mapping[str, object], timeout: float
                    ) -> tuple[dict[str, Any], Mapping[str, str], float]:
         """POST `body`; return (parsed JSON object, reply headers, latency in s).
         Header names are lower-case keys with the pool; look them up lower-case."""
@@ -143,7 +142,7 @@ class JsonHttpClient:
         return data, headers, latency
 
     @contextlib.asynccontextmanager
-    async def stream(self, url: str, body: Mapping[str, Any], timeout: float) -> AsyncIterator[StreamReply]:
+    async def stream(self, url: str, body: Mapping[str, object], timeout: float) -> AsyncIterator[StreamReply]:
         """POST `body` and read the reply as it arrives:
 
             async with client.stream(url, body, timeout) as reply:

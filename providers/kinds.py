@@ -117,6 +117,8 @@ class Capabilities:
     cache_read_step: int = 1        # prompt-cache reads come in steps of this many tokens
     charges_cache_writes: bool = True  # writing the prompt cache is priced (price_cache_write)
     list_models: bool = False       # the API lists its models (GET /models)
+    rate_limit_headers: bool = False  # replies report the account's rate limits (`tulving models --probe`)
+    fine_tuning: bool = False       # the API fine-tunes models (the OpenAI fine-tuning jobs API)
 
 
 @dataclass(frozen=True, slots=True)

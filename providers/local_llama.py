@@ -37,7 +37,7 @@ import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,14 +144,17 @@ class LocalLlamaProvider(Provider):
 
     # -- Provider interface -------------------------------------------------------
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         unknown = set(params) - _SAMPLING_PARAMS
         if unknown:
             raise ProviderError(BAD_REQUEST, f"the local provider does not take parameter(s) {sorted(unknown)} "
                                              f"(known: {', '.join(sorted(_SAMPLING_PARAMS))})")
         kwargs = dict(params)
-        if "stop" in kwargs:
-            kwargs["stop"] = [kwargs["stop"]] if isinstance(kwargs["stop"], str) else list(kwargs["stop"])
+        stop = kwargs.get("stop")
+        if isinstance(stop, str):
+            kwargs["stop"] = [stop]
+        elif isinstance(stop, Iterable):
+            kwargs["stop"] = list(stop)
         path = gguf_path(model, self.spec.options)
         try:  # said here, before a worker is started for nothing (the worker checks again)
             installed = importlib.util.find_spec("llama_cpp") is not None

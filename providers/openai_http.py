@@ -65,8 +65,8 @@ class OpenAIProvider(HttpProvider):
         self._prompt_cache_key = opt_bool(spec, "prompt_cache_key")
         self._stream_always = opt_bool(spec, "stream")
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+    async def chat(self, model: str, messages: Sequence[Mapping[str, object]], *,
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         body = self.chat_body(model, messages, params)
         if stream or self._stream_always:
             return await self._chat_streamed(body, timeout)
@@ -75,8 +75,8 @@ class OpenAIProvider(HttpProvider):
         result.rate_limits = rate_limit_info(headers)
         return result
 
-    def chat_body(self, model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+    def chat_body(self, model: str, messages: Sequence[Mapping[str, object]], params: Mapping[str, object]
+                  ) -> dict[str, object]:
         """The `/chat/completions` body of a call (a direct call's, and a batch line's)."""
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
@@ -85,7 +85,7 @@ class OpenAIProvider(HttpProvider):
             body.update(self.prefix_fields(messages))
         return body
 
-    async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
+    async def _chat_streamed(self, body: dict[str, object], timeout: float) -> ChatResult:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         parser = SSEParser()
@@ -136,12 +136,12 @@ class OpenAIProvider(HttpProvider):
             raise stream_error(data.encode(), endpoint=self.spec.name, secret=self._api_key, request_id=request_id)
         return chunk
 
-    def prefix_fields(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def prefix_fields(self, messages: Sequence[Mapping[str, object]]) -> dict[str, object]:
         """The body fields of messages marking a shared prefix (PREFIX_END):
         the messages without the marker (OpenAI caches prefixes by itself),
         and with `prompt_cache_key` on, a key naming the prefix, which routes
         requests sharing it to the same cache."""
-        fields: dict[str, Any] = {"messages": [{k: v for k, v in m.items() if k != PREFIX_END} for m in messages]}
+        fields: dict[str, object] = {"messages": [{k: v for k, v in m.items() if k != PREFIX_END} for m in messages]}
         if self._prompt_cache_key:
             hasher = hashlib.sha256()
             for m in messages:
@@ -177,8 +177,8 @@ class OpenAIProvider(HttpProvider):
                           output_tokens=output_tokens or 0, latency=latency, request_id=request_id,
                           cache_read_tokens=min(cached, input_tokens))
 
-    def _content(self, data: dict[str, Any], message: dict[str, Any], finish: str, output_tokens: int | None,
-                 usage: Any, request_id: str | None) -> str:
+    def _content(self, data: dict[str, object], message: dict[str, object], finish: str, output_tokens: int | None,
+                 usage: object, request_id: str | None) -> str:
         """The reply text. A string is the answer; an empty or missing one is
         a legitimate empty answer only when the provider says so: it finished
         ("stop", or "length"/"content_filter" with nothing visible) and counted
@@ -222,7 +222,7 @@ class OpenAIProvider(HttpProvider):
         return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id,
                            rate_limits=rate_limit_info(headers))
 
-    def _malformed(self, data: dict[str, Any], what: str, request_id: str | None) -> ProviderError:
+    def _malformed(self, data: dict[str, object], what: str, request_id: str | None) -> ProviderError:
         # Some compatible servers (OpenRouter) report failures as a 200 with an
         # "error" object; surface their message.
         error = data.get("error")
@@ -231,6 +231,6 @@ class OpenAIProvider(HttpProvider):
         return bad_reply(self.spec.name, what, secret=self._api_key, request_id=request_id)
 
 
-def _request_id(value: Any) -> str | None:
+def _request_id(value: object) -> str | None:
     """A request id from a header or the body's `id`: kept only when it is a string."""
     return value if isinstance(value, str) and value else None

@@ -123,7 +123,9 @@ def _kind_section(kind: ProviderKind) -> list[str]:
     caps = kind.capabilities
     can = [name for name, on in (("chat", caps.chat), ("embeddings", caps.embeddings), ("streaming", caps.stream),
                                  ("prompt caching", caps.prompt_cache), ("batch API", kind.can_batch),
-                                 ("model listing", caps.list_models)) if on]
+                                 ("model listing", caps.list_models),
+                                 ("rate-limit headers", caps.rate_limit_headers),
+                                 ("fine-tuning", caps.fine_tuning)) if on]
     lines = [f"### `{kind.name}`", "", f"{kind.doc}.", "", f"Capabilities: {', '.join(can) or 'none'}.", ""]
     if not kind.options:
         return [*lines, "No options.", ""]
