@@ -171,7 +171,7 @@ class EndpointSpec:
     """Where and how to reach one provider account/server (from the config)."""
 
     name: str
-    kind: str                        # "openai" | "anthropic" | "local" | "builtin"
+    kind: str                        # a provider kind's name (providers/kinds.py)
     base_url: str | None = None
     key_env: str | None = None       # environment variable holding the API key
     max_concurrency: int = 16
@@ -182,7 +182,9 @@ class EndpointSpec:
     total_timeout: float | None = None  # per request over all attempts
     max_attempts: int = 6
     max_retry_after: float = 60.0    # a server's longer retry-after is capped to this (and reported)
-    options: Mapping[str, object] = field(default_factory=dict)  # kind-specific
+    # The kind's options, checked against its schema when the config loads
+    # (read them typed with providers.kinds.opt_bool, opt_float, ...).
+    options: Mapping[str, object] = field(default_factory=dict)
 
 
 class Provider(abc.ABC):
