@@ -31,9 +31,9 @@ import orjson
 from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
 from providers.http_errors import bad_reply, exception_error, redact, status_error
 from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
+from providers.standard_kinds import HTTP_CLIENTS
 
 _USER_AGENT = "tulving/0.1"
-HTTP_CLIENTS = ("pool", "aiohttp")
 
 
 def _plain(value: object) -> object:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from providers.http_client import HTTP_CLIENTS
 from providers.http_pool import TIMEOUT_OPTIONS
 from providers.kinds import (
     BOOL,
@@ -26,6 +25,9 @@ from providers.kinds import (
 )
 
 ANTHROPIC_API_VERSION = "2023-06-01"
+# The HTTP clients an endpoint may use (providers/http_client.py); named here so
+# that reading the kinds does not import aiohttp.
+HTTP_CLIENTS = ("pool", "aiohttp")
 DEFAULT_N_CTX = 8192
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
