@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # engine_bench's server process an
 
 from engine_bench import ServerProcess, config_for, requests  # noqa: E402
 
-import providers  # noqa: E402
 from cache.store import ResponseCache  # noqa: E402
 from engine import gc_tuning  # noqa: E402
 from engine.config import Config  # noqa: E402
@@ -44,6 +43,7 @@ from engine.resolve import resolve  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
 from providers.base import ChatResult, Provider  # noqa: E402
 from providers.http_client import JsonHttpClient  # noqa: E402
+from providers.kinds import ProviderKind, registry, set_registry  # noqa: E402
 
 
 class InstantProvider(Provider):
@@ -57,7 +57,8 @@ class InstantProvider(Provider):
                           output_tokens=9, latency=0.0, request_id="instant")
 
 
-providers.REGISTRY["instant"] = f"{__name__}:InstantProvider"
+# The benchmark's own kind, beside the installed ones (not registered by an import).
+set_registry(registry().with_kinds(ProviderKind("instant", f"{__name__}:InstantProvider", "answers at once")))
 CONFIG = Config.from_dicts({"instant": {"kind": "instant", "max_concurrency": 64}},
                            {"m": {"endpoint": "instant", "model": "x",
                                   "params": {"temperature": 0.0, "max_tokens": 64}}})

@@ -13,43 +13,21 @@ from __future__ import annotations
 from cache.batches import BatchLedger
 from engine.batching import POLL_FIRST, POLL_MAX, BatchHost, BatchingProvider, BatchOptions
 from engine.resolve import Resolved
-from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
-from providers.batch_api import BatchApi
-from providers.batch_wires import batch_capable, make_batch_api
-
-
-def _count_option(spec: EndpointSpec, name: str) -> int | None:
-    value = spec.options.get(name)
-    if value is not None and (type(value) is not int or value < 1):
-        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
-                                    f"got {value!r}")
-    return value
-
-
-def _seconds_option(spec: EndpointSpec, name: str, default: float) -> float:
-    value = spec.options.get(name, default)
-    if type(value) not in (int, float) or not value > 0:
-        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive number of "
-                                    f"seconds, got {value!r}")
-    return float(value)
+from providers.base import EndpointSpec, Provider
+from providers.kinds import batch_api_for, batch_capable, opt_float, opt_int
 
 
 def batch_options(spec: EndpointSpec) -> BatchOptions:
-    """The endpoint's batch options (the one place they are read)."""
-    first = _seconds_option(spec, "batch_poll", POLL_FIRST)
-    return BatchOptions(first, max(first, _seconds_option(spec, "batch_poll_max", POLL_MAX)),
-                        _count_option(spec, "batch_queue_requests"), _count_option(spec, "batch_queue_tokens"))
+    """The endpoint's batch options (the one place they are read; the config
+    checked them against its kind's schema at load)."""
+    first = opt_float(spec, "batch_poll") or POLL_FIRST
+    return BatchOptions(first, max(first, opt_float(spec, "batch_poll_max") or POLL_MAX),
+                        opt_int(spec, "batch_queue_requests"), opt_int(spec, "batch_queue_tokens"))
 
 
 def has_batch_api(spec: EndpointSpec) -> bool:
     """Whether `--batch` sends this endpoint's chat calls by batch."""
     return batch_capable(spec)
-
-
-def _batch_api(spec: EndpointSpec, api_key: str | None) -> BatchApi | None:
-    """The endpoint's batch API, or None (after the provider-kind registry:
-    `providers.kinds.batch_api_for(spec, key)`)."""
-    return make_batch_api(spec, api_key) if has_batch_api(spec) else None
 
 
 def batch_endpoint(r: Resolved) -> str | None:
@@ -76,7 +54,7 @@ class Batching:
     def provider(self, direct: Provider, spec: EndpointSpec, api_key: str | None) -> Provider:
         """The provider the endpoint's calls go through: `direct`, or the
         batching provider wrapping it."""
-        api = _batch_api(spec, api_key)
+        api = batch_api_for(spec, api_key)
         if api is None:
             return direct
         batching = BatchingProvider(direct, api, batch_options(spec), self.ledger, self.host)

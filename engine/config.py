@@ -4,7 +4,7 @@ aliases (an endpoint + a model name + default parameters).
 A user's TOML file is merged over the built-in defaults below:
 
     [endpoints.vllm-a]
-    kind = "openai"                      # openai | anthropic | local | local-embed | builtin
+    kind = "openai"                      # a provider kind: `tulving config reference` lists them
     base_url = "http://gpu-a:8000/v1"
     key_env = "VLLM_KEY"                 # variable holding the key; omit for none
     max_concurrency = 32
@@ -40,11 +40,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.errors import TulvingError
-from providers import REGISTRY
-from providers.base import EndpointSpec
+from providers.base import EndpointSpec, ProviderError
+from providers.kinds import KindRegistry, OptionError, ProviderKind, registry, validate_options
 
 # The settings behind the published numbers: temperature 1.0, 4096 output tokens.
 PAPER_PARAMS = {"temperature": 1.0, "max_tokens": 4096}
+
+
+# A TOML table as read: keys to values of any TOML type, checked before use.
+Table = dict[str, object]
 
 
 class ConfigError(TulvingError):
@@ -80,7 +84,7 @@ class ModelAlias:
         return total * self.batch_discount if batch else total
 
 
-DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
+DEFAULT_ENDPOINTS: dict[str, Table] = {
     # Public APIs, with limits of a low usage tier; raise them in your config.
     "openai": {"kind": "openai", "base_url": "https://api.openai.com/v1", "key_env": "OPENAI_API_KEY",
                "max_concurrency": 64, "rpm": 500, "input_tpm": 800_000, "output_tpm": 800_000},
@@ -103,7 +107,7 @@ DEFAULT_ENDPOINTS: dict[str, dict[str, Any]] = {
 #   ($3.75), cache hits 0.1x ($0.30); Message Batches 50% of input and output.
 # Override any of them per model in your config (price_in, price_cached_in,
 # price_cache_write, price_out, batch_discount); a price you set is used as is.
-DEFAULT_MODELS: dict[str, dict[str, Any]] = {
+DEFAULT_MODELS: dict[str, Table] = {
     "gpt-4o": {"endpoint": "openai", "model": "gpt-4o-2024-08-06", "params": PAPER_PARAMS,
                "price_in": 2.5, "price_cached_in": 1.25, "price_out": 10.0, "batch_discount": 0.5,
                "context_tokens": 128_000},
@@ -128,16 +132,59 @@ DEFAULT_MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-def register_defaults(*, endpoints: Mapping[str, Mapping[str, Any]] | None = None,
-                      models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-    """Add default endpoints and aliases from a higher layer (the benchmark's
-    built-in models, engine/benchmark/builtin): configs loaded afterwards include them."""
-    DEFAULT_ENDPOINTS.update({name: dict(table) for name, table in (endpoints or {}).items()})
-    DEFAULT_MODELS.update({name: dict(table) for name, table in (models or {}).items()})
+def default_tables() -> tuple[dict[str, Table], dict[str, Table]]:
+    """The built-in endpoints and aliases: those above, and those the installed
+    provider kinds bring (the `builtin` endpoint and `builtin:*` aliases),
+    gathered now rather than registered by an import."""
+    endpoints = {name: dict(table) for name, table in DEFAULT_ENDPOINTS.items()}
+    models = {name: dict(table) for name, table in DEFAULT_MODELS.items()}
+    for kind in _kinds().all():
+        endpoints.update({name: dict(table) for name, table in kind.default_endpoints.items()})
+        models.update({name: dict(table) for name, table in kind.default_models.items()})
+    return endpoints, models
 
+
+def _kinds() -> KindRegistry:
+    """The installed kinds; their one-line failure (no package metadata) as a ConfigError."""
+    try:
+        return registry()
+    except ProviderError as exc:
+        raise ConfigError(exc.message) from None
+
+
+# Every key of an [endpoints.NAME] table: (type, default, what it means). The
+# configuration reference (`tulving config reference`) is generated from these
+# and from each kind's option schema (providers/kinds.py).
+ENDPOINT_KEYS: dict[str, tuple[str, str, str]] = {
+    "kind": ("string", "required", "the provider kind (see the kinds below)"),
+    "base_url": ("http(s) URL", "the kind's public API", "where calls go"),
+    "key_env": ("string", "none", "environment variable holding the API key (the key itself is never stored)"),
+    "max_concurrency": ("int, 1..100000", "16", "calls in flight at once"),
+    "rpm": ("number > 0", "none", "requests per minute"),
+    "input_tpm": ("number > 0", "none", "input tokens per minute"),
+    "output_tpm": ("number > 0", "none", "output tokens per minute"),
+    "timeout": ("number > 0", "600", "seconds per attempt"),
+    "total_timeout": ("number > 0", "none", "seconds per request over all its attempts"),
+    "max_attempts": ("int >= 1", "6", "attempts per call (retryable failures are retried with backoff)"),
+    "max_retry_after": ("number >= 0", "60", "a server's longer retry-after is capped to this many seconds"),
+    "options": ("table", "{}", "options of the endpoint's kind (see the kinds below)"),
+}
+# Every key of a [models.NAME] table, likewise.
+MODEL_KEYS: dict[str, tuple[str, str, str]] = {
+    "endpoint": ("string", "-", "the endpoint serving this model (or endpoints)"),
+    "endpoints": ("list of strings", "-", "replicas: each call goes where capacity is free"),
+    "model": ("string", "required", "the provider's model name"),
+    "params": ("table", "{}", "default request parameters (temperature >= 0, max_tokens >= 1, ...)"),
+    "price_in": ("number >= 0", "0", "USD per million input tokens"),
+    "price_out": ("number >= 0", "0", "USD per million output tokens"),
+    "price_cached_in": ("number >= 0", "price_in", "USD per million input tokens read from the prompt cache"),
+    "price_cache_write": ("number >= 0", "price_in", "USD per million input tokens written to the prompt cache"),
+    "batch_discount": ("number in (0, 1]", "0.5", "share of the price a batch-API call costs"),
+    "context_tokens": ("int >= 1", "none", "the model's context window, in tokens"),
+    "reasoning": ("bool", "false", "a reasoning model (o1/o3): no system prompt, temperature or token limit"),
+}
 _ENDPOINT_FIELDS = {f.name for f in fields(EndpointSpec)} - {"name"}
-_MODEL_FIELDS = {"endpoint", "endpoints", "model", "params", "price_in", "price_out", "reasoning", "context_tokens",
-                 "price_cached_in", "price_cache_write", "batch_discount"}
+_MODEL_FIELDS = set(MODEL_KEYS)
 
 
 @dataclass(slots=True)
@@ -150,8 +197,7 @@ class Config:
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None) -> Config:
         """Built-in defaults, with the TOML file at `path` merged over them."""
-        raw_endpoints = {k: dict(v) for k, v in DEFAULT_ENDPOINTS.items()}
-        raw_models = {k: dict(v) for k, v in DEFAULT_MODELS.items()}
+        raw_endpoints, raw_models = default_tables()
         source = "built-in defaults"
         if path is not None:
             path = Path(path)
@@ -159,23 +205,14 @@ class Config:
             unknown = set(data) - {"endpoints", "models"}
             if unknown:
                 raise ConfigError(f"{path}: unknown top-level section(s) {sorted(unknown)} (expected endpoints, models)")
-            for section in ("endpoints", "models"):
-                if not isinstance(data.get(section, {}), dict):
-                    raise ConfigError(f"{path}: {section} must be a table of [{section}.NAME] tables, "
-                                      f"got {data[section]!r}")
-            for name, table in data.get("endpoints", {}).items():
-                if not isinstance(table, dict):
-                    raise ConfigError(f"{path}: [endpoints.{name}] must be a table")
+            for name, table in _tables(data, "endpoints", path).items():
                 raw_endpoints[name] = {**raw_endpoints.get(name, {}), **table}
-            for name, table in data.get("models", {}).items():
-                if not isinstance(table, dict):
-                    raise ConfigError(f"{path}: [models.{name}] must be a table")
-                raw_models[name] = table
+            raw_models.update(_tables(data, "models", path))
             source = str(path)
         return cls.from_dicts(raw_endpoints, raw_models, source=source)
 
     @classmethod
-    def from_dicts(cls, endpoints: Mapping[str, Mapping[str, Any]], models: Mapping[str, Mapping[str, Any]],
+    def from_dicts(cls, endpoints: Mapping[str, Mapping[str, object]], models: Mapping[str, Mapping[str, object]],
                    source: str = "dict") -> Config:
         eps = {name: _endpoint(name, table, source) for name, table in endpoints.items()}
         config = cls(endpoints=eps, models={}, source=source)
@@ -218,33 +255,43 @@ class Config:
 # ConfigError line naming the file, the table and the key.
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-# Headers the HTTP client owns: overriding them breaks framing or routing.
-_RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-type"}
-_HTTP_KINDS = {"openai", "anthropic"}
+
+
+def _tables(data: Table, section: str, path: Path) -> dict[str, Table]:
+    """The [section.NAME] tables of a config file."""
+    found = data.get(section, {})
+    if not isinstance(found, dict):
+        raise ConfigError(f"{path}: {section} must be a table of [{section}.NAME] tables, got {found!r}")
+    for name, table in found.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{section}.{name}] must be a table")
+    return found
 
 
 def _where(source: str, section: str, name: str, key: str | None = None) -> str:
     return f"{source}: [{section}.{name}]" + (f" {key}" if key else "")
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _positive(table: Mapping[str, Any], key: str, where: str, *, integer: bool = False,
-              allow_zero: bool = False) -> None:
+def _positive(table: Mapping[str, object], key: str, where: str, *, integer: bool = False,
+              allow_zero: bool = False) -> float | None:
+    """The number at `key` (None when unset), checked: finite (a whole number
+    when `integer`), > 0 (>= 0 when `allow_zero`)."""
     value = table.get(key)
     if value is None:
-        return
+        return None
     ok = (type(value) is int) if integer else _is_number(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
+    if not ok or not isinstance(value, int | float) or value < 0 or (value == 0 and not allow_zero):
         what = "a whole number" if integer else "a finite number"
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigError(f"{where} {key} must be {what} {bound}, got {value!r}")
+    return value
 
 
-def check_base_url(value: Any, where: str) -> None:
+def check_base_url(value: object, where: str) -> None:
     """An http(s) URL with a host (a path and a query are kept; no fragment)."""
     if not isinstance(value, str):
         raise ConfigError(f"{where} base_url must be a string URL, got {value!r}")
@@ -262,47 +309,25 @@ def check_base_url(value: Any, where: str) -> None:
     del port
 
 
-def _check_options(options: Any, kind: str, where: str) -> None:
-    if not isinstance(options, Mapping):
-        raise ConfigError(f"{where} options must be a table, got {options!r}")
-    headers = options.get("headers")
-    if headers is not None:
-        if not isinstance(headers, Mapping):
-            raise ConfigError(f"{where} options.headers must be a table of strings, got {headers!r}")
-        for header, value in headers.items():
-            if not _HEADER_NAME.fullmatch(header):
-                raise ConfigError(f"{where} options.headers has an invalid header name {header!r}")
-            if header.lower() in _RESERVED_HEADERS:
-                raise ConfigError(f"{where} options.headers must not set {header} (the HTTP client sets it)")
-            if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
-                raise ConfigError(f"{where} options.headers.{header} must be a one-line string, got {value!r}")
-    drop = options.get("drop_params")
-    if drop is not None and (not isinstance(drop, list) or not all(isinstance(x, str) for x in drop)):
-        raise ConfigError(f"{where} options.drop_params must be a list of parameter names, got {drop!r}")
-    for flag in ("trust_env", "prompt_cache", "prompt_cache_key", "stream"):
-        if flag in options and not isinstance(options[flag], bool):
-            raise ConfigError(f"{where} options.{flag} must be true or false, got {options[flag]!r}")
-    if options.get("stream") and kind not in _HTTP_KINDS:
-        raise ConfigError(f"{where} options.stream: {kind} endpoints cannot stream "
-                          f"(only {', '.join(sorted(_HTTP_KINDS))} endpoints do)")
-    if "http_client" in options:
-        from providers.http_client import HTTP_CLIENTS
-
-        if options["http_client"] not in HTTP_CLIENTS:
-            raise ConfigError(f"{where} options.http_client must be one of "
-                              f"{', '.join(HTTP_CLIENTS)}, got {options['http_client']!r}")
-    from providers.http_pool import TIMEOUT_OPTIONS
-
-    for seconds in TIMEOUT_OPTIONS:  # the HTTP clients' own limits, in seconds
-        value = options.get(seconds)
-        if value is not None and (not _is_number(value) or value <= 0):
-            raise ConfigError(f"{where} options.{seconds} must be a positive number of seconds, got {value!r}")
-    for text in ("anthropic_version", "model_path", "model_dir"):
-        if text in options and not isinstance(options[text], str):
-            raise ConfigError(f"{where} options.{text} must be a string, got {options[text]!r}")
+def _check_options(options: object, kind: ProviderKind, where: str) -> dict[str, object]:
+    """The endpoint's options checked against its kind's schema (providers/kinds.py)."""
+    try:
+        return validate_options(kind, {} if options is None else options)
+    except OptionError as exc:
+        raise ConfigError(f"{where} {exc}") from None
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _kind(table: Mapping[str, object], where: str) -> ProviderKind:
+    if "kind" not in table:
+        raise ConfigError(f"{where} needs a kind")
+    name = table["kind"]
+    known = _kinds()
+    if not isinstance(name, str) or name not in known:
+        raise ConfigError(f"{where} has unknown kind {name!r} (known: {', '.join(known.names())})")
+    return known.get(name)
+
+
+def _read_toml(path: Path) -> Table:
     """The TOML file at `path`; one ConfigError line for every way it can fail."""
     try:
         raw = path.read_bytes()
@@ -322,40 +347,68 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def _endpoint(name: str, table: Mapping[str, Any], source: str) -> EndpointSpec:
+def _endpoint(name: str, table: Mapping[str, object], source: str) -> EndpointSpec:
     where = _where(source, "endpoints", name)
     unknown = set(table) - _ENDPOINT_FIELDS
     if unknown:
         raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}")
-    if "kind" not in table:
-        raise ConfigError(f"{where} needs a kind")
-    kind = table["kind"]
-    if not isinstance(kind, str) or kind not in REGISTRY:
-        raise ConfigError(f"{where} has unknown kind {kind!r} (known: {', '.join(sorted(REGISTRY))})")
+    kind = _kind(table, where)
     if table.get("base_url") is not None:
         check_base_url(table["base_url"], where)
     key_env = table.get("key_env")
     if key_env is not None and (not isinstance(key_env, str) or not _ENV_NAME.fullmatch(key_env)):
         raise ConfigError(f"{where} key_env must name an environment variable, got {key_env!r}")
-    for key in ("rpm", "input_tpm", "output_tpm", "timeout", "total_timeout"):
-        _positive(table, key, where)
-    _positive(table, "max_retry_after", where, allow_zero=True)
+    numbers = {key: _positive(table, key, where) for key in ("rpm", "input_tpm", "output_tpm", "timeout",
+                                                               "total_timeout")}
+    numbers["max_retry_after"] = _positive(table, "max_retry_after", where, allow_zero=True)
     for key in ("max_concurrency", "max_attempts"):
-        _positive(table, key, where, integer=True)
-    if table.get("max_concurrency") is not None and table["max_concurrency"] > 100_000:
-        raise ConfigError(f"{where} max_concurrency must be at most 100000, got {table['max_concurrency']!r}")
-    options = table.get("options")
-    _check_options({} if options is None else options, kind, where)
-    fields_ = {k: v for k, v in table.items() if v is not None or k in ("base_url", "key_env")}
-    fields_["options"] = dict(options or {})
-    return EndpointSpec(name=name, **fields_)
+        numbers[key] = _positive(table, key, where, integer=True)
+    concurrency = numbers["max_concurrency"]
+    if concurrency is not None and concurrency > 100_000:
+        raise ConfigError(f"{where} max_concurrency must be at most 100000, got {concurrency!r}")
+    unset = EndpointSpec(name=name, kind=kind.name)  # its defaults
+
+    def number(key: str, default: float) -> float:
+        value = numbers[key]
+        return default if value is None else value
+
+    return EndpointSpec(
+        name=name, kind=kind.name, base_url=_text(table, "base_url"), key_env=_text(table, "key_env"),
+        max_concurrency=int(number("max_concurrency", unset.max_concurrency)), rpm=numbers["rpm"],
+        input_tpm=numbers["input_tpm"], output_tpm=numbers["output_tpm"], timeout=number("timeout", unset.timeout),
+        total_timeout=numbers["total_timeout"], max_attempts=int(number("max_attempts", unset.max_attempts)),
+        max_retry_after=number("max_retry_after", unset.max_retry_after),
+        options=_check_options(table.get("options"), kind, where))
 
 
-def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, EndpointSpec], source: str) -> ModelAlias:
+def _text(table: Mapping[str, object], key: str) -> str | None:
+    value = table.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, EndpointSpec], source: str) -> ModelAlias:
     where = _where(source, "models", name)
     unknown = set(table) - _MODEL_FIELDS
     if unknown:
         raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}")
+    names = _alias_endpoints(table, endpoints, where)
+    if "model" not in table:
+        raise ConfigError(f"{where} needs model (the provider's model name)")
+    if not isinstance(table["model"], str) or not table["model"].strip():
+        raise ConfigError(f"{where} model must be a non-empty string, got {table['model']!r}")
+    params = _params(table.get("params", {}), where)
+    prices = _check_prices(table, where)
+    context = _positive(table, "context_tokens", where, integer=True)
+    if "reasoning" in table and not isinstance(table["reasoning"], bool):
+        raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
+    return ModelAlias(name=name, endpoints=names, model=table["model"], params=params,
+                      reasoning=bool(table.get("reasoning", False)),
+                      context_tokens=None if context is None else int(context), price_in=prices["price_in"],
+                      price_out=prices["price_out"], price_cached_in=prices["price_cached_in"],
+                      price_cache_write=prices["price_cache_write"], batch_discount=_discount(table, where))
+
+
+def _alias_endpoints(table: Mapping[str, object], endpoints: Mapping[str, EndpointSpec], where: str) -> tuple[str, ...]:
     names = table.get("endpoints") or ([table["endpoint"]] if "endpoint" in table else [])
     if isinstance(names, str):
         names = [names]
@@ -368,33 +421,34 @@ def _alias(name: str, table: Mapping[str, Any], endpoints: Mapping[str, Endpoint
             raise ConfigError(f"{where} endpoints must be endpoint names (strings), got {e!r}")
         if e not in endpoints:
             raise ConfigError(f"{where} names unknown endpoint {e!r}")
-    if "model" not in table:
-        raise ConfigError(f"{where} needs model (the provider's model name)")
-    if not isinstance(table["model"], str) or not table["model"].strip():
-        raise ConfigError(f"{where} model must be a non-empty string, got {table['model']!r}")
-    params = table.get("params", {})
+    return tuple(names)
+
+
+def _params(params: object, where: str) -> dict[str, object]:
     if not isinstance(params, dict):
         raise ConfigError(f"{where} params must be a table, got {params!r}")
     for key, value in params.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where} params.{key} must be finite, got {value!r}")
-    if "temperature" in params and params["temperature"] is not None and (
-            not _is_number(params["temperature"]) or params["temperature"] < 0):
-        raise ConfigError(f"{where} params.temperature must be a number >= 0, got {params['temperature']!r}")
+    temperature = params.get("temperature")
+    if temperature is not None and (not _is_number(temperature) or temperature < 0):
+        raise ConfigError(f"{where} params.temperature must be a number >= 0, got {temperature!r}")
     for key in ("max_tokens", "max_completion_tokens"):
-        if key in params and params[key] is not None and (type(params[key]) is not int or params[key] < 1):
-            raise ConfigError(f"{where} params.{key} must be a whole number >= 1, got {params[key]!r}")
-    for key in ("price_in", "price_out", "price_cached_in", "price_cache_write"):
-        _positive(table, key, where, allow_zero=True)
-    discount = table.get("batch_discount")
-    if discount is not None and (not _is_number(discount) or not 0 < discount <= 1):
+        value = params.get(key)
+        if value is not None and (type(value) is not int or value < 1):
+            raise ConfigError(f"{where} params.{key} must be a whole number >= 1, got {value!r}")
+    return dict(params)
+
+
+def _check_prices(table: Mapping[str, object], where: str) -> dict[str, float | None]:
+    """The alias's prices, checked."""
+    return {key: _positive(table, key, where, allow_zero=True)
+            for key in ("price_in", "price_out", "price_cached_in", "price_cache_write")}
+
+
+def _discount(table: Mapping[str, object], where: str) -> float:
+    discount = table.get("batch_discount", 0.5)
+    if not _is_number(discount) or not isinstance(discount, int | float) or not 0 < discount <= 1:
         raise ConfigError(f"{where} batch_discount must be a number in (0, 1] (the share of the price a batch "
                           f"call costs: 0.5 is half price), got {discount!r}")
-    _positive(table, "context_tokens", where, integer=True)
-    if "reasoning" in table and not isinstance(table["reasoning"], bool):
-        raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
-    return ModelAlias(name=name, endpoints=tuple(names), model=table["model"], params=dict(params),
-                      price_in=table.get("price_in"), price_out=table.get("price_out"),
-                      reasoning=bool(table.get("reasoning", False)), context_tokens=table.get("context_tokens"),
-                      price_cached_in=table.get("price_cached_in"), price_cache_write=table.get("price_cache_write"),
-                      batch_discount=float(table.get("batch_discount", 0.5)))
+    return float(discount)

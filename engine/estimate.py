@@ -33,11 +33,10 @@ from engine.requests import EmbedRequest, Request
 from engine.resolve import Resolved, resolve
 from engine.tokens import count_tokens
 from engine.warmup import prefix_key, prefix_parts
+from providers.kinds import kind_of, opt_bool
 
 PER_MESSAGE_TOKENS = 4      # chat formatting per message (as the scheduler reserves)
 MIN_CACHED_TOKENS = 1024    # the providers cache no shorter prefix
-OPENAI_CACHE_STEP = 128     # OpenAI reads cached prefixes in steps of this many tokens
-BATCH_KINDS = frozenset({"openai", "anthropic"})
 _LOOKUP_CHUNK = 500
 
 
@@ -69,8 +68,10 @@ def default_batchable(r: Resolved) -> bool:
 
 
 def caches_prompts(r: Resolved) -> bool:
+    """Whether the first endpoint's server caches prompt prefixes: its kind can
+    and the endpoint does not set `options.prompt_cache = false`."""
     first = r.endpoints[0]
-    return first.kind in BATCH_KINDS and bool(first.options.get("prompt_cache", True))
+    return kind_of(first).capabilities.prompt_cache and opt_bool(first, "prompt_cache")
 
 
 class Estimator:
@@ -148,11 +149,11 @@ class Estimator:
         direct = alias.cost(tokens, out)
         if prefix:
             row.prefix_tokens += prefix
-            openai = r.endpoints[0].kind == "openai"
+            caching = kind_of(r.endpoints[0]).capabilities
             if first_of_prefix:  # writes the prefix (Anthropic charges the write; OpenAI does not)
-                with_cache = alias.cost(tokens, out, cache_write=0 if openai else prefix)
-            else:
-                read = prefix // OPENAI_CACHE_STEP * OPENAI_CACHE_STEP if openai else prefix
+                with_cache = alias.cost(tokens, out, cache_write=prefix if caching.charges_cache_writes else 0)
+            else:  # OpenAI reads in steps of 128 tokens
+                read = prefix // caching.cache_read_step * caching.cache_read_step
                 with_cache = alias.cost(tokens, out, cache_read=read)
         else:
             with_cache = direct

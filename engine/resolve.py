@@ -32,7 +32,7 @@ class Resolved:
     endpoints: list[EndpointSpec]
     params: dict[str, Any]
     messages: list[dict[str, str]] | None
-    identity: dict[str, Any]
+    identity: dict[str, object]
     key: str
     canonical: bytes = b""  # canonical_bytes(identity), what `key` hashes (handed to the cache's writer)
     prefix_end: tuple[int, int] | None = None  # the request's shared-prefix end, in `messages` (not in the key)
@@ -102,12 +102,12 @@ class _Target:
         self.endpoints = config.endpoints_of(self.alias)
         self.first = self.endpoints[0]
         self.default_params: dict[str, Any] | None = None  # chat params of a request that sets none
-        self.default_params_normalized: Any = None  # and their canonical form (keys.normalize)
+        self.default_params_normalized: object = None  # and their canonical form (keys.normalize)
 
 
 def _resolve(target: _Target, request: Request) -> Resolved:
     alias, first = target.alias, target.first
-    identity: dict[str, Any] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model}
+    identity: dict[str, object] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model}
     if isinstance(request, EmbedRequest):
         params: dict[str, Any] = {}
         messages = None

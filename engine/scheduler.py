@@ -69,8 +69,8 @@ from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key, prefix_parts
-from providers import make_provider
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, Provider, ProviderError, Result
+from providers.kinds import make_provider
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 import orjson
 
@@ -24,7 +23,7 @@ from providers.http_errors import bad_reply, status_error
 CONTROL_TIMEOUT = 600.0
 
 
-def _unix(value: Any) -> float | None:
+def _unix(value: object) -> float | None:
     if not isinstance(value, str):
         return None
     try:
@@ -46,8 +45,8 @@ class AnthropicBatchApi(BatchApi):
         self._http = self._provider.http
         self._url = self._provider.url("/v1/messages/batches")
 
-    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
-             params: Mapping[str, Any]) -> bytes:
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, object]],
+             params: Mapping[str, object]) -> bytes:
         return orjson.dumps({"custom_id": custom_id, "params": self._provider.chat_body(model, messages, params)})
 
     async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
@@ -66,12 +65,13 @@ class AnthropicBatchApi(BatchApi):
         items = data.get("data")
         return [self._info(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
-    def _info(self, data: dict[str, Any]) -> BatchInfo:
+    def _info(self, data: dict[str, object]) -> BatchInfo:
         batch_id, status = data.get("id"), data.get("processing_status")
         if not isinstance(batch_id, str) or not isinstance(status, str):
             raise bad_reply(self.spec.name, "message batch object has no id or processing_status",
                             secret=self._secret)
-        counts = data.get("request_counts") if isinstance(data.get("request_counts"), dict) else {}
+        counts = data.get("request_counts")
+        counts = counts if isinstance(counts, dict) else {}
         return BatchInfo(id=batch_id, status=status, ended=status == "ended",
                          counts={k: v for k, v in (counts or {}).items() if type(v) is int},
                          created_at=_unix(data.get("created_at")), handles={"results_url": data.get("results_url")})
@@ -94,7 +94,7 @@ class AnthropicBatchApi(BatchApi):
                 out[item["custom_id"]] = self._result(info, item.get("result"))
         return out
 
-    def _result(self, info: BatchInfo, result: Any) -> LineResult:
+    def _result(self, info: BatchInfo, result: object) -> LineResult:
         name = self.spec.name
         kind = result.get("type") if isinstance(result, dict) else None
         if kind == "succeeded" and isinstance(result, dict) and isinstance(result.get("message"), dict):

@@ -33,21 +33,23 @@ carries `cache_control: {"type": "ephemeral"}`; false sends no marker),
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
 import orjson
 
+from providers.anthropic_stream import MessageAssembler
 from providers.base import CONNECTION, PREFIX_END, ChatResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
+from providers.kinds import opt_bool, opt_str, opt_strings
 from providers.ratelimit_headers import rate_limit_info
 from providers.sse import SSEParser
+from providers.standard_kinds import ANTHROPIC_API_VERSION
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
-API_VERSION = "2023-06-01"
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
            "refusal": "content_filter", "tool_use": "tool_calls"}
@@ -57,26 +59,26 @@ _DROPPED = frozenset({"seed", "stop", "max_completion_tokens"})
 _CACHED = {"type": "ephemeral"}
 
 
-def _blocks(text: str, end: int) -> list[dict[str, Any]]:
+def _blocks(text: str, end: int) -> list[dict[str, object]]:
     """`text` as content blocks, the first (up to `end`) marked for the
     prompt cache: everything up to and including it is the cached prefix."""
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text[:end], "cache_control": _CACHED}]
+    blocks: list[dict[str, object]] = [{"type": "text", "text": text[:end], "cache_control": _CACHED}]
     if text[end:]:
         blocks.append({"type": "text", "text": text[end:]})
     return blocks
 
 
-def _prefix_end(message: Mapping[str, Any]) -> int | None:
+def _prefix_end(message: Mapping[str, object]) -> int | None:
     end = message.get(PREFIX_END)
     return end if type(end) is int and end > 0 else None
 
 
-def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> dict[str, Any]:
+def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, object]) -> dict[str, object]:
     """The /v1/messages request body for OpenAI-style messages and params. A
     message carrying PREFIX_END becomes content blocks, the one ending the
     shared prefix marked `cache_control` (Anthropic's prompt caching)."""
     system = [m for m in messages if m["role"] == "system"]
-    turns: list[Mapping[str, Any]] = []
+    turns: list[Mapping[str, object]] = []
     for m in messages:
         if m["role"] == "system":
             continue
@@ -84,7 +86,7 @@ def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Map
             end = _prefix_end(m)
             m = {"role": m["role"], "content": _blocks(m["content"], end) if end else m["content"]}
         turns.append(m)
-    body: dict[str, Any] = {"model": model, "messages": turns}
+    body: dict[str, object] = {"model": model, "messages": turns}
     if system:
         text = "\n\n".join(m["content"] for m in system)
         ends = [(i, _prefix_end(m)) for i, m in enumerate(system) if _prefix_end(m)]
@@ -98,8 +100,15 @@ def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Map
         body["max_tokens"] = params.get("max_completion_tokens") or DEFAULT_MAX_TOKENS
     stop = params.get("stop")
     if stop:
-        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        body["stop_sequences"] = _stop_sequences(stop)
     return body
+
+
+def _stop_sequences(stop: object) -> object:
+    """`stop` (a string or a list of them) as Anthropic's stop_sequences list."""
+    if isinstance(stop, str):
+        return [stop]
+    return list(stop) if isinstance(stop, list | tuple) else stop
 
 
 class AnthropicProvider(HttpProvider):
@@ -113,13 +122,13 @@ class AnthropicProvider(HttpProvider):
         self._url = self.url("/v1/messages")
         self._http = JsonHttpClient.for_endpoint(
             spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
-            base_headers={"anthropic-version": str(spec.options.get("anthropic_version", API_VERSION))})
-        self._drop = frozenset(spec.options.get("drop_params") or ())
-        self.caches_prompt_prefix = bool(spec.options.get("prompt_cache", True))
-        self._stream_always = bool(spec.options.get("stream", False))
+            base_headers={"anthropic-version": opt_str(spec, "anthropic_version") or ANTHROPIC_API_VERSION})
+        self._drop = frozenset(opt_strings(spec, "drop_params"))
+        self.caches_prompt_prefix = opt_bool(spec, "prompt_cache")
+        self._stream_always = opt_bool(spec, "stream")
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+    async def chat(self, model: str, messages: Sequence[Mapping[str, object]], *,
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         body = self.chat_body(model, messages, params)
         if stream or self._stream_always:
             return await self._chat_streamed(body, timeout)
@@ -129,108 +138,65 @@ class AnthropicProvider(HttpProvider):
         result.rate_limits = rate_limit_info(headers)
         return result
 
-    def chat_body(self, model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+    def chat_body(self, model: str, messages: Sequence[Mapping[str, object]], params: Mapping[str, object]
+                  ) -> dict[str, object]:
         """The `/v1/messages` body of a call (a direct call's, and a batch request's `params`)."""
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         return messages_body(model, messages, params)
 
-    async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
+    async def _chat_streamed(self, body: dict[str, object], timeout: float) -> ChatResult:
         body["stream"] = True
         parser = SSEParser()
-        message: dict[str, Any] | None = None
-        blocks: dict[int, dict[str, Any]] = {}        # content blocks by index
-        parts: dict[int, list[str]] = {}              # their text (or thinking) pieces
-        usage: dict[str, Any] = {}
-        stop_reason: Any = None
-        final_usage = done = False
-        times: list[float] = []                       # when each piece of text arrived, seconds after the send
         async with self._http.stream(self._url, body, timeout) as reply:
-            start = reply.start
-            headers = reply.headers
+            start, headers = reply.start, reply.headers
             header_id = headers.get("request-id")
 
             def malformed(what: str) -> ProviderError:
                 return bad_reply(self.spec.name, f"stream {what}", secret=self._api_key, request_id=header_id)
 
+            stream = MessageAssembler(malformed)
             async for piece in reply:  # read to the end (after message_stop too): the connection is then reused
                 arrived = perf_counter() - start
                 for event in parser.feed(piece):
-                    if done or event.event == "ping":
+                    if stream.done or event.event == "ping":
                         continue
-                    if event.event == "error":
-                        raise stream_error(event.data.encode(), endpoint=self.spec.name, secret=self._api_key,
-                                           request_id=header_id)
-                    try:
-                        payload = orjson.loads(event.data)
-                    except orjson.JSONDecodeError:
-                        raise malformed(f"event {event.event!r} is not JSON") from None
-                    if not isinstance(payload, dict):
-                        raise malformed(f"event {event.event!r} is not an object")
-                    kind = payload.get("type")
-                    if kind == "content_block_delta":
-                        delta = payload.get("delta")
-                        index = payload.get("index")
-                        if not isinstance(delta, dict) or index not in blocks:
-                            raise malformed("content_block_delta names no started block")
-                        dtype = delta.get("type")
-                        if dtype in ("text_delta", "thinking_delta"):
-                            text = delta.get("text" if dtype == "text_delta" else "thinking")
-                            if not isinstance(text, str):
-                                raise malformed(f"{dtype} is not a string")
-                            parts[index].append(text)
-                            if text and dtype == "text_delta":
-                                times.append(arrived)
-                    elif kind == "content_block_start":
-                        block = payload.get("content_block")
-                        index = payload.get("index")
-                        if not isinstance(block, dict) or type(index) is not int:
-                            raise malformed("content_block_start has no block")
-                        blocks[index] = dict(block)
-                        parts[index] = []
-                    elif kind == "message_start":
-                        message = payload.get("message")
-                        if not isinstance(message, dict):
-                            raise malformed("message_start has no message")
-                        if isinstance(message.get("usage"), dict):
-                            usage.update(message["usage"])
-                    elif kind == "message_delta":
-                        delta = payload.get("delta")
-                        if isinstance(delta, dict) and "stop_reason" in delta:
-                            stop_reason = delta["stop_reason"]
-                        if isinstance(payload.get("usage"), dict):
-                            final_usage = True  # cumulative counts: they replace message_start's
-                            usage.update((k, v) for k, v in payload["usage"].items() if v is not None)
-                    elif kind == "message_stop":
-                        done = True
-                    elif kind == "error":
-                        raise stream_error(event.data.encode(), endpoint=self.spec.name, secret=self._api_key,
-                                           request_id=header_id)
+                    payload = self._event_payload(event.event, event.data, header_id, malformed)
+                    stream.feed(payload, arrived)
             latency = perf_counter() - start
             first_byte = reply.first_byte - start
-        request_id = header_id or (message.get("id") if message else None)
-        request_id = request_id if isinstance(request_id, str) and request_id else None
-        if not done:
+        message_id = stream.message.get("id") if stream.message else None
+        request_id = header_id or (message_id if isinstance(message_id, str) and message_id else None)
+        if not stream.done:
             raise ProviderError(CONNECTION, f"{self.spec.name}: the stream ended before its end (message_stop) "
-                                            f"after {len(times)} text chunks", request_id=request_id)
-        if message is None or not final_usage:
-            raise bad_reply(self.spec.name, "the stream has no " + ("message_start" if message is None else
-                                                                    "usage in message_delta"),
-                            secret=self._api_key, request_id=request_id)
-        for index, block in blocks.items():
-            if block.get("type") in ("text", "thinking"):
-                field = "text" if block["type"] == "text" else "thinking"
-                block[field] = (block.get(field) or "") + "".join(parts[index])
-        data = {**message, "content": [blocks[i] for i in sorted(blocks)], "stop_reason": stop_reason,
-                "usage": usage}
-        result = self.chat_result(data, request_id, latency)
+                                            f"after {len(stream.times)} text chunks", request_id=request_id)
+        missing = stream.missing()
+        if missing:
+            raise bad_reply(self.spec.name, f"the stream has no {missing}", secret=self._api_key,
+                            request_id=request_id)
+        result = self.chat_result(stream.assembled(), request_id, latency)
+        times = stream.times
         result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
                                        first_byte=first_byte)
         result.rate_limits = rate_limit_info(headers)
         return result
 
-    def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
+    def _event_payload(self, name: str | None, data: str, request_id: str | None,
+                       malformed: Callable[[str], ProviderError]) -> dict[str, object]:
+        """An event's JSON object; an `error` event (by name or type) raised as its classified error."""
+        if name == "error":
+            raise stream_error(data.encode(), endpoint=self.spec.name, secret=self._api_key, request_id=request_id)
+        try:
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise malformed(f"event {name!r} is not JSON") from None
+        if not isinstance(payload, dict):
+            raise malformed(f"event {name!r} is not an object")
+        if payload.get("type") == "error":
+            raise stream_error(data.encode(), endpoint=self.spec.name, secret=self._api_key, request_id=request_id)
+        return payload
+
+    def chat_result(self, data: dict[str, object], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `message` object (a direct reply's body,
         or a batch result's `result.message`)."""
         content = data.get("content")

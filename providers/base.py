@@ -16,7 +16,6 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 
 class TulvingError(Exception):
@@ -163,7 +162,7 @@ class ProviderError(Exception):
         status = f" {self.status}" if self.status else ""
         return f"{self.kind}{status}: {self.message}".replace("\n", " ")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "message": self.message, "status": self.status,
                 "retry_after": self.retry_after, "request_id": self.request_id}
 
@@ -173,7 +172,7 @@ class EndpointSpec:
     """Where and how to reach one provider account/server (from the config)."""
 
     name: str
-    kind: str                        # "openai" | "anthropic" | "local" | "builtin"
+    kind: str                        # a provider kind's name (providers/kinds.py)
     base_url: str | None = None
     key_env: str | None = None       # environment variable holding the API key
     max_concurrency: int = 16
@@ -184,7 +183,9 @@ class EndpointSpec:
     total_timeout: float | None = None  # per request over all attempts
     max_attempts: int = 6
     max_retry_after: float = 60.0    # a server's longer retry-after is capped to this (and reported)
-    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific
+    # The kind's options, checked against its schema when the config loads
+    # (read them typed with providers.kinds.opt_bool, opt_float, ...).
+    options: Mapping[str, object] = field(default_factory=dict)
 
 
 class Provider(abc.ABC):
@@ -227,7 +228,7 @@ class Provider(abc.ABC):
 
     @abc.abstractmethod
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         """One chat call. `params` holds temperature, max_tokens, seed, stop and
         any extra wire parameters, already merged with the alias defaults; keys
         whose value is None are absent. `stream`: receive the reply as it is

@@ -20,9 +20,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, ChatResult, EndpointSpec, ProviderError
+from providers.base import BAD_REQUEST, TIMEOUT, ChatResult, EndpointSpec, ProviderError
 
 LineResult = ChatResult | ProviderError
 
@@ -39,7 +38,7 @@ class BatchInfo:
     counts: Mapping[str, int] = field(default_factory=dict)
     created_at: float | None = None          # unix seconds
     failure: str | None = None               # the whole batch failed (validation): why
-    handles: Mapping[str, Any] = field(default_factory=dict)  # output/error file ids, results_url
+    handles: Mapping[str, object] = field(default_factory=dict)  # output/error file ids, results_url
 
 
 def expired_error(endpoint: str, batch_id: str) -> ProviderError:
@@ -62,18 +61,14 @@ class BatchApi(abc.ABC):
 
     def __init__(self, spec: EndpointSpec, api_key: str | None):
         self.spec = spec
-        options = spec.options
-        for name in ("batch_max_requests", "batch_max_bytes"):
-            value = options.get(name)
-            if value is not None and (type(value) is not int or value < 1):
-                raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
-                                            f"got {value!r}")
-        self.max_requests = min(self.max_requests, options.get("batch_max_requests") or self.max_requests)
-        self.max_bytes = min(self.max_bytes, options.get("batch_max_bytes") or self.max_bytes)
+        # Checked by the config at load (the kind's option schema): whole numbers >= 1, or unset.
+        requests, size = spec.options.get("batch_max_requests"), spec.options.get("batch_max_bytes")
+        self.max_requests = min(self.max_requests, requests) if isinstance(requests, int) else self.max_requests
+        self.max_bytes = min(self.max_bytes, size) if isinstance(size, int) else self.max_bytes
 
     @abc.abstractmethod
-    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
-             params: Mapping[str, Any]) -> bytes:
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, object]],
+             params: Mapping[str, object]) -> bytes:
         """One request of a batch, serialised (its size counts toward max_bytes)."""
 
     async def prepare(self, lines: Sequence[bytes]) -> str | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from collections.abc import Mapping as MappingABC
 from time import perf_counter
 from typing import Any, Protocol
@@ -28,25 +28,24 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from providers.base import CONFIG, Provider, ProviderError
+from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
 from providers.http_errors import bad_reply, exception_error, redact, status_error
 from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
+from providers.standard_kinds import HTTP_CLIENTS
 
 _USER_AGENT = "tulving/0.1"
-HTTP_CLIENTS = ("pool", "aiohttp")
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """orjson fallback for the non-builtin containers callers may pass
     (MappingProxyType, custom sequences); called only for those."""
     if isinstance(value, MappingABC):
         return dict(value)
     if isinstance(value, (set, frozenset)):
         return sorted(value)
-    try:
+    if isinstance(value, Iterable):
         return list(value)
-    except TypeError:
-        raise TypeError(f"cannot send {type(value).__name__} as JSON") from None
+    raise TypeError(f"cannot send {type(value).__name__} as JSON")
 
 
 def _abandon(session: aiohttp.ClientSession) -> None:
@@ -98,17 +97,20 @@ class JsonHttpClient:
         self._pool_options: dict[str, Any] = dict(timeouts or {})
 
     @classmethod
-    def for_endpoint(cls, spec: Any, api_key: str | None, *, auth: Mapping[str, str],
+    def for_endpoint(cls, spec: EndpointSpec, api_key: str | None, *, auth: Mapping[str, str],
                      base_headers: Mapping[str, str] | None = None, request_id_header: str) -> JsonHttpClient:
         """The client of one provider endpoint: its base headers, the
         endpoint's extra `headers` option, then `auth` (only when a key is set)."""
-        headers = {**(base_headers or {}), **(spec.options.get("headers") or {}), **(auth if api_key else {})}
-        return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
-                   request_id_header=request_id_header, trust_env=bool(spec.options.get("trust_env", False)),
-                   http_client=spec.options.get("http_client", "pool"),
-                   timeouts={k: spec.options[k] for k in TIMEOUT_OPTIONS if spec.options.get(k) is not None})
+        from providers.kinds import opt_bool, opt_float, opt_str, opt_table
 
-    async def post(self, url: str, body: Mapping[str, Any], timeout: float
+        headers = {**(base_headers or {}), **opt_table(spec, "headers"), **(auth if api_key else {})}
+        timeouts = {name: opt_float(spec, name) for name in TIMEOUT_OPTIONS}
+        return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
+                   request_id_header=request_id_header, trust_env=opt_bool(spec, "trust_env"),
+                   http_client=opt_str(spec, "http_client") or "pool",
+                   timeouts={name: seconds for name, seconds in timeouts.items() if seconds is not None})
+
+    async def post(self, url: str, body: Mapping[str, object], timeout: float
                    ) -> tuple[dict[str, Any], Mapping[str, str], float]:
         """POST `body`; return (parsed JSON object, reply headers, latency in s).
         Header names are lower-case keys with the pool; look them up lower-case."""
@@ -140,7 +142,7 @@ class JsonHttpClient:
         return data, headers, latency
 
     @contextlib.asynccontextmanager
-    async def stream(self, url: str, body: Mapping[str, Any], timeout: float) -> AsyncIterator[StreamReply]:
+    async def stream(self, url: str, body: Mapping[str, object], timeout: float) -> AsyncIterator[StreamReply]:
         """POST `body` and read the reply as it arrives:
 
             async with client.stream(url, body, timeout) as reply:

@@ -29,7 +29,6 @@ import asyncio
 import re
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 import aiohttp
 import orjson
@@ -136,7 +135,7 @@ def _error_fields(body: bytes) -> tuple[str, str, str]:
     """(message, type, code) from an OpenAI-, Anthropic- or vLLM-shaped error
     body; falls back to the raw text."""
     try:
-        data: Any = orjson.loads(body)
+        data: object = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body[:_MAX_MESSAGE * 2].decode("utf-8", "replace"), "", ""
     error = data.get("error", data) if isinstance(data, dict) else data
@@ -229,7 +228,7 @@ def bad_reply(endpoint: str, what: str, *, secret: str | None, request_id: str |
     return ProviderError(BAD_REPLY, redact(f"{endpoint}: {what}", secret), status=status, request_id=request_id)
 
 
-def token_count(usage: Any, name: str) -> int | None:
+def token_count(usage: object, name: str) -> int | None:
     """A reply's `usage[name]`: a non-negative integer, or None when absent.
     Raises ValueError for anything else (a string, a float, a negative number):
     the caller turns it into a bad reply."""

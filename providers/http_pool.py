@@ -50,7 +50,7 @@ from collections import deque
 from collections.abc import Mapping
 from time import perf_counter
 from types import TracebackType
-from typing import Any, cast
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -112,7 +112,7 @@ class _Decoder:
         self.encoding = encoding
         self.limit = limit
         self.size = 0
-        self._zlib: Any = None  # zlib's Decompress object once the format is known
+        self._zlib: zlib._Decompress | None = None  # zlib's Decompress object once the format is known
         self._pending = b""  # deflate: the first byte, until the second tells zlib from raw
         if encoding in ("gzip", "x-gzip"):
             self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)

@@ -20,7 +20,6 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -174,21 +173,16 @@ class LocalEmbedProvider(Provider):
     """
 
     kind = "local-embed"
-    _OPTIONS = frozenset({"model_dir"})
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
-        unknown = set(spec.options) - self._OPTIONS
-        if unknown:
-            raise ProviderError(CONFIG, f"endpoint {spec.name!r}: unknown option(s) {sorted(unknown)} "
-                                        f"(known: {', '.join(sorted(self._OPTIONS))})")
         self._encoders: dict[Path, MiniLMEncoder] = {}
         self._lock = asyncio.Lock()         # queue callers fairly, one at a time
         self._thread_lock = threading.Lock()  # holds even if a caller is cancelled mid-encode
         self.calls = 0  # encode calls actually run (not cached by the engine)
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         raise ProviderError(BAD_REQUEST, f"endpoint {self.spec.name!r} serves embeddings only, not chat "
                                          f"(model {model!r})")
 
@@ -232,7 +226,7 @@ def _shared_encoder(folder: Path) -> MiniLMEncoder:
 
 
 def encode(texts: Sequence[str], model: str = "all-MiniLM-L6-v2",
-           options: Mapping[str, Any] | None = None) -> np.ndarray:
+           options: Mapping[str, object] | None = None) -> np.ndarray:
     """Synchronous helper outside the engine: normalised embeddings (n, 384)
     of `texts`; the model is loaded once per process."""
     return _shared_encoder(minilm_dir(model, options or {})).encode(texts)[0]

@@ -37,7 +37,7 @@ import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,17 +53,17 @@ from providers.base import (
     Provider,
     ProviderError,
 )
+from providers.kinds import opt_int
 from providers.llama_worker import INSTALL_HINT
 from providers.local_models import gguf_path
+from providers.standard_kinds import DEFAULT_N_CTX
 from providers.worker_process import WorkerDied, WorkerProcess
 
-DEFAULT_N_CTX = 8192
 WORKER_MODULE = "providers.llama_worker"
 
 # Request params -> create_chat_completion keyword (same names).
 _SAMPLING_PARAMS = frozenset({"temperature", "max_tokens", "seed", "stop", "top_p", "top_k", "min_p",
                               "repeat_penalty", "presence_penalty", "frequency_penalty"})
-_OPTIONS = frozenset({"model_path", "n_ctx", "n_threads", "n_batch", "n_gpu_layers"})
 
 
 @dataclass
@@ -86,14 +86,6 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _positive_int(spec: EndpointSpec, name: str, default: int) -> int:
-    value = spec.options.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ProviderError(CONFIG, f"endpoint {spec.name!r}: options.{name} must be a positive integer, "
-                                    f"got {value!r}")
-    return value
-
-
 def _fingerprint(path: Path, messages: list[dict[str, str]], kwargs: dict[str, Any]) -> str:
     """Names one call across its attempts (the engine retries with the same request)."""
     text = json.dumps([str(path), messages, kwargs], sort_keys=True, default=str)
@@ -106,14 +98,10 @@ class LocalLlamaProvider(Provider):
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
-        unknown = set(spec.options) - _OPTIONS
-        if unknown:
-            raise ProviderError(CONFIG, f"endpoint {spec.name!r}: unknown option(s) {sorted(unknown)} "
-                                        f"(known: {', '.join(sorted(_OPTIONS))})")
-        self.n_ctx = _positive_int(spec, "n_ctx", DEFAULT_N_CTX)
-        self.n_threads = _positive_int(spec, "n_threads", _cores())
-        self.n_batch = _positive_int(spec, "n_batch", 512)
-        self.n_gpu_layers = int(spec.options.get("n_gpu_layers", 0))
+        self.n_ctx = opt_int(spec, "n_ctx") or DEFAULT_N_CTX
+        self.n_threads = opt_int(spec, "n_threads") or _cores()
+        self.n_batch = opt_int(spec, "n_batch") or 512
+        self.n_gpu_layers = opt_int(spec, "n_gpu_layers") or 0
         self._workers: dict[Path, WorkerProcess] = {}
         self._locks: dict[Path, asyncio.Lock] = {}
         self._deaths: dict[str, int] = {}   # call fingerprint -> workers it was running when they died
@@ -156,14 +144,17 @@ class LocalLlamaProvider(Provider):
 
     # -- Provider interface -------------------------------------------------------
     async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         unknown = set(params) - _SAMPLING_PARAMS
         if unknown:
             raise ProviderError(BAD_REQUEST, f"the local provider does not take parameter(s) {sorted(unknown)} "
                                              f"(known: {', '.join(sorted(_SAMPLING_PARAMS))})")
         kwargs = dict(params)
-        if "stop" in kwargs:
-            kwargs["stop"] = [kwargs["stop"]] if isinstance(kwargs["stop"], str) else list(kwargs["stop"])
+        stop = kwargs.get("stop")
+        if isinstance(stop, str):
+            kwargs["stop"] = [stop]
+        elif isinstance(stop, Iterable):
+            kwargs["stop"] = list(stop)
         path = gguf_path(model, self.spec.options)
         try:  # said here, before a worker is started for nothing (the worker checks again)
             installed = importlib.util.find_spec("llama_cpp") is not None

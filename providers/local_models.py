@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from providers.base import CONFIG, ProviderError
 
@@ -46,7 +45,7 @@ def _looks_like_path(name: str) -> bool:
     return name.lower().endswith(".gguf") or "/" in name or "\\" in name or name.startswith("~")
 
 
-def gguf_path(model: str, options: Mapping[str, Any]) -> Path:
+def gguf_path(model: str, options: Mapping[str, object]) -> Path:
     """The GGUF file serving `model` on a local endpoint.
 
     In order: a model name that is itself a path (".../x.gguf"); the endpoint's
@@ -74,7 +73,7 @@ def gguf_path(model: str, options: Mapping[str, Any]) -> Path:
     return path
 
 
-def minilm_dir(model: str, options: Mapping[str, Any]) -> Path:
+def minilm_dir(model: str, options: Mapping[str, object]) -> Path:
     """The folder holding all-MiniLM-L6-v2's files (or a compatible BERT
     sentence-transformers folder given as `options.model_dir` or as the model
     name itself)."""

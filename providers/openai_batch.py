@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import orjson
 
@@ -39,8 +38,8 @@ class OpenAIBatchApi(BatchApi):
         self._secret = api_key
         self._http = self._provider.http
 
-    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, Any]],
-             params: Mapping[str, Any]) -> bytes:
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, object]],
+             params: Mapping[str, object]) -> bytes:
         body = self._provider.chat_body(model, messages, params)  # as a direct call sends it
         return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": _CHAT, "body": body})
 
@@ -97,14 +96,16 @@ class OpenAIBatchApi(BatchApi):
         items = data.get("data")
         return [self._info(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
-    def _info(self, data: dict[str, Any]) -> BatchInfo:
+    def _info(self, data: dict[str, object]) -> BatchInfo:
         batch_id, status = data.get("id"), data.get("status")
         if not isinstance(batch_id, str) or not isinstance(status, str):
             raise bad_reply(self.spec.name, "batch object has no id or status", secret=self._secret)
-        counts = data.get("request_counts") if isinstance(data.get("request_counts"), dict) else {}
+        counts = data.get("request_counts")
+        counts = counts if isinstance(counts, dict) else {}
         failure = None
         if status == "failed":
-            errors = (data.get("errors") or {}).get("data") if isinstance(data.get("errors"), dict) else None
+            found = data.get("errors")
+            errors = found.get("data") if isinstance(found, dict) else None
             parts = [f"line {e.get('line')}: {e.get('code')}: {e.get('message')}" for e in (errors or [])
                      if isinstance(e, dict)]
             failure = "; ".join(parts[:5]) or "the batch failed"
@@ -115,7 +116,7 @@ class OpenAIBatchApi(BatchApi):
                          handles={"output_file_id": data.get("output_file_id"),
                                   "error_file_id": data.get("error_file_id")})
 
-    async def _file_lines(self, file_id: Any) -> list[dict[str, Any]]:
+    async def _file_lines(self, file_id: object) -> list[dict[str, object]]:
         if not isinstance(file_id, str):
             return []
         raw, _ = await self._http.request_bytes("GET", self._provider.url(f"/files/{file_id}/content"),
@@ -143,7 +144,7 @@ class OpenAIBatchApi(BatchApi):
                 out[custom_id] = self._line_result(info, item)
         return out
 
-    def _line_result(self, info: BatchInfo, item: dict[str, Any]) -> LineResult:
+    def _line_result(self, info: BatchInfo, item: dict[str, object]) -> LineResult:
         response, error = item.get("response"), item.get("error")
         name = self.spec.name
         if isinstance(response, dict):

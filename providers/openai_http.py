@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -41,6 +41,8 @@ import orjson
 from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
+from providers.kinds import opt_bool, opt_strings
+from providers.openai_stream import CompletionAssembler
 from providers.ratelimit_headers import rate_limit_info
 from providers.sse import SSEParser
 
@@ -58,13 +60,13 @@ class OpenAIProvider(HttpProvider):
         self._embed_url = self.url("/embeddings")
         self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
                                                  request_id_header="x-request-id")
-        self._drop = frozenset(spec.options.get("drop_params") or ())
-        self.caches_prompt_prefix = bool(spec.options.get("prompt_cache", True))
-        self._prompt_cache_key = bool(spec.options.get("prompt_cache_key", False))
-        self._stream_always = bool(spec.options.get("stream", False))
+        self._drop = frozenset(opt_strings(spec, "drop_params"))
+        self.caches_prompt_prefix = opt_bool(spec, "prompt_cache")
+        self._prompt_cache_key = opt_bool(spec, "prompt_cache_key")
+        self._stream_always = opt_bool(spec, "stream")
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
-                   params: Mapping[str, Any], timeout: float, stream: bool = False) -> ChatResult:
+    async def chat(self, model: str, messages: Sequence[Mapping[str, object]], *,
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         body = self.chat_body(model, messages, params)
         if stream or self._stream_always:
             return await self._chat_streamed(body, timeout)
@@ -73,8 +75,8 @@ class OpenAIProvider(HttpProvider):
         result.rate_limits = rate_limit_info(headers)
         return result
 
-    def chat_body(self, model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+    def chat_body(self, model: str, messages: Sequence[Mapping[str, object]], params: Mapping[str, object]
+                  ) -> dict[str, object]:
         """The `/chat/completions` body of a call (a direct call's, and a batch line's)."""
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
@@ -83,87 +85,63 @@ class OpenAIProvider(HttpProvider):
             body.update(self.prefix_fields(messages))
         return body
 
-    async def _chat_streamed(self, body: dict[str, Any], timeout: float) -> ChatResult:
+    async def _chat_streamed(self, body: dict[str, object], timeout: float) -> ChatResult:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         parser = SSEParser()
-        texts: list[str] = []
-        times: list[float] = []          # when each piece of text arrived, seconds after the send
-        content: str | None = None       # stays None unless a delta carries content (a tool call, a refusal)
-        finish: Any = None
-        usage: Any = None
-        reply_id: Any = None
-        done = False
         async with self._http.stream(self._chat_url, body, timeout) as reply:
-            start = reply.start
-            headers = reply.headers
+            start, headers = reply.start, reply.headers
             header_id = headers.get("x-request-id")
+
+            def malformed(what: str) -> ProviderError:
+                return bad_reply(self.spec.name, what, secret=self._api_key, request_id=header_id)
+
+            stream = CompletionAssembler(malformed)
             async for piece in reply:  # read to the end (after [DONE] too): the connection is then reused
                 arrived = perf_counter() - start
                 for event in parser.feed(piece):
-                    if done:
+                    if stream.done:
                         continue
                     if event.data == "[DONE]":
-                        done = True
+                        stream.done = True
                         continue
-                    try:
-                        chunk = orjson.loads(event.data)
-                    except orjson.JSONDecodeError:
-                        raise bad_reply(self.spec.name, f"stream chunk is not JSON ({len(event.data)} characters)",
-                                        secret=self._api_key, request_id=header_id) from None
-                    if not isinstance(chunk, dict):
-                        raise bad_reply(self.spec.name, "stream chunk is JSON but not an object",
-                                        secret=self._api_key, request_id=header_id)
-                    if chunk.get("error"):
-                        raise stream_error(event.data.encode(), endpoint=self.spec.name, secret=self._api_key,
-                                           request_id=header_id)
-                    reply_id = reply_id or chunk.get("id")
-                    if chunk.get("usage") is not None:
-                        usage = chunk["usage"]
-                    choices = chunk.get("choices")
-                    if choices is None:
-                        choices = []
-                    elif not isinstance(choices, list):
-                        raise bad_reply(self.spec.name, "stream chunk's choices is not a list",
-                                        secret=self._api_key, request_id=header_id)
-                    for choice in choices:
-                        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                            continue
-                        delta = choice.get("delta")
-                        text = delta.get("content") if isinstance(delta, dict) else None
-                        if isinstance(text, str):
-                            content = ""
-                            if text:
-                                texts.append(text)
-                                times.append(arrived)
-                        if choice.get("finish_reason") is not None:
-                            finish = choice["finish_reason"]
+                    stream.feed(self._chunk(event.data, header_id, malformed), arrived)
             latency = perf_counter() - start
             first_byte = reply.first_byte - start
-        request_id = _request_id(header_id or reply_id)
-        if not done:
+        request_id = _request_id(header_id or stream.reply_id)
+        if not stream.done:
             raise ProviderError(CONNECTION, f"{self.spec.name}: the stream ended before its end (data: [DONE]) "
-                                            f"after {len(texts)} text chunks", request_id=request_id)
-        if usage is None:
+                                            f"after {len(stream.texts)} text chunks", request_id=request_id)
+        if stream.usage is None:
             raise bad_reply(self.spec.name, "the stream ended without the usage chunk (stream_options.include_usage"
                                             " not supported by the server?)", secret=self._api_key,
                             request_id=request_id)
-        if content is not None:
-            content = "".join(texts)
-        data = {"id": reply_id, "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                             "finish_reason": finish}], "usage": usage}
-        result = self.chat_result(data, request_id, latency)
+        result = self.chat_result(stream.assembled(), request_id, latency)
+        times = stream.times
         result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
                                        first_byte=first_byte)
         result.rate_limits = rate_limit_info(headers)
         return result
 
-    def prefix_fields(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def _chunk(self, data: str, request_id: str | None, malformed: Callable[[str], ProviderError]
+               ) -> dict[str, object]:
+        """A chunk's JSON object; a chunk carrying an error raised as its classified error."""
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise malformed(f"stream chunk is not JSON ({len(data)} characters)") from None
+        if not isinstance(chunk, dict):
+            raise malformed("stream chunk is JSON but not an object")
+        if chunk.get("error"):
+            raise stream_error(data.encode(), endpoint=self.spec.name, secret=self._api_key, request_id=request_id)
+        return chunk
+
+    def prefix_fields(self, messages: Sequence[Mapping[str, object]]) -> dict[str, object]:
         """The body fields of messages marking a shared prefix (PREFIX_END):
         the messages without the marker (OpenAI caches prefixes by itself),
         and with `prompt_cache_key` on, a key naming the prefix, which routes
         requests sharing it to the same cache."""
-        fields: dict[str, Any] = {"messages": [{k: v for k, v in m.items() if k != PREFIX_END} for m in messages]}
+        fields: dict[str, object] = {"messages": [{k: v for k, v in m.items() if k != PREFIX_END} for m in messages]}
         if self._prompt_cache_key:
             hasher = hashlib.sha256()
             for m in messages:
@@ -199,8 +177,8 @@ class OpenAIProvider(HttpProvider):
                           output_tokens=output_tokens or 0, latency=latency, request_id=request_id,
                           cache_read_tokens=min(cached, input_tokens))
 
-    def _content(self, data: dict[str, Any], message: dict[str, Any], finish: str, output_tokens: int | None,
-                 usage: Any, request_id: str | None) -> str:
+    def _content(self, data: dict[str, object], message: dict[str, object], finish: str, output_tokens: int | None,
+                 usage: object, request_id: str | None) -> str:
         """The reply text. A string is the answer; an empty or missing one is
         a legitimate empty answer only when the provider says so: it finished
         ("stop", or "length"/"content_filter" with nothing visible) and counted
@@ -244,7 +222,7 @@ class OpenAIProvider(HttpProvider):
         return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id,
                            rate_limits=rate_limit_info(headers))
 
-    def _malformed(self, data: dict[str, Any], what: str, request_id: str | None) -> ProviderError:
+    def _malformed(self, data: dict[str, object], what: str, request_id: str | None) -> ProviderError:
         # Some compatible servers (OpenRouter) report failures as a 200 with an
         # "error" object; surface their message.
         error = data.get("error")
@@ -253,6 +231,6 @@ class OpenAIProvider(HttpProvider):
         return bad_reply(self.spec.name, what, secret=self._api_key, request_id=request_id)
 
 
-def _request_id(value: Any) -> str | None:
+def _request_id(value: object) -> str | None:
     """A request id from a header or the body's `id`: kept only when it is a string."""
     return value if isinstance(value, str) and value else None

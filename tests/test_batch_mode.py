@@ -27,7 +27,7 @@ from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import ChatResult
-from providers.batch_wires import make_batch_api
+from providers.kinds import batch_api_for
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
@@ -312,7 +312,7 @@ async def test_batches_split_at_the_request_and_size_limits(tmp_path, kind):
         assert all(o.ok for o in outcomes) and sorted(sizes) == [5, 10, 10]
     async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
         spec = engine_config(server, kind).endpoints["lb"]
-        line = make_batch_api(spec, None).line("0" * 64, "test-model", requests(1)[0].messages, {"max_tokens": 16})
+        line = batch_api_for(spec, None).line("0" * 64, "test-model", requests(1)[0].messages, {"max_tokens": 16})
         limit = 3 * (len(line) + 1) + 2 + SIZE_MARGIN  # three lines (questions 0-6 are all the same size)
         outcomes, _ = await run_batch(engine_config(server, kind, batch_max_bytes=limit), tmp_path / "b.sqlite",
                                       requests(7))
@@ -469,7 +469,7 @@ async def test_a_run_killed_between_upload_and_batch_id_finds_its_batch_or_sends
         reqs = requests(5)
         async with Engine(config, cache_path=str(cache)):
             pass
-        api = make_batch_api(config.endpoints["lb"], None)
+        api = batch_api_for(config.endpoints["lb"], None)
         resolved = [resolve(config, r) for r in reqs]
         lines = [api.line(r.key, r.alias.model, r.messages, r.params) for r in resolved]
         handle = await api.prepare(lines)  # what the killed run did: upload, record the intent, (create)

@@ -8,7 +8,6 @@ import asyncio
 import pytest
 
 from engine.batching import BatchingProvider
-from engine.batching_mode import Batching
 from engine.budget import Budget
 from engine.config import Config
 from engine.loopback.batches import BatchKnobs
@@ -99,36 +98,18 @@ async def test_batch_mode_without_a_cache_says_a_killed_run_cannot_resume(tmp_pa
     assert any("without a cache" in n for n in engine.stats.notices) and engine.stats.batched_calls == 3
 
 
-def test_batch_options_are_read_and_checked_when_the_endpoint_is_built(tmp_path):
+def test_batch_options_are_read_typed_and_a_bad_one_stops_the_config_load(tmp_path):
     from engine.batching_mode import batch_options
-    from providers.base import ProviderError
+    from engine.config import ConfigError
 
     spec = Config.from_dicts({"lb": {"kind": "openai", "options": {"batch_poll": 2, "batch_poll_max": 1,
                                                                    "batch_queue_requests": 5}}},
                              {"m": {"endpoints": ["lb"], "model": "x"}}).endpoints["lb"]
     options = batch_options(spec)
     assert (options.poll_first, options.poll_max, options.queue_requests, options.queue_tokens) == (2.0, 2.0, 5, None)
-    bad = Config.from_dicts({"lb": {"kind": "openai", "options": {"batch_poll": "soon"}}},
-                            {"m": {"endpoints": ["lb"], "model": "x"}}).endpoints["lb"]
-    with pytest.raises(ProviderError, match="batch_poll must be a positive number"):
-        Batching(None, _Host()).provider(_Direct(bad), bad, None)
-
-
-class _Host:
-    def feeding(self) -> bool:
-        return False
-
-    async def committed(self) -> bool:
-        return False
-
-    def notice(self, message: str, *, key: object = None, every: float = 10.0) -> None:
-        pass
-
-
-def _Direct(spec):  # noqa: N802 -- the endpoint's direct provider
-    from providers import make_provider
-
-    return make_provider(spec, None)
+    with pytest.raises(ConfigError, match="batch_poll must be a finite number, got 'soon'"):
+        Config.from_dicts({"lb": {"kind": "openai", "options": {"batch_poll": "soon"}}},
+                          {"m": {"endpoints": ["lb"], "model": "x"}})
 
 
 async def test_the_ledger_forgets_a_harvested_key_only_once_the_cache_holds_its_result(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.config import Config
+from engine.config import Config, ConfigError
 from engine.requests import EmbedRequest
 from engine.scheduler import Engine
 from providers.base import CONFIG, EndpointSpec, ProviderError
@@ -89,6 +89,6 @@ async def test_incomplete_model_folder_and_bad_input_are_clear_errors(tmp_path):
     with pytest.raises(ProviderError) as err:
         await provider().embed("all-MiniLM-L6-v2", ["fine", 3], timeout=60)
     assert err.value.kind == "bad_request"
-    with pytest.raises(ProviderError) as err:
-        provider(pooling="max")
-    assert err.value.kind == CONFIG and "pooling" in str(err.value)
+    # Options are checked against the kind's schema when the config loads.
+    with pytest.raises(ConfigError, match=r"unknown option options.pooling for local-embed endpoints \(known: model_dir\)"):
+        Config.from_dicts({"e": {"kind": "local-embed", "options": {"pooling": "max"}}}, {})

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine.config import Config
+from engine.config import Config, ConfigError
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from providers.base import CONFIG, PROMPT_TOO_LONG, TIMEOUT, EndpointSpec, ProviderError
@@ -146,9 +146,8 @@ async def test_a_file_that_is_not_gguf_and_unknown_names_are_config_errors(tmp_p
     with pytest.raises(ProviderError) as err:
         await p.chat("llama-70b", QUESTION, params={"max_tokens": 4}, timeout=60)
     assert err.value.kind == CONFIG and "unknown local model 'llama-70b'" in str(err.value)
-    with pytest.raises(ProviderError) as err:
-        provider(n_ctxx=4096)
-    assert err.value.kind == CONFIG and "n_ctxx" in str(err.value)
+    with pytest.raises(ConfigError, match=r"unknown option options.n_ctxx for local endpoints \(known: model_path, n_ctx"):
+        Config.from_dicts({"local": {"kind": "local", "options": {"n_ctxx": 4096}}}, {})
 
 
 async def test_without_llama_cpp_the_error_says_how_to_install(monkeypatch):

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-import providers
 from engine.config import Config, ConfigError
 from engine.dispatch import shared_prefix
 from engine.loopback.server import Faults, LoopbackServer, constant
@@ -22,6 +21,7 @@ from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import BAD_REPLY, BUDGET, OVERLOADED, PROMPT_TOO_LONG, ChatResult, Provider
+from providers.kinds import ProviderKind, registry, set_registry
 
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 
@@ -284,11 +284,13 @@ class RecordingProvider(Provider):
 
 
 @pytest.fixture
-def recording(monkeypatch):
-    monkeypatch.setitem(providers.REGISTRY, "recording", f"{__name__}:RecordingProvider")
+def recording():
+    previous = set_registry(registry().with_kinds(ProviderKind("recording", f"{__name__}:RecordingProvider",
+                                                               "records the calls it gets")))
     RecordingProvider.calls = []
-    return Config.from_dicts({"rec": {"kind": "recording", "max_concurrency": 4}},
-                             {"r": {"endpoint": "rec", "model": "rec"}})
+    yield Config.from_dicts({"rec": {"kind": "recording", "max_concurrency": 4}},
+                            {"r": {"endpoint": "rec", "model": "rec"}})
+    set_registry(previous)
 
 
 def test_shared_prefix_counts_characters_across_messages():

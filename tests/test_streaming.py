@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-import engine.benchmark.builtin  # noqa: F401 -- registers the builtin endpoint and models
 from engine.config import Config, ConfigError
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.requests import ChatRequest

@@ -19,7 +19,7 @@ from cache.batches import BatchLedger, LedgerBatch
 from engine.cli.common import load_config
 from engine.errors import printable
 from providers.base import ProviderError, TulvingError
-from providers.batch_wires import make_batch_api
+from providers.kinds import open_batch_api
 
 
 def register(subparsers: Any) -> None:
@@ -67,7 +67,7 @@ async def _refresh(args: argparse.Namespace, ledger: BatchLedger, batches: list[
         if spec is None or batch.id.startswith("pending:"):
             continue
         try:
-            api = make_batch_api(spec, config.api_key(spec))
+            api = open_batch_api(spec, config.api_key(spec))
             try:
                 info = await api.poll(batch.id)
             finally:
@@ -124,7 +124,7 @@ async def _cancel(args: argparse.Namespace) -> str:
         if spec is None:
             raise TulvingError(f"batch {batch.id} was sent to endpoint {batch.endpoint!r}, which the config "
                                f"no longer declares")
-        api = make_batch_api(spec, config.api_key(spec))
+        api = open_batch_api(spec, config.api_key(spec))
         try:
             info = await api.cancel(batch.id)
         finally:

@@ -57,7 +57,7 @@ from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from engine.spending import spending_lines
 from providers.base import BUDGET, Result, TulvingError
-from providers.batch_wires import batch_capable
+from providers.kinds import batch_capable
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"

@@ -1,0 +1,127 @@
+"""The kinds this distribution ships: openai, anthropic, local, local-embed
+(the built-in benchmark models declare theirs in engine/benchmark/builtin/kind.py).
+
+Each is registered by an entry point of group `tulving.providers` in
+pyproject.toml, as a third-party kind would be. This module imports no
+provider: the classes are named as "module:Class" and imported when used.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from providers.http_pool import TIMEOUT_OPTIONS
+from providers.kinds import (
+    BOOL,
+    INT,
+    NUMBER,
+    STRING,
+    STRINGS,
+    TABLE,
+    Capabilities,
+    Option,
+    OptionError,
+    ProviderKind,
+)
+
+ANTHROPIC_API_VERSION = "2023-06-01"
+# The HTTP clients an endpoint may use (providers/http_client.py); named here so
+# that reading the kinds does not import aiohttp.
+HTTP_CLIENTS = ("pool", "aiohttp")
+DEFAULT_N_CTX = 8192
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+# Headers the HTTP client owns: overriding them breaks framing or routing.
+_RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-type"}
+
+
+def _check_headers(headers: object) -> None:
+    assert isinstance(headers, Mapping)  # the TABLE type is checked first
+    for header, value in headers.items():
+        if not isinstance(header, str) or not _HEADER_NAME.fullmatch(header):
+            raise OptionError(f"options.headers has an invalid header name {header!r}")
+        if header.lower() in _RESERVED_HEADERS:
+            raise OptionError(f"options.headers must not set {header} (the HTTP client sets it)")
+        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+            raise OptionError(f"options.headers.{header} must be a one-line string, got {value!r}")
+
+
+_TIMEOUT_DOCS = {
+    "connect_timeout": "longest wait to open a connection (TCP and TLS)",
+    "first_byte_timeout": "longest wait for the reply's first byte after sending",
+    "read_timeout": "longest silence while reading a reply",
+    "keepalive_timeout": "how long an idle connection is kept for reuse",
+}
+
+HTTP_OPTIONS = (
+    Option("headers", TABLE, "extra HTTP headers sent with every call", check=_check_headers),
+    Option("drop_params", STRINGS, "parameters never sent to this server (names of params keys)"),
+    Option("trust_env", BOOL, "use the proxy and CA settings of the environment (HTTP_PROXY, ...)", default=False),
+    Option("http_client", STRING, "the HTTP client: Tulving's pool or aiohttp", default="pool",
+           choices=HTTP_CLIENTS),
+    *(Option(name, NUMBER, _TIMEOUT_DOCS.get(name, name.replace("_", " ")), minimum=0, above_minimum=True,
+             unit="seconds") for name in TIMEOUT_OPTIONS),
+    Option("prompt_cache", BOOL, "the server caches shared prompt prefixes: mark and warm them", default=True),
+    Option("stream", BOOL, "stream every chat call (server-sent events) and time its chunks", default=False),
+)
+
+BATCH_OPTIONS = (
+    Option("batch", BOOL, "`--batch` sends chat calls through the batch API (false: a server without one)",
+           default=True),
+    Option("batch_poll", NUMBER, "wait before the first poll of a batch", default=10.0, minimum=0,
+           above_minimum=True, unit="seconds"),
+    Option("batch_poll_max", NUMBER, "longest wait between polls of a batch", default=300.0, minimum=0,
+           above_minimum=True, unit="seconds"),
+    Option("batch_queue_requests", INT, "most requests in submitted, unfinished batches (queue limit)",
+           minimum=1),
+    Option("batch_queue_tokens", INT, "most prompt tokens in submitted, unfinished batches (queue limit)",
+           minimum=1),
+    Option("batch_max_requests", INT, "most requests in one batch (lowers the API's own limit)", minimum=1),
+    Option("batch_max_bytes", INT, "largest batch input in bytes (lowers the API's own limit)", minimum=1),
+)
+
+OPENAI = ProviderKind(
+    name="openai",
+    provider="providers.openai_http:OpenAIProvider",
+    batch_api="providers.openai_batch:OpenAIBatchApi",
+    doc="the OpenAI API and OpenAI-compatible servers (vLLM, llama.cpp server, ...)",
+    capabilities=Capabilities(embeddings=True, stream=True, prompt_cache=True, cache_read_step=128,
+                              charges_cache_writes=False, list_models=True, rate_limit_headers=True,
+                              fine_tuning=True),
+    options=(*HTTP_OPTIONS,
+             Option("prompt_cache_key", BOOL, "send a prompt_cache_key derived from the shared prefix",
+                    default=False),
+             *BATCH_OPTIONS),
+)
+
+ANTHROPIC = ProviderKind(
+    name="anthropic",
+    provider="providers.anthropic_http:AnthropicProvider",
+    batch_api="providers.anthropic_batch:AnthropicBatchApi",
+    doc="the Anthropic Messages API",
+    capabilities=Capabilities(stream=True, prompt_cache=True, list_models=True, rate_limit_headers=True),
+    options=(*HTTP_OPTIONS,
+             Option("anthropic_version", STRING, "the anthropic-version header", default=ANTHROPIC_API_VERSION),
+             *BATCH_OPTIONS),
+)
+
+LOCAL = ProviderKind(
+    name="local",
+    provider="providers.local_llama:LocalLlamaProvider",
+    doc="a GGUF model run by llama.cpp in a worker process (pip install 'tulving-bench[local]')",
+    options=(
+        Option("model_path", STRING, "the .gguf file serving every model name of this endpoint"),
+        Option("n_ctx", INT, "context window in tokens", default=DEFAULT_N_CTX, minimum=1),
+        Option("n_threads", INT, "CPU threads (default: the cores this process may use)", minimum=1),
+        Option("n_batch", INT, "prompt tokens evaluated per step", default=512, minimum=1),
+        Option("n_gpu_layers", INT, "layers offloaded to a GPU (-1: all)", default=0, minimum=-1),
+    ),
+)
+
+LOCAL_EMBED = ProviderKind(
+    name="local-embed",
+    provider="providers.local_embed:LocalEmbedProvider",
+    doc="sentence embeddings computed in-process (all-MiniLM-L6-v2)",
+    capabilities=Capabilities(chat=False, embeddings=True),
+    options=(Option("model_dir", STRING, "a sentence-transformers BERT folder used instead of all-MiniLM-L6-v2"),),
+)
