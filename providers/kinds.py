@@ -119,6 +119,7 @@ class Capabilities:
     list_models: bool = False       # the API lists its models (GET /models)
     rate_limit_headers: bool = False  # replies report the account's rate limits (`tulving models --probe`)
     fine_tuning: bool = False       # the API fine-tunes models (the OpenAI fine-tuning jobs API)
+    seeded_draws: bool = False      # a request's `seed` picks its draw: re-draws of one prompt carry seed=draw
 
 
 @dataclass(frozen=True, slots=True)

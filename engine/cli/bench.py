@@ -42,6 +42,7 @@ from engine.errors import printable
 from engine.requests import ChatRequest, EmbedRequest, Request
 from engine.scheduler import Engine
 from providers.base import TulvingError
+from providers.kinds import kind_of
 
 _DESCRIPTION = """\
 Latency and throughput of models under a chosen load: TTFT, TPOT, ITL, E2E
@@ -231,7 +232,8 @@ async def _bench(args: argparse.Namespace, plan: BenchPlan, config: Config, prom
     async with Engine(config, cache_path=cache_path, progress=False, max_cost=args.max_cost) as engine:
         for model in plan["models"]:
             alias = config.alias(model)
-            embed = args.embed or config.endpoints_of(alias)[0].kind == "local-embed"
+            caps = kind_of(config.endpoints_of(alias)[0]).capabilities
+            embed = args.embed or (caps.embeddings and not caps.chat)
             make = _factory(args, model, None if embed else prompts, plan["output_tokens"], nonce, embed)
             slots = sum(ep.max_concurrency for ep in config.endpoints_of(alias))
             wanted = max(_client_concurrency(p) for p in plan["points"])

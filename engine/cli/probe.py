@@ -1,7 +1,7 @@
 """`tulving models --probe`: one minimal request per endpoint, and the rate
 limits its reply's headers report.
 
-Every remote endpoint (kinds "openai" and "anthropic") of the configured
+Every endpoint whose kind reports rate limits in its replies, of the configured
 models that has its key set, or needs none, gets one request: a one-token
 chat (an embedding of one word where the endpoint serves only embedding
 models), sent straight through its provider: no cache, no retry. The limits
@@ -22,8 +22,8 @@ from engine.errors import printable
 from engine.limiter import EndpointLimits
 from providers import make_provider
 from providers.base import RATE_LIMITED, EndpointSpec, ProviderError, RateLimitInfo, Result
+from providers.kinds import kind_of
 
-PROBED_KINDS = ("openai", "anthropic")
 PROBE_TIMEOUT = 30.0
 COLUMNS = (("requests", "requests/min"), ("tokens", "tokens/min"), ("input_tokens", "input tokens/min"),
            ("output_tokens", "output tokens/min"))
@@ -53,7 +53,7 @@ def plan(config: Config) -> list[Probe]:
     probes = []
     for name in sorted(served):
         spec = config.endpoints[name]
-        if spec.kind not in PROBED_KINDS:
+        if not kind_of(spec).capabilities.rate_limit_headers:
             continue
         # cheapest to ask: a plain chat model, then a reasoning one, then an embedding model
         alias = min(served[name], key=lambda a: (_is_embedding(a), a.reasoning))

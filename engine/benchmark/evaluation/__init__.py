@@ -7,5 +7,4 @@ scores, and the `tulving run` pipeline that ties them together.
     results.py    results.jsonl                   report.py    scores.json, leaderboard, tables
     finetune.py   fine-tuning data and job      (the CLI commands: engine/cli/evaluate.py)
 """
-import engine.benchmark.builtin  # noqa: F401 -- registers the built-in writer, reader and judge
 

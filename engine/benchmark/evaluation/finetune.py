@@ -28,6 +28,7 @@ from engine.benchmark.evaluation.templates import FULL_DETAILS
 from engine.benchmark.generation.bookdir import Book
 from engine.config import Config, ModelAlias
 from providers.base import TulvingError
+from providers.kinds import kind_of
 from providers.openai_finetune import submit_finetune
 
 
@@ -90,8 +91,9 @@ async def run_finetune(config: Config, *, endpoint: str, model: str, training_fi
     spec = config.endpoints.get(endpoint)
     if spec is None:
         raise TulvingError(f"unknown endpoint {endpoint!r} (known: {', '.join(sorted(config.endpoints))})")
-    if spec.kind != "openai" or not spec.base_url:
-        raise TulvingError(f"endpoint {endpoint!r} is not an OpenAI-compatible endpoint with a base_url")
+    if not kind_of(spec).capabilities.fine_tuning or not spec.base_url:
+        raise TulvingError(f"endpoint {endpoint!r} cannot fine-tune: its kind {spec.kind!r} has no fine-tuning API "
+                           "or it has no base_url")
     api_key = config.api_key(spec) or "none"
     return await submit_finetune(base_url=spec.base_url, api_key=api_key, training_file=training_file,
                                  model=model, suffix=suffix, poll_interval=poll_interval, timeout=timeout,

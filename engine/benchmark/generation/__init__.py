@@ -3,7 +3,6 @@
 The public entry points most callers need:
     from engine.benchmark.generation import Book, load_book
 """
-import engine.benchmark.builtin  # noqa: F401 -- registers the built-in writer, reader and judge
 from engine.benchmark.generation.bookdir import Book, BookError
 from engine.benchmark.generation.published import load_book
 

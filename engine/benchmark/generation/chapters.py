@@ -18,7 +18,7 @@ candidates are tried in order 0, 1, ... up to `itermax`, so the result, the
 log and the per-iteration table of the paper (iteration k = candidate k) do
 not depend on timing.
 
-Built-in models (endpoint kind "builtin") get `seed=draw`, since a provider
+Models of a kind with seeded draws (the built-in ones) get `seed=draw`, since a provider
 only sees the messages and parameters; for real models the request carries
 the alias's parameters only (as in the paper: temperature 1.0, 4096 tokens).
 """
@@ -38,6 +38,7 @@ from engine.requests import ChatRequest, Outcome
 from engine.scheduler import Engine
 from engine.spending import Spending
 from providers.base import TulvingError
+from providers.kinds import kind_of
 
 DEFAULT_ITERMAX = 10
 # A unit of work: ("write", event, draw) or ("check", event, draw, candidate).
@@ -90,9 +91,9 @@ class _Tag:
 
 
 def seeds_draws(config: Config, model: str) -> bool:
-    """Whether requests of `model` carry `seed=draw` (built-in models only)."""
-    kind: str = config.endpoints_of(config.alias(model))[0].kind
-    return kind == "builtin"
+    """Whether requests of `model` carry `seed=draw` (a kind whose draws are
+    picked by the seed: the built-in models)."""
+    return kind_of(config.endpoints_of(config.alias(model))[0]).capabilities.seeded_draws
 
 
 class ChapterRequests:
