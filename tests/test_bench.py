@@ -441,7 +441,12 @@ def test_sigterm_stops_a_bench_run_in_order(tmp_path, serve):
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "--config", str(config_for(tmp_path, server.url)),
                              "bench", "--models", "m", "--rate", "20", "--duration", "60"],
                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    # Signal once the bench is sending (not after a fixed sleep: on a loaded
+    # machine the command's start-up alone can take longer than any guess).
+    deadline = time.monotonic() + 120
+    while server.stats()["requests"] < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1]
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 143, err
