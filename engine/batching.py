@@ -12,7 +12,7 @@ queue of its own
 (`Provider.holds_calls`: not paced by the endpoint's limits, not counted in
 the engine's pull window) and results that say they came by batch
 (`ChatResult.batched`: the budget prices them at the batch discount). The
-dispatcher hands each call's cache key over in `dispatch.CALL_KEY`: it is the
+dispatcher hands each call's cache key over in `requests.CALL_KEY`: it is the
 line's custom_id, and the ledger's key.
 
 Life of a batch:
@@ -54,7 +54,7 @@ from typing import Any, Protocol
 
 from cache.batches import BatchLedger
 from cache.keys import request_key
-from engine.dispatch import CALL_KEY
+from engine.requests import CALL_KEY
 from providers.base import (
     BAD_REPLY,
     BAD_REQUEST,

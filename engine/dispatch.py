@@ -45,14 +45,13 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.budget import Budget
 from engine.limiter import EndpointLimits
 from engine.pacing import Pacing, Retry, retry
-from engine.requests import Outcome, Request
+from engine.requests import CALL_KEY, Outcome, Request
 from engine.resolve import Resolved
 from engine.warmup import marked
 from providers.base import (
@@ -71,10 +70,6 @@ from providers.http_errors import exception_error
 log = logging.getLogger(__name__)
 
 NOTICE_PAUSE = 5.0           # pauses this long are announced on stderr
-
-# The cache key of the call an attempt's task is making (set only for a call
-# the provider holds, which records it under that key: a batch line's custom_id).
-CALL_KEY: ContextVar[str | None] = ContextVar("tulving_call_key", default=None)
 
 
 @dataclass(eq=False, slots=True)

@@ -8,10 +8,16 @@ yields one `Outcome` per request, tagged with the caller's `tag`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from providers.base import BAD_REPLY, ProviderError, Result
+
+# The cache key of the call an attempt's task is making, set by the dispatcher
+# only for a call its provider holds (Provider.holds_calls), which records it
+# under that key: a batch line's custom_id and the batch ledger's key.
+CALL_KEY: ContextVar[str | None] = ContextVar("tulving_call_key", default=None)
 
 Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
