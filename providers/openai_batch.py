@@ -11,6 +11,7 @@ every line failed ends `completed` with no output file (only the error file).
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -20,6 +21,8 @@ from providers.base import BAD_REPLY, EndpointSpec, ProviderError
 from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
 from providers.http_errors import bad_reply, status_error
 from providers.openai_http import OpenAIProvider
+
+log = logging.getLogger(__name__)
 
 _ENDED = {"completed", "failed", "expired", "cancelled"}
 _CHAT = "/v1/chat/completions"
@@ -117,7 +120,7 @@ class OpenAIBatchApi(BatchApi):
                                   "error_file_id": data.get("error_file_id")})
 
     async def _file_lines(self, file_id: object) -> list[dict[str, object]]:
-        if not isinstance(file_id, str):
+        if not isinstance(file_id, str) or not file_id:  # no such file: null, or "" as OpenAI also answers
             return []
         raw, _ = await self._http.request_bytes("GET", self._provider.url(f"/files/{file_id}/content"),
                                                 timeout=CONTROL_TIMEOUT)
@@ -136,8 +139,16 @@ class OpenAIBatchApi(BatchApi):
 
     async def results(self, info: BatchInfo) -> dict[str, LineResult]:
         out: dict[str, LineResult] = {}
+        # The output file holds the paid answers: if it cannot be read, the
+        # harvest fails (and retries, or finds the batch gone). The error file
+        # only holds failed lines: one that cannot be read must not throw the
+        # answers away; its lines then count as missing and are sent again.
         lines = await self._file_lines(info.handles.get("output_file_id"))
-        lines += await self._file_lines(info.handles.get("error_file_id"))
+        try:
+            lines += await self._file_lines(info.handles.get("error_file_id"))
+        except ProviderError as exc:
+            log.warning("%s: batch %s: its error file cannot be read (%s); its failed lines are sent again",
+                        self.spec.name, info.id, exc)
         for item in lines:
             custom_id = item.get("custom_id")
             if isinstance(custom_id, str):

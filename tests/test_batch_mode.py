@@ -291,6 +291,29 @@ async def test_an_openai_batch_where_every_line_failed_has_no_output_file(tmp_pa
     assert all(not o.ok and o.error.kind == "overloaded" and o.attempts == 3 for o in outcomes)
 
 
+async def test_an_openai_batch_with_empty_file_ids_is_harvested_once(tmp_path):
+    # OpenAI has answered `"error_file_id": ""` for a batch with no failed line. Read as a
+    # file id it was a 404 (`/files//content`) that made the batch look gone: every line
+    # was sent again, the answered ones paid twice.
+    async with LoopbackServer(batch=BatchKnobs(polls=1, empty_file_ids=True)) as server:
+        outcomes, engine = await run_batch(engine_config(server), tmp_path / "c.sqlite", requests(6))
+        batches = [entry["batch"] for entry in server.batches.openai.values()]
+        succeeded = server.stats.batch_requests["succeeded"]
+    assert [b["error_file_id"] for b in batches] == [""]
+    assert all(o.ok for o in outcomes) and succeeded == 6 and engine.stats.calls == 6
+
+
+async def test_an_unreadable_error_file_throws_no_paid_answer_away(tmp_path):
+    # Half of each batch fails, and the error file that lists the failures answers 404: the
+    # answers of the output file are kept, only the failed lines go out again.
+    async with LoopbackServer(batch=BatchKnobs(polls=1, fail_share=0.5, error_file_lost=True)) as server:
+        outcomes, _ = await run_batch(engine_config(server), tmp_path / "c.sqlite", requests(20))
+        succeeded = server.stats.batch_requests["succeeded"]
+        first = len(next(iter(server.batches.openai.values()))["run"].lines)
+    assert first == 20 and sum(o.ok for o in outcomes) >= 10
+    assert succeeded == sum(o.ok for o in outcomes)  # no line answered twice
+
+
 async def test_an_openai_file_holds_one_model(tmp_path):
     async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
         # Two models on one endpoint: the engine files them separately (one model per OpenAI file).

@@ -33,7 +33,8 @@ Contract:
   "request_id", "body"}, "error": null}`; the error file holds HTTP failures
   (status >= 400, the error in `body`) and expired lines (`"response": null,
   "error": {"code": "batch_expired", ...}`); a batch with no success has
-  `output_file_id: null`, one with no failure `error_file_id: null`.
+  `output_file_id: null`, one with no failure `error_file_id: null` (`""`
+  with the knob `empty_file_ids`, as OpenAI has also answered).
 - Anthropic: creation checks custom_id (`^[a-zA-Z0-9_-]{1,64}$`, unique) and
   answers 400 otherwise; params are checked when processed (an invalid one
   gives an `errored` result). processing_status in_progress | canceling |
@@ -104,6 +105,11 @@ class BatchKnobs:
     expire_after: float | None = None    # None: batches complete; else they expire with this share done
     shuffle: bool = True                 # results out of input order
     seed: int = 0
+    # OpenAI: a file a batch does not have is `""` instead of null (as OpenAI has
+    # answered for batches with no failed line), and/or the error file's content
+    # answers 404 (a file that cannot be read must not lose the output file's lines).
+    empty_file_ids: bool = False
+    error_file_lost: bool = False
 
     def __post_init__(self) -> None:
         if self.polls < 1:
@@ -338,6 +344,10 @@ class Batches:
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         batch["output_file_id"] = self._save(batch["id"], "output", outputs)
         batch["error_file_id"] = self._save(batch["id"], "error", failures)
+        if self.knobs.error_file_lost and batch["error_file_id"] is not None:
+            del self.server.files[batch["error_file_id"]]
+        if self.knobs.empty_file_ids:
+            batch.update({k: batch[k] or "" for k in ("output_file_id", "error_file_id")})
         ok = len(outputs)
         batch["request_counts"].update(total=len(run.lines), completed=ok, failed=len(failures))
         batch.update(status=status, usage=usage, **{f"{status}_at": now})
