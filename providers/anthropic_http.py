@@ -62,10 +62,9 @@ _CACHED = {"type": "ephemeral"}
 def _blocks(text: str, end: int) -> list[dict[str, object]]:
     """`text` as content blocks, the first (up to `end`) marked for the
     prompt cache: everything up to and including it is the cached prefix."""
-    blocks: list[dict[str, object]] = [{"type": "text", "text": text[:end], "cache_control": _CACHED}]
-    if text[end:]:
-        blocks.append({"type": "text", "text": text[end:]})
-    return blocks
+    if not text[end:].strip():  # the API refuses a block of only whitespace: it joins the prefix
+        return [{"type": "text", "text": text, "cache_control": _CACHED}]
+    return [{"type": "text", "text": text[:end], "cache_control": _CACHED}, {"type": "text", "text": text[end:]}]
 
 
 def _prefix_end(message: Mapping[str, object]) -> int | None:

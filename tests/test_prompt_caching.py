@@ -98,6 +98,25 @@ def test_the_anthropic_body_marks_the_block_ending_the_prefix():
 
 # -- the engine against the loopback server ---------------------------------------------------
 
+async def test_a_prefix_followed_by_only_whitespace_is_one_block_the_api_accepts():
+    # The Messages API refuses a text block of only whitespace (400); the loopback refuses it too.
+    import aiohttp
+
+    async with LoopbackServer(ttft=constant(0)) as server:
+        url = server.anthropic_base_url + "/v1/messages"
+        headers = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+        refused = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "BOOK.", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "\n\n"}]}]}
+        async with aiohttp.ClientSession() as session, session.post(url, json=refused, headers=headers) as reply:
+            assert reply.status == 400 and "non-whitespace" in (await reply.json())["error"]["message"]
+        request = ChatRequest(model="m", messages=[{"role": "user", "content": "BOOK.\n\n"}], prefix_end=(0, 5))
+        async with Engine(config(server), progress=False) as engine:
+            [outcome] = await engine.run([request])
+    assert outcome.ok, outcome.error
+    body = messages_body("c", marked([{"role": "user", "content": "BOOK.\n\n"}], (0, 5)), {})
+    assert body["messages"][0]["content"] == [{"type": "text", "text": "BOOK.\n\n", "cache_control": {"type": "ephemeral"}}]
+
+
 async def test_anthropic_calls_write_the_book_once_and_read_it_after(short_book, short_questions):
     questions = short_questions[:6]
     bodies: list[dict] = []

@@ -310,6 +310,17 @@ class Prepared(TypedDict, total=False):
     texts: list[str]          # embeddings only: the texts to embed
 
 
+def _check_anthropic_blocks(body: dict[str, Any]) -> None:
+    """The Messages API refuses a text block that is empty or only whitespace."""
+    system = body.get("system")
+    lists = [system] if isinstance(system, list) else []
+    lists += [m.get("content") for m in body.get("messages") or [] if isinstance(m, dict)]
+    for blocks in lists:
+        for block in blocks if isinstance(blocks, list) else []:
+            if isinstance(block, dict) and block.get("type") == "text" and not str(block.get("text", "")).strip():
+                raise _Reject(400, "messages: text content blocks must contain non-whitespace text")
+
+
 def _embedding_texts(body: dict[str, Any]) -> list[str]:
     texts = body.get("input")
     if isinstance(texts, str):
@@ -678,6 +689,8 @@ class LoopbackServer:
             texts = _embedding_texts(body)
             return {"texts": texts, "input_tokens": sum(self.count_tokens(t) for t in texts), "cache": NO_CACHE,
                     "start": start}
+        if api == "anthropic":
+            _check_anthropic_blocks(body)
         input_tokens = sum(self.count_tokens(p) for p in _prompt_parts(api, body) if p)
         self._check_context(api, input_tokens)
         try:
