@@ -38,6 +38,7 @@ BURST_SECONDS = 0.5
 # enough for whole-second rounding (Anthropic's resets) to matter little.
 WINDOWS = (60.0, 3600.0, 86400.0)
 MIN_RESET_FOR_WINDOW = 10.0
+WINDOW_FIT = 3.0  # an inferred window within this factor of a minute, an hour or a day is that one
 LEARNED = ("requests", "tokens", "input_tokens", "output_tokens")  # RateLimitInfo's groups
 
 
@@ -113,7 +114,10 @@ def learned_window(limit: float, remaining: float | None, reset: float | None, k
     """The window (seconds) of a limit the provider reports: a minute, unless
     the time it takes to restore what was used says an hour or a day. With a
     continuous refill, `reset` = used / rate, so window = reset * limit / used.
-    `known` (a window read before) is never shortened by a less telling reply."""
+    A reply whose figures fit no window (OpenAI's documented example: 16 of
+    150,000 tokens used, reset in 6m0s, "a window" of 39 days) says nothing
+    and keeps `known`; one that fits a window replaces it, shorter or longer,
+    so one odd reply cannot pin a limit at a day's pace for the rest of a run."""
     if remaining is None or reset is None or reset < MIN_RESET_FOR_WINDOW:
         return known
     used = limit - remaining
@@ -121,7 +125,7 @@ def learned_window(limit: float, remaining: float | None, reset: float | None, k
         return known
     estimate = reset * limit / used
     nearest = min(WINDOWS, key=lambda w: abs(math.log(estimate / w)))
-    return max(known, nearest)
+    return nearest if abs(math.log(estimate / nearest)) <= math.log(WINDOW_FIT) else known
 
 
 Charge = tuple[LeakyBucket, int, int, int]  # a bucket and what a call costs it: per request, input token, output token

@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 
 from providers.base import RateLimitInfo
 
@@ -106,10 +107,24 @@ def rate_limit_info(headers: Mapping[str, str], *, now: float | None = None) -> 
         if limit_text is None and remaining_text is None and reset_text is None:
             continue
         if reset_text and now is None:
-            now = time.time()  # one clock reading for every group
+            # The server's clock, when its reply says it (Date): a client clock
+            # running behind would make every reset look longer, a minute an hour.
+            now = _server_time(get("date"))
+            if now is None:
+                now = time.time()  # one clock reading for every group
         _put(fields, field, _count(limit_text), _count(remaining_text),
              parse_rfc3339(reset_text, now) if reset_text else None)
     return RateLimitInfo(**fields) if fields else None
+
+
+def _server_time(value: str | None) -> float | None:
+    """The reply's Date header (RFC 9110 IMF-fixdate) as Unix time, or None."""
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
 
 
 def _put(fields: dict[str, float], field: str, limit: float | None, remaining: float | None,

@@ -72,6 +72,18 @@ def test_remaining_keeps_the_bucket_in_step():
     assert limits.delay(200, 0, 1.0, "m") == 0.0 and limits.delay(300, 0, 1.0, "m") == pytest.approx(0.1)
 
 
+def test_a_reply_whose_figures_fit_no_window_keeps_the_minute_and_a_fitting_one_corrects_it():
+    # OpenAI's documented example headers: 150,000 tokens, 149,984 left, reset-tokens 6m0s.
+    # Taken at its word, 16 tokens take 6 minutes to restore: a "window" of 39 days, which
+    # rounded to a day paced the endpoint at 104 tokens a minute for the rest of the run.
+    assert learned_window(150_000, 149_984, 360.0) == 60
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    assert limits.learn(RateLimitInfo(tokens_limit=150_000, tokens_remaining=149_984, tokens_reset=360.0),
+                        0.0, "m") == {"tokens": pytest.approx(150_000)}
+    # A window learned from one reply is corrected by the next that fits another.
+    assert learned_window(60_000, 30_000, 30.0, known=86_400) == 60
+
+
 def test_the_window_is_a_minute_unless_the_reset_says_a_day():
     # OpenAI's requests per day: 10 of 10,000 used take 86.4 s to restore.
     assert learned_window(10_000, 9_990, 86.4) == 86_400

@@ -183,3 +183,21 @@ async def test_a_429_error_carries_the_limits():
     for info in (openai_429.value, anthropic_429.value):
         assert info.kind == RATE_LIMITED and info.rate_limits is not None
         assert info.rate_limits.requests_limit == 60 and info.rate_limits.requests_remaining == 59
+
+
+def test_anthropic_resets_are_read_against_the_servers_clock():
+    # The client's clock runs 100 s behind the server's: against it, a reset 30 s away
+    # would look 130 s away (and a per-minute limit like an hourly one).
+    import time
+    from datetime import UTC, datetime
+    from email.utils import format_datetime
+
+    server_now = time.time() + 100
+    headers = {"date": format_datetime(datetime.fromtimestamp(int(server_now), UTC), usegmt=True),
+               "anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "25",
+               "anthropic-ratelimit-requests-reset": datetime.fromtimestamp(int(server_now) + 30, UTC)
+               .isoformat().replace("+00:00", "Z")}
+    info = rate_limit_info(headers)
+    assert info is not None and info.requests_reset == pytest.approx(30.0)
+    headers["date"] = "not a date"  # unreadable: the client's clock, as before
+    assert rate_limit_info(headers).requests_reset == pytest.approx(130.0, abs=2)

@@ -312,8 +312,7 @@ class Prepared(TypedDict, total=False):
 
 def _check_anthropic_blocks(body: dict[str, Any]) -> None:
     """The Messages API refuses a text block that is empty or only whitespace."""
-    system = body.get("system")
-    lists = [system] if isinstance(system, list) else []
+    lists: list[object] = [body.get("system")]
     lists += [m.get("content") for m in body.get("messages") or [] if isinstance(m, dict)]
     for blocks in lists:
         for block in blocks if isinstance(blocks, list) else []:
