@@ -170,12 +170,16 @@ class OpenAIProvider(HttpProvider):
             output_tokens = token_count(usage, "completion_tokens")
             details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
             cached = token_count(details, "cached_tokens") or 0  # OpenAI's automatic prompt caching
+            # Tokens written to the cache, which newer models bill apart (the SDK's
+            # PromptTokensDetails.cache_write_tokens, openai 3.57, checked 2026-11-25).
+            written = token_count(details, "cache_write_tokens") or 0
         except ValueError as exc:
             raise self._malformed(data, f"chat reply's {exc}", request_id) from None
         text = self._content(data, message, finish, output_tokens, usage, request_id)
         return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens,
                           output_tokens=output_tokens or 0, latency=latency, request_id=request_id,
-                          cache_read_tokens=min(cached, input_tokens))
+                          cache_read_tokens=min(cached, input_tokens),
+                          cache_write_tokens=min(written, max(0, input_tokens - cached)))
 
     def _content(self, data: dict[str, object], message: dict[str, object], finish: str, output_tokens: int | None,
                  usage: object, request_id: str | None) -> str:

@@ -119,6 +119,20 @@ def test_openai_usage_reads_cached_tokens():
     assert (result.input_tokens, result.cache_read_tokens, result.cache_write_tokens) == (2000, 1920, 0)
 
 
+def test_openai_usage_reads_cache_writes_and_an_alias_with_a_write_price_pays_them():
+    provider = OpenAIProvider(EndpointSpec(name="o", kind="openai"))
+    result = provider.chat_result({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+                                   "usage": {"prompt_tokens": 2000, "completion_tokens": 3,
+                                             "prompt_tokens_details": {"cached_tokens": 0,
+                                                                       "cache_write_tokens": 1920}}}, "r")
+    assert (result.input_tokens, result.cache_read_tokens, result.cache_write_tokens) == (2000, 0, 1920)
+    alias = Config.from_dicts({"e": {"kind": "openai"}}, {"m": {"endpoint": "e", "model": "x", "price_in": 1.0,
+                                                               "price_cache_write": 2.0, "price_out": 0.0}}).alias("m")
+    cost = alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
+                      cache_write=result.cache_write_tokens)
+    assert cost == pytest.approx((80 * 1.0 + 1920 * 2.0) / 1e6)
+
+
 # -- the engine's accounting, by hand, on the loopback server ----------------------------------
 
 def priced_config(server: LoopbackServer, kind: str, **prices) -> Config:
