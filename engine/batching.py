@@ -496,11 +496,7 @@ class BatchWaiting:
                 info = await p.api.poll(watch.id)
             except ProviderError as exc:
                 failures += 1
-                if exc.status == 404:
-                    await self._gone(watch, exc)
-                    return None
-                if not exc.retryable or failures >= POLL_FAILURES:
-                    self._fail_watch(watch, exc)
+                if not await self._may_retry(watch, exc, failures):
                     return None
                 p.host.notice(f"{p.name}: polling batch {watch.id} failed ({exc}); trying again",
                               key=("poll-failed", watch.id))
@@ -521,6 +517,19 @@ class BatchWaiting:
         self.p.host.notice(f"waiting for batch {watch.id} on {self.p.name}: {info.status}"
                            + (f", {done}/{total} done" if total else "") + f" ({waited:.0f} s so far)",
                            key=("batch-wait", self.p.name), every=NOTICE_EVERY)
+
+    async def _may_retry(self, watch: Watch, exc: ProviderError, failures: int) -> bool:
+        """After the `failures`-th failed poll or download in a row: True to
+        try again; False when the batch's calls were failed instead (a 404:
+        the batch is gone and its calls go out again; a final error, or too
+        many failures: they fail with it)."""
+        if exc.status == 404:
+            await self._gone(watch, exc)
+            return False
+        if not exc.retryable or failures >= POLL_FAILURES:
+            self._fail_watch(watch, exc)
+            return False
+        return True
 
     async def _gone(self, watch: Watch, exc: ProviderError) -> None:
         """The provider no longer knows the batch or its results (deleted,
@@ -559,11 +568,7 @@ class BatchWaiting:
                 return await p.api.results(info)
             except ProviderError as exc:
                 failures += 1
-                if exc.status == 404:
-                    await self._gone(watch, exc)
-                    return None
-                if not exc.retryable or failures >= POLL_FAILURES:
-                    self._fail_watch(watch, exc)
+                if not await self._may_retry(watch, exc, failures):
                     return None
                 await asyncio.sleep(min(p.options.poll_first * failures, p.options.poll_max))
 

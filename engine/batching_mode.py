@@ -25,18 +25,13 @@ def batch_options(spec: EndpointSpec) -> BatchOptions:
                         opt_int(spec, "batch_queue_requests"), opt_int(spec, "batch_queue_tokens"))
 
 
-def has_batch_api(spec: EndpointSpec) -> bool:
-    """Whether `--batch` sends this endpoint's chat calls by batch."""
-    return batch_capable(spec)
-
-
 def batch_endpoint(r: Resolved) -> str | None:
     """The endpoint whose batch API a resolved call goes through in batch
     mode, or None when it goes direct (embeddings, other endpoint kinds,
     `options.batch = false`). What `--dry-run` counts."""
     if r.messages is None:
         return None
-    return next((spec.name for spec in r.endpoints if has_batch_api(spec)), None)
+    return next((spec.name for spec in r.endpoints if batch_capable(spec)), None)
 
 
 class Batching:
