@@ -109,6 +109,9 @@ async def test_a_prefix_followed_by_only_whitespace_is_one_block_the_api_accepts
             {"type": "text", "text": "BOOK.", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "\n\n"}]}]}
         async with aiohttp.ClientSession() as session, session.post(url, json=refused, headers=headers) as reply:
             assert reply.status == 400 and "non-whitespace" in (await reply.json())["error"]["message"]
+        refused["messages"][0]["content"][1]["text"] = ""
+        async with aiohttp.ClientSession() as session, session.post(url, json=refused, headers=headers) as reply:
+            assert reply.status == 400 and "must be non-empty" in (await reply.json())["error"]["message"]
         request = ChatRequest(model="m", messages=[{"role": "user", "content": "BOOK.\n\n"}], prefix_end=(0, 5))
         async with Engine(config(server), progress=False) as engine:
             [outcome] = await engine.run([request])

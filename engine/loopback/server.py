@@ -317,7 +317,8 @@ def _check_anthropic_blocks(body: dict[str, Any]) -> None:
     for blocks in lists:
         for block in blocks if isinstance(blocks, list) else []:
             if isinstance(block, dict) and block.get("type") == "text" and not str(block.get("text", "")).strip():
-                raise _Reject(400, "messages: text content blocks must contain non-whitespace text")
+                raise _Reject(400, "messages: text content blocks must be non-empty" if not block.get("text")
+                              else "messages: text content blocks must contain non-whitespace text")
 
 
 def _embedding_texts(body: dict[str, Any]) -> list[str]:
