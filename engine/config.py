@@ -29,6 +29,7 @@ without being declared.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import re
@@ -69,6 +70,21 @@ class ModelAlias:
     price_cached_in: float | None = None    # USD per 1M input tokens read from the provider's prompt cache
     price_cache_write: float | None = None  # USD per 1M input tokens written to it
     batch_discount: float = 0.5             # share of the price a batch-API call costs
+    # How the call is made, per model, as the reference made it (see MODEL_KEYS):
+    system_prompt: bool = True              # false: the system message is not sent
+    token_param: str | None = None          # the wire name of the output-token limit ("none": not sent)
+    long_prompt_tokens: int | None = None   # above this many prompt tokens...
+    long_prompt_model: str | None = None    # ...the call goes to this alias instead
+    # Where the model stands with its provider (dates as YYYY-MM-DD):
+    retired: str | None = None              # the provider retired it: no call may name it
+    replacement: str | None = None          # the alias the provider recommends instead
+    checked: str | None = None              # when id, prices and status were checked in the provider's docs
+
+    @property
+    def sends_system(self) -> bool:
+        """Whether the system message is sent (not to reasoning models, nor
+        where the reference sent the user prompt only)."""
+        return self.system_prompt and not self.reasoning
 
     def cost(self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0,
              batch: bool = False) -> float:
@@ -182,7 +198,16 @@ MODEL_KEYS: dict[str, tuple[str, str, str]] = {
     "batch_discount": ("number in (0, 1]", "0.5", "share of the price a batch-API call costs"),
     "context_tokens": ("int >= 1", "none", "the model's context window, in tokens"),
     "reasoning": ("bool", "false", "a reasoning model (o1/o3): no system prompt, temperature or token limit"),
+    "system_prompt": ("bool", "true", "false: the system message is not sent (the reference called Gemini so)"),
+    "token_param": ("max_tokens | max_completion_tokens | none", "as params name it",
+                    "the name the output-token limit is sent under (current OpenAI models take max_completion_tokens)"),
+    "long_prompt_tokens": ("int >= 1", "none", "prompts over this many tokens (cl100k) go to long_prompt_model"),
+    "long_prompt_model": ("alias", "none", "the alias serving prompts over long_prompt_tokens"),
+    "retired": ("date YYYY-MM-DD", "none", "the provider retired the model that day: a run naming it stops first"),
+    "replacement": ("alias", "none", "the alias the provider recommends in place of a retired one"),
+    "checked": ("date YYYY-MM-DD", "none", "when the model id, prices and status were checked"),
 }
+TOKEN_PARAMS = ("max_tokens", "max_completion_tokens", "none")
 _ENDPOINT_FIELDS = {f.name for f in fields(EndpointSpec)} - {"name"}
 _MODEL_FIELDS = set(MODEL_KEYS)
 
@@ -218,6 +243,8 @@ class Config:
         config = cls(endpoints=eps, models={}, source=source)
         for name, table in models.items():
             config.models[name] = _alias(name, table, eps, source)
+        for alias in config.models.values():
+            _check_long_prompt_route(alias, config.models, source)
         return config
 
     # -- lookups -----------------------------------------------------------------
@@ -399,13 +426,58 @@ def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, Endpo
     params = _params(table.get("params", {}), where)
     prices = _check_prices(table, where)
     context = _positive(table, "context_tokens", where, integer=True)
-    if "reasoning" in table and not isinstance(table["reasoning"], bool):
-        raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
+    for key in ("reasoning", "system_prompt"):
+        if key in table and not isinstance(table[key], bool):
+            raise ConfigError(f"{where} {key} must be true or false, got {table[key]!r}")
+    long_tokens = _positive(table, "long_prompt_tokens", where, integer=True)
     return ModelAlias(name=name, endpoints=names, model=table["model"], params=params,
                       reasoning=bool(table.get("reasoning", False)),
                       context_tokens=None if context is None else int(context), price_in=prices["price_in"],
                       price_out=prices["price_out"], price_cached_in=prices["price_cached_in"],
-                      price_cache_write=prices["price_cache_write"], batch_discount=_discount(table, where))
+                      price_cache_write=prices["price_cache_write"], batch_discount=_discount(table, where),
+                      system_prompt=bool(table.get("system_prompt", True)), token_param=_token_param(table, where),
+                      long_prompt_tokens=None if long_tokens is None else int(long_tokens),
+                      long_prompt_model=_optional_str(table, "long_prompt_model", where),
+                      retired=_date(table, "retired", where), replacement=_optional_str(table, "replacement", where),
+                      checked=_date(table, "checked", where))
+
+
+def _check_long_prompt_route(alias: ModelAlias, models: Mapping[str, ModelAlias], source: str) -> None:
+    where = _where(source, "models", alias.name)
+    if (alias.long_prompt_tokens is None) != (alias.long_prompt_model is None):
+        raise ConfigError(f"{where} needs both long_prompt_tokens and long_prompt_model, or neither")
+    target = alias.long_prompt_model
+    if target is not None and (target not in models or target == alias.name):
+        raise ConfigError(f"{where} long_prompt_model names {target!r}, which is not another declared alias")
+
+
+def _token_param(table: Mapping[str, object], where: str) -> str | None:
+    value = table.get("token_param")
+    if value is not None and value not in TOKEN_PARAMS:
+        raise ConfigError(f"{where} token_param must be one of {', '.join(TOKEN_PARAMS)}, got {value!r}")
+    return None if value is None else str(value)
+
+
+def _optional_str(table: Mapping[str, object], key: str, where: str) -> str | None:
+    value = table.get(key)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(f"{where} {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _date(table: Mapping[str, object], key: str, where: str) -> str | None:
+    """A YYYY-MM-DD date (TOML may give it as a date or a string)."""
+    value = table.get(key)
+    if value is None:
+        return None
+    text = value.isoformat() if isinstance(value, datetime.date) else value
+    if not isinstance(text, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        raise ConfigError(f"{where} {key} must be a date YYYY-MM-DD, got {value!r}")
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"{where} {key} is not a calendar date: {text!r}") from None
+    return text
 
 
 def _alias_endpoints(table: Mapping[str, object], endpoints: Mapping[str, EndpointSpec], where: str) -> tuple[str, ...]:

@@ -49,12 +49,25 @@ def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, Any]:
     if alias.reasoning:
         for name in _REASONING_DROPPED:
             params.pop(name, None)
+    if alias.token_param is not None:
+        _name_token_limit(alias.token_param, params, request.max_tokens)
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _name_token_limit(token_param: str, params: dict[str, Any], asked: int | None) -> None:
+    """Send the output-token limit under the model's name for it (current
+    OpenAI models refuse `max_tokens` and take `max_completion_tokens`), or
+    not at all; the request's own limit wins over the alias's."""
+    from_alias = params.pop("max_completion_tokens", None)
+    limit = params.pop("max_tokens", None)
+    limit = asked if asked is not None else from_alias if limit is None else limit
+    if limit is not None and token_param != "none":
+        params[token_param] = limit
 
 
 def chat_messages(alias: ModelAlias, request: ChatRequest) -> list[dict[str, str]]:
     messages = [{"role": m["role"], "content": m["content"]} for m in request.messages]
-    if alias.reasoning:
+    if not alias.sends_system:
         messages = [m for m in messages if m["role"] != "system"]
     return messages
 
@@ -68,7 +81,7 @@ def prefix_end(alias: ModelAlias, request: ChatRequest) -> tuple[int, int] | Non
     index, chars = end
     if not 0 <= index < len(request.messages) or chars <= 0:
         return None
-    if alias.reasoning:
+    if not alias.sends_system:
         if request.messages[index]["role"] == "system":
             return None
         index -= sum(1 for m in request.messages[:index] if m["role"] == "system")
