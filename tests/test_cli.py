@@ -193,3 +193,14 @@ async def test_open_engine_uses_the_global_options(tmp_path):
         assert engine.max_cost == 1.5 and not engine.progress
         assert "m" in engine.config.models
     assert (tmp_path / "c.sqlite").exists()
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    done = tulving("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"tulving {version('tulving-bench')}"
+    import tomllib
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version("tulving-bench") == declared  # the install is of this source tree

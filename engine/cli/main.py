@@ -27,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from engine import __version__
 from engine.cli import batches, bench, evaluate, generate, lifecycle, tools
 from engine.cli import cache as cache_commands
 from engine.cli.argtypes import non_negative_float
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE", DEFAULT_CACHE),
                         help="response cache, SQLite (default: $TULVING_CACHE, else %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    parser.add_argument("--version", action="version", version=f"tulving {__version__}",
+                        help="print the installed version and exit")
     parser.add_argument("--max-cost", metavar="USD", type=non_negative_float,
                         help="send no new call once the run's spending would exceed this")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
