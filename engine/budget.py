@@ -106,7 +106,8 @@ class Budget:
             return 0.0
         if isinstance(result, ChatResult):
             cost = float(alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
-                                    cache_write=result.cache_write_tokens, batch=batch or result.batched))
+                                    cache_write=result.cache_write_tokens,
+                                    cache_write_1h=result.cache_write_1h_tokens, batch=batch or result.batched))
         else:
             cost = float(alias.cost(result.input_tokens, 0, batch=batch))
         self.spent += cost
