@@ -22,7 +22,8 @@ A user's TOML file is merged over the built-in defaults below:
     price_out = 0.0                      # USD per million output tokens
     price_cached_in = 0.0                # ...input tokens read from the provider's prompt cache (default price_in)
     price_cache_write = 0.0              # ...input tokens written to it (default price_in)
-    price_cache_write_1h = 0.0           # ...written to Anthropic's 1-hour cache (default 2x price_in)
+    price_cache_write_1h = 0.0           # ...written to Anthropic's 1-hour cache (default 2x price_in
+                                         #    when price_cache_write is set, else price_cache_write)
     batch_discount = 0.5                 # share of the price a batch-API call costs, in (0, 1]
 
 Any "endpoint/model-name" (e.g. "openai/gpt-4.1") also works as an alias
@@ -70,8 +71,9 @@ class ModelAlias:
     price_cached_in: float | None = None    # USD per 1M input tokens read from the provider's prompt cache
     price_cache_write: float | None = None  # USD per 1M input tokens written to it
     batch_discount: float = 0.5             # share of the price a batch-API call costs
-    # USD per 1M input tokens written to Anthropic's 1-hour cache (batches use it):
-    # 2x the input price where unset, as Anthropic prices it (checked 2026-11-26).
+    # USD per 1M input tokens written to Anthropic's 1-hour cache (batches use it).
+    # Unset: 2x the input price, as Anthropic prices it (checked 2026-11-26), for
+    # an alias that prices cache writes (price_cache_write set); else the write price.
     price_cache_write_1h: float | None = None
 
     def cost(self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0,
@@ -85,7 +87,9 @@ class ModelAlias:
         cache_write_1h = min(cache_write_1h, cache_write)
         read_price = price_in if self.price_cached_in is None else self.price_cached_in
         write_price = price_in if self.price_cache_write is None else self.price_cache_write
-        write_1h_price = 2.0 * price_in if self.price_cache_write_1h is None else self.price_cache_write_1h
+        write_1h_price = self.price_cache_write_1h
+        if write_1h_price is None:
+            write_1h_price = write_price if self.price_cache_write is None else 2.0 * price_in
         total = (price_in * plain + read_price * cache_read + write_price * (cache_write - cache_write_1h)
                  + write_1h_price * cache_write_1h + (self.price_out or 0.0) * output_tokens) / 1e6
         return total * self.batch_discount if batch else total
@@ -186,7 +190,7 @@ MODEL_KEYS: dict[str, tuple[str, str, str]] = {
     "price_out": ("number >= 0", "0", "USD per million output tokens"),
     "price_cached_in": ("number >= 0", "price_in", "USD per million input tokens read from the prompt cache"),
     "price_cache_write": ("number >= 0", "price_in", "USD per million input tokens written to the prompt cache"),
-    "price_cache_write_1h": ("number >= 0", "2x price_in",
+    "price_cache_write_1h": ("number >= 0", "2x price_in if price_cache_write is set, else price_cache_write",
                              "USD per million input tokens written to Anthropic's 1-hour prompt cache (batches)"),
     "batch_discount": ("number in (0, 1]", "0.5", "share of the price a batch-API call costs"),
     "context_tokens": ("int >= 1", "none", "the model's context window, in tokens"),

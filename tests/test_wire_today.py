@@ -18,6 +18,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from engine.budget import worst_case
 from engine.config import Config, ModelAlias
 from engine.loopback.batches import BatchKnobs
 from engine.loopback.server import Faults, LoopbackServer
@@ -249,6 +250,16 @@ def test_a_1h_cache_write_costs_twice_the_input_price_unless_set():
     cfg = Config.from_dicts({"anthropic": {"kind": "anthropic"}}, {"s": {"endpoint": "anthropic", "model": "x", "price_in": 3.0,
                                        "price_cache_write_1h": 5.0}})
     assert cfg.models["s"].cost(1_000_000, 0, cache_write=1_000_000, cache_write_1h=1_000_000) == pytest.approx(5.0)
+    # An alias that prices no cache write (OpenAI's) pays none for an hour's either.
+    gpt = ModelAlias(name="g", endpoints=("openai",), model="x", price_in=2.5, price_out=10.0)
+    assert gpt.cost(1_000_000, 0, cache_write=1_000_000, cache_write_1h=1_000_000) == pytest.approx(2.5)
+
+
+def test_a_batch_calls_reservation_covers_a_1h_write():
+    sonnet = ModelAlias(name="s", endpoints=("anthropic",), model="x", price_in=3.0, price_cache_write=3.75,
+                        price_out=15.0)
+    assert worst_case(sonnet, 1_000_000, 0) == pytest.approx(3.75)
+    assert worst_case(sonnet, 1_000_000, 0, batch=True) == pytest.approx(6.0 * 0.5)
 
 
 async def test_the_loopback_refuses_a_cache_ttl_the_api_does_not_know():
