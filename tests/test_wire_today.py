@@ -316,3 +316,48 @@ async def test_a_crashed_submit_is_found_past_the_newest_hundred_batches():
     assert found is not None and found.id == mine.id
     assert never_made is None
     assert len(listed) == 121 and listed[-1].id == mine.id
+
+
+# -- the official SDKs read the new shapes, and obey the header as Tulving does ------------------------------
+
+async def test_the_sdks_validate_the_new_reply_and_batch_error_shapes():
+    import anthropic
+    from anthropic.types import Message
+    from anthropic.types.messages import MessageBatchIndividualResponse
+
+    knobs = BatchKnobs(polls=1, fail_share=0.5, fail_status=402)
+    async with LoopbackServer(reply=replying("", "model_context_window_exceeded"), batch=knobs) as server:
+        async with aiohttp.ClientSession() as session:
+            body = {"model": "m", "max_tokens": 5, "messages": USER}
+            async with session.post(server.anthropic_base_url + "/v1/messages", json=body,
+                                    headers=ANTHROPIC_HEADERS) as reply:
+                message = Message.model_validate(await reply.json())
+        client = anthropic.AsyncAnthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0)
+        try:
+            batch = await client.messages.batches.create(requests=[
+                {"custom_id": f"r{i}", "params": {"model": "m", "max_tokens": 5, "messages": USER}} for i in range(4)])
+            await client.messages.batches.retrieve(batch.id)
+            lines = [MessageBatchIndividualResponse.model_validate(line.model_dump())
+                     async for line in await client.messages.batches.results(batch.id)]
+        finally:
+            await client.close()
+    assert message.stop_reason == "model_context_window_exceeded"
+    errors = [line.result.error.error.type for line in lines if line.result.type == "errored"]
+    assert errors == ["billing_error"] * 2
+
+
+async def test_the_openai_sdk_obeys_x_should_retry_as_tulving_does():
+    import openai
+
+    async with LoopbackServer(faults=Faults.first(1, "503", should_retry="false")) as server:
+        client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=2)
+        try:
+            with pytest.raises(openai.InternalServerError):
+                await client.chat.completions.create(model="m", messages=USER)
+        finally:
+            await client.close()
+        sdk_sent = server.stats.by_path["/v1/chat/completions"]
+    async with LoopbackServer(faults=Faults.first(1, "503", should_retry="false")) as server:
+        [outcome] = await run(config(server), requests(1))
+        tulving_sent = server.stats.by_path["/v1/chat/completions"]
+    assert sdk_sent == tulving_sent == 1 and not outcome.ok
