@@ -68,13 +68,13 @@ class ModelAlias:
     # Reasoning models (o1/o3) take no system prompt, temperature or token limit.
     reasoning: bool = False
     context_tokens: int | None = None
-    price_cached_in: float | None = None    # USD per 1M input tokens read from the provider's prompt cache
-    price_cache_write: float | None = None  # USD per 1M input tokens written to it
-    batch_discount: float = 0.5             # share of the price a batch-API call costs
     # USD per 1M input tokens written to Anthropic's 1-hour cache (batches use it).
     # Unset: 2x the input price, as Anthropic prices it (checked 2026-11-26), for
     # an alias that prices cache writes (price_cache_write set); else the write price.
     price_cache_write_1h: float | None = None
+    price_cached_in: float | None = None    # USD per 1M input tokens read from the provider's prompt cache
+    price_cache_write: float | None = None  # USD per 1M input tokens written to it
+    batch_discount: float = 0.5             # share of the price a batch-API call costs
 
     def cost(self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0,
              cache_write_1h: int = 0, batch: bool = False) -> float:
@@ -415,11 +415,10 @@ def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, Endpo
     if "reasoning" in table and not isinstance(table["reasoning"], bool):
         raise ConfigError(f"{where} reasoning must be true or false, got {table['reasoning']!r}")
     return ModelAlias(name=name, endpoints=names, model=table["model"], params=params,
-                      reasoning=bool(table.get("reasoning", False)),
+                      reasoning=bool(table.get("reasoning", False)), price_cache_write_1h=prices["price_cache_write_1h"],
                       context_tokens=None if context is None else int(context), price_in=prices["price_in"],
                       price_out=prices["price_out"], price_cached_in=prices["price_cached_in"],
-                      price_cache_write=prices["price_cache_write"], batch_discount=_discount(table, where),
-                      price_cache_write_1h=prices["price_cache_write_1h"])
+                      price_cache_write=prices["price_cache_write"], batch_discount=_discount(table, where))
 
 
 def _alias_endpoints(table: Mapping[str, object], endpoints: Mapping[str, EndpointSpec], where: str) -> tuple[str, ...]:
