@@ -29,12 +29,12 @@ class Waiter(Protocol):
 
 
 def safe_cost(alias: ModelAlias, input_tokens: int, output_tokens: int, *, cache_read: int = 0,
-              cache_write: int = 0, batch: bool = False) -> float:
+              cache_write: int = 0, cache_write_1h: int = 0, batch: bool = False) -> float:
     """The alias's cost of a call; 0 when its prices cannot be used (the
     config's schema refuses such prices at load, so this is a last guard)."""
     try:
         cost = float(alias.cost(input_tokens, output_tokens, cache_read=cache_read, cache_write=cache_write,
-                                batch=batch))
+                                cache_write_1h=cache_write_1h, batch=batch))
     except Exception:  # noqa: BLE001
         return 0.0
     return cost if cost == cost and cost >= 0.0 else 0.0
@@ -42,9 +42,11 @@ def safe_cost(alias: ModelAlias, input_tokens: int, output_tokens: int, *, cache
 
 def worst_case(alias: ModelAlias, input_tokens: int, output_tokens: int, *, batch: bool = False) -> float:
     """The most a call of this size can cost: every prompt token at the
-    dearest input price (a cache write may cost more than plain input)."""
+    dearest input price (a cache write may cost more than plain input; a
+    batch writes the 1-hour cache, dearer still)."""
     plain = safe_cost(alias, input_tokens, output_tokens, batch=batch)
-    written = safe_cost(alias, input_tokens, output_tokens, cache_write=input_tokens, batch=batch)
+    written = safe_cost(alias, input_tokens, output_tokens, cache_write=input_tokens,
+                        cache_write_1h=input_tokens if batch else 0, batch=batch)
     return max(plain, written)
 
 
@@ -106,7 +108,8 @@ class Budget:
             return 0.0
         if isinstance(result, ChatResult):
             cost = float(alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
-                                    cache_write=result.cache_write_tokens, batch=batch or result.batched))
+                                    cache_write=result.cache_write_tokens,
+                                    cache_write_1h=result.cache_write_1h_tokens, batch=batch or result.batched))
         else:
             cost = float(alias.cost(result.input_tokens, 0, batch=batch))
         self.spent += cost

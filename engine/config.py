@@ -22,6 +22,8 @@ A user's TOML file is merged over the built-in defaults below:
     price_out = 0.0                      # USD per million output tokens
     price_cached_in = 0.0                # ...input tokens read from the provider's prompt cache (default price_in)
     price_cache_write = 0.0              # ...input tokens written to it (default price_in)
+    price_cache_write_1h = 0.0           # ...written to Anthropic's 1-hour cache (default 2x price_in
+                                         #    when price_cache_write is set, else price_cache_write)
     batch_discount = 0.5                 # share of the price a batch-API call costs, in (0, 1]
 
 Any "endpoint/model-name" (e.g. "openai/gpt-4.1") also works as an alias
@@ -67,6 +69,10 @@ class ModelAlias:
     # Reasoning models (o1/o3) take no system prompt, temperature or token limit.
     reasoning: bool = False
     context_tokens: int | None = None
+    # USD per 1M input tokens written to Anthropic's 1-hour cache (batches use it).
+    # Unset: 2x the input price, as Anthropic prices it (checked 2026-11-26), for
+    # an alias that prices cache writes (price_cache_write set); else the write price.
+    price_cache_write_1h: float | None = None
     price_cached_in: float | None = None    # USD per 1M input tokens read from the provider's prompt cache
     price_cache_write: float | None = None  # USD per 1M input tokens written to it
     batch_discount: float = 0.5             # share of the price a batch-API call costs
@@ -87,16 +93,21 @@ class ModelAlias:
         return self.system_prompt and not self.reasoning
 
     def cost(self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0,
-             batch: bool = False) -> float:
+             cache_write_1h: int = 0, batch: bool = False) -> float:
         """USD of one call. `input_tokens` counts the whole prompt, of which
         `cache_read` / `cache_write` tokens are priced at the prompt-cache
-        prices (the plain input price where none is set)."""
+        prices (the plain input price where none is set); `cache_write_1h`
+        of the writes went to the 1-hour cache, at its price."""
         price_in = self.price_in or 0.0
         plain = max(0, input_tokens - cache_read - cache_write)
+        cache_write_1h = min(cache_write_1h, cache_write)
         read_price = price_in if self.price_cached_in is None else self.price_cached_in
         write_price = price_in if self.price_cache_write is None else self.price_cache_write
-        total = (price_in * plain + read_price * cache_read + write_price * cache_write
-                 + (self.price_out or 0.0) * output_tokens) / 1e6
+        write_1h_price = self.price_cache_write_1h
+        if write_1h_price is None:
+            write_1h_price = write_price if self.price_cache_write is None else 2.0 * price_in
+        total = (price_in * plain + read_price * cache_read + write_price * (cache_write - cache_write_1h)
+                 + write_1h_price * cache_write_1h + (self.price_out or 0.0) * output_tokens) / 1e6
         return total * self.batch_discount if batch else total
 
 
@@ -195,6 +206,8 @@ MODEL_KEYS: dict[str, tuple[str, str, str]] = {
     "price_out": ("number >= 0", "0", "USD per million output tokens"),
     "price_cached_in": ("number >= 0", "price_in", "USD per million input tokens read from the prompt cache"),
     "price_cache_write": ("number >= 0", "price_in", "USD per million input tokens written to the prompt cache"),
+    "price_cache_write_1h": ("number >= 0", "2x price_in if price_cache_write is set, else price_cache_write",
+                             "USD per million input tokens written to Anthropic's 1-hour prompt cache (batches)"),
     "batch_discount": ("number in (0, 1]", "0.5", "share of the price a batch-API call costs"),
     "context_tokens": ("int >= 1", "none", "the model's context window, in tokens"),
     "reasoning": ("bool", "false", "a reasoning model (o1/o3): no system prompt, temperature or token limit"),
@@ -431,7 +444,7 @@ def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, Endpo
             raise ConfigError(f"{where} {key} must be true or false, got {table[key]!r}")
     long_tokens = _positive(table, "long_prompt_tokens", where, integer=True)
     return ModelAlias(name=name, endpoints=names, model=table["model"], params=params,
-                      reasoning=bool(table.get("reasoning", False)),
+                      reasoning=bool(table.get("reasoning", False)), price_cache_write_1h=prices["price_cache_write_1h"],
                       context_tokens=None if context is None else int(context), price_in=prices["price_in"],
                       price_out=prices["price_out"], price_cached_in=prices["price_cached_in"],
                       price_cache_write=prices["price_cache_write"], batch_discount=_discount(table, where),
@@ -515,7 +528,7 @@ def _params(params: object, where: str) -> dict[str, object]:
 def _check_prices(table: Mapping[str, object], where: str) -> dict[str, float | None]:
     """The alias's prices, checked."""
     return {key: _positive(table, key, where, allow_zero=True)
-            for key in ("price_in", "price_out", "price_cached_in", "price_cache_write")}
+            for key in ("price_in", "price_out", "price_cached_in", "price_cache_write", "price_cache_write_1h")}
 
 
 def _discount(table: Mapping[str, object], where: str) -> float:

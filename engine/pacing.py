@@ -100,8 +100,9 @@ def retry(*, rate_limited: bool, retryable: bool, retry_after: float | None, att
     if retry_after is not None and retry_after > max_retry_after:
         asked = retry_after if rate_limited else None  # a capped 429 wait is reported
         retry_after = max_retry_after
-    if rate_limited:
-        allowed, nth = limited_attempts < max(max_attempts, RATE_LIMITED_ATTEMPTS), limited_attempts
+    if rate_limited:  # `retryable` False: the server said not to (x-should-retry: false)
+        allowed = retryable and limited_attempts < max(max_attempts, RATE_LIMITED_ATTEMPTS)
+        nth = limited_attempts
     else:
         nth = attempts - limited_attempts
         allowed = retryable and nth < max_attempts

@@ -72,7 +72,7 @@ def caching_saving(alias: ModelAlias, result: ChatResult, spent: float) -> float
     price without caching minus with it, scaled to the price the call paid
     (a batch call's discount applies to both)."""
     with_cache = alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
-                            cache_write=result.cache_write_tokens)
+                            cache_write=result.cache_write_tokens, cache_write_1h=result.cache_write_1h_tokens)
     without = alias.cost(result.input_tokens, result.output_tokens)
     paid_share = spent / with_cache if with_cache > 0 else 1.0
     return (without - with_cache) * paid_share

@@ -12,15 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from urllib.parse import quote
 
 import orjson
 
 from providers.anthropic_http import AnthropicProvider
-from providers.base import EndpointSpec, ProviderError
-from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
-from providers.http_errors import bad_reply, status_error
+from providers.base import BAD_REQUEST, EndpointSpec, ProviderError
+from providers.batch_api import (
+    JSONL_ACCEPT,
+    BatchApi,
+    BatchInfo,
+    LineResult,
+    cancelled_error,
+    expired_error,
+    next_cursor,
+    page_items,
+)
+from providers.http_errors import STATUS_OF_ERROR_TYPE, bad_reply, redact, status_error
 
 CONTROL_TIMEOUT = 600.0
+BATCH_CACHE_TTL = "1h"
 
 
 def _unix(value: object) -> float | None:
@@ -47,7 +58,12 @@ class AnthropicBatchApi(BatchApi):
 
     def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, object]],
              params: Mapping[str, object]) -> bytes:
-        return orjson.dumps({"custom_id": custom_id, "params": self._provider.chat_body(model, messages, params)})
+        # A batch outlives the 5-minute cache (most lines would miss and write
+        # it again): its shared prefix is cached for an hour, as Anthropic's
+        # prompt-caching page advises for batches (checked 2026-11-26); the
+        # 1-hour write costs 2x the input price (price_cache_write_1h).
+        params = self._provider.chat_body(model, messages, params, cache_ttl=BATCH_CACHE_TTL)
+        return orjson.dumps({"custom_id": custom_id, "params": params})
 
     async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
         body = b'{"requests":[' + b",".join(lines) + b"]}"
@@ -61,9 +77,17 @@ class AnthropicBatchApi(BatchApi):
                                                         timeout=CONTROL_TIMEOUT))
 
     async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
-        data = await self._http.request_json("GET", f"{self._url}?limit={int(limit)}", timeout=CONTROL_TIMEOUT)
-        items = data.get("data")
-        return [self._info(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        found: list[BatchInfo] = []
+        after: str | None = None
+        while len(found) < limit:  # pages of at most 1,000, `after_id` the last one's id while `has_more`
+            query = f"?limit={min(1000, limit - len(found))}" + (f"&after_id={quote(after)}" if after else "")
+            page = await self._http.request_json("GET", self._url + query, timeout=CONTROL_TIMEOUT)
+            items = page_items(page)
+            found += [self._info(item) for item in items]
+            after = next_cursor(page, items)
+            if after is None:
+                break
+        return found[:limit]
 
     def _info(self, data: dict[str, object]) -> BatchInfo:
         batch_id, status = data.get("id"), data.get("processing_status")
@@ -80,7 +104,7 @@ class AnthropicBatchApi(BatchApi):
         url = info.handles.get("results_url")
         if not isinstance(url, str) or not url:
             return {}
-        raw, _ = await self._http.request_bytes("GET", url, timeout=CONTROL_TIMEOUT)
+        raw, _ = await self._http.request_bytes("GET", url, timeout=CONTROL_TIMEOUT, accept=JSONL_ACCEPT)
         out: dict[str, LineResult] = {}
         for text in raw.splitlines():
             if not text.strip():
@@ -108,10 +132,19 @@ class AnthropicBatchApi(BatchApi):
             error = result.get("error")
             inner = error.get("error") if isinstance(error, dict) else None
             etype = str(inner.get("type") if isinstance(inner, dict) else "")
-            # The HTTP status the error type stands for, to classify it like a direct reply.
-            status = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
-                      "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
-                      "api_error": 500, "overloaded_error": 529}.get(etype, 500)
+            # The HTTP status the error type stands for, to classify it like a
+            # direct reply: only the server's passing troubles (rate_limit_error,
+            # api_error, timeout_error, overloaded_error) go into a new batch;
+            # billing_error, authentication_error, permission_error (and the
+            # request's own errors) are final: a new batch would fail, or be
+            # billed, the same way. Error types as Anthropic's errors page and the
+            # anthropic SDK's ErrorObject list them (checked 2026-11-26).
+            status = STATUS_OF_ERROR_TYPE.get(etype)
+            if status is None:  # a type unknown today: never resubmitted blindly
+                said = inner.get("message") if isinstance(inner, dict) else None
+                return ProviderError(BAD_REQUEST, redact(f"{name}: batch {info.id} line failed with an error of "
+                                                         f"unknown type {etype!r} ({said}): not sent again",
+                                                         self._secret))
             return status_error(status, orjson.dumps(error), {}, endpoint=name, secret=self._secret)
         if kind == "expired":
             return expired_error(name, info.id)

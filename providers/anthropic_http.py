@@ -8,8 +8,15 @@ Differences from the OpenAI format handled here:
 - `stop` becomes `stop_sequences`; `seed` is dropped (the API has none and
   rejects unknown fields); `max_completion_tokens` is read as `max_tokens`;
 - the reply text is the concatenation of the `text` content blocks;
-  stop_reason end_turn/stop_sequence -> "stop", max_tokens -> "length",
-  refusal -> "content_filter", others kept as they are.
+  stop_reason end_turn/stop_sequence -> "stop", max_tokens and
+  model_context_window_exceeded (the model's window filled up while
+  generating) -> "length", refusal -> "content_filter" (a final answer, even
+  with no text: asking again is refused again), others kept as they are.
+  `pause_turn` (the API paused a long turn of server tools, to be continued by
+  sending it back; Tulving sends no tools) keeps its partial text as is; with
+  no text it is a final bad request, not a bad reply retried in vain.
+  (StopReason of the anthropic SDK 2.14: end_turn, max_tokens, stop_sequence,
+  tool_use, pause_turn, refusal, model_context_window_exceeded; checked 2026-11-26.)
 Anthropic serves no embeddings (the base class raises).
 
 Streaming (`chat(..., stream=True)`, or every call with the endpoint option
@@ -28,7 +35,8 @@ Endpoint options: `anthropic_version` (default "2023-06-01"), `headers`
 names never sent: newer models may reject e.g. "temperature"; the anthropic SDK
 2.x no longer exposes temperature/top_p/top_k), `prompt_cache` (default true:
 the block ending a shared prompt prefix, e.g. the book before its question,
-carries `cache_control: {"type": "ephemeral"}`; false sends no marker),
+carries `cache_control: {"type": "ephemeral"}`, in a batch
+`{"type": "ephemeral", "ttl": "1h"}`; false sends no marker),
 `stream` (stream every call).
 """
 from __future__ import annotations
@@ -40,7 +48,7 @@ from typing import Any
 import orjson
 
 from providers.anthropic_stream import MessageAssembler
-from providers.base import CONNECTION, PREFIX_END, ChatResult, EndpointSpec, ProviderError, StreamTimings
+from providers.base import BAD_REQUEST, CONNECTION, PREFIX_END, ChatResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
 from providers.kinds import opt_bool, opt_str, opt_strings
@@ -52,19 +60,24 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-           "refusal": "content_filter", "tool_use": "tool_calls"}
+           "model_context_window_exceeded": "length", "refusal": "content_filter", "tool_use": "tool_calls"}
+# Stop reasons whose reply may hold no text at all, output tokens or not.
+_MAY_BE_EMPTY = frozenset({"refusal", "model_context_window_exceeded"})
 _DROPPED = frozenset({"seed", "stop", "max_completion_tokens"})
 
 
-_CACHED = {"type": "ephemeral"}
+def _cache_control(ttl: str | None) -> dict[str, str]:
+    """The marker of a cached prefix: the 5-minute default, or `ttl` ("1h")."""
+    return {"type": "ephemeral"} if ttl is None else {"type": "ephemeral", "ttl": ttl}
 
 
-def _blocks(text: str, end: int) -> list[dict[str, object]]:
+def _blocks(text: str, end: int, ttl: str | None) -> list[dict[str, object]]:
     """`text` as content blocks, the first (up to `end`) marked for the
     prompt cache: everything up to and including it is the cached prefix."""
     if not text[end:].strip():  # the API refuses a block of only whitespace: it joins the prefix
-        return [{"type": "text", "text": text, "cache_control": _CACHED}]
-    return [{"type": "text", "text": text[:end], "cache_control": _CACHED}, {"type": "text", "text": text[end:]}]
+        return [{"type": "text", "text": text, "cache_control": _cache_control(ttl)}]
+    return [{"type": "text", "text": text[:end], "cache_control": _cache_control(ttl)},
+            {"type": "text", "text": text[end:]}]
 
 
 def _prefix_end(message: Mapping[str, object]) -> int | None:
@@ -72,10 +85,12 @@ def _prefix_end(message: Mapping[str, object]) -> int | None:
     return end if type(end) is int and end > 0 else None
 
 
-def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, object]) -> dict[str, object]:
+def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, object], *,
+                  cache_ttl: str | None = None) -> dict[str, object]:
     """The /v1/messages request body for OpenAI-style messages and params. A
     message carrying PREFIX_END becomes content blocks, the one ending the
-    shared prefix marked `cache_control` (Anthropic's prompt caching)."""
+    shared prefix marked `cache_control` (Anthropic's prompt caching), with
+    the lifetime `cache_ttl` ("1h") where given, else the API's 5 minutes."""
     system = [m for m in messages if m["role"] == "system"]
     turns: list[Mapping[str, object]] = []
     for m in messages:
@@ -83,7 +98,7 @@ def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Map
             continue
         if PREFIX_END in m:
             end = _prefix_end(m)
-            m = {"role": m["role"], "content": _blocks(m["content"], end) if end else m["content"]}
+            m = {"role": m["role"], "content": _blocks(m["content"], end, cache_ttl) if end else m["content"]}
         turns.append(m)
     body: dict[str, object] = {"model": model, "messages": turns}
     if system:
@@ -91,7 +106,7 @@ def messages_body(model: str, messages: Sequence[Mapping[str, Any]], params: Map
         ends = [(i, _prefix_end(m)) for i, m in enumerate(system) if _prefix_end(m)]
         if ends:  # the system prompt's own prefix: its text up to the marked message's end
             i, end = ends[-1]
-            body["system"] = _blocks(text, sum(len(m["content"]) + 2 for m in system[:i]) + (end or 0))
+            body["system"] = _blocks(text, sum(len(m["content"]) + 2 for m in system[:i]) + (end or 0), cache_ttl)
         else:
             body["system"] = text
     body.update((k, v) for k, v in params.items() if k not in _DROPPED)
@@ -137,12 +152,13 @@ class AnthropicProvider(HttpProvider):
         result.rate_limits = rate_limit_info(headers)
         return result
 
-    def chat_body(self, model: str, messages: Sequence[Mapping[str, object]], params: Mapping[str, object]
-                  ) -> dict[str, object]:
-        """The `/v1/messages` body of a call (a direct call's, and a batch request's `params`)."""
+    def chat_body(self, model: str, messages: Sequence[Mapping[str, object]], params: Mapping[str, object],
+                  *, cache_ttl: str | None = None) -> dict[str, object]:
+        """The `/v1/messages` body of a call (a direct call's, and a batch
+        request's `params`, whose cached prefix lives `cache_ttl`)."""
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
-        return messages_body(model, messages, params)
+        return messages_body(model, messages, params, cache_ttl=cache_ttl)
 
     async def _chat_streamed(self, body: dict[str, object], timeout: float) -> ChatResult:
         body["stream"] = True
@@ -221,17 +237,33 @@ class AnthropicProvider(HttpProvider):
             # Prompt caching: reported beside input_tokens, which excludes them.
             cache_write = token_count(usage, "cache_creation_input_tokens") or 0
             cache_read = token_count(usage, "cache_read_input_tokens") or 0
+            # Of the writes, those to the 1-hour cache cost more (Usage.cache_creation, anthropic 2.14).
+            written_1h = token_count(usage.get("cache_creation") if isinstance(usage, dict) else None,
+                                     "ephemeral_1h_input_tokens") or 0
         except ValueError as exc:
             raise bad_reply(self.spec.name, f"messages reply's {exc}", secret=self._api_key,
                             request_id=request_id) from None
         finish = _FINISH.get(stop_reason, stop_reason)
-        # Empty text is an answer only when the API says the turn ended and
-        # no output token was counted for it (see openai_http._content).
+        if not text:
+            self._check_empty(content, stop_reason, output_tokens, request_id)
+        return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens + cache_write + cache_read,
+                          output_tokens=output_tokens, latency=latency, request_id=request_id,
+                          cache_read_tokens=cache_read, cache_write_tokens=cache_write,
+                          cache_write_1h_tokens=min(written_1h, cache_write))
+
+    def _check_empty(self, content: list[dict[str, object]], stop_reason: str, output_tokens: int,
+                     request_id: str | None) -> None:
+        """Whether a reply with no text is an answer: when the API says the
+        turn ended and no output token was counted for it (see
+        openai_http._content), or it refused / filled the model's window;
+        raises otherwise."""
+        if stop_reason in _MAY_BE_EMPTY:
+            return
+        if stop_reason == "pause_turn":
+            raise ProviderError(BAD_REQUEST, f"{self.spec.name}: the API paused the turn (stop_reason pause_turn, "
+                                             f"server tools) before any text: not retried", request_id=request_id)
         thinking = any(block.get("type") in ("thinking", "redacted_thinking") for block in content)
-        if not text and (finish not in ("stop", "length", "content_filter") or output_tokens > 0 and not thinking):
+        if _FINISH.get(stop_reason) not in ("stop", "length", "content_filter") or output_tokens > 0 and not thinking:
             raise bad_reply(self.spec.name, f"messages reply has no text (stop_reason {stop_reason!r}, "
                                             f"{output_tokens} output tokens)",
                             secret=self._api_key, request_id=request_id)
-        return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens + cache_write + cache_read,
-                          output_tokens=output_tokens, latency=latency, request_id=request_id,
-                          cache_read_tokens=cache_read, cache_write_tokens=cache_write)

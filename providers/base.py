@@ -77,6 +77,7 @@ class ChatResult:
     request_id: str | None = None
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # the part of cache_write_tokens written to Anthropic's 1-hour cache (priced apart)
     timings: StreamTimings | None = None     # a streamed call's arrival times (not cached)
     rate_limits: RateLimitInfo | None = None  # what the reply's headers said (not cached)
     batched: bool = False                     # answered through a batch API: priced at the batch discount (not cached)

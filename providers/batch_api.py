@@ -25,6 +25,28 @@ from providers.base import BAD_REQUEST, TIMEOUT, ChatResult, EndpointSpec, Provi
 
 LineResult = ChatResult | ProviderError
 
+# What a results download asks for: the JSONL types (the Batch API's output
+# files, Anthropic's results_url), "application/binary" as both official SDKs
+# send for them, then anything: never `application/json`, which a strict
+# server answers 406 (the body is not one JSON document).
+JSONL_ACCEPT = "application/jsonl, application/x-jsonl, application/binary, application/octet-stream, */*;q=0.1"
+MAX_LIST_PAGES = 100  # pages of a batch list looked through at most (10,000 batches of OpenAI's 100-batch pages)
+
+
+def page_items(page: Mapping[str, object]) -> list[dict[str, object]]:
+    """The objects of one page of a list reply (`data`)."""
+    items = page.get("data")
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def next_cursor(page: Mapping[str, object], items: Sequence[Mapping[str, object]]) -> str | None:
+    """The id the next page starts after (OpenAI's `after`, Anthropic's
+    `after_id`): the page's `last_id` when it says `has_more`, else None."""
+    if page.get("has_more") is not True or not items:
+        return None
+    last = page.get("last_id") or items[-1].get("id")
+    return last if isinstance(last, str) and last else None
+
 
 @dataclass(frozen=True, slots=True)
 class BatchInfo:

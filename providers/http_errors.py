@@ -18,7 +18,12 @@ Shared by the OpenAI-format and Anthropic-format providers:
   classified by its type as the same error in a reply would be.
 - `retry_after(headers)`: how long the server asked us to wait, from
   `retry-after[-ms]` or, failing that, the OpenAI / Anthropic rate-limit reset
-  headers.
+  headers. A 429 whose headers name no retry-after but whose OpenAI error
+  message says "Please try again in 644ms" (or "1.574s", "6m0s": Go durations)
+  waits that long, not the whole bucket's refill the reset headers tell.
+- `x-should-retry` ("true" / "false", exactly; the official SDKs' private
+  header): the server's word on retrying overrides the status's own
+  (`ServerDecided`), as both SDKs' `_should_retry` do.
 
 Every message is one line, length-capped and scrubbed of the API key, even when
 the server echoes the key back (`redact`).
@@ -43,7 +48,9 @@ from providers.base import (
     OVERLOADED,
     PROMPT_TOO_LONG,
     RATE_LIMITED,
+    RETRYABLE,
     TIMEOUT,
+    ErrorKind,
     ProviderError,
 )
 from providers.ratelimit_headers import parse_duration, parse_rfc3339, rate_limit_info, seconds_until
@@ -93,6 +100,17 @@ def _parse_retry_after(value: str, now: float | None) -> float | None:
     return None if when is None else seconds_until(when, now)
 
 
+# "Please try again in 644ms." / "in 18.642s." / "in 6m0s." in OpenAI's 429
+# messages (seen in users' reports of the API's errors, 2023-2025; checked 2026-11-26).
+_TRY_AGAIN = re.compile(r"try again in ((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)\b", re.IGNORECASE)
+
+
+def try_again_in(message: str) -> float | None:
+    """The wait an error message names ("Please try again in 644ms."), in seconds."""
+    match = _TRY_AGAIN.search(message)
+    return parse_duration(match.group(1)) if match else None
+
+
 def _exhausted_first(resets: list[tuple[float, bool]]) -> float | None:
     """The wait for the limit that is exhausted (remaining == 0); when the
     server did not say which one, the longest wait."""
@@ -102,8 +120,8 @@ def _exhausted_first(resets: list[tuple[float, bool]]) -> float | None:
     return max(exhausted) if exhausted else max(wait for wait, _ in resets)
 
 
-def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds the server asked us to wait, or None when it did not say."""
+def _header_wait(headers: Mapping[str, str], now: float | None) -> float | None:
+    """`retry-after-ms`, else `retry-after`: the wait the server named."""
     value = headers.get("retry-after-ms")
     if value is not None:
         try:
@@ -111,10 +129,11 @@ def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> floa
         except ValueError:
             pass
     value = headers.get("retry-after")
-    if value is not None:
-        parsed = _parse_retry_after(value, now)
-        if parsed is not None:
-            return parsed
+    return None if value is None else _parse_retry_after(value, now)
+
+
+def _reset_wait(headers: Mapping[str, str], now: float | None) -> float | None:
+    """The OpenAI / Anthropic rate-limit reset headers' wait (the exhausted limit's)."""
     resets: list[tuple[float, bool]] = []
     for kind in ("requests", "tokens"):  # OpenAI style
         value = headers.get(f"x-ratelimit-reset-{kind}")
@@ -127,6 +146,17 @@ def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> floa
         if wait is not None:
             resets.append((wait, headers.get(f"anthropic-ratelimit-{kind}-remaining") == "0"))
     return _exhausted_first(resets)
+
+
+def retry_after(headers: Mapping[str, str], *, now: float | None = None, message: str = "") -> float | None:
+    """Seconds the server asked us to wait, or None when it did not say: its
+    retry-after header, else the wait its error `message` names ("Please try
+    again in 644ms": the call's own wait, where the reset headers tell when the
+    whole bucket is full again), else the rate-limit reset headers."""
+    wait = _header_wait(headers, now)
+    if wait is None and message:
+        wait = try_again_in(message)
+    return _reset_wait(headers, now) if wait is None else wait
 
 
 # -- error bodies -----------------------------------------------------------------
@@ -148,6 +178,40 @@ def _error_fields(body: bytes) -> tuple[str, str, str]:
     return str(message), str(error.get("type") or ""), "" if code is None else str(code)
 
 
+class ServerDecided(ProviderError):
+    """An error whose retrying the server decided with `x-should-retry`,
+    whatever its kind alone would say (a 400 it asks to retry, a 429 or 503
+    it asks not to)."""
+
+    def __init__(self, error: ProviderError, *, should_retry: bool):
+        super().__init__(error.kind, error.message, status=error.status, retry_after=error.retry_after,
+                         request_id=error.request_id, rate_limits=error.rate_limits)
+        self.should_retry = should_retry
+
+    @property
+    def retryable(self) -> bool:
+        return self.should_retry
+
+
+def _kind_of(status: int, lowered: set[str], message: str) -> ErrorKind:
+    """The error kind of a status, refined by the body's code / type / message."""
+    if status == 429:  # insufficient_quota: billing, not pacing: retrying cannot help
+        return AUTH if "insufficient_quota" in lowered else RATE_LIMITED
+    if status in (401, 402, 403):  # 402: Anthropic's billing_error
+        return AUTH
+    if status == 413:  # Anthropic request_too_large
+        return PROMPT_TOO_LONG
+    if status == 408:
+        return TIMEOUT
+    if status >= 500:  # 500/502/503/504 and Anthropic's 529 overloaded
+        return OVERLOADED
+    if lowered & _CONTEXT_CODES or _CONTEXT_PHRASES.search(message):
+        return PROMPT_TOO_LONG
+    if lowered & _FILTER_CODES:
+        return CONTENT_FILTER
+    return BAD_REQUEST
+
+
 def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoint: str,
                  secret: str | None, request_id: str | None = None) -> ProviderError:
     """Classify a non-2xx HTTP reply."""
@@ -157,40 +221,28 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoi
         detail = f"{detail} [{code}]"
     elif etype and etype not in detail:
         detail = f"{detail} [{etype}]"
-    text = redact(f"{endpoint}: {detail}", secret)
-    lowered = {code.lower(), etype.lower()}
-
-    limits = rate_limit_info(headers)  # a 429 or 529 still says where the limits stand
-
-    def error(kind: str, wait: float | None = None) -> ProviderError:
-        return ProviderError(kind, text, status=status, retry_after=wait, request_id=request_id,
-                             rate_limits=limits)
-
-    if status == 429:
-        if "insufficient_quota" in lowered:  # billing, not pacing: retrying cannot help
-            return error(AUTH)
-        return error(RATE_LIMITED, retry_after(headers))
-    if status in (401, 403):
-        return error(AUTH)
-    if status == 413:  # Anthropic request_too_large
-        return error(PROMPT_TOO_LONG)
-    if status == 408:
-        return error(TIMEOUT)
-    if status >= 500:  # 500/502/503/504 and Anthropic's 529 overloaded
-        return error(OVERLOADED, retry_after(headers))
-    if lowered & _CONTEXT_CODES or _CONTEXT_PHRASES.search(message):
-        return error(PROMPT_TOO_LONG)
-    if lowered & _FILTER_CODES:
-        return error(CONTENT_FILTER)
-    return error(BAD_REQUEST)
+    kind = _kind_of(status, {code.lower(), etype.lower()}, message)
+    wait = retry_after(headers, message=message) if kind in (RATE_LIMITED, OVERLOADED) else None
+    # The server's word on retrying wins, exactly as the openai and anthropic
+    # SDKs' `_should_retry` (openai 3.57 / anthropic 2.14 _base_client.py):
+    # "true" retries any status, "false" none; other values are ignored.
+    said = headers.get("x-should-retry")
+    should = None if said not in ("true", "false") else said == "true"
+    if should is not None and should != (kind in RETRYABLE):
+        detail += f" (the server says {'to retry' if should else 'not to retry'}: x-should-retry {said})"
+    else:
+        should = None
+    error = ProviderError(kind, redact(f"{endpoint}: {detail}", secret), status=status, retry_after=wait,
+                          request_id=request_id, rate_limits=rate_limit_info(headers))  # a 429 still says where they stand
+    return error if should is None else ServerDecided(error, should_retry=should)
 
 
 # An error event inside a 2xx stream has no status of its own: its type names
 # the status the API replies with when the same error comes before the stream.
-_STREAM_ERROR_STATUS = {"rate_limit_error": 429, "rate_limit_exceeded": 429, "overloaded_error": 529,
-                        "api_error": 500, "server_error": 500, "invalid_request_error": 400,
-                        "authentication_error": 401, "permission_error": 403, "not_found_error": 404,
-                        "request_too_large": 413}
+STATUS_OF_ERROR_TYPE = {"rate_limit_error": 429, "rate_limit_exceeded": 429, "overloaded_error": 529,
+                        "api_error": 500, "server_error": 500, "timeout_error": 504,
+                        "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
+                        "permission_error": 403, "not_found_error": 404, "request_too_large": 413}
 
 
 def stream_error(data: bytes, *, endpoint: str, secret: str | None, request_id: str | None = None) -> ProviderError:
@@ -199,7 +251,7 @@ def stream_error(data: bytes, *, endpoint: str, secret: str | None, request_id: 
     the same error as a reply; one of an unknown type is the server's
     (overloaded, retryable)."""
     _, etype, code = _error_fields(data)
-    status = _STREAM_ERROR_STATUS.get(etype) or _STREAM_ERROR_STATUS.get(code) or 500
+    status = STATUS_OF_ERROR_TYPE.get(etype) or STATUS_OF_ERROR_TYPE.get(code) or 500
     error = status_error(status, data, {}, endpoint=f"{endpoint}: error event mid-stream", secret=secret,
                          request_id=request_id)
     error.status = None

@@ -14,11 +14,22 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
+from urllib.parse import quote
 
 import orjson
 
 from providers.base import BAD_REPLY, EndpointSpec, ProviderError
-from providers.batch_api import BatchApi, BatchInfo, LineResult, cancelled_error, expired_error
+from providers.batch_api import (
+    JSONL_ACCEPT,
+    MAX_LIST_PAGES,
+    BatchApi,
+    BatchInfo,
+    LineResult,
+    cancelled_error,
+    expired_error,
+    next_cursor,
+    page_items,
+)
 from providers.http_errors import bad_reply, status_error
 from providers.openai_http import OpenAIProvider
 
@@ -77,13 +88,41 @@ class OpenAIBatchApi(BatchApi):
         return self._info(created)
 
     async def find(self, handle: str) -> BatchInfo | None:
-        """The batch whose input file is `handle`, among the account's latest 100."""
-        data = await self._http.request_json("GET", self._provider.url("/batches?limit=100"), timeout=CONTROL_TIMEOUT)
-        items = data.get("data")
-        for item in items if isinstance(items, list) else []:
-            if isinstance(item, dict) and item.get("input_file_id") == handle:
-                return self._info(item)
+        """The batch whose input file is `handle`: the account's batches,
+        newest first, page after page (`after` the last id while `has_more`),
+        until one older than the file (a batch is made after its input file
+        was uploaded: both times are the server's) or the list's end."""
+        uploaded = await self._created_at(handle)
+        after: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await self._batches_page(100, after)
+            items = page_items(page)
+            for item in items:
+                if item.get("input_file_id") == handle:
+                    return self._info(item)
+            oldest = items[-1].get("created_at") if items else None
+            if uploaded is not None and isinstance(oldest, int | float) and oldest < uploaded:
+                return None
+            after = next_cursor(page, items)
+            if after is None:
+                return None
         return None
+
+    async def _created_at(self, file_id: str) -> float | None:
+        """When the file was uploaded (server time), None when it is gone."""
+        try:
+            data = await self._http.request_json("GET", self._provider.url(f"/files/{file_id}"),
+                                                 timeout=CONTROL_TIMEOUT)
+        except ProviderError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        created = data.get("created_at")
+        return float(created) if isinstance(created, int | float) else None
+
+    async def _batches_page(self, limit: int, after: str | None) -> dict[str, object]:
+        query = f"/batches?limit={int(limit)}" + (f"&after={quote(after)}" if after else "")
+        return await self._http.request_json("GET", self._provider.url(query), timeout=CONTROL_TIMEOUT)
 
     async def poll(self, batch_id: str) -> BatchInfo:
         return self._info(await self._http.request_json("GET", self._provider.url(f"/batches/{batch_id}"),
@@ -94,10 +133,16 @@ class OpenAIBatchApi(BatchApi):
                                                         timeout=CONTROL_TIMEOUT))
 
     async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
-        data = await self._http.request_json("GET", self._provider.url(f"/batches?limit={int(limit)}"),
-                                             timeout=CONTROL_TIMEOUT)
-        items = data.get("data")
-        return [self._info(item) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        found: list[BatchInfo] = []
+        after: str | None = None
+        while len(found) < limit:  # pages of at most 100
+            page = await self._batches_page(min(100, limit - len(found)), after)
+            items = page_items(page)
+            found += [self._info(item) for item in items]
+            after = next_cursor(page, items)
+            if after is None:
+                break
+        return found[:limit]
 
     def _info(self, data: dict[str, object]) -> BatchInfo:
         batch_id, status = data.get("id"), data.get("status")
@@ -123,7 +168,7 @@ class OpenAIBatchApi(BatchApi):
         if not isinstance(file_id, str) or not file_id:  # no such file: null, or "" as OpenAI also answers
             return []
         raw, _ = await self._http.request_bytes("GET", self._provider.url(f"/files/{file_id}/content"),
-                                                timeout=CONTROL_TIMEOUT)
+                                                timeout=CONTROL_TIMEOUT, accept=JSONL_ACCEPT)
         lines = []
         for text in raw.splitlines():
             if not text.strip():

@@ -21,7 +21,8 @@ Contract:
   Lines go through the prompt cache like direct calls (both providers cache
   in batches, best effort), in processing order.
 - Knobs: `fail_share` of the lines (an exact, seeded choice) fail with a 500
-  server error; `expire_after` (None: never) makes batches expire when they
+  server error (or `fail_status`, e.g. 402: Anthropic's billing_error, and
+  Anthropic's error type `fail_type`, e.g. one no client knows); `expire_after` (None: never) makes batches expire when they
   would end, with that share of the lines done; `seed`.
 - OpenAI states: validating -> (first poll) failed, with `errors` (codes
   invalid_json_line, missing_required_parameter, duplicate_custom_id,
@@ -43,6 +44,8 @@ Contract:
   `{"custom_id", "result": {"type": "succeeded", "message"} | {"type":
   "errored", "error": {"type": "error", "error"}} | {"type": "canceled"} |
   {"type": "expired"}}`.
+- Results and output files are served as the first of JSONL_TYPES the
+  request's Accept allows, else 406 (`Accept: application/json` is refused).
 """
 from __future__ import annotations
 
@@ -59,7 +62,7 @@ from typing import Any, Protocol, TypedDict
 import orjson
 from aiohttp import web
 
-from engine.loopback.errors import _json, anthropic_error, openai_error
+from engine.loopback.errors import _json, anthropic_error, file_reply, openai_error
 
 
 class BatchStats(Protocol):
@@ -96,12 +99,19 @@ MAX_OPENAI_LINES = 50_000
 MAX_ANTHROPIC_REQUESTS = 100_000
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _DAY = 24 * 3600
+# The types a batch's JSONL (results, output and error files) is served as: the
+# first one the request's Accept allows ("application/binary": what both SDKs ask).
+JSONL_TYPES = ("application/x-jsonl", "application/jsonl", "application/binary", "application/octet-stream")
 
 
 @dataclass
 class BatchKnobs:
     polls: int = 3                       # the status poll on which a batch ends
-    fail_share: float = 0.0              # share of lines failing with a 500
+    fail_share: float = 0.0              # share of lines failing with `fail_status` (500)
+    # The failing lines' status and, Anthropic, error type (default: the status's;
+    # 402: billing_error; any other string: a type the client does not know).
+    fail_status: int = 500
+    fail_type: str | None = None
     expire_after: float | None = None    # None: batches complete; else they expire with this share done
     shuffle: bool = True                 # results out of input order
     seed: int = 0
@@ -182,8 +192,13 @@ class Batches:
 
     def _line(self, api: str, path: str, run: _Run, index: int, body: object) -> tuple[int, dict[str, Any]]:
         if index in run.failing:
-            self.server.stats.batch_requests["injected_500"] += 1
-            return 500, self.server.error_body(api, 500, "The server had an error while processing your request.")
+            status = self.knobs.fail_status
+            self.server.stats.batch_requests[f"injected_{status}"] += 1
+            error = self.server.error_body(api, status, "The server had an error while processing your request."
+                                           if status >= 500 else f"This line failed with HTTP {status}.")
+            if self.knobs.fail_type is not None and api == "anthropic":
+                error["error"]["type"] = self.knobs.fail_type
+            return status, error
         status, reply = self.server.batch_line(api, path, body)
         self.server.stats.batch_requests["succeeded" if status == 200 else f"errored_{status}"] += 1
         return status, reply
@@ -495,7 +510,7 @@ class Batches:
             return anthropic_error(404, f"Results for batch {batch_id} are not available until it has ended.")
         content = b"".join(orjson.dumps({"custom_id": custom_id, "result": result}) + b"\n"
                            for custom_id, result in self._anthropic_results_of(entry))
-        return web.Response(body=content, content_type="application/x-jsonl")
+        return file_reply(request, "anthropic", content, JSONL_TYPES)
 
     async def _anthropic_list(self, request: web.Request) -> web.Response:
         ids = list(reversed(self.anthropic))  # newest first

@@ -44,12 +44,19 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-expire-after", type=float, metavar="SHARE",
                         help="batches expire with this share of their lines done")
     parser.add_argument("--batch-in-order", action="store_true", help="batch results in input order")
+    parser.add_argument("--batch-fail-status", type=int, default=500,
+                        help="status of the failing batch lines (402: Anthropic's billing_error)")
+    parser.add_argument("--batch-fail-type", help="Anthropic error type of the failing batch lines")
     parser.add_argument("--embed-dim", type=int, default=64)
     parser.add_argument("--tokens", choices=["cheap", "cl100k"], default="cheap")
     parser.add_argument("--context-tokens", type=int)
     parser.add_argument("--fault", action="append", default=[], metavar="KIND=P",
                         help=f"per-call fault probability, e.g. 503=0.01 (kinds: {', '.join(sorted(FAULT_KINDS))})")
     parser.add_argument("--fail-first", metavar="N:KIND", help="fail the first N calls with KIND, e.g. 5:503")
+    parser.add_argument("--try-again-ms", type=float, default=644.0,
+                        help="the wait a '429' fault names (OpenAI: 'Please try again in 644ms.' only)")
+    parser.add_argument("--should-retry", choices=["true", "false"],
+                        help="faults' error replies carry x-should-retry with this value")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
@@ -86,13 +93,16 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"cannot load --tls-cert/--tls-key: {exc}") from None
     batch = BatchKnobs(polls=args.batch_polls, fail_share=args.batch_fail_share, expire_after=args.batch_expire_after,
-                       shuffle=not args.batch_in_order, seed=args.seed)
+                       shuffle=not args.batch_in_order, seed=args.seed, fail_status=args.batch_fail_status,
+                       fail_type=args.batch_fail_type)
     return LoopbackServer(latency=latency, ttft=_distribution(args.latency, args.ttft_ms, args.seed),
                           token_delay=_distribution(args.latency, args.token_delay_ms, args.seed + 1),
                           cache_min_tokens=args.cache_min_tokens, cache_ttl=args.cache_ttl, batch=batch,
                           rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
                           burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
-                                                                          seed=args.seed),
+                                                                          seed=args.seed,
+                                                                          try_again=args.try_again_ms / 1000.0,
+                                                                          should_retry=args.should_retry),
                           embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
                           host=args.host, port=args.port, ssl_context=ssl_context)
 

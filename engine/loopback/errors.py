@@ -5,8 +5,13 @@ Contract:
   `{"error": {"message", "type", "param", "code"}}` (type "server_error"
   for 5xx unless given); `anthropic_error(status, message, headers=)`:
   `{"type": "error", "error": {"type", "message"}}` with the API's error type
-  for the status (529: overloaded_error).
+  for the status (402: billing_error, 504: timeout_error, 529:
+  overloaded_error) unless `type=` names another.
 - `error_response(api, ...)` picks one by API ("openai" | "anthropic");
+- `file_reply(request, api, body, offered)`: a file's bytes (a batch's JSONL)
+  as the first of the `offered` content types the request's Accept allows,
+  or 406 when it allows none (`Accept: application/json` for JSONL: the body
+  is not one JSON document), as a strict server does;
   `_Reject` carries an error out of request handling; `_json` is the JSON reply.
 """
 from __future__ import annotations
@@ -16,10 +21,12 @@ from collections.abc import Mapping
 import orjson
 from aiohttp import web
 
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-                    500: "api_error", 502: "api_error", 503: "api_error", 504: "api_error",
-                    529: "overloaded_error"}
+# Anthropic's error types by status (its errors page; the anthropic SDK's
+# ErrorObject, 2.14; checked 2026-11-26): 402 billing_error, 504 timeout_error.
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 502: "api_error", 503: "api_error",
+                    504: "timeout_error", 529: "overloaded_error"}
 
 
 def _json(data: object, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -33,8 +40,9 @@ def openai_error(status: int, message: str, *, type: str = "invalid_request_erro
     return _json({"error": {"message": message, "type": type, "param": param, "code": code}}, status, headers)
 
 
-def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
-    kind = _ANTHROPIC_TYPES.get(status, "api_error")
+def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None, *,
+                    type: str | None = None) -> web.Response:
+    kind = type or _ANTHROPIC_TYPES.get(status, "api_error")
     return _json({"type": "error", "error": {"type": kind, "message": message}}, status, headers)
 
 
@@ -50,3 +58,31 @@ class _Reject(Exception):
 
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
         self.status, self.message, self.code, self.param = status, message, code, param
+
+
+def _accepted(accept: str) -> list[str]:
+    """The media ranges an Accept header allows (q > 0)."""
+    ranges = []
+    for part in accept.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        q = next((p[2:] for p in params if p.startswith("q=")), "1")
+        try:
+            allowed = float(q) > 0
+        except ValueError:
+            allowed = True
+        if media and allowed:
+            ranges.append(media.lower())
+    return ranges
+
+
+def file_reply(request: web.Request, api: str, body: bytes, offered: tuple[str, ...]) -> web.Response:
+    """`body` as the first `offered` type the Accept header allows; 406 when none."""
+    accept = request.headers.get("Accept")
+    if not accept:
+        return web.Response(body=body, content_type=offered[0])
+    ranges = _accepted(accept)
+    for media in offered:
+        if "*/*" in ranges or media in ranges or f"{media.split('/')[0]}/*" in ranges:
+            return web.Response(body=body, content_type=media)
+    message = f"Not acceptable: this file is served as {', '.join(offered)}, the request accepts {accept}"
+    return error_response(api, 406, message)

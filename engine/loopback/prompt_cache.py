@@ -13,7 +13,7 @@ Contract:
   when it holds at least `min_tokens`. A request reads the longest prefix
   still live, found at its breakpoints or at most 20 blocks before one (the
   API's lookback), and writes the rest up to its last breakpoint. At most 4
-  breakpoints (else the API's 400). Keys are the byte-identical prefix
+  breakpoints, and a `ttl` other than "5m" / "1h" is refused (the API's 400). Keys are the byte-identical prefix
   (model, tools, roles, blocks) without the cache_control markers. A hit
   refreshes the entry's lifetime. Tools are part of every key but, as in the
   server's input count, carry no tokens.
@@ -137,6 +137,10 @@ class PromptCache:
         if len(marks) > _MAX_BREAKPOINTS:
             raise CacheError(f"A maximum of {_MAX_BREAKPOINTS} blocks with cache_control may be provided. "
                              f"Found {len(marks)}.")
+        for mark in marks:  # as the API: a lifetime is "5m" or "1h", nothing else
+            ttl = (boundaries[mark][2] or {}).get("ttl", "5m")
+            if ttl not in ("5m", "1h"):
+                raise CacheError(f"cache_control.ttl: Input should be '5m' or '1h' (got {ttl!r})")
         lookup = CacheLookup()
         hit_key, hit_lifetime = self._longest_hit(boundaries, marks, lookup)
         for mark in marks:

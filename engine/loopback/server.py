@@ -17,7 +17,9 @@ tests/test_loopback_{stream,cache,batches}.py).
 
 Behaviour, all configurable:
 - reply text: `reply(api, body) -> str` ("openai" | "anthropic"; may return
-  `(text, finish_reason)` to force a finish reason such as "content_filter");
+  `(text, finish_reason)` to force a finish reason such as "content_filter";
+  for Anthropic any of the API's stop reasons too, e.g. "refusal",
+  "pause_turn", "model_context_window_exceeded", with or without text);
   the default derives a short deterministic text from the last user message.
   `max_tokens` and `stop` are honoured (finish "length" / stop sequence).
 - streaming (loopback_stream): `"stream": true` gets server-sent events in the
@@ -44,7 +46,9 @@ Behaviour, all configurable:
 - batches (loopback_batches, knobs in `BatchKnobs`): a batch ends on its
   `polls`-th status poll; `fail_share` of the lines fail with a 500,
   `expire_after` makes batches expire part-done, results come out of order
-  unless `shuffle=False`. Lines are answered exactly as the direct endpoint
+  unless `shuffle=False`; `fail_status` / `fail_type` make the failing lines
+  e.g. Anthropic's 402 billing_error. Results and output files are refused
+  (406) to an Accept that excludes JSONL (`application/json`). Lines are answered exactly as the direct endpoint
   would, without limits, faults or latency.
 - rate limits (loopback_limits), enforced like the real APIs: token buckets for
   requests (rpm), input tokens (input_tpm) and output tokens (output_tpm) that
@@ -66,7 +70,9 @@ Behaviour, all configurable:
   all of it is restored (so a 429 of the short-interval enforcement may come
   with "remaining" > 0, as from the real APIs).
 - faults (`Faults`): a deterministic schedule and/or seeded per-request
-  probabilities of 500/502/503/504/529 errors, stalls past the client's
+  probabilities of 429s naming their wait only the way the API does (OpenAI:
+  "Please try again in 644ms." in the message), 500/502/503/504/529 errors
+  (optionally all with `x-should-retry`), stalls past the client's
   timeout, connection resets, truncated bodies, non-JSON 200s and content
   policy refusals. On a stream, "reset", "truncate" and "stream_error" break
   it once half its tokens are out (a TCP RST / a close without the stream's
@@ -112,8 +118,8 @@ from typing import Any, TypedDict, cast
 import orjson
 from aiohttp import web
 
-from engine.loopback.batches import Batches, BatchKnobs, StoredFile
-from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, openai_error
+from engine.loopback.batches import JSONL_TYPES, Batches, BatchKnobs, StoredFile
+from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, file_reply, openai_error
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
 from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
@@ -123,7 +129,7 @@ ReplyFn = Callable[[str, dict[str, Any]], "str | tuple[str, str]"]
 Handler = Callable[[web.Request], Awaitable[web.Response]]  # an aiohttp route handler
 LatencyFn = Callable[[], float]
 
-FAULT_KINDS = frozenset({"500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
+FAULT_KINDS = frozenset({"429", "500", "502", "503", "504", "529", "stall", "reset", "truncate", "bad_json",
                          "content_filter", "stream_error"})
 _FAULTABLE = frozenset({"/v1/chat/completions", "/v1/embeddings", "/v1/messages"})
 
@@ -162,13 +168,22 @@ class Faults:
     content_policy_violation; Anthropic: a reply with stop_reason "refusal"),
     "stream_error" (a stream ends with the API's in-stream error event; an
     unstreamed call gets a 500, Anthropic a 529). "reset" and "truncate" cut
-    a stream once half its tokens are out.
+    a stream once half its tokens are out. "429": a rate-limit error that
+    names its wait, `try_again` seconds, the way each API does: OpenAI only in
+    its message ("... Please try again in 644ms.", no retry-after header),
+    Anthropic in retry-after.
+
+    `should_retry` ("true" / "false"; None: not sent): every fault's error
+    reply carries `x-should-retry` with it, the header by which the real APIs
+    overrule the status's own retry rule (both official SDKs obey it).
     """
 
     schedule: Sequence[str | None] = ()
     rates: Mapping[str, float] = field(default_factory=dict)
     seed: int = 0
     stall_seconds: float = 3600.0
+    try_again: float = 0.644
+    should_retry: str | None = None
 
     def __post_init__(self) -> None:
         unknown = {k for k in itertools.chain(self.schedule, self.rates) if k is not None} - FAULT_KINDS
@@ -176,6 +191,10 @@ class Faults:
             raise ValueError(f"unknown fault kind(s) {sorted(unknown)} (known: {', '.join(sorted(FAULT_KINDS))})")
         if sum(self.rates.values()) > 1.0 or any(p < 0 for p in self.rates.values()):
             raise ValueError("fault rates must be >= 0 and sum to at most 1")
+        if self.should_retry not in (None, "true", "false"):
+            raise ValueError(f"should_retry must be 'true' or 'false', got {self.should_retry!r}")
+        if not self.try_again >= 0:
+            raise ValueError(f"try_again must be a number of seconds >= 0, got {self.try_again!r}")
         self._rng = random.Random(self.seed)
         self._index = 0
         self._cumulative = list(itertools.accumulate(self.rates.values()))
@@ -498,19 +517,36 @@ class LoopbackServer:
     async def _fault_before_reply(self, api: str, fault: str, streaming: bool) -> web.Response | None:
         """The reply of a fault that replaces the answer (an error status), None for the others
         (a stall first waits, then lets the request go on)."""
+        said = self.faults.should_retry
+        headers = {} if said is None else {"x-should-retry": said}
+        if fault == "429":
+            return self._fault_429(api, headers)
         if fault.isdigit():
-            error = openai_error if api == "openai" else anthropic_error
-            return error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."))
+            if api == "openai":
+                return openai_error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."), headers=headers)
+            return anthropic_error(int(fault), _FAULT_MESSAGES.get(fault, "The server had an error."), headers)
         if fault == "stall":
             await self._stall()
         elif fault == "stream_error" and not streaming:  # unstreamed: the plain error
             if api == "openai":
-                return openai_error(500, _FAULT_MESSAGES["500"])
-            return anthropic_error(529, _FAULT_MESSAGES["529"])
+                return openai_error(500, _FAULT_MESSAGES["500"], headers=headers)
+            return anthropic_error(529, _FAULT_MESSAGES["529"], headers)
         elif fault == "content_filter" and api == "openai":
             return openai_error(400, "Your request was rejected as a result of our safety system.",
-                                code="content_policy_violation", param="messages")
+                                code="content_policy_violation", param="messages", headers=headers)
         return None
+
+    def _fault_429(self, api: str, headers: dict[str, str]) -> web.Response:
+        """A 429 naming its wait as each API does (OpenAI: only in its message)."""
+        wait = self.faults.try_again
+        if api == "openai":
+            return openai_error(429, f"Rate limit reached for gpt-4o in organization org-loopback on tokens per "
+                                     f"min (TPM): Limit 30000, Used 29937, Requested 385. Please try again in "
+                                     f"{go_duration(wait)}. Visit https://platform.openai.com/account/rate-limits "
+                                     f"to learn more.", type="tokens", code="rate_limit_exceeded", headers=headers)
+        headers["retry-after"] = str(max(1, math.ceil(wait)))
+        return anthropic_error(429, "This request would exceed your organization's rate limit. Please retry "
+                                    "after the retry-after header's delay.", headers)
 
     def _admit(self, api: str, prepared: Prepared) -> web.Response | None:
         """Count the request against the rate limits: a 429 when over them, else None."""
@@ -835,7 +871,8 @@ class LoopbackServer:
         file_id = request.match_info["file_id"]
         if file_id not in self.files:
             return openai_error(404, f"No such File object: {file_id}", param="id")
-        return web.Response(body=self.files[file_id]["content"], content_type="application/octet-stream")
+        offered = JSONL_TYPES if self.files[file_id]["filename"].endswith(".jsonl") else ("application/octet-stream",)
+        return file_reply(request, "openai", self.files[file_id]["content"], offered)
 
     # -- batches (loopback_batches) ------------------------------------------------------------
     def batch_line(self, api: str, path: str, body: object) -> tuple[int, dict[str, Any]]:
