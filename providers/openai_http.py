@@ -18,7 +18,7 @@ assembled into the `chat.completion` the same call would have returned, which
 streamed one has `timings` too. A stream that ends before `data: [DONE]` is a
 connection error (retried), an error event in it is classified
 (`http_errors.stream_error`). A stream without the usage chunk (llama.cpp's
-server, Ollama and some vLLM versions ignore `include_usage`) is a normal
+server and some versions of Ollama and vLLM ignore `include_usage`) is a normal
 reply: its tokens are counted here in cl100k_base and the result says so
 (`usage_counted_locally`). A streamed request answered with a plain JSON body
 (Content-Type application/json) is read as that reply, or as the error it holds.
