@@ -13,7 +13,9 @@ cache), `output_tokens`, `spent_usd` (what the replies cost: prompt-cache
 prices, the batch discount where a call went by batch), `list_usd` (the same
 calls at list price without prompt caching or batch) and `caching_saved_usd`
 (what prompt caching saved at the price each call paid; negative when cache
-writes were never read back).
+writes were never read back), and `usage_counted_locally` (replies that came
+without usage from the server, an OpenAI-compatible server ignoring
+`include_usage`: their tokens were counted in cl100k_base, an estimate).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class SpendingRow(TypedDict):
     spent_usd: float
     list_usd: float
     caching_saved_usd: float
+    usage_counted_locally: int
 
 
 @dataclass(slots=True)
@@ -57,11 +60,12 @@ class RoleUsage:
     spent_usd: float = 0.0
     list_usd: float = 0.0
     caching_saved_usd: float = 0.0
+    usage_counted_locally: int = 0  # replies without the server's usage: tokens counted here
 
     def add(self, other: Mapping[str, object]) -> None:
         """Add a row read back from a results file (missing or empty figures count 0)."""
         for name in ("calls", "cached", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-                     "output_tokens"):
+                     "output_tokens", "usage_counted_locally"):
             setattr(self, name, getattr(self, name) + int(cast(SupportsInt, other.get(name, 0) or 0)))
         for name in ("spent_usd", "list_usd", "caching_saved_usd"):
             setattr(self, name, getattr(self, name) + float(cast(SupportsFloat, other.get(name, 0.0) or 0.0)))
@@ -103,6 +107,7 @@ class Spending:
             row.cache_read_tokens += result.cache_read_tokens
             row.cache_write_tokens += result.cache_write_tokens
             row.output_tokens += result.output_tokens
+            row.usage_counted_locally += result.usage_counted_locally
             row.list_usd += alias.cost(result.input_tokens, result.output_tokens)
             row.caching_saved_usd += caching_saving(alias, result, outcome.cost)
         else:
@@ -149,4 +154,6 @@ def spending_lines(rows: Iterable[SpendingRow]) -> list[str]:
     total = f"cost: ${spent:.4f} spent (${listed:.4f} at list price without prompt caching or batch"
     if saved:
         total += f"; prompt caching saved ${saved:.4f}"
-    return [total + ")"] + lines
+    local = sum(r.get("usage_counted_locally", 0) for r in rows)
+    said = [f"{local} replies had no usage from the server: tokens counted locally (cl100k_base)"] if local else []
+    return [total + ")"] + lines + said

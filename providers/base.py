@@ -81,6 +81,9 @@ class ChatResult:
     timings: StreamTimings | None = None     # a streamed call's arrival times (not cached)
     rate_limits: RateLimitInfo | None = None  # what the reply's headers said (not cached)
     batched: bool = False                     # answered through a batch API: priced at the batch discount (not cached)
+    # The server sent no usage (an OpenAI-compatible server ignoring stream_options.include_usage):
+    # input/output tokens were counted here, in cl100k_base (providers/tokens.py). Not cached.
+    usage_counted_locally: bool = False
 
 
 @dataclass(slots=True)

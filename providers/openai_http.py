@@ -16,8 +16,12 @@ Streaming (`chat(..., stream=True)`, or every call with the endpoint option
 assembled into the `chat.completion` the same call would have returned, which
 `chat_result` normalises as any reply, so both give the same result; the
 streamed one has `timings` too. A stream that ends before `data: [DONE]` is a
-connection error, one without the final usage chunk a bad reply (both
-retried), an error event in it is classified (`http_errors.stream_error`).
+connection error (retried), an error event in it is classified
+(`http_errors.stream_error`). A stream without the usage chunk (llama.cpp's
+server and some versions of Ollama and vLLM ignore `include_usage`) is a normal
+reply: its tokens are counted here in cl100k_base and the result says so
+(`usage_counted_locally`). A streamed request answered with a plain JSON body
+(Content-Type application/json) is read as that reply, or as the error it holds.
 
 Endpoint options (`[endpoints.X] options = {...}`): `headers` (extra headers,
 e.g. OpenRouter's HTTP-Referer or OpenAI-Organization), `trust_env` (honour
@@ -39,12 +43,13 @@ from typing import Any
 import orjson
 
 from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
-from providers.http_client import HttpProvider, JsonHttpClient
-from providers.http_errors import bad_reply, stream_error, token_count
+from providers.http_client import HttpProvider, JsonHttpClient, StreamReply
+from providers.http_errors import bad_reply, status_error, stream_error, token_count
 from providers.kinds import opt_bool, opt_strings
 from providers.openai_stream import CompletionAssembler
 from providers.ratelimit_headers import rate_limit_info
 from providers.sse import SSEParser
+from providers.tokens import count_chat_tokens, count_tokens
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -88,40 +93,71 @@ class OpenAIProvider(HttpProvider):
     async def _chat_streamed(self, body: dict[str, object], timeout: float) -> ChatResult:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        parser = SSEParser()
         async with self._http.stream(self._chat_url, body, timeout) as reply:
-            start, headers = reply.start, reply.headers
-            header_id = headers.get("x-request-id")
-
-            def malformed(what: str) -> ProviderError:
-                return bad_reply(self.spec.name, what, secret=self._api_key, request_id=header_id)
-
-            stream = CompletionAssembler(malformed)
-            async for piece in reply:  # read to the end (after [DONE] too): the connection is then reused
-                arrived = perf_counter() - start
-                for event in parser.feed(piece):
-                    if stream.done:
-                        continue
-                    if event.data == "[DONE]":
-                        stream.done = True
-                        continue
-                    stream.feed(self._chunk(event.data, header_id, malformed), arrived)
-            latency = perf_counter() - start
-            first_byte = reply.first_byte - start
-        request_id = _request_id(header_id or stream.reply_id)
-        if not stream.done:
-            raise ProviderError(CONNECTION, f"{self.spec.name}: the stream ended before its end (data: [DONE]) "
-                                            f"after {len(stream.texts)} text chunks", request_id=request_id)
-        if stream.usage is None:
-            raise bad_reply(self.spec.name, "the stream ended without the usage chunk (stream_options.include_usage"
-                                            " not supported by the server?)", secret=self._api_key,
-                            request_id=request_id)
-        result = self.chat_result(stream.assembled(), request_id, latency)
-        times = stream.times
+            header_id = reply.headers.get("x-request-id")
+            if _is_json(reply.headers):  # the whole reply at once, not a stream (some compatible servers)
+                data, times = await self._whole_reply(reply, header_id), None
+            else:
+                stream = await self._events(reply, header_id)
+                data, times = stream.assembled(), stream.times
+            latency = perf_counter() - reply.start
+            first_byte = reply.first_byte - reply.start
+        request_id = _request_id(header_id or data.get("id"))
+        local = data.get("usage") is None
+        if local:  # the server ignored stream_options.include_usage: a normal reply, counted here
+            data["usage"] = _local_usage(body, data)
+        result = self.chat_result(data, request_id, latency)
+        result.usage_counted_locally = local
+        if times is None:
+            times = [latency] if result.text else []
         result.timings = StreamTimings(ttft=times[0] if times else latency, chunk_times=tuple(times),
                                        first_byte=first_byte)
-        result.rate_limits = rate_limit_info(headers)
+        result.rate_limits = rate_limit_info(reply.headers)
         return result
+
+    async def _events(self, reply: StreamReply, header_id: str | None) -> CompletionAssembler:
+        """The stream's chunks, assembled; a stream cut before `data: [DONE]` is a connection error."""
+        def malformed(what: str) -> ProviderError:
+            return bad_reply(self.spec.name, what, secret=self._api_key, request_id=header_id)
+
+        parser = SSEParser()
+        stream = CompletionAssembler(malformed)
+        async for piece in reply:  # read to the end (after [DONE] too): the connection is then reused
+            arrived = perf_counter() - reply.start
+            for event in parser.feed(piece):
+                if stream.done:
+                    continue
+                if event.data == "[DONE]":
+                    stream.done = True
+                    continue
+                stream.feed(self._chunk(event.data, header_id, malformed), arrived)
+        if not stream.done:
+            raise ProviderError(CONNECTION, f"{self.spec.name}: the stream ended before its end (data: [DONE]) "
+                                            f"after {len(stream.texts)} text chunks",
+                                request_id=_request_id(header_id or stream.reply_id))
+        return stream
+
+    async def _whole_reply(self, reply: StreamReply, header_id: str | None) -> dict[str, object]:
+        """A streamed request answered with a plain JSON body: the `chat.completion`
+        it holds, or the error it says, classified as that error's reply would be
+        (by its own `code` when that is an HTTP status, else a final bad request)."""
+        raw = b"".join([piece async for piece in reply])
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            raise bad_reply(self.spec.name, f"a streamed request was answered with Content-Type application/json"
+                                            f" but not a JSON object ({len(raw)} bytes)", secret=self._api_key,
+                            request_id=header_id)
+        error = data.get("error")
+        if error and "choices" not in data:
+            code = error.get("code") if isinstance(error, dict) else None
+            status = code if type(code) is int and 400 <= code <= 599 else 400
+            raise status_error(status, raw, reply.headers, endpoint=f"{self.spec.name}: error reply to a streamed"
+                                                                     " request", secret=self._api_key,
+                               request_id=header_id)
+        return data
 
     def _chunk(self, data: str, request_id: str | None, malformed: Callable[[str], ProviderError]
                ) -> dict[str, object]:
@@ -233,6 +269,25 @@ class OpenAIProvider(HttpProvider):
         if isinstance(error, dict) and error.get("message"):
             what = f"{what}: {str(error['message'])}"
         return bad_reply(self.spec.name, what, secret=self._api_key, request_id=request_id)
+
+
+def _is_json(headers: Mapping[str, str]) -> bool:
+    """Whether a reply's Content-Type says JSON (a whole reply), not server-sent events."""
+    content_type = headers.get("content-type") or headers.get("Content-Type") or ""
+    return content_type.split(";")[0].strip().lower() == "application/json"
+
+
+def _local_usage(body: Mapping[str, object], data: Mapping[str, object]) -> dict[str, int]:
+    """The usage of a reply that came without one: the prompt and the reply's
+    text counted in cl100k_base (providers/tokens.py). An estimate for other
+    tokenizers, and said so (`ChatResult.usage_counted_locally`)."""
+    messages = body.get("messages")
+    prompt = count_chat_tokens(messages) if isinstance(messages, list) else 0
+    try:
+        content = data["choices"][0]["message"]["content"]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        content = None  # chat_result says what is wrong with the reply
+    return {"prompt_tokens": prompt, "completion_tokens": count_tokens(content) if isinstance(content, str) else 0}
 
 
 def _request_id(value: object) -> str | None:

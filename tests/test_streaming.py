@@ -228,7 +228,6 @@ async def test_usage_comes_from_the_final_chunk_and_the_final_message_delta(clie
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("api, frames, kind, says", [
     ("openai", OPENAI_OK[:3], CONNECTION, "before its end"),
-    ("openai", OPENAI_OK[:4] + OPENAI_OK[5:], BAD_REPLY, "without the usage"),
     ("openai", OPENAI_OK[:2] + [b'data: {"error": {"message": "Rate limit", "type": "rate_limit_exceeded"}}\n\n'],
      RATE_LIMITED, "Rate limit"),
     ("openai", OPENAI_OK[:2] + [b"data: {not json\n\n"], BAD_REPLY, "not JSON"),

@@ -7,8 +7,10 @@ queue, TTFT (and the time to the reply's first byte, TTFB: a server that
 sends its headers at once shows its queueing there, its generation after), the
 inter-token latencies (gaps between streamed chunks, the
 first chunk excluded: its wait is TTFT's), end-to-end latency of the attempt
-that answered, input/output tokens from the reply's usage (never re-counted),
-status or error kind, retries.
+that answered, input/output tokens from the reply's usage (never re-counted;
+a server that sends no usage, as llama.cpp's, has them counted by the
+provider in cl100k_base, and the record and the summary say so), status or
+error kind, retries.
 
 Per run (`summarize`): completed, failed by kind, duration (start to the last
 reply), requests/s, output tokens/s, total tokens/s; TTFT, TPOT = (E2E - TTFT)
@@ -62,6 +64,7 @@ class RequestRecord:
     error: str | None = None
     retries: int = 0
     chunk_times: list[float] = field(default_factory=list)  # arrival offsets of the output chunks (not in rows)
+    usage_counted_locally: bool = False  # the server sent no usage: the tokens are the provider's count
 
     @property
     def ok(self) -> bool:
@@ -102,6 +105,7 @@ def record(outcome: Outcome, *, index: int, scheduled: float, started: float, do
     rec.sent = outcome.sent_at - origin if outcome.sent_at is not None else done - result.latency
     if isinstance(result, ChatResult):
         rec.output_tokens = result.output_tokens
+        rec.usage_counted_locally = result.usage_counted_locally
         timings = result.timings
         if timings is not None:
             rec.ttft = timings.ttft
@@ -245,6 +249,7 @@ class Summary:
     good: int | None = None          # completed requests meeting every SLO
     goodput: float | None = None     # good requests per second
     good_share: float | None = None  # good / requests
+    usage_counted_locally: int = 0   # completed requests whose server sent no usage (tokens counted locally)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -271,7 +276,8 @@ def summarize(records: Sequence[RequestRecord], *, duration: float | None = None
         total_throughput=(tokens_in + tokens_out) / span,
         ttft=d["ttft"], tpot=d["tpot"], itl=d["itl"], e2e=d["e2e"], queued=d["queued"], ttfb=d["ttfb"],
         retries=sum(r.retries for r in records),
-        peak_output_throughput=peak_output_rate(records), peak_in_flight=peak_in_flight(records))
+        peak_output_throughput=peak_output_rate(records), peak_in_flight=peak_in_flight(records),
+        usage_counted_locally=sum(r.usage_counted_locally for r in ok))
     if slo:
         good = sum(meets(r, slo) for r in records)
         measured = len(records) - summary.cached

@@ -69,7 +69,8 @@ def _failed(summary: Summary) -> str:
     return f"{n} (" + ", ".join(f"{k} {v}" for k, v in summary.failed.items()) + ")"
 
 
-def console(runs: Sequence[BenchRun], percentiles: Sequence[float]) -> str:
+def _throughput(runs: Sequence[BenchRun]) -> list[str]:
+    """The throughput table's title, rows and the note on locally counted tokens."""
     has_slo = any(r.summary.slo for r in runs)
     head = ["model", "load", "sent", "ok", "failed", "s", "req/s", "out tok/s", "total tok/s",
             "peak out tok/s", "peak in flight", "retries"]
@@ -85,8 +86,15 @@ def console(runs: Sequence[BenchRun], percentiles: Sequence[float]) -> str:
             share = "-" if s.good_share is None else f"{100 * s.good_share:.1f}"
             row += [_num(s.goodput, 2), share]
         rows.append(row)
-    out = ["Throughput" + (f" (goodput: {slo_text(runs[0].summary.slo)})" if has_slo else ""), _table(rows), ""]
+    out = ["Throughput" + (f" (goodput: {slo_text(runs[0].summary.slo)})" if has_slo else ""), _table(rows)]
+    local = sum(r.summary.usage_counted_locally for r in runs)
+    if local:
+        out.append(f"{local} replies had no usage from the server: tokens counted locally (cl100k_base)")
+    return out + [""]
 
+
+def console(runs: Sequence[BenchRun], percentiles: Sequence[float]) -> str:
+    out = _throughput(runs)
     names = [f"p{p:g}" for p in percentiles]
     rows = [["metric (ms)", "load", "model", "n", "mean", "median", "std", "min", "max", *names]]
     for key, title in METRICS:
