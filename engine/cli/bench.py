@@ -184,8 +184,10 @@ def _duration(args: argparse.Namespace) -> float | None:
     return duration
 
 
-def _check_models(config: Config, models: list[str]) -> None:
-    """Unknown aliases and missing keys stop the command before any call."""
+def _check_models(config: Config, models: list[str], max_cost: float | None) -> None:
+    """Unknown, retired or (under --max-cost) unpriced aliases and missing
+    keys stop the command before any call."""
+    config.check_callable(models, max_cost=max_cost)
     for name in models:
         alias = config.alias(name)
         for endpoint in config.endpoints_of(alias):
@@ -258,7 +260,7 @@ async def _bench(args: argparse.Namespace, plan: BenchPlan, config: Config, prom
 def _cmd_bench(args: argparse.Namespace) -> int:
     plan = _plan(args)
     config = load_config(args)
-    _check_models(config, plan["models"])
+    _check_models(config, plan["models"], getattr(args, "max_cost", None))
     prompts: PromptSet | None = None
     if not args.embed:
         if args.book:
