@@ -46,6 +46,7 @@ from providers.base import (
     TIMEOUT,
     ProviderError,
 )
+from providers.model_registry import model_in_message, not_found_hint
 from providers.ratelimit_headers import parse_duration, parse_rfc3339, rate_limit_info, seconds_until
 
 _MAX_MESSAGE = 300
@@ -182,6 +183,10 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoi
         return error(PROMPT_TOO_LONG)
     if lowered & _FILTER_CODES:
         return error(CONTENT_FILTER)
+    if status == 404 and ("model_not_found" in lowered or ("not_found_error" in lowered
+                                                           and message.startswith("model:"))):
+        # a retired or unknown model: final, with what to use instead
+        text = f"{text} -- {not_found_hint(model_in_message(message))}"
     return error(BAD_REQUEST)
 
 

@@ -11,7 +11,8 @@ from dataclasses import fields
 
 from engine.cli import probe
 from engine.cli.common import load_config
-from engine.config import ENDPOINT_KEYS, MODEL_KEYS
+from engine.cli.remote_models import availability, remote_models
+from engine.config import ENDPOINT_KEYS, MODEL_KEYS, Config
 from engine.errors import TulvingError
 from engine.loopback import cli as loopback_cli
 from providers.base import ProviderError
@@ -23,6 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--probe", action="store_true",
                    help="send one minimal request per remote endpoint whose key is set (or none needed) and "
                         "show the rate limits its reply reports (without it, nothing is sent)")
+    p.add_argument("--remote", action="store_true",
+                   help="ask each endpoint whose key is set for its model list (GET /v1/models) and mark the "
+                        "aliases this key cannot use")
     p.set_defaults(func=_cmd_models)
 
     p = sub.add_parser("config", help="configuration tools")
@@ -43,17 +47,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _cmd_models(args: argparse.Namespace) -> int:
     config = load_config(args)
-    rows = [("alias", "endpoint", "model", "kind", "key set")]
+    listed: dict[str, set[str]] = {}
+    if args.remote:
+        listed, failures = asyncio.run(remote_models(config))
+        for line in failures:
+            print(f"note: {line}", file=sys.stderr)
+    header = ("alias", "endpoint", "model", "kind", "key set", "$/M in/out", "status", "checked")
+    rows = [header + (("this key",) if args.remote else ())]
     for name in sorted(config.models):
         alias = config.models[name]
         for ep_name in alias.endpoints:
             ep = config.endpoints[ep_name]
             key = "-" if not ep.key_env else ("yes" if os.environ.get(ep.key_env) else f"no ({ep.key_env})")
-            rows.append((name, ep_name, alias.model, ep.kind, key))
+            row = (name, ep_name, alias.model, ep.kind, key, _prices(config, name), alias.status(),
+                   alias.checked or "-")
+            rows.append(row + ((availability(config, name, listed),) if args.remote else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     return asyncio.run(probe.probe_all(config)) if args.probe else 0
+
+
+def _prices(config: Config, name: str) -> str:
+    alias = config.models[name]
+    if not alias.priced:
+        return "free" if config.is_free(alias) else "unknown"
+    return f"{alias.price_in or 0:g}/{alias.price_out or 0:g}"
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
