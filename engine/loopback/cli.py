@@ -50,6 +50,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--fault", action="append", default=[], metavar="KIND=P",
                         help=f"per-call fault probability, e.g. 503=0.01 (kinds: {', '.join(sorted(FAULT_KINDS))})")
     parser.add_argument("--fail-first", metavar="N:KIND", help="fail the first N calls with KIND, e.g. 5:503")
+    parser.add_argument("--models", metavar="ID1,ID2",
+                        help="serve only these model ids besides the registry's current ones (default: any id "
+                             "but a retired one)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
@@ -94,6 +97,7 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
                           burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
                                                                           seed=args.seed),
                           embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
+                          models=args.models.split(",") if args.models else None,
                           host=args.host, port=args.port, ssl_context=ssl_context)
 
 
