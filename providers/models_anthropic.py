@@ -21,9 +21,11 @@ from providers.models_common import PAPER_PARAMS, Table
 CHECKED = "2026-11-26"
 
 
-def _claude(model: str, price_in: float, cache_read: float, price_out: float, context: int, **status: str) -> Table:
+def _claude(model: str, price_in: float, cache_read: float, price_out: float, context: int,
+            cache_write: float | None = None, **status: str) -> Table:
+    write = round(price_in * 1.25, 4) if cache_write is None else cache_write
     return {"endpoint": "anthropic", "model": model, "params": PAPER_PARAMS, "price_in": price_in,
-            "price_cached_in": cache_read, "price_cache_write": round(price_in * 1.25, 4), "price_out": price_out,
+            "price_cached_in": cache_read, "price_cache_write": write, "price_out": price_out,
             "batch_discount": 0.5, "context_tokens": context, "checked": CHECKED, **status}
 
 
@@ -42,6 +44,7 @@ ANTHROPIC_MODELS: dict[str, Table] = {
     "claude-sonnet-4": _claude("claude-sonnet-4-20250514", 3.0, 0.30, 15.0, 200_000,
                                retired="2026-06-15", replacement="claude-sonnet-5-5"),
     # Retired 2026-04-20 by Anthropic's release notes (some third-party pages say 04-19).
-    "claude-3-haiku": _claude("claude-3-haiku-20240307", 0.25, 0.03, 1.25, 200_000,
+    # Haiku 3 was priced $0.25 / $1.25, cache writes $0.30 and reads $0.03.
+    "claude-3-haiku": _claude("claude-3-haiku-20240307", 0.25, 0.03, 1.25, 200_000, cache_write=0.30,
                               retired="2026-04-20", replacement="claude-haiku-4-5"),
 }

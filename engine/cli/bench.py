@@ -1,7 +1,7 @@
 """`tulving bench` (alias `bench-latency`): latency and throughput of models
 under a chosen load, the metric set of vLLM's `bench serve`.
 
-    tulving bench --models gpt-4o-mini,claude-sonnet-4 --rate 4 --arrival poisson -n 200 --slo ttft=500ms
+    tulving bench --models gpt-6-luna,claude-sonnet-5-5 --rate 4 --arrival poisson -n 200 --slo ttft=500ms
     tulving bench --models llama-70b --sweep concurrency=1,4,16,64 --duration 30 --plots bench/
     tulving bench-latency --model gpt-4o-mini -n 50     # the old command: 50 calls, one at a time
 
@@ -51,7 +51,7 @@ the client's own cost. Requests go through the engine (rate limits, queue,
 retries), streamed, never answered from the cache.
 
 examples:
-  tulving bench --models gpt-4o-mini,claude-sonnet-4 --rate 4 -n 200 --slo ttft=500ms,tpot=50ms
+  tulving bench --models gpt-6-luna,claude-sonnet-5-5 --rate 4 -n 200 --slo ttft=500ms,tpot=50ms
   tulving bench --models llama-70b --sweep concurrency=1,4,16,64 --duration 30 --plots bench/
   tulving bench --models m --rate 10 --arrival gamma:0.5 --json out.json --per-request --csv out.csv
   tulving bench --models m --book synaptic-echoes-short --mode in-context -n 50"""

@@ -1,6 +1,6 @@
 """`tulving generate` and `tulving book {stats,chrono,realism}`.
 
-    tulving generate --universe default --events 200 --seed 0 --model claude-3-5-sonnet --out books/mine
+    tulving generate --universe default --events 200 --seed 0 --model claude-sonnet-5-5 --out books/mine
                      [--itermax 10] [--uniform] [--events-only] [--dry-run]
 
 Every call goes through the engine's cache (global --cache), so a killed run

@@ -11,6 +11,7 @@ from dataclasses import fields
 
 from engine.cli import probe
 from engine.cli.common import load_config
+from engine.cli.models_table import models_markdown
 from engine.cli.remote_models import availability, remote_models
 from engine.config import ENDPOINT_KEYS, MODEL_KEYS, Config
 from engine.errors import TulvingError
@@ -27,6 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--remote", action="store_true",
                    help="ask each endpoint whose key is set for its model list (GET /v1/models) and mark the "
                         "aliases this key cannot use")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the table of the built-in OpenAI and Anthropic aliases as Markdown (docs/models.md)")
     p.set_defaults(func=_cmd_models)
 
     p = sub.add_parser("config", help="configuration tools")
@@ -46,6 +49,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(models_markdown(Config.load()), end="")
+        return 0
     config = load_config(args)
     listed: dict[str, set[str]] = {}
     if args.remote:

@@ -114,8 +114,8 @@ from aiohttp import web
 
 from engine.loopback.batches import Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, openai_error
-from engine.loopback.model_catalog import ModelCatalog
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
+from engine.loopback.model_catalog import ModelCatalog
 from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
 from engine.tokens import count_tokens
