@@ -59,7 +59,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
         for line in failures:
             print(f"note: {line}", file=sys.stderr)
     header = ("alias", "endpoint", "model", "kind", "key set", "$/M in/out", "status", "checked")
-    rows = [header + (("this key",) if args.remote else ())]
+    rows: list[tuple[str, ...]] = [header + (("this key",) if args.remote else ())]
     for name in sorted(config.models):
         alias = config.models[name]
         for ep_name in alias.endpoints:
@@ -69,8 +69,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
                    alias.checked or "-")
             rows.append(row + ((availability(config, name, listed),) if args.remote else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for cells in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip())
     return asyncio.run(probe.probe_all(config)) if args.probe else 0
 
 
@@ -102,7 +102,8 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
         print(f"model = {alias.model!r}")
         if alias.params:
             print(f"params = {dict(alias.params)!r}")
-        for attr in ("price_in", "price_out", "context_tokens"):
+        for attr in ("price_in", "price_cached_in", "price_cache_write", "price_out", "context_tokens", "token_param",
+                     "retired", "shutdown", "replacement", "checked"):
             if getattr(alias, attr) is not None:
                 print(f"{attr} = {getattr(alias, attr)!r}")
         if alias.reasoning:
