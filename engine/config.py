@@ -36,18 +36,18 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from engine.errors import TulvingError
 from providers.base import EndpointSpec, ProviderError
 from providers.kinds import KindRegistry, OptionError, ProviderKind, registry, validate_options
+from providers.models_common import PAPER_PARAMS, PROVIDER_NAMES, inferred_settings
 
-# The settings behind the published numbers: temperature 1.0, 4096 output tokens.
-PAPER_PARAMS = {"temperature": 1.0, "max_tokens": 4096}
+__all__ = ["PAPER_PARAMS", "Config", "ConfigError", "ModelAlias", "default_tables"]
 
 
 # A TOML table as read: keys to values of any TOML type, checked before use.
@@ -83,8 +83,31 @@ class ModelAlias:
     long_prompt_model: str | None = None    # ...the call goes to this alias instead
     # Where the model stands with its provider (dates as YYYY-MM-DD):
     retired: str | None = None              # the provider retired it: no call may name it
+    shutdown: str | None = None             # the provider shuts it down that day (still served before it)
     replacement: str | None = None          # the alias the provider recommends instead
     checked: str | None = None              # when id, prices and status were checked in the provider's docs
+
+    def retired_on(self, today: str | None = None) -> str | None:
+        """The day the model was retired (its `retired` date, or a `shutdown`
+        date already passed), or None while it is served."""
+        if self.retired is not None:
+            return self.retired
+        today = today or datetime.date.today().isoformat()
+        return self.shutdown if self.shutdown is not None and self.shutdown <= today else None
+
+    def status(self, today: str | None = None) -> str:
+        """Where the model stands, for `tulving models`: current, shuts down
+        on D, or retired on D (and its replacement)."""
+        retired = self.retired_on(today)
+        if retired is not None:
+            return f"retired on {retired}" + (f" -> {self.replacement}" if self.replacement else "")
+        if self.shutdown is not None:
+            return f"shuts down on {self.shutdown}" + (f" -> {self.replacement}" if self.replacement else "")
+        return "current"
+
+    @property
+    def priced(self) -> bool:
+        return self.price_in is not None or self.price_out is not None
 
     @property
     def sends_system(self) -> bool:
@@ -111,47 +134,18 @@ class ModelAlias:
         return total * self.batch_discount if batch else total
 
 
+# What no provider kind declares: the offline models' endpoints and aliases. The
+# OpenAI and Anthropic endpoints and their dated aliases (prices, status, call
+# settings) are the `openai` / `anthropic` kinds' (providers/models_openai.py,
+# providers/models_anthropic.py); the built-in benchmark models are the `builtin` kind's.
 DEFAULT_ENDPOINTS: dict[str, Table] = {
-    # Public APIs, with limits of a low usage tier; raise them in your config.
-    "openai": {"kind": "openai", "base_url": "https://api.openai.com/v1", "key_env": "OPENAI_API_KEY",
-               "max_concurrency": 64, "rpm": 500, "input_tpm": 800_000, "output_tpm": 800_000},
-    "anthropic": {"kind": "anthropic", "base_url": "https://api.anthropic.com", "key_env": "ANTHROPIC_API_KEY",
-                  "max_concurrency": 32, "rpm": 50, "input_tpm": 40_000, "output_tpm": 8_000},
     # Offline models: no key, no network. llama.cpp runs in a worker process;
     # two attempts, so a call whose worker died is retried once on a fresh one.
     "local": {"kind": "local", "max_concurrency": 1, "timeout": 1800, "max_attempts": 2},
     "local-embed": {"kind": "local-embed", "max_concurrency": 1, "timeout": 1800, "max_attempts": 1},
 }
 
-# Prices: USD per million tokens, list prices of the public APIs as read on
-# 2026-11-24 (through the search index of the providers' pages; not fetched
-# live here): OpenAI's pricing page (developers.openai.com/api/docs/pricing,
-# openai.com/api/pricing) and Anthropic's (platform.claude.com/docs/en/about-claude/pricing).
-# - OpenAI: cached input is half the input price for gpt-4o, gpt-4o-mini and
-#   o3-mini; OpenAI charges no cache writes (price_cache_write left unset:
-#   the plain input price); the Batch API costs 50% (batch_discount 0.5).
-# - Anthropic, Sonnet class ($3 / $15): 5-minute cache writes 1.25x input
-#   ($3.75), cache hits 0.1x ($0.30); Message Batches 50% of input and output.
-# Override any of them per model in your config (price_in, price_cached_in,
-# price_cache_write, price_out, batch_discount); a price you set is used as is.
 DEFAULT_MODELS: dict[str, Table] = {
-    "gpt-4o": {"endpoint": "openai", "model": "gpt-4o-2024-08-06", "params": PAPER_PARAMS,
-               "price_in": 2.5, "price_cached_in": 1.25, "price_out": 10.0, "batch_discount": 0.5,
-               "context_tokens": 128_000},
-    "gpt-4o-mini": {"endpoint": "openai", "model": "gpt-4o-mini-2024-07-18", "params": PAPER_PARAMS,
-                    "price_in": 0.15, "price_cached_in": 0.075, "price_out": 0.6, "batch_discount": 0.5,
-                    "context_tokens": 128_000},
-    "o3-mini": {"endpoint": "openai", "model": "o3-mini", "reasoning": True,
-                "price_in": 1.1, "price_cached_in": 0.55, "price_out": 4.4, "batch_discount": 0.5,
-                "context_tokens": 200_000},
-    "text-embedding-3-small": {"endpoint": "openai", "model": "text-embedding-3-small", "price_in": 0.02,
-                               "batch_discount": 0.5},
-    "claude-3-5-sonnet": {"endpoint": "anthropic", "model": "claude-3-5-sonnet-20240620", "params": PAPER_PARAMS,
-                          "price_in": 3.0, "price_cached_in": 0.3, "price_cache_write": 3.75, "price_out": 15.0,
-                          "batch_discount": 0.5, "context_tokens": 200_000},
-    "claude-sonnet-4": {"endpoint": "anthropic", "model": "claude-sonnet-4-20250514", "params": PAPER_PARAMS,
-                        "price_in": 3.0, "price_cached_in": 0.3, "price_cache_write": 3.75, "price_out": 15.0,
-                        "batch_discount": 0.5, "context_tokens": 200_000},
     # Offline models (see providers/local_llama.py, providers/local_embed.py).
     "local:smollm2": {"endpoint": "local", "model": "smollm2", "params": {"temperature": 0.0, "max_tokens": 256},
                       "context_tokens": 8192},
@@ -218,6 +212,8 @@ MODEL_KEYS: dict[str, tuple[str, str, str]] = {
     "long_prompt_model": ("alias", "none", "the alias serving prompts over long_prompt_tokens"),
     "retired": ("date YYYY-MM-DD", "none", "the provider retired the model that day: a run naming it stops first"),
     "replacement": ("alias", "none", "the alias the provider recommends in place of a retired one"),
+    "shutdown": ("date YYYY-MM-DD", "none", "the provider shuts the model down that day: from then on it is "
+                 "retired (`tulving models` shows the date before)"),
     "checked": ("date YYYY-MM-DD", "none", "when the model id, prices and status were checked"),
 }
 TOKEN_PARAMS = ("max_tokens", "max_completion_tokens", "none")
@@ -268,11 +264,59 @@ class Config:
             return found
         endpoint, sep, model = name.partition("/")
         if sep and endpoint in self.endpoints and model:
-            alias = ModelAlias(name=name, endpoints=(endpoint,), model=model, params=dict(PAPER_PARAMS))
+            alias = self._ad_hoc(name, endpoint, model)
             self.models[name] = alias
             return alias
         raise ConfigError(f"unknown model {name!r}: declare it under [models] or write endpoint/model "
                           f"(known aliases: {', '.join(sorted(self.models))})")
+
+    def _ad_hoc(self, name: str, endpoint: str, model: str) -> ModelAlias:
+        """"endpoint/model": a declared alias's settings and prices when one of
+        the same kind names that model id, else the settings the id implies
+        (unpriced)."""
+        kind = self.endpoints[endpoint].kind
+        for known in self.models.values():
+            if known.model == model and self.endpoints[known.endpoints[0]].kind == kind:
+                return replace(known, name=name, endpoints=(endpoint,))
+        inferred = inferred_settings(kind, model)
+        return ModelAlias(name=name, endpoints=(endpoint,), model=model, params=dict(PAPER_PARAMS),
+                          reasoning=bool(inferred.get("reasoning", False)),
+                          token_param=cast("str | None", inferred.get("token_param")))
+
+    def is_free(self, alias: ModelAlias) -> bool:
+        """Whether calls to `alias` cost nothing: every endpoint is offline
+        (local, built-in) or on this machine's loopback."""
+        return all(self._free_endpoint(self.endpoints[e]) for e in alias.endpoints)
+
+    @staticmethod
+    def _free_endpoint(spec: EndpointSpec) -> bool:
+        if not spec.base_url:  # an offline kind (no HTTP options), or an HTTP kind's public API
+            return _kinds().get(spec.kind).option("headers") is None
+        host = urlsplit(spec.base_url).hostname or ""
+        return host in ("localhost", "::1") or host.startswith("127.")
+
+    def retirement(self, alias: ModelAlias) -> str | None:
+        """The one line that stops a call to a retired model, or None."""
+        retired = alias.retired_on()
+        if retired is None:
+            return None
+        kind = self.endpoints[alias.endpoints[0]].kind
+        use = f"use {alias.replacement} " if alias.replacement else ""
+        return (f"{alias.name} ({alias.model}) was retired by {PROVIDER_NAMES.get(kind, kind)} on {retired}: "
+                f"{use}(or declare the alias in your config to call it anyway, e.g. through a proxy that "
+                f"still serves it)")
+
+    def check_callable(self, names: Iterable[str], *, max_cost: float | None = None) -> None:
+        """Stop, before any call, a command that would call a retired model,
+        or one without a price under a spending cap (one ConfigError line)."""
+        for name in names:
+            alias = self.alias(name)
+            line = self.retirement(alias)
+            if line is not None:
+                raise ConfigError(line)
+            if max_cost is not None and not alias.priced and not self.is_free(alias):
+                raise ConfigError(f"--max-cost cannot bound {name}: it has no price; declare an alias for it "
+                                  f"with price_in and price_out (USD per million tokens) under [models.NAME]")
 
     def endpoints_of(self, alias: ModelAlias) -> list[EndpointSpec]:
         return [self.endpoints[e] for e in alias.endpoints]
@@ -451,7 +495,8 @@ def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, Endpo
                       system_prompt=bool(table.get("system_prompt", True)), token_param=_token_param(table, where),
                       long_prompt_tokens=None if long_tokens is None else int(long_tokens),
                       long_prompt_model=_optional_str(table, "long_prompt_model", where),
-                      retired=_date(table, "retired", where), replacement=_optional_str(table, "replacement", where),
+                      retired=_date(table, "retired", where), shutdown=_date(table, "shutdown", where),
+                      replacement=_optional_str(table, "replacement", where),
                       checked=_date(table, "checked", where))
 
 

@@ -141,6 +141,21 @@ class AnthropicProvider(HttpProvider):
         self.caches_prompt_prefix = opt_bool(spec, "prompt_cache")
         self._stream_always = opt_bool(spec, "stream")
 
+    async def list_models(self, *, timeout: float) -> list[str]:
+        """The ids GET /v1/models lists for this key, every page (the `list_models` capability)."""
+        ids: list[str] = []
+        after = ""
+        for _ in range(100):  # pages of 1000: far more than Anthropic serves
+            data = await self._http.request_json("GET", self.url(f"/v1/models?limit=1000{after}"), timeout=timeout)
+            items = data.get("data")
+            if not isinstance(items, list):
+                raise bad_reply(self.spec.name, "GET /v1/models: reply has no data list", secret=self._api_key)
+            ids += [str(item["id"]) for item in items if isinstance(item, dict) and "id" in item]
+            if not data.get("has_more") or not ids:
+                break
+            after = f"&after_id={ids[-1]}"
+        return ids
+
     async def chat(self, model: str, messages: Sequence[Mapping[str, object]], *,
                    params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         body = self.chat_body(model, messages, params)

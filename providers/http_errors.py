@@ -53,6 +53,7 @@ from providers.base import (
     ErrorKind,
     ProviderError,
 )
+from providers.model_registry import model_in_message, not_found_hint
 from providers.ratelimit_headers import parse_duration, parse_rfc3339, rate_limit_info, seconds_until
 
 _MAX_MESSAGE = 300
@@ -221,7 +222,12 @@ def status_error(status: int, body: bytes, headers: Mapping[str, str], *, endpoi
         detail = f"{detail} [{code}]"
     elif etype and etype not in detail:
         detail = f"{detail} [{etype}]"
-    kind = _kind_of(status, {code.lower(), etype.lower()}, message)
+    lowered = {code.lower(), etype.lower()}
+    kind = _kind_of(status, lowered, message)
+    if status == 404 and ("model_not_found" in lowered or ("not_found_error" in lowered
+                                                           and message.startswith("model:"))):
+        # a retired or unknown model: final, with what to use instead
+        detail = f"{detail} -- {not_found_hint(model_in_message(message))}"
     wait = retry_after(headers, message=message) if kind in (RATE_LIMITED, OVERLOADED) else None
     # The server's word on retrying wins, exactly as the openai and anthropic
     # SDKs' `_should_retry` (openai 3.57 / anthropic 2.14 _base_client.py):

@@ -242,6 +242,14 @@ class OpenAIProvider(HttpProvider):
             raise self._malformed(data, f"chat reply is empty but counts {visible} output tokens", request_id)
         return ""
 
+    async def list_models(self, *, timeout: float) -> list[str]:
+        """The ids GET /models lists for this key (the `list_models` capability)."""
+        data = await self._http.request_json("GET", self.url("/models"), timeout=timeout)
+        items = data.get("data")
+        if not isinstance(items, list):
+            raise bad_reply(self.spec.name, "GET /models: reply has no data list", secret=self._api_key)
+        return [str(item["id"]) for item in items if isinstance(item, dict) and "id" in item]
+
     async def embed(self, model: str, texts: Sequence[str], *, timeout: float) -> EmbedResult:
         body = {"model": model, "input": texts, "encoding_format": "float"}
         data, headers, latency = await self._http.post(self._embed_url, body, timeout)

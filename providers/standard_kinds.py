@@ -23,6 +23,8 @@ from providers.kinds import (
     OptionError,
     ProviderKind,
 )
+from providers.models_anthropic import ANTHROPIC_MODELS
+from providers.models_openai import OPENAI_MODELS
 
 ANTHROPIC_API_VERSION = "2023-06-01"
 # The HTTP clients an endpoint may use (providers/http_client.py); named here so
@@ -92,6 +94,11 @@ OPENAI = ProviderKind(
              Option("prompt_cache_key", BOOL, "send a prompt_cache_key derived from the shared prefix",
                     default=False),
              *BATCH_OPTIONS),
+    # The public API, with the limits of a low usage tier; raise them in your config.
+    default_endpoints={"openai": {"kind": "openai", "base_url": "https://api.openai.com/v1",
+                                  "key_env": "OPENAI_API_KEY", "max_concurrency": 64, "rpm": 500,
+                                  "input_tpm": 800_000, "output_tpm": 800_000}},
+    default_models=OPENAI_MODELS,
 )
 
 ANTHROPIC = ProviderKind(
@@ -103,6 +110,10 @@ ANTHROPIC = ProviderKind(
     options=(*HTTP_OPTIONS,
              Option("anthropic_version", STRING, "the anthropic-version header", default=ANTHROPIC_API_VERSION),
              *BATCH_OPTIONS),
+    default_endpoints={"anthropic": {"kind": "anthropic", "base_url": "https://api.anthropic.com",
+                                     "key_env": "ANTHROPIC_API_KEY", "max_concurrency": 32, "rpm": 50,
+                                     "input_tpm": 40_000, "output_tpm": 8_000}},
+    default_models=ANTHROPIC_MODELS,
 )
 
 LOCAL = ProviderKind(

@@ -1,7 +1,7 @@
 """`tulving bench` (alias `bench-latency`): latency and throughput of models
 under a chosen load, the metric set of vLLM's `bench serve`.
 
-    tulving bench --models gpt-4o-mini,claude-sonnet-4 --rate 4 --arrival poisson -n 200 --slo ttft=500ms
+    tulving bench --models gpt-6-luna,claude-sonnet-5-5 --rate 4 --arrival poisson -n 200 --slo ttft=500ms
     tulving bench --models llama-70b --sweep concurrency=1,4,16,64 --duration 30 --plots bench/
     tulving bench-latency --model gpt-4o-mini -n 50     # the old command: 50 calls, one at a time
 
@@ -51,7 +51,7 @@ the client's own cost. Requests go through the engine (rate limits, queue,
 retries), streamed, never answered from the cache.
 
 examples:
-  tulving bench --models gpt-4o-mini,claude-sonnet-4 --rate 4 -n 200 --slo ttft=500ms,tpot=50ms
+  tulving bench --models gpt-6-luna,claude-sonnet-5-5 --rate 4 -n 200 --slo ttft=500ms,tpot=50ms
   tulving bench --models llama-70b --sweep concurrency=1,4,16,64 --duration 30 --plots bench/
   tulving bench --models m --rate 10 --arrival gamma:0.5 --json out.json --per-request --csv out.csv
   tulving bench --models m --book synaptic-echoes-short --mode in-context -n 50"""
@@ -184,8 +184,10 @@ def _duration(args: argparse.Namespace) -> float | None:
     return duration
 
 
-def _check_models(config: Config, models: list[str]) -> None:
-    """Unknown aliases and missing keys stop the command before any call."""
+def _check_models(config: Config, models: list[str], max_cost: float | None) -> None:
+    """Unknown, retired or (under --max-cost) unpriced aliases and missing
+    keys stop the command before any call."""
+    config.check_callable(models, max_cost=max_cost)
     for name in models:
         alias = config.alias(name)
         for endpoint in config.endpoints_of(alias):
@@ -258,7 +260,7 @@ async def _bench(args: argparse.Namespace, plan: BenchPlan, config: Config, prom
 def _cmd_bench(args: argparse.Namespace) -> int:
     plan = _plan(args)
     config = load_config(args)
-    _check_models(config, plan["models"])
+    _check_models(config, plan["models"], getattr(args, "max_cost", None))
     prompts: PromptSet | None = None
     if not args.embed:
         if args.book:

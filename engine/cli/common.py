@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -26,6 +27,25 @@ DEFAULT_CACHE = os.path.join("runs", "cache.sqlite")
 def load_config(args: argparse.Namespace) -> Config:
     """The config named by --config / TULVING_CONFIG, else the built-in defaults."""
     return Config.load(getattr(args, "config", None))
+
+
+def check_models(config: Config, args: argparse.Namespace, names: Iterable[str]) -> None:
+    """Before any work: unknown aliases stop the command; so do retired models
+    and, under --max-cost, unpriced ones (one line). A dry run calls nothing:
+    it prices retired models too, and says they are retired."""
+    names = [n for n in dict.fromkeys(names) if n]
+    for name in names:
+        alias = config.alias(name)
+        if not alias.priced and not config.is_free(alias):
+            print(f"note: {name} has no known price: its calls are counted as $0 (give it price_in and price_out "
+                  f"under [models.NAME] of your config)", file=sys.stderr)
+    if getattr(args, "dry_run", False):
+        for name in names:
+            line = config.retirement(config.alias(name))
+            if line is not None:
+                print(f"note: {line}", file=sys.stderr)
+        return
+    config.check_callable(names, max_cost=getattr(args, "max_cost", None))
 
 
 def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:

@@ -49,7 +49,14 @@ from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load
 from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
 from engine.cli.argtypes import csv_list, positive_int
-from engine.cli.common import dry_run_estimate, dry_run_report, load_config, open_engine, print_estimate
+from engine.cli.common import (
+    check_models,
+    dry_run_estimate,
+    dry_run_report,
+    load_config,
+    open_engine,
+    print_estimate,
+)
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.estimate import Estimator
@@ -228,10 +235,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     modes = args.modes or [A.IN_CONTEXT]
     for mode in modes:
         A.check_mode(mode)
-    for model in models + [args.judge]:
-        config.alias(model)  # unknown model: one-line error before any work
-    if args.embed_model:
-        config.alias(args.embed_model)
+    # Unknown, retired or (under --max-cost) unpriced models: one line before any work.
+    check_models(config, args, [*models, args.judge, args.embed_model or ""])
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))

@@ -1,6 +1,6 @@
 """`tulving generate` and `tulving book {stats,chrono,realism}`.
 
-    tulving generate --universe default --events 200 --seed 0 --model claude-3-5-sonnet --out books/mine
+    tulving generate --universe default --events 200 --seed 0 --model claude-sonnet-5-5 --out books/mine
                      [--itermax 10] [--uniform] [--events-only] [--dry-run]
 
 Every call goes through the engine's cache (global --cache), so a killed run
@@ -28,7 +28,7 @@ from engine.benchmark.generation.stats import write_stats
 from engine.benchmark.generation.universe import N_UNIVERSE, PUBLISHED_UNIVERSES, Universe, load_universe
 from engine.cli import lifecycle
 from engine.cli.argtypes import non_negative_int, positive_int
-from engine.cli.common import dry_run_estimate, load_config, open_engine, print_estimate
+from engine.cli.common import check_models, dry_run_estimate, load_config, open_engine, print_estimate
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
 from engine.estimate import Estimator
 from providers.base import TulvingError
@@ -123,6 +123,7 @@ def generate_handler(args: argparse.Namespace) -> int:
         if args.model:
 
             config = load_config(args)
+            check_models(config, args, [args.model])  # a retired writer is priced, and said retired
             first = ChapterRequests(config, events, metas, styles, model=args.model, universe=universe.name)
 
             async def fill(estimator: Estimator) -> None:
@@ -148,6 +149,7 @@ def generate_handler(args: argparse.Namespace) -> int:
         return 0
     if not args.model:
         raise TulvingError("generate needs --model (or --events-only / --dry-run)")
+    check_models(load_config(args), args, [args.model])  # retired / unpriced: before any call
     return lifecycle.run(_generate(args, universe, events, metas, distribution, out))
 
 
@@ -251,6 +253,7 @@ def realism_handler(args: argparse.Namespace) -> int:
     from engine.benchmark.generation.derived import rate_realism
 
     book = load_book(args.book)
+    check_models(load_config(args), args, [args.model])
 
     async def run() -> list[dict[str, Any]]:
         async with _open_engine(args) as engine:

@@ -48,6 +48,8 @@ def plan(config: Config) -> list[Probe]:
     served: dict[str, list[ModelAlias]] = {}
     for name in sorted(config.models):
         alias = config.models[name]
+        if alias.retired_on() is not None:  # a call to it would only be refused
+            continue
         for endpoint in alias.endpoints:
             served.setdefault(endpoint, []).append(alias)
     probes = []
@@ -56,7 +58,8 @@ def plan(config: Config) -> list[Probe]:
         if not kind_of(spec).capabilities.rate_limit_headers:
             continue
         # cheapest to ask: a plain chat model, then a reasoning one, then an embedding model
-        alias = min(served[name], key=lambda a: (_is_embedding(a), a.reasoning))
+        alias = min(served[name], key=lambda a: (_is_embedding(a), a.reasoning, a.shutdown is not None,
+                                                 a.price_in or 0.0))
         probe = Probe(spec, alias)
         if spec.key_env and not os.environ.get(spec.key_env):
             probe.reply = f"not probed: {spec.key_env} not set"
@@ -75,7 +78,9 @@ async def _send(config: Config, probe: Probe) -> None:
         if _is_embedding(alias):
             result = await provider.embed(alias.model, ["probe"], timeout=timeout)
         else:
-            params = {"max_completion_tokens": 16} if alias.reasoning else {"max_tokens": 1}
+            # reasoning models spend tokens before answering; current OpenAI models refuse max_tokens
+            params = ({"max_completion_tokens": 16} if alias.reasoning or alias.token_param == "max_completion_tokens"
+                      else {"max_tokens": 1})
             result = await provider.chat(alias.model, [{"role": "user", "content": "Say OK."}],
                                          params=params, timeout=timeout)
         probe.reply, probe.info = "ok", result.rate_limits

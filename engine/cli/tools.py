@@ -11,7 +11,9 @@ from dataclasses import fields
 
 from engine.cli import probe
 from engine.cli.common import load_config
-from engine.config import ENDPOINT_KEYS, MODEL_KEYS
+from engine.cli.models_table import models_markdown
+from engine.cli.remote_models import availability, remote_models
+from engine.config import ENDPOINT_KEYS, MODEL_KEYS, Config
 from engine.errors import TulvingError
 from engine.loopback import cli as loopback_cli
 from providers.base import ProviderError
@@ -23,6 +25,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--probe", action="store_true",
                    help="send one minimal request per remote endpoint whose key is set (or none needed) and "
                         "show the rate limits its reply reports (without it, nothing is sent)")
+    p.add_argument("--remote", action="store_true",
+                   help="ask each endpoint whose key is set for its model list (GET /v1/models) and mark the "
+                        "aliases this key cannot use")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the table of the built-in OpenAI and Anthropic aliases as Markdown (docs/models.md)")
     p.set_defaults(func=_cmd_models)
 
     p = sub.add_parser("config", help="configuration tools")
@@ -42,18 +49,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(models_markdown(Config.load()), end="")
+        return 0
     config = load_config(args)
-    rows = [("alias", "endpoint", "model", "kind", "key set")]
+    listed: dict[str, set[str]] = {}
+    if args.remote:
+        listed, failures = asyncio.run(remote_models(config))
+        for line in failures:
+            print(f"note: {line}", file=sys.stderr)
+    header = ("alias", "endpoint", "model", "kind", "key set", "$/M in/out", "status", "checked")
+    rows: list[tuple[str, ...]] = [header + (("this key",) if args.remote else ())]
     for name in sorted(config.models):
         alias = config.models[name]
         for ep_name in alias.endpoints:
             ep = config.endpoints[ep_name]
             key = "-" if not ep.key_env else ("yes" if os.environ.get(ep.key_env) else f"no ({ep.key_env})")
-            rows.append((name, ep_name, alias.model, ep.kind, key))
+            row = (name, ep_name, alias.model, ep.kind, key, _prices(config, name), alias.status(),
+                   alias.checked or "-")
+            rows.append(row + ((availability(config, name, listed),) if args.remote else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    for cells in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip())
     return asyncio.run(probe.probe_all(config)) if args.probe else 0
+
+
+def _prices(config: Config, name: str) -> str:
+    alias = config.models[name]
+    if not alias.priced:
+        return "free" if config.is_free(alias) else "unknown"
+    return f"{alias.price_in or 0:g}/{alias.price_out or 0:g}"
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
@@ -77,7 +102,8 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
         print(f"model = {alias.model!r}")
         if alias.params:
             print(f"params = {dict(alias.params)!r}")
-        for attr in ("price_in", "price_out", "context_tokens"):
+        for attr in ("price_in", "price_cached_in", "price_cache_write", "price_out", "context_tokens", "token_param",
+                     "retired", "shutdown", "replacement", "checked"):
             if getattr(alias, attr) is not None:
                 print(f"{attr} = {getattr(alias, attr)!r}")
         if alias.reasoning:

@@ -57,6 +57,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="the wait a '429' fault names (OpenAI: 'Please try again in 644ms.' only)")
     parser.add_argument("--should-retry", choices=["true", "false"],
                         help="faults' error replies carry x-should-retry with this value")
+    parser.add_argument("--models", metavar="ID1,ID2",
+                        help="serve only these model ids besides the registry's current ones (default: any id "
+                             "but a retired one)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
@@ -104,6 +107,7 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
                                                                           try_again=args.try_again_ms / 1000.0,
                                                                           should_retry=args.should_retry),
                           embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
+                          models=args.models.split(",") if args.models else None,
                           host=args.host, port=args.port, ssl_context=ssl_context)
 
 

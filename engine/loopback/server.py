@@ -121,6 +121,7 @@ from aiohttp import web
 from engine.loopback.batches import JSONL_TYPES, Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, file_reply, openai_error
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
+from engine.loopback.model_catalog import ModelCatalog
 from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
 from engine.tokens import count_tokens
@@ -376,7 +377,7 @@ class LoopbackServer:
                  api_keys: Sequence[str] | None = None, finetune_polls: int = 2, finetune_min_examples: int = 10,
                  ttft: LatencyFn | None = None, token_delay: LatencyFn | None = None,
                  cache_min_tokens: int = 1024, cache_ttl: float = 300.0,
-                 batch: BatchKnobs | None = None,
+                 batch: BatchKnobs | None = None, models: Sequence[str] | None = None,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None):
         if burst_seconds <= 0:
             raise ValueError("burst_seconds must be > 0")
@@ -398,6 +399,7 @@ class LoopbackServer:
         self.files: dict[str, StoredFile] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.batches = Batches(self, batch or BatchKnobs())
+        self.catalog = ModelCatalog(models)  # unknown / retired ids and per-model parameter rules
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
@@ -414,6 +416,7 @@ class LoopbackServer:
         app.router.add_get("/v1/files/{file_id}", self._control(self._get_file))
         app.router.add_get("/v1/files/{file_id}/content", self._control(self._file_content))
         self.batches.add_routes(app.router)
+        app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/loopback/stats", self._stats)
         # Cancel a handler when its client goes away (stalled calls end with the client).
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
@@ -712,11 +715,21 @@ class LoopbackServer:
             request.transport.close()
         raise _Aborted("truncate")
 
+    async def _list_models(self, request: web.Request) -> web.Response:
+        """GET /v1/models in the shape of the API the headers name (Anthropic's
+        carries anthropic-version)."""
+        api = "anthropic" if "anthropic-version" in request.headers else "openai"
+        denied = self._check_auth(request, api)
+        if denied is not None:
+            return denied
+        return _json(self.catalog.listing(api), 200)
+
     # -- request parsing ------------------------------------------------------------------
     def _prepare(self, api: str, path: str, body: dict[str, Any]) -> Prepared:
         """Validate the body; count input tokens; apply the context limit."""
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise _Reject(400, "you must provide a model parameter", param="model")
+        self.catalog.check(api, path, body)
         if body.get("stream_options") is not None and body.get("stream") is not True and api == "openai":
             raise _Reject(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                           param="stream_options")

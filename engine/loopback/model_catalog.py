@@ -1,0 +1,84 @@
+"""The models the loopback serves, and the parameter rules the real APIs
+enforce per model (checked 2026-11-26 against OpenAI's error bodies as the
+openai SDK documents them and Anthropic's errors page).
+
+- A retired model of the shipped registry (providers/models_*.py) is answered
+  as the API answers it: OpenAI 404 `model_not_found` "The model `X` does not
+  exist or you do not have access to it.", Anthropic 404 `not_found_error`
+  "model: X". So is any id outside the catalog when one is given
+  (`LoopbackServer(models=...)`, `serve-loopback --models`): the registry's
+  current ids plus those.
+- OpenAI models that take `max_completion_tokens` (gpt-4.1, gpt-5 onwards,
+  o-series) refuse `max_tokens` (400 unsupported_parameter); reasoning models
+  (o-series) and gpt-5 onwards refuse a temperature other than 1 (400
+  unsupported_value).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from engine.loopback.errors import _Reject
+from providers.models_anthropic import ANTHROPIC_MODELS
+from providers.models_common import Table, inferred_settings
+from providers.models_openai import OPENAI_MODELS
+
+_FIXED_TEMPERATURE = re.compile(r"gpt-(?:[5-9]|\d\d)|o[134](?:$|[-.])")
+
+
+def _ids(tables: Iterable[dict[str, Table]], retired: bool) -> set[str]:
+    return {str(t["model"]) for table in tables for t in table.values() if bool(t.get("retired")) == retired}
+
+
+REGISTRY_CURRENT = _ids((OPENAI_MODELS, ANTHROPIC_MODELS), retired=False)
+REGISTRY_RETIRED = _ids((OPENAI_MODELS, ANTHROPIC_MODELS), retired=True)
+
+
+class ModelCatalog:
+    """`models`: the ids served besides the registry's current ones; None
+    serves any id but the registry's retired ones."""
+
+    def __init__(self, models: Iterable[str] | None = None):
+        self.extra = None if models is None else frozenset(models)
+
+    def serves(self, model: str) -> bool:
+        if self.extra is not None and model in self.extra:
+            return True
+        if model in REGISTRY_RETIRED:
+            return False
+        return self.extra is None or model in REGISTRY_CURRENT
+
+    def listing(self, api: str) -> dict[str, Any]:
+        """The GET /v1/models reply: the registry's current ids and the catalog's own."""
+        ids = sorted(REGISTRY_CURRENT | (self.extra or frozenset()))
+        if api == "openai":
+            return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "tulving"}
+                                               for i in ids]}
+        data = [{"type": "model", "id": i, "display_name": i, "created_at": "2026-01-01T00:00:00Z"} for i in ids]
+        return {"data": data, "has_more": False, "first_id": ids[0] if ids else None,
+                "last_id": ids[-1] if ids else None}
+
+    def check(self, api: str, path: str, body: dict[str, Any]) -> None:
+        """Raise the real API's error for a model it does not serve, or a
+        parameter that model refuses."""
+        model = str(body["model"])
+        if not self.serves(model):
+            if api == "openai":
+                raise _Reject(404, f"The model `{model}` does not exist or you do not have access to it.",
+                              code="model_not_found")
+            raise _Reject(404, f"model: {model}")
+        if api == "openai" and path == "/v1/chat/completions":
+            _check_openai_params(model, body)
+
+
+def _check_openai_params(model: str, body: dict[str, Any]) -> None:
+    settings = inferred_settings("openai", model)
+    if settings and "max_tokens" in body:
+        raise _Reject(400, "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                           "Use 'max_completion_tokens' instead.", code="unsupported_parameter", param="max_tokens")
+    temperature = body.get("temperature")
+    if _FIXED_TEMPERATURE.match(model) and temperature is not None and temperature != 1:
+        raise _Reject(400, f"Unsupported value: 'temperature' does not support {temperature} with this model. "
+                           f"Only the default (1) value is supported.", code="unsupported_value",
+                      param="temperature")
