@@ -114,6 +114,7 @@ from aiohttp import web
 
 from engine.loopback.batches import Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, openai_error
+from engine.loopback.gemini import GeminiApi
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
 from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
@@ -379,6 +380,7 @@ class LoopbackServer:
         self.files: dict[str, StoredFile] = {}
         self.jobs: dict[str, dict[str, Any]] = {}
         self.batches = Batches(self, batch or BatchKnobs())
+        self.gemini = GeminiApi(self)  # the Gemini API's routes and knobs (engine/loopback/gemini.py)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
@@ -395,6 +397,7 @@ class LoopbackServer:
         app.router.add_get("/v1/files/{file_id}", self._control(self._get_file))
         app.router.add_get("/v1/files/{file_id}/content", self._control(self._file_content))
         self.batches.add_routes(app.router)
+        self.gemini.add_routes(app.router)
         app.router.add_get("/loopback/stats", self._stats)
         # Cancel a handler when its client goes away (stalled calls end with the client).
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
@@ -424,6 +427,10 @@ class LoopbackServer:
 
     @property
     def anthropic_base_url(self) -> str:
+        return f"{self._scheme}://{self.host}:{self.port}"
+
+    @property
+    def gemini_base_url(self) -> str:
         return f"{self._scheme}://{self.host}:{self.port}"
 
     @property
