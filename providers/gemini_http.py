@@ -1,8 +1,9 @@
 """The Gemini API (Google AI, generativelanguage.googleapis.com) over raw HTTP (kind "gemini").
 
 POST `{base_url}/{api_version}/models/{model}:generateContent` with the key in
-`x-goog-api-key` (api_version "v1beta", as the google-genai SDK uses; checked
-2026-11-26 in ai.google.dev/api/generate-content and google-genai 1.x).
+`x-goog-api-key` (api_version "v1": the default of the google-genai SDK 3.6.1,
+whose GOOGLE_AI_API_DEFAULT_VERSION it is; option `api_version = "v1beta"`
+for the REST docs' version; checked 2026-11-26 in ai.google.dev/api and the SDK).
 Differences from the OpenAI format handled here:
 - messages become `contents` (role "user" or "model", each one text part);
   system messages become `systemInstruction` (several joined by a blank line;
@@ -50,7 +51,7 @@ from providers.kinds import opt_bool, opt_str, opt_strings
 from providers.sse import SSEParser
 
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
-DEFAULT_API_VERSION = "v1beta"
+DEFAULT_API_VERSION = "v1"
 CONTROL_TIMEOUT = 600.0
 
 _FINISH = {"STOP": "stop", "MAX_TOKENS": "length", "SAFETY": "content_filter", "RECITATION": "content_filter",
@@ -95,7 +96,7 @@ def generate_body(messages: Sequence[Mapping[str, Any]], params: Mapping[str, ob
                 for m in messages if m["role"] != "system"]
     body: dict[str, object] = {"contents": contents}
     if system:
-        body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
+        body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}], "role": "user"}  # as the SDK sends it
     config = _generation_config(params)
     if config:
         body["generationConfig"] = config

@@ -146,7 +146,7 @@ GEMINI = ProviderKind(
     doc="the Gemini API (Google AI Studio keys): generateContent, streaming, Batch Mode",
     capabilities=Capabilities(stream=True, prompt_cache=True, charges_cache_writes=False, list_models=True),
     options=(*HTTP_OPTIONS,
-             Option("api_version", STRING, "the API version in every path", default="v1beta"),
+             Option("api_version", STRING, "the API version in every path (the google-genai SDK's default)", default="v1"),
              *BATCH_OPTIONS),
     default_endpoints={
         # Tier-1 limits of Gemini 2.5 Pro (150 RPM, 2M TPM), halved for the tokens; raise them in your config.

@@ -1,6 +1,7 @@
-"""The loopback server's Gemini API (base URL `server.gemini_base_url`, version v1beta).
+"""The loopback server's Gemini API (base URL `server.gemini_base_url`, versions v1 and v1beta).
 
-Routes, as the real API names them (checked 2026-11-26 in ai.google.dev/api):
+Routes, as the real API names them (checked 2026-11-26 in ai.google.dev/api), under
+/v1 and /v1beta alike, below the base URL's path /gemini (apart from the OpenAI routes):
 - POST /v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse,
   :batchGenerateContent; GET /v1beta/models (paged: pageSize, pageToken),
   GET /v1beta/models/{model};
@@ -25,7 +26,8 @@ Knobs (attributes of `server.gemini`): `models` (the ids served), `busy` (the
 next N generate calls get 429 RESOURCE_EXHAUSTED with a RetryInfo of
 `retry_delay` seconds), `thinking_tokens` (thoughtsTokenCount per answer, and
 a thought part when thinkingConfig.includeThoughts), `batch_polls` (a batch
-ends on its n-th GET).
+ends on its n-th GET), `recorded` (a list: every call is appended to it as
+`Recorded`, for tests comparing clients' requests).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import hashlib
 import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -41,7 +44,8 @@ from aiohttp import web
 
 from engine.loopback.errors import _json
 
-API = "v1beta"
+PREFIX = "/gemini"  # under the server's root, apart from the OpenAI routes (/v1/batches, /v1/files)
+VERSIONS = ("v1", "v1beta")  # v1: the google-genai SDK's default since 2.x; v1beta: the REST docs' examples
 DEFAULT_MODELS = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.8-flash", "gemini-3.5-flash-lite")
 _REQUEST_FIELDS = {"contents", "systemInstruction", "generationConfig", "safetySettings", "tools", "toolConfig",
                    "cachedContent", "model", "labels"}
@@ -63,6 +67,17 @@ class Host(Protocol):
     count_tokens: Callable[[str], int]
     reply: Callable[[str, dict[str, Any]], Any]
     stats: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One call as the server saw it."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]   # lower-case names
+    body: bytes
 
 
 class GeminiError(Exception):
@@ -163,19 +178,22 @@ class GeminiApi:
         self.files: dict[str, tuple[dict[str, object], bytes]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.requests: Counter[str] = Counter()             # by route kind
+        self.recorded: list[Recorded] | None = None
         self._ids = itertools.count(1)
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_post(f"/{API}/models/{{target}}", self._serve(self._model_call))
-        router.add_get(f"/{API}/models", self._serve(self._list_models))
-        router.add_get(f"/{API}/models/{{target}}", self._serve(self._get_model))
-        router.add_get(f"/{API}/batches", self._serve(self._list_batches))
-        router.add_get(f"/{API}/batches/{{target}}", self._serve(self._get_batch))
-        router.add_post(f"/{API}/batches/{{target}}", self._serve(self._batch_call))
-        router.add_delete(f"/{API}/batches/{{target}}", self._serve(self._delete_batch))
-        router.add_post(f"/upload/{API}/files", self._serve(self._upload))
-        router.add_get(f"/{API}/files/{{target}}", self._serve(self._get_file))
-        router.add_get(f"/download/{API}/files/{{target}}", self._serve(self._download))
+        for v in VERSIONS:
+            api = f"{PREFIX}/{v}"
+            router.add_post(f"{api}/models/{{target}}", self._serve(self._model_call))
+            router.add_get(f"{api}/models", self._serve(self._list_models))
+            router.add_get(f"{api}/models/{{target}}", self._serve(self._get_model))
+            router.add_get(f"{api}/batches", self._serve(self._list_batches))
+            router.add_get(f"{api}/batches/{{target}}", self._serve(self._get_batch))
+            router.add_post(f"{api}/batches/{{target}}", self._serve(self._batch_call))
+            router.add_delete(f"{api}/batches/{{target}}", self._serve(self._delete_batch))
+            router.add_get(f"{api}/files/{{target}}", self._serve(self._get_file))
+            router.add_post(f"{PREFIX}/upload/{v}/files", self._serve(self._upload))
+            router.add_get(f"{PREFIX}/download/{v}/files/{{target}}", self._serve(self._download))
 
     def _serve(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -183,6 +201,10 @@ class GeminiApi:
             stats = self.host.stats
             stats.requests += 1
             stats.by_path[request.path] += 1
+            if self.recorded is not None:
+                self.recorded.append(Recorded(request.method, request.path, dict(request.query),
+                                              {k.lower(): v for k, v in request.headers.items()},
+                                              await request.read()))
             try:
                 self._check_key(request)
                 response = await handler(request)
@@ -206,10 +228,11 @@ class GeminiApi:
                               [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
                                 "domain": "googleapis.com"}])
 
-    def _model(self, name: str, method: str) -> str:
+    def _model(self, request: web.Request, name: str, method: str) -> str:
         model = name.removeprefix("models/")
         if model not in self.models:
-            raise GeminiError(404, f"models/{model} is not found for API version {API}, or is not supported "
+            version = request.path.split("/")[2]
+            raise GeminiError(404, f"models/{model} is not found for API version {version}, or is not supported "
                                    f"for {method}. Call ListModels to see the list of available models and their "
                                    f"supported methods.")
         return model
@@ -225,7 +248,7 @@ class GeminiApi:
         name, _, method = request.match_info["target"].partition(":")
         if method not in ("generateContent", "streamGenerateContent", "batchGenerateContent"):
             raise GeminiError(404, f"Method {method!r} is not found.")
-        model = self._model(name, method)
+        model = self._model(request, name, method)
         body = await self._json_body(request)
         self.requests[method] += 1
         if method == "batchGenerateContent":
@@ -340,7 +363,7 @@ class GeminiApi:
         return _json(page)
 
     async def _get_model(self, request: web.Request) -> web.Response:
-        return _json(self._model_object(self._model(request.match_info["target"], "get")))
+        return _json(self._model_object(self._model(request, request.match_info["target"], "get")))
 
     # -- files -----------------------------------------------------------------------------
     async def _upload(self, request: web.Request) -> web.Response:

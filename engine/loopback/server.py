@@ -431,7 +431,7 @@ class LoopbackServer:
 
     @property
     def gemini_base_url(self) -> str:
-        return f"{self._scheme}://{self.host}:{self.port}"
+        return f"{self._scheme}://{self.host}:{self.port}/gemini"
 
     @property
     def _scheme(self) -> str:
