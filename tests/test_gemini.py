@@ -14,7 +14,16 @@ from engine.requests import ChatRequest
 from engine.resolve import chat_messages, chat_params
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
-from providers.base import AUTH, BAD_REQUEST, CONNECTION, PROMPT_TOO_LONG, RATE_LIMITED, EndpointSpec, ProviderError
+from providers.base import (
+    AUTH,
+    BAD_REQUEST,
+    CONNECTION,
+    OVERLOADED,
+    PROMPT_TOO_LONG,
+    RATE_LIMITED,
+    EndpointSpec,
+    ProviderError,
+)
 from providers.gemini_batch import GeminiBatchApi
 from providers.gemini_http import GeminiProvider, generate_body
 
@@ -130,6 +139,21 @@ async def test_errors_are_final_and_one_line_without_the_key(model, key, message
     assert err.value.kind == kind and err.value.status == status and not err.value.retryable
     assert words in str(err.value) and "\n" not in str(err.value)
     assert "wrong-key" not in str(err.value)  # the loopback echoes the key; Tulving scrubs it
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("status", "name"), [(500, "INTERNAL"), (503, "UNAVAILABLE")])
+async def test_server_failures_are_overloaded_and_retryable_before_and_inside_a_stream(status, name, stream):
+    async with LoopbackServer() as server:
+        if stream:
+            server.gemini.stream_error = status
+        else:
+            server.gemini.failures = [status]
+        with pytest.raises(ProviderError) as err:
+            await call(server, [USER], stream=stream)
+        after = await call(server, [USER], stream=stream)
+    assert err.value.kind == OVERLOADED and err.value.retryable and name in str(err.value)
+    assert err.value.status == (None if stream else status) and after.text
 
 
 async def test_a_prompt_over_the_context_is_prompt_too_long():

@@ -24,7 +24,10 @@ are 400 INVALID_ARGUMENT; a prompt over the server's `context_tokens` is 400
 
 Knobs (attributes of `server.gemini`): `models` (the ids served), `busy` (the
 next N generate calls get 429 RESOURCE_EXHAUSTED with a RetryInfo of
-`retry_delay` seconds), `thinking_tokens` (thoughtsTokenCount per answer, and
+`retry_delay` seconds), `failures` (HTTP statuses the next generate calls
+fail with, in order: 500 INTERNAL, 503 UNAVAILABLE, ...), `stream_error` (the
+next stream breaks after its first event with an in-stream error of that
+status), `thinking_tokens` (thoughtsTokenCount per answer, and
 a thought part when thinkingConfig.includeThoughts), `batch_polls` (a batch
 ends on its n-th GET), `recorded` (a list: every call is appended to it as
 `Recorded`, for tests comparing clients' requests).
@@ -57,6 +60,7 @@ _STATUS_NAME = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOU
                 500: "INTERNAL", 503: "UNAVAILABLE"}
 _GRPC_CODE = {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5, "PERMISSION_DENIED": 7, "RESOURCE_EXHAUSTED": 8}
 _TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main."
+_FAILURE_TEXT = "The model is overloaded. Please try again later."
 
 
 class Host(Protocol):
@@ -170,6 +174,8 @@ class GeminiApi:
         self.host = host
         self.models: set[str] = set(DEFAULT_MODELS)
         self.busy = 0
+        self.failures: list[int] = []
+        self.stream_error: int | None = None
         self.retry_delay = 1
         self.thinking_tokens = 0
         self.cache_min_tokens = 1024
@@ -258,6 +264,8 @@ class GeminiApi:
             raise GeminiError(429, "You exceeded your current quota, please check your plan and billing details.",
                               [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
                                 "retryDelay": f"{self.retry_delay}s"}])
+        if self.failures:
+            raise GeminiError(self.failures.pop(0), _FAILURE_TEXT)
         response = self.generate(model, body)
         if method == "streamGenerateContent":
             return await self._stream(request, response)
@@ -344,6 +352,10 @@ class GeminiApi:
             chunk = {"candidates": [chunk_candidate], "usageMetadata": usage, "modelVersion": response["modelVersion"],
                      "responseId": response["responseId"]}
             await reply.write(b"data: " + orjson.dumps(chunk) + b"\r\n\r\n")
+            if self.stream_error is not None:
+                failure, self.stream_error = GeminiError(self.stream_error, _FAILURE_TEXT), None
+                await reply.write(b"data: " + orjson.dumps(failure.body()) + b"\r\n\r\n")
+                break
         await reply.write_eof()
         return reply
 
