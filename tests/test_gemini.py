@@ -285,3 +285,26 @@ def test_the_leaderboard_rows_send_the_user_prompt_only():
         "2026-06-01"}
     assert config.alias("gemini-2-flash").replacement == "gemini-flash"
     assert config.alias("gemini-flash").model == "gemini-3.8-flash" and config.alias("gemini-flash").retired is None
+
+
+async def test_an_unreadable_result_line_costs_only_that_line_and_an_upload_is_found_again():
+    async with LoopbackServer() as server:
+        api = GeminiBatchApi(spec(server), None)
+        api.inline_bytes = 0
+        try:
+            lines = [api.line(f"k{i}", MODEL, [{"role": "user", "content": f"question {i}"}], {}) for i in range(4)]
+            handle = await api.prepare(lines)
+            assert handle is not None and await api.find(handle) is None  # uploaded, no batch made of it yet
+            created = await api.create(handle, lines)
+            found = await api.find(handle)  # a run killed before recording the batch finds it by its upload
+            ended = await api.poll(created.id)
+            file_id = str(ended.handles["responses_file"]).removeprefix("files/")
+            info, data = server.gemini.files[file_id]
+            damaged = data.splitlines()
+            damaged[2] = damaged[2][:40]  # one line cut short
+            server.gemini.files[file_id] = (info, b"\n".join(damaged) + b"\n")
+            results = await api.results(ended)
+        finally:
+            await api.aclose()
+    assert found is not None and found.id == created.id
+    assert len(results) == 3 and all(r.text for r in results.values())
