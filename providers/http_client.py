@@ -36,6 +36,14 @@ from providers.standard_kinds import HTTP_CLIENTS
 _USER_AGENT = "tulving/0.1"
 
 
+class StatusClassifier(Protocol):
+    """Classifies a non-2xx reply: `status_error` unless a kind's wire needs its
+    own (Gemini's google.rpc error bodies: providers/gemini_errors.py)."""
+
+    def __call__(self, status: int, body: bytes, headers: Mapping[str, str], *, endpoint: str,
+                 secret: str | None, request_id: str | None = None) -> ProviderError: ...
+
+
 def _plain(value: object) -> object:
     """orjson fallback for the non-builtin containers callers may pass
     (MappingProxyType, custom sequences); called only for those."""
@@ -78,7 +86,8 @@ class JsonHttpClient:
 
     def __init__(self, *, endpoint: str, max_concurrency: int, headers: Mapping[str, str],
                  secret: str | None, request_id_header: str, trust_env: bool = False,
-                 http_client: str = "pool", timeouts: Mapping[str, float] | None = None):
+                 http_client: str = "pool", timeouts: Mapping[str, float] | None = None,
+                 classify: StatusClassifier = status_error):
         if http_client not in HTTP_CLIENTS:
             raise ProviderError(CONFIG, f"endpoint {endpoint!r}: unknown http_client {http_client!r} "
                                         f"(known: {', '.join(HTTP_CLIENTS)})")
@@ -95,10 +104,12 @@ class JsonHttpClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         self._pool_options: dict[str, Any] = dict(timeouts or {})
+        self._classify = classify
 
     @classmethod
     def for_endpoint(cls, spec: EndpointSpec, api_key: str | None, *, auth: Mapping[str, str],
-                     base_headers: Mapping[str, str] | None = None, request_id_header: str) -> JsonHttpClient:
+                     base_headers: Mapping[str, str] | None = None, request_id_header: str,
+                     classify: StatusClassifier = status_error) -> JsonHttpClient:
         """The client of one provider endpoint: its base headers, the
         endpoint's extra `headers` option, then `auth` (only when a key is set)."""
         from providers.kinds import opt_bool, opt_float, opt_str, opt_table
@@ -107,7 +118,7 @@ class JsonHttpClient:
         timeouts = {name: opt_float(spec, name) for name in TIMEOUT_OPTIONS}
         return cls(endpoint=spec.name, max_concurrency=spec.max_concurrency, headers=headers, secret=api_key,
                    request_id_header=request_id_header, trust_env=opt_bool(spec, "trust_env"),
-                   http_client=opt_str(spec, "http_client") or "pool",
+                   http_client=opt_str(spec, "http_client") or "pool", classify=classify,
                    timeouts={name: seconds for name, seconds in timeouts.items() if seconds is not None})
 
     async def post(self, url: str, body: Mapping[str, object], timeout: float
@@ -128,7 +139,7 @@ class JsonHttpClient:
             raise exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret) from exc
         latency = perf_counter() - start
         if not 200 <= status < 300:
-            raise status_error(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
+            raise self._classify(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
                                request_id=headers.get(self._request_id_header))
         try:
             data = orjson.loads(raw)
@@ -169,7 +180,7 @@ class JsonHttpClient:
                     raw = await source.read()
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                     raise self._failed(exc, timeout) from exc
-                raise status_error(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
+                raise self._classify(status, raw, headers, endpoint=self.endpoint, secret=self._secret,
                                    request_id=headers.get(self._request_id_header))
             yield StreamReply(self, source, start, timeout)
         finally:
@@ -248,7 +259,7 @@ class JsonHttpClient:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise exception_error(exc, endpoint=self.endpoint, timeout=timeout, secret=self._secret) from exc
         if not 200 <= status < 300:
-            raise status_error(status, raw, reply_headers, endpoint=self.endpoint, secret=self._secret,
+            raise self._classify(status, raw, reply_headers, endpoint=self.endpoint, secret=self._secret,
                                request_id=reply_headers.get(self._request_id_header))
         return raw, reply_headers
 

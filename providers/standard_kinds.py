@@ -136,3 +136,57 @@ LOCAL_EMBED = ProviderKind(
     capabilities=Capabilities(chat=False, embeddings=True),
     options=(Option("model_dir", STRING, "a sentence-transformers BERT folder used instead of all-MiniLM-L6-v2"),),
 )
+
+# -- Google Gemini (checked 2026-11-26 through the search index of ai.google.dev:
+# gemini-api/docs/deprecations, pricing, rate-limits, batch-api; not fetched live) --
+# Prices, USD per million tokens (prompts up to 200k tokens: a 2.5 Pro prompt
+# above costs 2.50 in / 15.00 out, not modelled); implicit-cache reads cost 10%
+# of input; Batch Mode costs 50%; thinking tokens are billed as output.
+# The leaderboard's Gemini rows are sent the user prompt only, no system
+# instruction and no generation config: the issue (tulving issue 21) says the
+# reference called `generate_content(model=..., contents=user_prompt)`; the
+# stored versions of its models_wrapper.py (ahstat/episodic-memory-benchmark,
+# 7 versions, newest d3f5d78) show no Gemini branch, so the ids are Google's.
+_GEMINI_ROW: dict[str, object] = {"endpoint": "gemini", "system_prompt": False, "params": {},
+                                  "batch_discount": 0.5, "context_tokens": 1_048_576, "checked": "2026-11-26"}
+
+GEMINI = ProviderKind(
+    name="gemini",
+    provider="providers.gemini_http:GeminiProvider",
+    batch_api="providers.gemini_batch:GeminiBatchApi",
+    doc="the Gemini API (Google AI Studio keys): generateContent, streaming, Batch Mode",
+    capabilities=Capabilities(stream=True, prompt_cache=True, charges_cache_writes=False, list_models=True),
+    options=(*HTTP_OPTIONS,
+             Option("api_version", STRING, "the API version in every path (the google-genai SDK's default)", default="v1"),
+             *BATCH_OPTIONS),
+    default_endpoints={
+        # Tier-1 limits of Gemini 2.5 Pro (150 RPM, 2M TPM), halved for the tokens; raise them in your config.
+        # google-genai reads GOOGLE_API_KEY first, then GEMINI_API_KEY; set key_env to use the former.
+        "gemini": {"kind": "gemini", "base_url": "https://generativelanguage.googleapis.com",
+                   "key_env": "GEMINI_API_KEY", "max_concurrency": 32, "rpm": 150, "input_tpm": 1_000_000},
+    },
+    default_models={
+        # Current: shut down on 2026-12-01 (Google's deprecations page as read on 2026-11-10; replacements
+        # gemini-3.8-flash for Pro, gemini-3.5-flash-lite for Flash).
+        "gemini-2.5-pro": {**_GEMINI_ROW, "model": "gemini-2.5-pro", "price_in": 1.25, "price_cached_in": 0.125,
+                           "price_out": 10.0},
+        "gemini-2.5-flash": {**_GEMINI_ROW, "model": "gemini-2.5-flash", "price_in": 0.30, "price_cached_in": 0.03,
+                             "price_out": 2.50},
+        # Retired: gemini-2.0-flash shut down on 2026-06-01 (Firebase AI Logic notice); the experimental
+        # 2.0 ids had no published shutdown date and were gone by then at the latest (free while they ran).
+        "gemini-2-flash": {**_GEMINI_ROW, "model": "gemini-2.0-flash", "price_in": 0.10, "price_cached_in": 0.025,
+                           "price_out": 0.40, "retired": "2026-06-01", "replacement": "gemini-flash"},
+        "gemini-2-pro": {**_GEMINI_ROW, "model": "gemini-2.0-pro-exp-02-05", "price_in": 0.0, "price_out": 0.0,
+                         "retired": "2026-06-01", "replacement": "gemini-flash"},
+        "gemini-2-flash-thinking": {**_GEMINI_ROW, "model": "gemini-2.0-flash-thinking-exp-01-21", "price_in": 0.0,
+                                    "price_out": 0.0, "retired": "2026-06-01", "replacement": "gemini-flash"},
+        # The current defaults (released 2026-09-02 and 2026-07-21; no shutdown date announced). 3.8 Flash is at
+        # half price until 2026-12-31 (1.50 / 7.50 from 2027-01-01).
+        "gemini-flash": {"endpoint": "gemini", "model": "gemini-3.8-flash", "params": {"temperature": 1.0},
+                         "price_in": 0.75, "price_cached_in": 0.075, "price_out": 3.75, "batch_discount": 0.5,
+                         "context_tokens": 1_048_576, "checked": "2026-11-26"},
+        "gemini-flash-lite": {"endpoint": "gemini", "model": "gemini-3.5-flash-lite", "params": {"temperature": 1.0},
+                              "price_in": 0.30, "price_cached_in": 0.03, "price_out": 2.50, "batch_discount": 0.5,
+                              "context_tokens": 1_048_576, "checked": "2026-11-26"},
+    },
+)

@@ -120,6 +120,7 @@ from aiohttp import web
 
 from engine.loopback.batches import JSONL_TYPES, Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, file_reply, openai_error
+from engine.loopback.gemini import GeminiApi
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
 from engine.loopback.model_catalog import ModelCatalog
 from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
@@ -400,6 +401,7 @@ class LoopbackServer:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.batches = Batches(self, batch or BatchKnobs())
         self.catalog = ModelCatalog(models)  # unknown / retired ids and per-model parameter rules
+        self.gemini = GeminiApi(self)  # the Gemini API's routes and knobs (engine/loopback/gemini.py)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
@@ -417,6 +419,7 @@ class LoopbackServer:
         app.router.add_get("/v1/files/{file_id}/content", self._control(self._file_content))
         self.batches.add_routes(app.router)
         app.router.add_get("/v1/models", self._list_models)
+        self.gemini.add_routes(app.router)
         app.router.add_get("/loopback/stats", self._stats)
         # Cancel a handler when its client goes away (stalled calls end with the client).
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
@@ -447,6 +450,10 @@ class LoopbackServer:
     @property
     def anthropic_base_url(self) -> str:
         return f"{self._scheme}://{self.host}:{self.port}"
+
+    @property
+    def gemini_base_url(self) -> str:
+        return f"{self._scheme}://{self.host}:{self.port}/gemini"
 
     @property
     def _scheme(self) -> str:

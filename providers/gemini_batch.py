@@ -1,0 +1,229 @@
+"""Gemini Batch Mode (kind "gemini"): `models/{model}:batchGenerateContent`
+at half the price, polled as `batches/{id}`, cancelled, listed.
+
+Shapes (checked 2026-11-26 in ai.google.dev/api/batch-api and the types of
+google-genai's batches module, which reads the same JSON):
+- create: `{"batch": {"displayName", "inputConfig": {"requests": {"requests":
+  [{"request": GenerateContentRequest, "metadata": {"key"}}]}}}}` (inlined,
+  for batches up to 20 MB) or `{"inputConfig": {"fileName": "files/..."}}`
+  for a JSONL file of `{"key", "request"}` lines uploaded first (the free
+  step, `prepare`: a multipart upload to `upload/{version}/files`);
+- the reply, and every poll, is an Operation: `name` "batches/...",
+  `metadata` the GenerateContentBatch (state BATCH_STATE_PENDING | RUNNING |
+  SUCCEEDED | FAILED | CANCELLED | EXPIRED, batchStats with int64 counts as
+  strings, output), `done`, `response` (the output), `error`;
+- output: `inlinedResponses.inlinedResponses` [{"response" | "error",
+  "metadata": {"key"}}], or a `responsesFile` of JSONL lines {"key",
+  "response" | "error"} read at `download/{version}/{file}:download?alt=media`.
+A line's request is the direct call's body (`GeminiProvider.chat_body`) and a
+response is normalised by `GeminiProvider.chat_result`, so a batch answer
+equals a direct one. A result line that cannot be read is skipped (it counts
+as missing and is sent again): the batch's other answers are kept.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+import orjson
+
+from providers.base import EndpointSpec, ProviderError
+from providers.batch_api import BatchApi, BatchInfo, LineResult
+from providers.gemini_errors import HTTP_OF_STATUS, gemini_status_error
+from providers.gemini_http import CONTROL_TIMEOUT, GeminiProvider, model_path
+from providers.http_errors import bad_reply
+
+log = logging.getLogger(__name__)
+
+_ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED",
+          "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
+INLINE_BYTES = 20 * 1000 * 1000  # inlined requests: up to 20 MB in all (the batch guide)
+_COUNTS = {"requestCount": "total", "successfulRequestCount": "completed", "failedRequestCount": "failed",
+           "pendingRequestCount": "pending"}
+
+
+def _unix(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _counts(stats: object) -> dict[str, int]:
+    """batchStats as counts (int64 fields come as JSON strings)."""
+    out: dict[str, int] = {}
+    for key, name in _COUNTS.items():
+        value = stats.get(key) if isinstance(stats, dict) else None
+        if isinstance(value, int | str) and str(value).isdigit():
+            out[name] = int(value)
+    return out
+
+
+class GeminiBatchApi(BatchApi):
+    kind = "gemini"
+    max_requests = 100_000          # no documented count limit; the input file may hold 2 GB
+    max_bytes = 2 * 1000 * 1000 * 1000
+    one_model_per_batch = True      # the model is in the URL
+    inline_bytes = INLINE_BYTES     # bigger batches go as an uploaded file
+
+    def __init__(self, spec: EndpointSpec, api_key: str | None):
+        super().__init__(spec, api_key)
+        self._provider = GeminiProvider(spec, api_key)
+        self._secret = api_key
+        self._http = self._provider.http
+
+    def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, object]],
+             params: Mapping[str, object]) -> bytes:
+        # "model" travels with the line to `create` (which puts it in the URL) and is not sent in it.
+        return orjson.dumps({"key": custom_id, "model": model, "request": self._provider.chat_body(messages, params)})
+
+    async def prepare(self, lines: Sequence[bytes]) -> str | None:
+        """Upload the JSONL input file when the batch is too big to inline; its name is the handle."""
+        if sum(len(line) for line in lines) <= self.inline_bytes:
+            return None
+        boundary = f"tulving-{uuid.uuid4().hex}"
+        meta = orjson.dumps({"file": {"displayName": f"tulving-{uuid.uuid4().hex[:12]}",
+                                      "mimeType": "application/jsonl"}})
+        parts = [f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(), meta,
+                 f"\r\n--{boundary}\r\nContent-Type: application/jsonl\r\n\r\n".encode()]
+        for item in self._items(lines):
+            parts += (orjson.dumps({"key": item["key"], "request": item["request"]}), b"\n")
+        parts.append(f"\r\n--{boundary}--\r\n".encode())
+        url = self._provider.url(f"/upload/{self._provider.api_version}/files?uploadType=multipart")
+        uploaded = await self._http.request_json("POST", url, body=b"".join(parts), timeout=CONTROL_TIMEOUT,
+                                                 content_type=f"multipart/related; boundary={boundary}")
+        found = uploaded.get("file")
+        name = found.get("name") if isinstance(found, dict) else None
+        if not isinstance(name, str) or not name:
+            raise bad_reply(self.spec.name, "file upload reply has no file name", secret=self._secret)
+        return name
+
+    def _items(self, lines: Sequence[bytes]) -> list[dict[str, object]]:
+        return [orjson.loads(line) for line in lines]
+
+    async def submit(self, lines: Sequence[bytes]) -> BatchInfo:
+        return await self.create(await self.prepare(lines), lines)
+
+    async def create(self, handle: str | None, lines: Sequence[bytes]) -> BatchInfo:
+        items = self._items(lines)
+        model = str(items[0]["model"])
+        if handle is not None:
+            source: dict[str, object] = {"fileName": handle}
+        else:
+            source = {"requests": {"requests": [{"request": item["request"], "metadata": {"key": item["key"]}}
+                                                for item in items]}}
+        body = {"batch": {"displayName": f"tulving-{uuid.uuid4().hex[:12]}", "inputConfig": source}}
+        url = self._provider.api_url(f"{model_path(model)}:batchGenerateContent")
+        return self._info(await self._http.request_json("POST", url, body=orjson.dumps(body),
+                                                        timeout=CONTROL_TIMEOUT))
+
+    async def find(self, handle: str) -> BatchInfo | None:
+        """The batch made from the uploaded file `handle`, among the account's latest batches."""
+        for item in await self._operations(100):
+            metadata = item.get("metadata")
+            config = metadata.get("inputConfig") if isinstance(metadata, dict) else None
+            if isinstance(config, dict) and config.get("fileName") == handle:
+                return self._info(item)
+        return None
+
+    async def poll(self, batch_id: str) -> BatchInfo:
+        return self._info(await self._http.request_json("GET", self._provider.api_url(batch_id),
+                                                        timeout=CONTROL_TIMEOUT))
+
+    async def cancel(self, batch_id: str) -> BatchInfo:
+        await self._http.request_json("POST", self._provider.api_url(f"{batch_id}:cancel"), body=b"{}",
+                                      timeout=CONTROL_TIMEOUT)
+        return await self.poll(batch_id)
+
+    async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
+        return [self._info(item) for item in await self._operations(limit)]
+
+    async def _operations(self, limit: int) -> list[dict[str, object]]:
+        data = await self._http.request_json("GET", self._provider.api_url("batches", f"pageSize={int(limit)}"),
+                                             timeout=CONTROL_TIMEOUT)
+        items = data.get("operations") or data.get("batches")
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    def _info(self, data: Mapping[str, object]) -> BatchInfo:
+        metadata = data.get("metadata")
+        batch = metadata if isinstance(metadata, dict) else data
+        name, state = data.get("name") or batch.get("name"), batch.get("state")
+        if not isinstance(name, str) or not isinstance(state, str):
+            raise bad_reply(self.spec.name, "batch operation has no name or state", secret=self._secret)
+        failure = None
+        if state.endswith("_FAILED"):
+            error = data.get("error")
+            failure = str(error.get("message")) if isinstance(error, dict) else "the batch failed"
+        output = data.get("response") if isinstance(data.get("response"), dict) else batch.get("output")
+        responses_file = output.get("responsesFile") if isinstance(output, dict) else None
+        return BatchInfo(id=name, status=state, ended=state in _ENDED, counts=_counts(batch.get("batchStats")),
+                         created_at=_unix(batch.get("createTime")), failure=failure,
+                         handles={"responses_file": responses_file})
+
+    async def results(self, info: BatchInfo) -> dict[str, LineResult]:
+        responses_file = info.handles.get("responses_file")
+        if isinstance(responses_file, str) and responses_file:
+            items = await self._file_items(info, responses_file)
+        else:
+            items = await self._inlined(info)
+        out: dict[str, LineResult] = {}
+        for item in items:
+            key = item.get("key")
+            metadata = item.get("metadata")
+            if not isinstance(key, str) and isinstance(metadata, dict):
+                key = metadata.get("key")
+            if isinstance(key, str):
+                out[key] = self._line_result(info, item)
+        return out
+
+    async def _inlined(self, info: BatchInfo) -> list[dict[str, object]]:
+        data = await self._http.request_json("GET", self._provider.api_url(info.id), timeout=CONTROL_TIMEOUT)
+        metadata = data.get("metadata")
+        output = data.get("response") if isinstance(data.get("response"), dict) else (
+            metadata.get("output") if isinstance(metadata, dict) else None)
+        inlined = output.get("inlinedResponses") if isinstance(output, dict) else None
+        items = inlined.get("inlinedResponses") if isinstance(inlined, dict) else None
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    async def _file_items(self, info: BatchInfo, file_name: str) -> list[dict[str, object]]:
+        url = self._provider.url(f"/download/{self._provider.api_version}/{file_name}:download?alt=media")
+        raw, _ = await self._http.request_bytes("GET", url, timeout=CONTROL_TIMEOUT)
+        items, unreadable = [], 0
+        for text in raw.splitlines():
+            if not text.strip():
+                continue
+            try:
+                item = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                unreadable += 1
+                continue
+            if isinstance(item, dict):
+                items.append(item)
+        if unreadable:  # the readable answers are kept; the unreadable lines count as missing (sent again)
+            log.warning("%s: batch %s: %d result lines are not JSON; they are sent again", self.spec.name,
+                        info.id, unreadable)
+        return items
+
+    def _line_result(self, info: BatchInfo, item: Mapping[str, object]) -> LineResult:
+        response, error = item.get("response"), item.get("error")
+        if isinstance(response, dict):
+            try:
+                return self._provider.chat_result(response, None)
+            except ProviderError as exc:
+                return exc
+        if isinstance(error, dict):
+            code = error.get("code")
+            status = HTTP_OF_STATUS.get(str(error.get("status")), 500)
+            if type(code) is int and code >= 400:
+                status = code
+            return gemini_status_error(status, orjson.dumps({"error": error}), {}, endpoint=self.spec.name,
+                                       secret=self._secret)
+        return bad_reply(self.spec.name, f"batch {info.id} result line has neither a response nor an error",
+                         secret=self._secret)
+
+    async def aclose(self) -> None:
+        await self._provider.aclose()

@@ -1,0 +1,44 @@
+"""`tulving run --batch` on a Gemini endpoint, end to end: the CLI as a
+subprocess against the loopback server in another process, Batch Mode over
+real HTTP, then a direct run on a fresh cache scoring the same."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_batch_mode import env, records, scores, server_factory  # noqa: F401 (a fixture)
+
+RUN = ["run", "--book", "synaptic-echoes-short", "--models", "gem-reader", "--modes", "in-context",
+       "--judge", "builtin:judge"]
+
+
+def tulving(tmp_path: Path, cache: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache",
+                           cache, *args], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
+
+
+def test_a_gemini_batch_run_scores_like_a_direct_run(tmp_path, server_factory):  # noqa: F811
+    server = server_factory()
+    (tmp_path / "tulving.toml").write_text(
+        f'[endpoints.gem]\nkind = "gemini"\nbase_url = "{server.anthropic}/gemini"\nmax_attempts = 3\n'
+        'options = { batch_poll = 0.02, batch_poll_max = 0.05 }\n\n'
+        '[models.gem-reader]\nendpoint = "gem"\nmodel = "gemini-2.5-flash"\nsystem_prompt = false\n'
+        'params = { temperature = 0.0, max_tokens = 32 }\nprice_in = 0.30\nprice_out = 2.50\n')
+    batch = tulving(tmp_path, "cache.sqlite", *RUN, "--batch", "--out", "batch")
+    assert batch.returncode == 0, batch.stderr
+    stats = server.stats()
+    assert stats["batch_requests"] == {"succeeded": 456}
+    assert stats["by_path"]["/gemini/v1/models/gemini-2.5-flash:batchGenerateContent"] == 1
+    assert not any(path.endswith(":generateContent") for path in stats["by_path"])
+    direct = tulving(tmp_path, "fresh.sqlite", *RUN, "--out", "direct")
+    assert direct.returncode == 0, direct.stderr
+    assert server.stats()["by_path"]["/gemini/v1/models/gemini-2.5-flash:generateContent"] == 456
+    assert records(tmp_path / "batch") == records(tmp_path / "direct")
+    batch_scores, direct_scores = scores(tmp_path / "batch"), scores(tmp_path / "direct")
+    batch_spent = batch_scores["runs"][0].pop("spent_usd")
+    direct_spent = direct_scores["runs"][0].pop("spent_usd")
+    assert batch_scores == direct_scores
+    assert batch_spent == pytest.approx(direct_spent / 2, rel=1e-4)  # Batch Mode: half price
