@@ -80,6 +80,10 @@ class ChatResult:
     timings: StreamTimings | None = None     # a streamed call's arrival times (not cached)
     rate_limits: RateLimitInfo | None = None  # what the reply's headers said (not cached)
     batched: bool = False                     # answered through a batch API: priced at the batch discount (not cached)
+    # The model's reasoning text sent beside the answer (DeepSeek `reasoning_content`,
+    # OpenRouter `reasoning`); kept in the cache and the results, never judged. Its
+    # tokens are already in `output_tokens` (the providers count them in completion_tokens).
+    reasoning: str | None = None
 
 
 @dataclass(slots=True)
