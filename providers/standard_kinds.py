@@ -197,11 +197,11 @@ DEEPSEEK = ProviderKind(
         # time: V3 $0.27 miss / $0.07 hit / $1.10 out, R1 $0.55 / $0.14 / $2.19
         # (api-docs.deepseek.com/quick_start/pricing-details-usd).
         "deepseek-v3": {"endpoint": "deepseek", "model": "deepseek-chat", "params": {},
-                        "price_in": 0.27, "price_cached_in": 0.07, "price_out": 1.1, "context_tokens": 65_536,
+                        "price_in": 0.27, "price_cached_in": 0.07, "price_out": 1.1,
                         "long_prompt_tokens": LONG_PROMPT_TOKENS, "long_prompt_model": "deepseek-v3-openrouter",
                         "retired": "2026-07-24", "replacement": "deepseek-v4-flash", "checked": "2026-11-26"},
         "deepseek-r1": {"endpoint": "deepseek", "model": "deepseek-reasoner", "params": {},
-                        "price_in": 0.55, "price_cached_in": 0.14, "price_out": 2.19, "context_tokens": 65_536,
+                        "price_in": 0.55, "price_cached_in": 0.14, "price_out": 2.19,
                         "long_prompt_tokens": LONG_PROMPT_TOKENS, "long_prompt_model": "deepseek-r1-openrouter",
                         "retired": "2026-07-24", "replacement": "deepseek-v4-flash", "checked": "2026-11-26"},
         # DeepSeek's named successor: $0.14 miss, $0.0028 hit, $0.28 out, 1M context
