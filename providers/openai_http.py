@@ -41,7 +41,7 @@ import orjson
 from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
-from providers.kinds import opt_bool, opt_strings
+from providers.kinds import kind_of, opt_bool, opt_strings
 from providers.openai_stream import CompletionAssembler
 from providers.ratelimit_headers import rate_limit_info
 from providers.sse import SSEParser
@@ -62,7 +62,9 @@ class OpenAIProvider(HttpProvider):
                                                  request_id_header="x-request-id")
         self._drop = frozenset(opt_strings(spec, "drop_params"))
         self.caches_prompt_prefix = opt_bool(spec, "prompt_cache")
-        self._prompt_cache_key = opt_bool(spec, "prompt_cache_key")
+        # Only the openai kind has this option (the compatible services' kinds do not).
+        self._prompt_cache_key = kind_of(spec).option("prompt_cache_key") is not None and opt_bool(
+            spec, "prompt_cache_key")
         self._stream_always = opt_bool(spec, "stream")
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
