@@ -266,3 +266,16 @@ def test_a_run_keeps_the_reasoning_in_the_results_and_never_shows_it_to_the_judg
     assert all(line["reasoning"] == r.reasoning for line, r in zip(lines, records))
     assert judge_bodies and not any("Thinking about" in json.dumps(b) for b in judge_bodies)
     assert all(r.judge_reply is not None and not r.judge_failed for r in records)
+
+
+def test_the_documented_presets_load_and_route(tmp_path):
+    text = (REPO / "docs" / "providers.md").read_text()
+    section = text[text.index("## OpenAI-compatible services"):text.index("## Streaming")]
+    (tmp_path / "presets.toml").write_text(section.split("```toml\n", 1)[1].split("```", 1)[0])
+    config = Config.load(tmp_path / "presets.toml")  # over the defaults, as a user's file is read
+    long = resolve(config, ChatRequest(model="deepseek-now", messages=[{"role": "user", "content": LONG_USER}]))
+    assert (long.alias.name, long.endpoints[0].name) == ("deepseek-now-openrouter", "openrouter")
+    short = resolve(config, ChatRequest(model="deepseek-now", messages=SHORT))
+    assert (short.alias.name, short.endpoints[0].name) == ("deepseek-now", "deepseek")
+    azure = resolve(config, ChatRequest(model="azure-gpt", messages=SHORT, max_tokens=5))
+    assert azure.params == {"max_completion_tokens": 5} and azure.endpoints[0].kind == "azure-openai"
