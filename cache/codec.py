@@ -43,6 +43,7 @@ class ChatRecord(TypedDict, total=False):
     cache_read_tokens: int   # only when non-zero
     cache_write_tokens: int  # only when non-zero
     cache_write_1h_tokens: int  # only when non-zero: the part written to Anthropic's 1-hour cache
+    reasoning: str           # only when the reply carried some (older records have none: read as None)
 
 
 class EmbedRecord(TypedDict, total=False):
@@ -171,6 +172,8 @@ def result_to_record(result: Result) -> Record:
             record["cache_write_tokens"] = result.cache_write_tokens
         if result.cache_write_1h_tokens:
             record["cache_write_1h_tokens"] = result.cache_write_1h_tokens
+        if result.reasoning is not None:
+            record["reasoning"] = result.reasoning
         return record
     return {"vectors": result.vectors, "input_tokens": result.input_tokens,
             "latency": result.latency, "request_id": result.request_id}
@@ -186,4 +189,5 @@ def result_from_record(record: Record) -> Result:
                       latency=record.get("latency", 0.0), request_id=record.get("request_id"),
                       cache_read_tokens=record.get("cache_read_tokens", 0),
                       cache_write_tokens=record.get("cache_write_tokens", 0),
-                      cache_write_1h_tokens=record.get("cache_write_1h_tokens", 0))
+                      cache_write_1h_tokens=record.get("cache_write_1h_tokens", 0),
+                      reasoning=record.get("reasoning"))

@@ -90,7 +90,8 @@ def prefix_end(alias: ModelAlias, request: ChatRequest) -> tuple[int, int] | Non
 
 def resolve(config: Config, request: Request) -> Resolved:
     """Raises ConfigError for an unknown model alias."""
-    return _resolve(_Target(config, request.model), request)
+    targets: dict[str, _Target] = {}
+    return _resolve(_long_prompt_route(config, _Target(config, request.model), request, targets), request)
 
 
 def resolve_many(config: Config, requests: Iterable[Request]) -> list[Resolved]:
@@ -101,8 +102,33 @@ def resolve_many(config: Config, requests: Iterable[Request]) -> list[Resolved]:
         target = targets.get(request.model)
         if target is None:
             target = targets[request.model] = _Target(config, request.model)
-        out.append(_resolve(target, request))
+        out.append(_resolve(_long_prompt_route(config, target, request, targets), request))
     return out
+
+
+def _long_prompt_route(config: Config, target: _Target, request: Request, targets: dict[str, _Target]) -> _Target:
+    """The target serving `request`: its alias's own, or, for a chat prompt
+    over the alias's `long_prompt_tokens`, its `long_prompt_model`'s (whose
+    endpoints, parameters, prices and cache identity it then has, so a rerun
+    hits the same entry). The prompt is counted as the reference counted it
+    (deepseek over 60,000 tokens to OpenRouter): the user messages, cl100k;
+    only for an alias with a route, and not when it has too few characters to
+    go over (a cl100k token is at least one character)."""
+    alias = target.alias
+    limit, name = alias.long_prompt_tokens, alias.long_prompt_model
+    if limit is None or name is None or not isinstance(request, ChatRequest):
+        return target
+    user = [m["content"] for m in request.messages if m["role"] == "user"]
+    if sum(len(text) for text in user) <= limit:
+        return target
+    from engine.tokens import count_tokens
+
+    if sum(count_tokens(text) for text in user) <= limit:
+        return target
+    routed = targets.get(name)
+    if routed is None:
+        routed = targets[name] = _Target(config, name)
+    return routed
 
 
 class _Target:

@@ -84,6 +84,10 @@ class ChatResult:
     # The server sent no usage (an OpenAI-compatible server ignoring stream_options.include_usage):
     # input/output tokens were counted here, in cl100k_base (providers/tokens.py). Not cached.
     usage_counted_locally: bool = False
+    # The model's reasoning text sent beside the answer (DeepSeek `reasoning_content`,
+    # OpenRouter `reasoning`); kept in the cache and the results, never judged. Its
+    # tokens are already in `output_tokens` (the providers count them in completion_tokens).
+    reasoning: str | None = None
 
 
 @dataclass(slots=True)

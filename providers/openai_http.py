@@ -45,7 +45,7 @@ import orjson
 from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
 from providers.http_client import HttpProvider, JsonHttpClient, StreamReply
 from providers.http_errors import bad_reply, status_error, stream_error, token_count
-from providers.kinds import opt_bool, opt_strings
+from providers.kinds import kind_of, opt_bool, opt_strings
 from providers.openai_stream import CompletionAssembler
 from providers.ratelimit_headers import rate_limit_info
 from providers.sse import SSEParser
@@ -63,12 +63,18 @@ class OpenAIProvider(HttpProvider):
         super().__init__(spec, api_key)
         self._chat_url = self.url("/chat/completions")
         self._embed_url = self.url("/embeddings")
-        self._http = JsonHttpClient.for_endpoint(spec, api_key, auth={"Authorization": f"Bearer {api_key}"},
+        self._http = JsonHttpClient.for_endpoint(spec, api_key, auth=self.auth_headers(api_key),
                                                  request_id_header="x-request-id")
         self._drop = frozenset(opt_strings(spec, "drop_params"))
         self.caches_prompt_prefix = opt_bool(spec, "prompt_cache")
-        self._prompt_cache_key = opt_bool(spec, "prompt_cache_key")
+        # Only the openai kind has this option (the compatible services' kinds do not).
+        self._prompt_cache_key = kind_of(spec).option("prompt_cache_key") is not None and opt_bool(
+            spec, "prompt_cache_key")
         self._stream_always = opt_bool(spec, "stream")
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """The headers carrying the key (sent only when a key is set)."""
+        return {"Authorization": f"Bearer {api_key}"}
 
     async def chat(self, model: str, messages: Sequence[Mapping[str, object]], *,
                    params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
@@ -205,7 +211,7 @@ class OpenAIProvider(HttpProvider):
             input_tokens = token_count(usage, "prompt_tokens") or 0
             output_tokens = token_count(usage, "completion_tokens")
             details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
-            cached = token_count(details, "cached_tokens") or 0  # OpenAI's automatic prompt caching
+            cached = _cache_read(usage, details)
             # Tokens written to the cache, which newer models bill apart (the SDK's
             # PromptTokensDetails.cache_write_tokens, openai 3.57, checked 2026-11-25).
             written = token_count(details, "cache_write_tokens") or 0
@@ -215,7 +221,8 @@ class OpenAIProvider(HttpProvider):
         return ChatResult(text=text, finish_reason=finish, input_tokens=input_tokens,
                           output_tokens=output_tokens or 0, latency=latency, request_id=request_id,
                           cache_read_tokens=min(cached, input_tokens),
-                          cache_write_tokens=min(written, max(0, input_tokens - cached)))
+                          cache_write_tokens=min(written, max(0, input_tokens - cached)),
+                          reasoning=_reasoning(message))
 
     def _content(self, data: dict[str, object], message: dict[str, object], finish: str, output_tokens: int | None,
                  usage: object, request_id: str | None) -> str:
@@ -296,6 +303,28 @@ def _local_usage(body: Mapping[str, object], data: Mapping[str, object]) -> dict
     except (KeyError, IndexError, TypeError):
         content = None  # chat_result says what is wrong with the reply
     return {"prompt_tokens": prompt, "completion_tokens": count_tokens(content) if isinstance(content, str) else 0}
+
+
+def _cache_read(usage: object, details: object) -> int:
+    """Prompt tokens read from the provider's cache: OpenAI's
+    `prompt_tokens_details.cached_tokens`, else DeepSeek's `prompt_cache_hit_tokens`
+    (its usage splits the prompt into cache hits and misses; checked 2026-11-26 in
+    api-docs.deepseek.com, "Context Caching"). ValueError on a malformed count."""
+    cached = token_count(details, "cached_tokens")
+    if cached is None:
+        cached = token_count(usage, "prompt_cache_hit_tokens")
+    return cached or 0
+
+
+def _reasoning(message: Mapping[str, object]) -> str | None:
+    """The reasoning text a reply carries beside its answer: DeepSeek's
+    `message.reasoning_content`, OpenRouter's `message.reasoning` (None when
+    absent, null or not a string: reasoning is kept, never required)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _request_id(value: object) -> str | None:

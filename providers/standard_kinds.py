@@ -190,3 +190,132 @@ GEMINI = ProviderKind(
                               "context_tokens": 1_048_576, "checked": "2026-11-26"},
     },
 )
+
+# -- OpenAI-compatible services (issue 21) -------------------------------------------
+# Each speaks OpenAI's /chat/completions through OpenAIProvider (Azure only keys it
+# differently: providers/azure_openai.py). Facts below were checked on 2026-11-26
+# through the search index of the providers' pages (not fetched live); each says where.
+# None of them has a batch API Tulving drives: `tulving run --batch` refuses their
+# models (xAI has a batch API of its own shape, docs.x.ai "Batch API", not wired here).
+
+COMPAT_CAPABILITIES = Capabilities(stream=True, prompt_cache=True, charges_cache_writes=False, list_models=True)
+
+# The provider lists the reference sent to OpenRouter for DeepSeek prompts over 60,000
+# tokens (ahstat/episodic-memory-benchmark, epbench/src/models/models_wrapper.py, the
+# "Deepseek fallback to OpenRouter" branch), with "include_reasoning": true.
+REFERENCE_DEEPSEEK_ROUTE = {"order": ["Fireworks"],
+                            "ignore": ["Avian", "Novita", "DeepInfra", "Featherless", "DeepSeek", "Kluster",
+                                       "Nebius", "Together"]}
+LONG_PROMPT_TOKENS = 60_000  # the reference's switch: count_tokens(user_prompt) > 60000
+
+XAI = ProviderKind(
+    name="xai",
+    provider="providers.openai_http:OpenAIProvider",
+    doc="xAI's OpenAI-compatible API (Grok models)",
+    capabilities=COMPAT_CAPABILITIES,
+    options=HTTP_OPTIONS,
+    # Limits: far below the documented 620 requests and 10M tokens a minute of
+    # grok-4-fast (docs.x.ai/developers/models/grok-4-fast-non-reasoning, checked 2026-11-26).
+    default_endpoints={"xai": {"kind": "xai", "base_url": "https://api.x.ai/v1", "key_env": "XAI_API_KEY",
+                               "max_concurrency": 16, "rpm": 120, "input_tpm": 2_000_000,
+                               "output_tpm": 200_000}},
+    default_models={
+        # The reference called both with the system and user messages, stream=False and
+        # no max_tokens / temperature (models_wrapper.py, "Grok" branch). xAI retired
+        # them on 2026-05-15: the slugs now run grok-4.3 at its prices
+        # (docs.x.ai/developers/migration/may-15-retirement, checked 2026-11-26).
+        # Prices as they were: $0.20 in, $0.05 cached, $0.50 out, 2M context
+        # (docs.x.ai/developers/models/grok-4-fast-non-reasoning).
+        "grok-4-fast-reasoning": {"endpoint": "xai", "model": "grok-4-fast-reasoning", "params": {},
+                                  "price_in": 0.2, "price_cached_in": 0.05, "price_out": 0.5,
+                                  "context_tokens": 2_000_000, "retired": "2026-05-15",
+                                  "replacement": "grok-4.3", "checked": "2026-11-26"},
+        "grok-4-fast-non-reasoning": {"endpoint": "xai", "model": "grok-4-fast-non-reasoning", "params": {},
+                                      "price_in": 0.2, "price_cached_in": 0.05, "price_out": 0.5,
+                                      "context_tokens": 2_000_000, "retired": "2026-05-15",
+                                      "replacement": "grok-4.3", "checked": "2026-11-26"},
+        # xAI's named replacement: $1.25 in, $2.50 out, 1M context (the retirement page);
+        # cached input $0.20 as listed for grok-4.20 (docs.x.ai/developers/models/grok-4.20-0309).
+        "grok-4.3": {"endpoint": "xai", "model": "grok-4.3", "params": {}, "price_in": 1.25,
+                     "price_cached_in": 0.2, "price_out": 2.5, "context_tokens": 1_000_000,
+                     "checked": "2026-11-26"},
+    },
+)
+
+DEEPSEEK = ProviderKind(
+    name="deepseek",
+    provider="providers.openai_http:OpenAIProvider",
+    doc="DeepSeek's OpenAI-compatible API (usage in cache hits and misses, reasoning_content)",
+    capabilities=COMPAT_CAPABILITIES,
+    options=HTTP_OPTIONS,
+    # DeepSeek sets no fixed rate limit (api-docs.deepseek.com "Rate Limit"): modest defaults.
+    default_endpoints={"deepseek": {"kind": "deepseek", "base_url": "https://api.deepseek.com",
+                                    "key_env": "DEEPSEEK_API_KEY", "max_concurrency": 16, "rpm": 120,
+                                    "input_tpm": 2_000_000, "output_tpm": 200_000, "timeout": 1800}},
+    default_models={
+        # The reference: deepseek-chat / deepseek-reasoner with the system and user
+        # messages, no max_tokens / temperature; prompts over 60,000 tokens to OpenRouter
+        # (models_wrapper.py). DeepSeek retired both names on 2026-07-24 15:59 UTC for
+        # deepseek-v4-flash (api-docs.deepseek.com/news/news260424 as quoted by
+        # github.com/Open-Less/openless/issues/132, checked 2026-11-26). Prices of the
+        # time: V3 $0.27 miss / $0.07 hit / $1.10 out, R1 $0.55 / $0.14 / $2.19
+        # (api-docs.deepseek.com/quick_start/pricing-details-usd).
+        "deepseek-v3": {"endpoint": "deepseek", "model": "deepseek-chat", "params": {},
+                        "price_in": 0.27, "price_cached_in": 0.07, "price_out": 1.1,
+                        "long_prompt_tokens": LONG_PROMPT_TOKENS, "long_prompt_model": "deepseek-v3-openrouter",
+                        "retired": "2026-07-24", "replacement": "deepseek-v4-flash", "checked": "2026-11-26"},
+        "deepseek-r1": {"endpoint": "deepseek", "model": "deepseek-reasoner", "params": {},
+                        "price_in": 0.55, "price_cached_in": 0.14, "price_out": 2.19,
+                        "long_prompt_tokens": LONG_PROMPT_TOKENS, "long_prompt_model": "deepseek-r1-openrouter",
+                        "retired": "2026-07-24", "replacement": "deepseek-v4-flash", "checked": "2026-11-26"},
+        # DeepSeek's named successor: $0.14 miss, $0.0028 hit, $0.28 out, 1M context
+        # (api-docs.deepseek.com/quick_start/pricing as quoted 2026-07-04 by factquire.com).
+        # Third-party pages report V4.1 Flash (2026-09-10) now serving this name.
+        "deepseek-v4-flash": {"endpoint": "deepseek", "model": "deepseek-v4-flash", "params": {},
+                              "price_in": 0.14, "price_cached_in": 0.0028, "price_out": 0.28,
+                              "context_tokens": 1_000_000, "checked": "2026-11-26"},
+    },
+)
+
+OPENROUTER = ProviderKind(
+    name="openrouter",
+    provider="providers.openai_http:OpenAIProvider",
+    doc="OpenRouter (provider routing in alias params: provider = {order, ignore, ...}; reasoning kept)",
+    capabilities=Capabilities(stream=True, prompt_cache=True, charges_cache_writes=True, list_models=True),
+    options=HTTP_OPTIONS,
+    default_endpoints={"openrouter": {"kind": "openrouter", "base_url": "https://openrouter.ai/api/v1",
+                                      "key_env": "OPENROUTER_API_KEY", "max_concurrency": 16, "rpm": 60,
+                                      "input_tpm": 1_000_000, "output_tpm": 100_000, "timeout": 1800}},
+    default_models={
+        # Where deepseek-v3 / -r1 send prompts over 60,000 tokens, as the reference did:
+        # model "deepseek/" + name ("deepseek-r1" for the reasoner), the provider lists
+        # above, "include_reasoning": true, no max_tokens / temperature (models_wrapper.py).
+        # OpenRouter ids deepseek/deepseek-chat and deepseek/deepseek-r1 listed on
+        # openrouter.ai (checked 2026-11-26). OpenRouter bills the serving provider's price
+        # (Fireworks first here), reported per call in usage.cost; the prices below are
+        # Fireworks' list prices as third-party catalogues give them, not OpenRouter's own page.
+        "deepseek-v3-openrouter": {"endpoint": "openrouter", "model": "deepseek/deepseek-chat",
+                                   "params": {"provider": REFERENCE_DEEPSEEK_ROUTE, "include_reasoning": True},
+                                   "price_in": 0.9, "price_out": 0.9, "checked": "2026-11-26"},
+        "deepseek-r1-openrouter": {"endpoint": "openrouter", "model": "deepseek/deepseek-r1",
+                                   "params": {"provider": REFERENCE_DEEPSEEK_ROUTE, "include_reasoning": True},
+                                   "price_in": 3.0, "price_out": 8.0, "checked": "2026-11-26"},
+        # The reference's llama row: OpenRouter, "meta-llama/" + "llama-3.1-405b-instruct",
+        # provider order Fireworks, the system and user messages, no max_tokens / temperature
+        # (models_wrapper.py as first published; a later version added both for llama-4).
+        # Fireworks lists it at $3 in / $3 out (inferencebench.io, checked 2026-11-26).
+        "llama-3.1-405b": {"endpoint": "openrouter", "model": "meta-llama/llama-3.1-405b-instruct",
+                           "params": {"provider": {"order": ["Fireworks"]}},
+                           "price_in": 3.0, "price_out": 3.0, "context_tokens": 131_072, "checked": "2026-11-26"},
+    },
+)
+
+AZURE_OPENAI = ProviderKind(
+    name="azure-openai",
+    provider="providers.azure_openai:AzureOpenAIProvider",
+    doc="Azure OpenAI's v1 API (base_url https://RESOURCE.openai.azure.com/openai/v1; api-key header; "
+        "model = deployment name)",
+    capabilities=Capabilities(embeddings=True, stream=True, prompt_cache=True, cache_read_step=128,
+                              charges_cache_writes=False, rate_limit_headers=True),
+    options=HTTP_OPTIONS,
+)

@@ -37,7 +37,8 @@ from providers.openai_batch import OpenAIBatchApi
 from providers.openai_http import OpenAIProvider
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILT_IN = ["anthropic", "builtin", "gemini", "local", "local-embed", "openai"]
+BUILT_IN = ["anthropic", "azure-openai", "builtin", "deepseek", "gemini", "local", "local-embed", "openai", "openrouter",
+            "xai"]
 
 # A third-party kind, as a plugin distribution would ship it.
 PLUGIN = '''
@@ -98,8 +99,9 @@ def test_the_batch_api_of_an_endpoint_comes_from_its_kind():
 def test_capabilities_say_what_a_kind_does():
     kinds = {kind.name: kind for kind in registry().all()}
     assert {name for name, k in kinds.items() if k.can_batch} == {"openai", "anthropic", "gemini"}
-    assert {name for name, k in kinds.items() if k.capabilities.stream} == {"openai", "anthropic", "gemini"}
-    assert {name for name, k in kinds.items() if k.capabilities.embeddings} == {"openai", "local-embed"}
+    assert {name for name, k in kinds.items() if k.capabilities.stream} == {
+        "openai", "anthropic", "gemini", "xai", "deepseek", "openrouter", "azure-openai"}
+    assert {name for name, k in kinds.items() if k.capabilities.embeddings} == {"openai", "local-embed", "azure-openai"}
     assert not kinds["local-embed"].capabilities.chat and kinds["builtin"].default_models
 
 
@@ -164,7 +166,7 @@ def test_config_check_reports_a_bad_batch_poll_in_one_line(tmp_path, value, need
 
 
 @pytest.mark.parametrize("kind,options,needle", [
-    ("local", {"stream": True}, "options.stream: local endpoints cannot stream (only anthropic, gemini, openai"),
+    ("local", {"stream": True}, "options.stream: local endpoints cannot stream (only anthropic, azure-openai, deepseek, gemini, openai, openrouter, xai"),
     ("builtin", {"batch": True}, "options.batch is not an option of builtin endpoints (only of anthropic, gemini, openai)"),
     ("openai", {"anthropic_version": "x"}, "options.anthropic_version is not an option of openai endpoints"),
     ("local", {"n_ctxx": 5}, "unknown option options.n_ctxx for local endpoints (known: model_path, n_ctx,"),

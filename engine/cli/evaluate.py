@@ -64,7 +64,7 @@ from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from engine.spending import spending_lines
 from providers.base import BUDGET, Result, TulvingError
-from providers.kinds import batch_capable
+from providers.kinds import batch_capable, kind_of
 
 DEFAULT_BOOK = "synaptic-echoes-short"
 DEFAULT_JUDGE = "builtin:judge"
@@ -237,12 +237,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         A.check_mode(mode)
     # Unknown, retired or (under --max-cost) unpriced models: one line before any work.
     check_models(config, args, [*models, args.judge, args.embed_model or ""])
+    if args.batch and args.models:
+        _refuse_batch_without_api(config, args.models)
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
     return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+
+
+def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
+    """`--batch` for a model whose endpoints' kind has no batch API (xai,
+    deepseek, openrouter, ...): one line before any work, rather than a run
+    that silently goes direct at the full price."""
+    for model in models:
+        endpoints = config.endpoints_of(config.alias(model))
+        if not any(kind_of(spec).can_batch for spec in endpoints):
+            first = endpoints[0]
+            raise TulvingError(f"--batch: {model} is served by endpoint {first.name!r} of kind {first.kind!r}, "
+                               f"which has no batch API: run it without --batch")
 
 
 def _minilm_installed() -> bool:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from engine.loopback.batches import BatchKnobs
+from engine.loopback.compat import FLAVOURS
 from engine.loopback.server import FAULT_KINDS, Faults, LatencyFn, LoopbackServer, constant, lognormal, uniform
 
 
@@ -62,6 +63,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "but a retired one)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    parser.add_argument("--compat", choices=list(FLAVOURS),
+                        help="answer chat calls with a service's quirks (deepseek, openrouter, azure)")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (chain)")
     parser.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     args = parser.parse_args(argv)
@@ -108,7 +111,7 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
                                                                           should_retry=args.should_retry),
                           embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
                           models=args.models.split(",") if args.models else None,
-                          host=args.host, port=args.port, ssl_context=ssl_context)
+                          compat=args.compat, host=args.host, port=args.port, ssl_context=ssl_context)
 
 
 async def _serve_forever(server: LoopbackServer) -> None:

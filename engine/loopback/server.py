@@ -118,6 +118,7 @@ from typing import Any, TypedDict, cast
 import orjson
 from aiohttp import web
 
+from engine.loopback import compat as compat_api
 from engine.loopback.batches import JSONL_TYPES, Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, file_reply, openai_error
 from engine.loopback.gemini import GeminiApi
@@ -379,6 +380,7 @@ class LoopbackServer:
                  ttft: LatencyFn | None = None, token_delay: LatencyFn | None = None,
                  cache_min_tokens: int = 1024, cache_ttl: float = 300.0,
                  batch: BatchKnobs | None = None, models: Sequence[str] | None = None,
+                 compat: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None):
         if burst_seconds <= 0:
             raise ValueError("burst_seconds must be > 0")
@@ -402,6 +404,8 @@ class LoopbackServer:
         self.batches = Batches(self, batch or BatchKnobs())
         self.catalog = ModelCatalog(models)  # unknown / retired ids and per-model parameter rules
         self.gemini = GeminiApi(self)  # the Gemini API's routes and knobs (engine/loopback/gemini.py)
+        compat_api.check_flavour(compat)
+        self.compat = compat  # a service's quirks on the OpenAI chat endpoint (engine/loopback/compat.py)
         self._ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._closing: asyncio.Event | None = None
@@ -410,6 +414,8 @@ class LoopbackServer:
     async def start(self) -> LoopbackServer:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
+        if self.compat == "azure":
+            app.router.add_post(compat_api.AZURE_CHAT_PATH, self._chat)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/files", self._control(self._upload))
@@ -506,7 +512,7 @@ class LoopbackServer:
         if not isinstance(body, dict):
             return self._reject(api, _Reject(400, "The request body must be a JSON object."))
         streaming = body.get("stream") is True and request.path != "/v1/embeddings"
-        fault = self.faults.pick() if request.path in _FAULTABLE else None
+        fault = self.faults.pick() if request.path in _FAULTABLE or request.path == compat_api.AZURE_CHAT_PATH else None
         if fault is not None:
             self.stats.faults[fault] += 1
             refused = await self._fault_before_reply(api, fault, streaming)
@@ -682,9 +688,8 @@ class LoopbackServer:
         if self.api_keys is None:
             return None
         authorization = request.headers.get("Authorization", "")
-        bearer = authorization[7:] if authorization.startswith("Bearer ") else None
         presented = request.headers.get("x-api-key") if api == "anthropic" else None
-        presented = presented or bearer
+        presented = presented or compat_api.presented_key(self.compat, request.headers)
         if presented in self.api_keys:
             return None
         # Echo the key in full (real APIs mask it) so tests prove clients scrub it.
@@ -788,6 +793,10 @@ class LoopbackServer:
         stop = body.get("stop") or []
         stops = [stop] if isinstance(stop, str) else list(stop)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        try:
+            compat_api.check_chat(self.compat, body)
+        except compat_api.CompatError as exc:
+            raise _Reject(400, str(exc)) from None
         text, finish, _, output_tokens = self._generate("openai", body, limit, stops)
         ident = self._next_id()
         data = {
@@ -803,7 +812,7 @@ class LoopbackServer:
                                                     "accepted_prediction_tokens": 0,
                                                     "rejected_prediction_tokens": 0}},
         }
-        return data, output_tokens
+        return data, compat_api.decorate(self.compat, body, data, output_tokens, self.count_tokens)
 
     def _openai_embeddings(self, body: dict[str, Any], prepared: Prepared, fault: str | None) -> tuple[dict[str, Any], int]:
         dim = body.get("dimensions") or self.embed_dim

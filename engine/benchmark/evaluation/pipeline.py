@@ -38,6 +38,7 @@ from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.generation.bookdir import Book
 from engine.config import Config, ModelAlias
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
+from engine.resolve import resolve
 from engine.spending import Spending
 from providers.base import ChatResult, TulvingError
 
@@ -134,6 +135,8 @@ def check_jobs(config: Config, book: Book, jobs: Sequence[Job], judge: str, embe
     for job in jobs:
         alias = config.alias(job.model)
         aliases.append(alias)
+        if alias.long_prompt_model is not None:  # long prompts go there: its key is needed too
+            aliases.append(config.alias(alias.long_prompt_model))
         indices = [q.q_idx for q in job.questions]
         if len(set(indices)) != len(indices):
             raise TulvingError("the questions' q_idx values are not unique: renumber the questions file")
@@ -294,8 +297,16 @@ class JobRunner:
         rec.input_tokens, rec.output_tokens = result.input_tokens, result.output_tokens
         rec.cache_read_tokens, rec.cache_write_tokens = result.cache_read_tokens, result.cache_write_tokens
         rec.latency = round(float(result.latency or 0.0), 3)
-        rec.cost = round(_list_cost(self.alias, result), 8)
+        rec.cost = round(_list_cost(self._serving_alias(outcome), result), 8)
+        rec.reasoning = result.reasoning  # kept beside the answer; the judge is given the answer only
         return self._judge_request(item, 0)
+
+    def _serving_alias(self, outcome: Outcome) -> ModelAlias:
+        """The alias whose prices the answer costs: the job's, or its
+        long-prompt route's when the prompt went there (engine/resolve.py)."""
+        if self.alias.long_prompt_model is None:
+            return self.alias
+        return resolve(self.config, outcome.request).alias
 
     def _judge_request(self, item: _Pending, draw: int) -> ChatRequest:
         return judge_request(item.question, item.record.answer, book=self.book,

@@ -24,6 +24,10 @@ Answer:
     latency       seconds the answering call took when it was made (replayed from the cache)
     cost          USD the answering call costs at the alias's list prices, its prompt-cache
                   reads and writes at theirs (0 if unpriced); what was spent is in run.json
+                  (a prompt sent on by the alias's long-prompt route: at the route's prices)
+    reasoning     the reasoning text the model sent beside its answer (DeepSeek
+                  reasoning_content, OpenRouter reasoning); only present when there was
+                  some; never shown to the judge
 Judgment:
     judge         judge model alias
     judge_reply   the judge's reply text that was scored (the last draw tried)
@@ -89,6 +93,7 @@ class ResultRecord:
     cache_write_tokens: int = 0
     latency: float = 0.0
     cost: float = 0.0
+    reasoning: str | None = None  # written only when set (lines without reasoning stay as they were)
     # judgment
     judge: str = ""
     judge_reply: str | None = None
@@ -109,7 +114,10 @@ class ResultRecord:
         return self.f1 is not None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if data["reasoning"] is None:
+            del data["reasoning"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ResultRecord:
@@ -174,6 +182,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "chapters": (list,), "n_chapters": (int,), "bin": (str,), "model": (str,), "mode": (str,),
     "answer": (str,), "answer_error": (str, type(None)), "n_chunks": (int, type(None)),
     "input_tokens": (int,), "output_tokens": (int,), "cache_read_tokens": (int,), "cache_write_tokens": (int,), "latency": _NUMBER, "cost": _NUMBER,
+    "reasoning": (str, type(None)),
     "judge": (str,), "judge_reply": (str, type(None)), "judge_draws": (int,), "judge_failed": (bool,),
     "judge_error": (str, type(None)), "identified_items": (list,), "matching_scores": (list,),
     "f1": (int, float, type(None)), "chrono_reply": (str, type(None)), "chrono_indices": (list, type(None)),
