@@ -337,6 +337,13 @@ def cached_user() -> list[dict[str, Any]]:
 
 
 EPHEMERAL = {"type": "ephemeral"}
+
+
+def _one_hour(call: dict) -> dict:
+    """The call with its cache marks on the 1-hour TTL, as Tulving marks a batch's
+    shared prefix (a batch outlives the 5-minute cache; providers/anthropic_batch.py)."""
+    text = orjson.dumps(call).replace(orjson.dumps(EPHEMERAL), orjson.dumps({"type": "ephemeral", "ttl": "1h"}))
+    return orjson.loads(text)
 # The same calls written for the SDK, as Anthropic's prompt-caching docs show them.
 SDK_CALLS = {
     "plain": {"system": SYSTEM, "messages": [{"role": "user", "content": QUESTION}]},
@@ -387,7 +394,7 @@ async def test_anthropic_message_batches_are_the_sdks(recorder):
 
     client = anthropic.AsyncAnthropic(base_url=recorder.origin, api_key=KEY, max_retries=0)
     requests = [{"custom_id": "a-0", "params": {"model": CLAUDE, **SDK_CALLS["plain"], **PARAMS}},
-                {"custom_id": "a-1", "params": {"model": CLAUDE, **SDK_CALLS["cached user prefix"], **PARAMS}}]
+                {"custom_id": "a-1", "params": {"model": CLAUDE, **_one_hour(SDK_CALLS["cached user prefix"]), **PARAMS}}]
     try:
         batch = await client.messages.batches.create(requests=requests)
         batch = await client.messages.batches.retrieve(batch.id)
