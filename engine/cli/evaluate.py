@@ -31,6 +31,7 @@ A run folder holds:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -43,12 +44,14 @@ from typing import Any
 
 from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
+from engine.benchmark.evaluation.provenance import command_line, provenance, utc_now
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.report import Scores, leaderboard_text, render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
+from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, spent_before
 from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
-from engine.cli.argtypes import csv_list, positive_int
+from engine.cli.argtypes import csv_list, non_negative_float, positive_int
 from engine.cli.common import dry_run_estimate, dry_run_report, load_config, open_engine, print_estimate
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
@@ -98,17 +101,25 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--judge", default=DEFAULT_JUDGE, help="judge model alias (default %(default)s)")
     p.add_argument("--embed-model", help=f"embedding model alias for RAG modes (default {DEFAULT_EMBED}; "
                                          f"{OFFLINE_EMBED} offline)")
-    p.add_argument("--out", metavar="DIR", help="run folder (default runs/<book>)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default runs/<book>); one holding a run of another "
+                                                "configuration is refused (see --overwrite), one of the same "
+                                                "configuration is resumed")
     p.add_argument("--local-sample", type=positive_int, metavar="N",
                    help=f"run {LOCAL_LLM} on N questions spread over the set "
                         f"(default run: {DEFAULT_LOCAL_SAMPLE}; else all)")
     p.add_argument("--sample", type=positive_int, metavar="N",
                    help="run every model on N questions spread over the set")
-    p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
-                                                         "the cache holds; call nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the calls the run needs, how many the cache "
+                                                         "holds and what the rest would cost; call nothing")
     p.add_argument("--batch", action="store_true",
                    help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
                         "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
+    p.add_argument("--temperature", type=non_negative_float,
+                   help="sampling temperature of the answering models (default: each alias's params)")
+    p.add_argument("--max-tokens", type=positive_int, metavar="N",
+                   help="output-token limit of the answering models (default: each alias's params)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run --out holds even when it is of another configuration")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
                    help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
                         "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
@@ -232,12 +243,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.alias(model)  # unknown model: one-line error before any work
     if args.embed_model:
         config.alias(args.embed_model)
+    _override_params(config, models, args)
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
+    args.started = utc_now()
+    args.configuration = _configuration(args, config, book, default_run)
+    args.previous = None
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
+        args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
     return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+
+
+def _override_params(config: Config, models: list[str], args: argparse.Namespace) -> None:
+    """--temperature / --max-tokens: the answering models' aliases carry them
+    (so they reach the cache key, the estimate and the provenance)."""
+    override = {k: v for k, v in (("temperature", args.temperature), ("max_tokens", args.max_tokens))
+                if v is not None}
+    if not override:
+        return
+    for name in models:
+        alias = config.alias(name)
+        config.models[name] = dataclasses.replace(alias, params={**alias.params, **override})
+
+
+def _configuration(args: argparse.Namespace, config: Config, book: Book, default_run: bool) -> dict[str, Any]:
+    return configuration(
+        config, book=str(Path(book.path).resolve()) if book.path is not None else str(book.name),
+        questions_file=args.questions, models=None if default_run else args.models,
+        modes=None if default_run else args.modes, judge=args.judge, embed_model=args.embed_model,
+        settings={"sample": args.sample, "local_sample": args.local_sample,
+                  "shard": "{}/{}".format(*args.shard) if args.shard else None,
+                  "temperature": args.temperature, "max_tokens": args.max_tokens})
 
 
 def _minilm_installed() -> bool:
@@ -291,7 +329,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
             jobs = _plan(args, questions, models, modes)
         jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
-    async with open_engine(args) as engine:
+    async with open_engine(args, spent_before=spent_before(args.previous)) as engine:
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
@@ -310,6 +348,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     run = _run_record(book, questions, evaluation, wall, engine_stats)
     if getattr(args, "shard", None):
         run["shard"] = "{}/{}".format(*args.shard)
+    _add_history(run, args, config, jobs)
     try:
         summary = write_run(out, evaluation.records, run)
     except OSError as exc:
@@ -319,7 +358,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
                                                           "without new calls")
         raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
     if not getattr(args, "quiet", False):
-        for line in spending_lines(run["spending"]):
+        for line in spending_lines(run["spending_this_invocation"]):
             print(line, file=sys.stderr)
     print(leaderboard_text(summary))
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
@@ -385,6 +424,18 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
                           "wall_seconds": round(ev.retrieval_seconds, 3)},
             "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
+
+
+def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, jobs: list[pipeline.Job]) -> None:
+    """run.json's configuration, provenance and spending over every invocation of the run."""
+    run["configuration"] = args.configuration
+    models = [*(j.model for j in jobs), args.judge, *([run["embed_model"]] if run.get("embed_model") else [])]
+    run["provenance"] = provenance(config, models, argv=command_line(), started=args.started, ended=utc_now(),
+                                   cache=getattr(args, "cache", None))
+    previous = args.previous or {}
+    run["invocations"] = int(previous.get("invocations", 1)) + 1 if args.previous else 1
+    run["spending_this_invocation"] = run["spending"]
+    run["spending"] = carried_spending(args.previous, run["spending"])
 
 
 def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -> Scores:
