@@ -368,7 +368,8 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
 def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
     """0 only when every planned answer and judgment exists; else say what is
     missing and why on stderr, and return the exit code that tells it apart
-    (engine/errors.py): --max-cost, storage, or calls that failed."""
+    (engine/errors.py): --max-cost (4), storage (5), calls that failed (3),
+    or a configuration without a single valid judgment (3: nothing to score)."""
     missing = incomplete_records(records)
     errors = engine_stats.get("errors") or {}
     budget = int(errors.get(BUDGET, 0))
@@ -387,7 +388,21 @@ def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any],
         _error(f"incomplete: {missing} results missing, {failed} calls failed ({_kinds(errors)}); rerun the same "
                f"command to retry them (finished calls are cached)")
         return EXIT_INCOMPLETE
+    unjudged = no_valid_judgments(records)
+    if unjudged:
+        _error(f"no valid judgments for {', '.join(unjudged)}: every judgment failed (see judge_error in "
+               f"results.jsonl; check the --judge model), so these are not scored nor ranked")
+        return EXIT_INCOMPLETE
     return 0
+
+
+def no_valid_judgments(records: Sequence[ResultRecord]) -> list[str]:
+    """The configurations ("model / mode") none of whose questions got a valid judgment."""
+    judged: dict[str, bool] = {}
+    for r in records:
+        name = f"{r.model} / {r.mode}"
+        judged[name] = judged.get(name, False) or r.f1 is not None
+    return [name for name, ok in judged.items() if not ok]
 
 
 def incomplete_records(records: Sequence[ResultRecord]) -> int:
@@ -586,7 +601,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     alias = args.alias or f"ft:{book.name}"
     base = config.models.get(args.model) or next((m for m in config.models.values() if m.model == args.model),
                                                  None)
-    snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base)
+    snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base, base_model=base.model if base else args.model)
     record_path = Path(args.record or data_path.with_suffix(".model.json"))
     record = {"book": str(book.name), "base_model": args.model, "endpoint": args.endpoint, "alias": alias,
               "training_data": str(data_path), "examples": len(examples), **job,

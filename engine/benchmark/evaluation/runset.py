@@ -1,12 +1,15 @@
 """Run folders read together: one run, many runs, or the shards of one run.
 
 `load_runs(paths)` reads each folder's `results.jsonl` and `run.json` and
-groups the records by configuration: (book, judge, model, mode). Folders of
+groups the records by configuration: (book, judge, model, mode), the mode
+labelled with what else tells two folders' runs apart (embedding model,
+params: "rag-paragraph [embed local:minilm]"). Folders of
 the same book and judge are merged: the shards of one evaluation
 (`tulving run --shard i/n`) become the run they split, and different runs
 of the same book side by side become one multi-model run. A (model, mode,
-question) found in two folders of the same book and judge is kept once (the
-first folder given wins) and counted in `duplicates`.
+question) found in two folders of the same configuration is kept once and
+counted in `duplicates` when the folders agree on it; when they disagree
+(answer or F1), loading stops with one line.
 
 `RunSet.summaries()` gives per (book, judge) the content of `scores.json`
 (report.summarize over the merged records and the merged run.json), so the
@@ -15,6 +18,7 @@ figures differ (wall_seconds, and calls/cache hits when the caches differed).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,17 +127,71 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _add_records(groups: dict[RunKey, dict[int, ResultRecord]], records: Iterable[ResultRecord], book: str) -> int:
-    """File a folder's records by configuration; a question already filed is kept: return how many were."""
+def _add_records(groups: dict[RunKey, dict[int, ResultRecord]], records: Iterable[ResultRecord], book: str,
+                 folder: Path) -> int:
+    """File a folder's records by configuration; a question already filed is
+    kept when both folders agree on it (return how many were), refused when
+    they disagree: those are not the same configuration's results."""
     duplicates = 0
     for r in records:
         key = RunKey(book=book, judge=r.judge, model=r.model, mode=r.mode)
         bucket = groups.setdefault(key, {})
         if r.q_idx in bucket:
+            kept = bucket[r.q_idx]
+            if (kept.answer, kept.f1) != (r.answer, r.f1):
+                raise TulvingError(f"{folder}: {r.model} / {r.mode} question {r.q_idx} disagrees with the same "
+                                   f"configuration's result in an earlier folder (answer or F1 differ): report "
+                                   f"them apart, or record what distinguishes them (--embed-model, --temperature)")
             duplicates += 1
             continue
         bucket[r.q_idx] = r
     return duplicates
+
+
+# What distinguishes two runs of the same (book, judge, model, mode) besides shards and samples.
+def _variant(run: Mapping[str, Any] | None, model: str, mode: str) -> dict[str, Any]:
+    run = run or {}
+    raw = run.get("configuration")
+    conf: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
+    variant: dict[str, Any] = {}
+    if mode.startswith("rag") and run.get("embed_model"):
+        variant["embed"] = run["embed_model"]
+    resolved = (conf.get("resolved") or {}).get(model)
+    if isinstance(resolved, dict):
+        variant["model id"] = resolved.get("model")
+        variant.update({k: v for k, v in (resolved.get("params") or {}).items()})
+    return variant
+
+
+def _relabel(loaded: list[tuple[Path, list[ResultRecord], dict[str, Any] | None]]
+             ) -> list[tuple[Path, list[ResultRecord], dict[str, Any] | None]]:
+    """Folders holding the same (model, mode) with different settings (an
+    embedding model, params...) get those settings in their mode's label, so
+    the report keeps them apart instead of dropping one."""
+    seen: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for _, records, run in loaded:
+        for model, mode in {(r.model, r.mode) for r in records}:
+            seen.setdefault((r_book(run), model, mode), []).append(_variant(run, model, mode))
+    out = []
+    for folder, records, run in loaded:
+        renamed: dict[tuple[str, str], str] = {}
+        for model, mode in {(r.model, r.mode) for r in records}:
+            variants = seen[(r_book(run), model, mode)]
+            mine = _variant(run, model, mode)
+            differ = sorted({k for v in variants for k in set(v) | set(mine) if v.get(k) != mine.get(k)})
+            if differ:
+                renamed[(model, mode)] = f"{mode} [{', '.join(f'{k} {mine.get(k)}' for k in differ)}]"
+        if renamed:
+            records = [dataclasses.replace(r, mode=renamed.get((r.model, r.mode), r.mode)) for r in records]
+            if run is not None:
+                run = {**run, "jobs": [{**j, "mode": renamed.get((j["model"], j["mode"]), j["mode"])}
+                                       for j in run.get("jobs", [])]}
+        out.append((folder, records, run))
+    return out
+
+
+def r_book(run: Mapping[str, Any] | None) -> str:
+    return str((run or {}).get("book") or "")
 
 
 def job_of(run: Mapping[str, Any], key: RunKey) -> dict[str, Any]:
@@ -149,17 +207,18 @@ def load_runs(paths: Iterable[str | Path]) -> RunSet:
     per_group_runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     groups: dict[RunKey, dict[int, ResultRecord]] = {}
     duplicates = 0
+    loaded = []
     for folder in folders:
         if not (folder / RESULTS_FILE).is_file():
             raise TulvingError(f"{folder}: no {RESULTS_FILE} (not a run folder)")
-        records = load_results(folder)
-        run = _read_run_json(folder)
+        loaded.append((folder, load_results(folder), _read_run_json(folder)))
+    for folder, records, run in _relabel(loaded):
         book = str((run or {}).get("book") or folder.name)
         judges = sorted({r.judge for r in records}) or [str((run or {}).get("judge") or "")]
         for judge in judges:
             per_group_runs.setdefault((book, judge), []).append(
                 run if run is not None else {"book": book, "judge": judge, "jobs": []})
-        duplicates += _add_records(groups, records, book)
+        duplicates += _add_records(groups, records, book, folder)
     runs = {}
     for (book, judge), found in sorted(per_group_runs.items()):
         merged = merge_run_records(found)
