@@ -273,3 +273,22 @@ async def test_the_leaderboard_shows_seeded_95_percent_intervals(tmp_path):
 
 def test_p_values_that_underflow_are_printed_as_a_bound():
     assert p_is(0.0) == "p < 1e-300" and p_is(1e-320) == "p < 1e-300" and p_is(0.0123) == "p = 0.0123"
+
+
+async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path):
+    e = env(tmp_path)
+    steps = [("generate", "--events", "40", "--model", "builtin:writer", "--out", "book"),
+             ("book", "realism", "book", "--model", "builtin:writer"),
+             ("run", "--book", "book", "--models", "builtin:reader", "--out", "run")]
+    for step in steps:
+        code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
+        assert code == 0, err
+    ratings = {r["chapter"]: r["realism"] for r in json.loads((tmp_path / "book" / "realism.json").read_text())}
+    split = json.loads((tmp_path / "run" / "scores.json").read_text())["realism"]["builtin:reader / in-context"]
+    records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    realistic = [r for r in records if r["get"] == "all" and r["chapters"]
+                 and all(ratings[c] >= 4 for c in r["chapters"])]
+    assert split["n"]["realistic"] == len(realistic) > 0 and split["n"]["non-realistic"] > 0
+    assert 0 < split["p_two_sided"] <= 1
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Realistic vs non-realistic events" in report and "Mann-Whitney U two-sided p" in report

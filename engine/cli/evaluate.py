@@ -46,7 +46,7 @@ from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
 from engine.benchmark.evaluation.provenance import command_line, provenance, utc_now
 from engine.benchmark.evaluation.questions import Question
-from engine.benchmark.evaluation.report import Scores, leaderboard_text, render_markdown, summarize
+from engine.benchmark.evaluation.report import Scores, add_realism, leaderboard_text, render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
 from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, spent_before
 from engine.benchmark.generation.bookdir import Book, check_output_folder
@@ -160,6 +160,9 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
                     "and CSV), figures/ (PNG and SVG), scores.json.")
     p.add_argument("run_dir", nargs="+", help="run folder(s) holding results.jsonl")
     p.add_argument("--out", metavar="DIR", help="report folder to write (index.html, tables, figures)")
+    p.add_argument("--realism", metavar="FILE",
+                   help="realism.json of the book (`tulving book realism`): adds the realistic vs non-realistic "
+                        "split and its test (default: the book folder's realism.json when there is one)")
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(
@@ -457,6 +460,7 @@ def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / RESULTS_FILE, records)
     summary = summarize(records, run)
+    _add_realism(summary, records, None, run)
     (out / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "report.md").write_text(render_markdown(summary))
     (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
@@ -615,6 +619,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.realism and (args.out or len(args.run_dir) > 1):
+        raise TulvingError("--realism applies to one RUN_DIR re-rendered in place (without --out)")
     if args.out or len(args.run_dir) > 1:
         return cmd_report_folder(args)
     run_dir = Path(args.run_dir[0])
@@ -631,10 +637,24 @@ def cmd_report(args: argparse.Namespace) -> int:
                 for j in run.get("jobs", [])):
             raise TulvingError(f"{run_path}: not a run record (expected an object with a list of jobs)")
     summary = summarize(records, run)
+    _add_realism(summary, records, args.realism, run)
     (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary))
     print(leaderboard_text(summary))
     return 0
+
+
+def _add_realism(summary: Scores, records: Sequence[ResultRecord], realism: str | None,
+                 run: dict[str, Any] | None) -> None:
+    """The realism split when ratings are given (--realism) or lie in the run's book folder."""
+    from engine.benchmark.evaluation.realism import REALISM_FILE, load_ratings
+
+    path = Path(realism) if realism else None
+    if path is None and run and run.get("book_path"):
+        found = Path(run["book_path"]) / REALISM_FILE
+        path = found if found.is_file() else None
+    if path is not None:
+        add_realism(summary, records, load_ratings(path))
 
 
 def cmd_report_folder(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
 from engine.benchmark.evaluation.intervals import score_intervals
+from engine.benchmark.evaluation.realism import RealismSplit, realism_markdown, realism_split
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
 from engine.benchmark.evaluation.statistics import format_ranking, rank_runs
@@ -113,6 +114,7 @@ class Scores(TypedDict):
     ranking: NotRequired[Ranking]
     provenance: NotRequired[dict[str, Any]]       # run.json's: version, commit, command, models, times
     intervals: NotRequired[str]                   # how the intervals were computed
+    realism: NotRequired[dict[str, RealismSplit]]  # "model / mode" -> the realism ablation (realism.py)
 
 
 BASELINE_NOTES = {
@@ -428,6 +430,8 @@ def render_markdown(summary: Scores) -> str:
     if summary.get("ranking"):
         parts.append("## Overall comparison (the paper's critical-difference analysis)\n\n```\n"
                      + summary["ranking"]["text"] + "\n```")
+    if summary.get("realism"):
+        parts.append(realism_markdown(summary["realism"]))
     if summary.get("provenance"):
         parts.append(provenance_markdown(summary["provenance"]))
     baselines = sorted({row["model"] for row in summary["runs"] if row["model"] in BASELINE_NOTES})
@@ -451,3 +455,11 @@ def provenance_markdown(prov: Mapping[str, Any]) -> str:
         lines.append(f"- model {name}: {m.get('model')} via {endpoints}; params {json.dumps(m.get('params'))}; "
                      f"prices {json.dumps(m.get('prices'))}")
     return "## Provenance\n\n" + "\n".join(printable(line) for line in lines)
+
+
+def add_realism(summary: Scores, records: Iterable[ResultRecord], ratings: Mapping[int, int]) -> None:
+    """The realism ablation of every configuration, from the book's chapter ratings."""
+    groups: dict[str, list[ResultRecord]] = {}
+    for r in records:
+        groups.setdefault(f"{r.model} / {r.mode}", []).append(r)
+    summary["realism"] = {name: realism_split(recs, ratings) for name, recs in groups.items()}
