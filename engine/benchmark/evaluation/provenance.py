@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 import engine
@@ -43,10 +43,10 @@ _SECRET_OPTION = re.compile(r"^--?[\w-]*(key|token|secret|password)[\w-]*$", re.
 
 
 class ModelProvenance(TypedDict):
-    endpoints: list[dict[str, Any]]   # name, kind, base_url of each endpoint the alias may use
+    endpoints: list[dict[str, str | None]]   # name, kind, base_url of each endpoint the alias may use
     model: str                        # the provider's model id
-    params: dict[str, Any]
-    prices: dict[str, Any]
+    params: dict[str, object]
+    prices: dict[str, object]
 
 
 def utc_now() -> str:
@@ -129,7 +129,7 @@ def model_provenance(config: Config, name: str) -> ModelProvenance:
 
 
 def provenance(config: Config, models: Iterable[str], *, argv: Sequence[str], started: str, ended: str,
-               cache: str | None) -> dict[str, Any]:
+               cache: str | None) -> dict[str, object]:
     """run.json's `provenance` (see the module docstring)."""
     return {
         "tulving_version": engine.__version__,

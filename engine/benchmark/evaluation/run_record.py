@@ -18,7 +18,6 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from engine.benchmark.evaluation.results import RESULTS_FILE
 from engine.config import Config
@@ -26,6 +25,7 @@ from engine.spending import SpendingRow, merge_rows
 from providers.base import TulvingError
 
 RUN_FILE = "run.json"
+Json = dict[str, object]  # a JSON object as read or written
 
 
 def file_digest(path: str | Path | None) -> str | None:
@@ -35,11 +35,11 @@ def file_digest(path: str | Path | None) -> str | None:
 
 
 def configuration(config: Config, *, book: str, questions_file: str | None, models: Sequence[str] | None,
-                  modes: Sequence[str] | None, judge: str, embed_model: str | None, settings: Mapping[str, Any]
-                  ) -> dict[str, Any]:
+                  modes: Sequence[str] | None, judge: str, embed_model: str | None, settings: Mapping[str, object]
+                  ) -> Json:
     """What makes a run's results what they are. `models` None: the built-in
     default run. `settings`: sample, local_sample, shard, repeats, temperature, max_tokens."""
-    def resolved(name: str) -> dict[str, Any]:
+    def resolved(name: str) -> Json:
         alias = config.alias(name)
         return {"model": alias.model, "params": dict(alias.params)}
 
@@ -49,7 +49,7 @@ def configuration(config: Config, *, book: str, questions_file: str | None, mode
             **{k: v for k, v in settings.items() if v is not None}}
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path) -> Json | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -57,12 +57,12 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _difference(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+def _difference(old: Mapping[str, object], new: Mapping[str, object]) -> str:
     keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
     return ", ".join(f"{k} {json.dumps(old.get(k))} here, {json.dumps(new.get(k))} now" for k in keys[:2])
 
 
-def check_out_folder(out: Path, wanted: Mapping[str, Any], *, overwrite: bool) -> dict[str, Any] | None:
+def check_out_folder(out: Path, wanted: Mapping[str, object], *, overwrite: bool) -> Json | None:
     """The run.json of the run `out` holds when it is of the `wanted`
     configuration (a resume); None when `out` holds no run or --overwrite
     replaces it. Raises one line when it holds another configuration's run."""
@@ -83,12 +83,12 @@ def _paid(rows: object) -> float:
     return sum(float(r.get("spent_usd", 0.0) or 0.0) for r in rows if isinstance(r, dict))
 
 
-def spent_before(previous: Mapping[str, Any] | None) -> float:
+def spent_before(previous: Mapping[str, object] | None) -> float:
     """USD the earlier invocations of this run spent (their added-up spending rows)."""
     return _paid((previous or {}).get("spending"))
 
 
-def carried_spending(previous: Mapping[str, Any] | None, rows: Sequence[SpendingRow]) -> list[SpendingRow]:
+def carried_spending(previous: Mapping[str, object] | None, rows: Sequence[SpendingRow]) -> list[SpendingRow]:
     """Every invocation's spending added up per (model, role): what the run cost so far."""
     before = (previous or {}).get("spending")
     return merge_rows([before, rows] if isinstance(before, list) else [rows])

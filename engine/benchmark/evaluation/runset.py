@@ -148,27 +148,30 @@ def _add_records(groups: dict[RunKey, dict[int, ResultRecord]], records: Iterabl
     return duplicates
 
 
+Loaded = tuple[Path, list[ResultRecord], "dict[str, Any] | None"]  # a folder, its records, its run.json
+
+
 # What distinguishes two runs of the same (book, judge, model, mode) besides shards and samples.
-def _variant(run: Mapping[str, Any] | None, model: str, mode: str) -> dict[str, Any]:
+def _variant(run: Mapping[str, object] | None, model: str, mode: str) -> dict[str, object]:
     run = run or {}
     raw = run.get("configuration")
-    conf: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
-    variant: dict[str, Any] = {}
+    conf: Mapping[str, object] = raw if isinstance(raw, dict) else {}
+    variant: dict[str, object] = {}
     if mode.startswith("rag") and run.get("embed_model"):
         variant["embed"] = run["embed_model"]
-    resolved = (conf.get("resolved") or {}).get(model)
+    every = conf.get("resolved")
+    resolved = every.get(model) if isinstance(every, dict) else None
     if isinstance(resolved, dict):
         variant["model id"] = resolved.get("model")
         variant.update({k: v for k, v in (resolved.get("params") or {}).items()})
     return variant
 
 
-def _relabel(loaded: list[tuple[Path, list[ResultRecord], dict[str, Any] | None]]
-             ) -> list[tuple[Path, list[ResultRecord], dict[str, Any] | None]]:
+def _relabel(loaded: list[Loaded]) -> list[Loaded]:
     """Folders holding the same (model, mode) with different settings (an
     embedding model, params...) get those settings in their mode's label, so
     the report keeps them apart instead of dropping one."""
-    seen: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    seen: dict[tuple[str, str, str], list[dict[str, object]]] = {}
     for _, records, run in loaded:
         for model, mode in {(r.model, r.mode) for r in records}:
             seen.setdefault((r_book(run), model, mode), []).append(_variant(run, model, mode))
@@ -190,7 +193,7 @@ def _relabel(loaded: list[tuple[Path, list[ResultRecord], dict[str, Any] | None]
     return out
 
 
-def r_book(run: Mapping[str, Any] | None) -> str:
+def r_book(run: Mapping[str, object] | None) -> str:
     return str((run or {}).get("book") or "")
 
 
