@@ -86,7 +86,10 @@ def _percentiles(draws: np.ndarray | None) -> list[float] | None:
 
 
 def score_intervals(records: Sequence[ResultRecord], seed: int = SEED) -> Intervals:
-    """The intervals of one configuration's records (None where the score is undefined)."""
+    """The intervals of one configuration's records (None where the score is
+    undefined, or fewer than 2 questions were scored: no spread to resample)."""
+    if sum(1 for r in records if r.f1 is not None) < 2:
+        return Intervals(None, None)
     rng = np.random.default_rng(seed)
     order = _order(records, rng)
     latest = _latest(records, rng)
