@@ -442,7 +442,11 @@ def render_markdown(summary: Scores) -> str:
 
 
 def provenance_markdown(prov: Mapping[str, Any]) -> str:
-    """report.md's "Provenance": what the run was made with (no secret is ever in it)."""
+    """report.md's "Provenance": what the run was made with (no secret is ever
+    in it); merged runs (shards, several folders): each one's."""
+    if isinstance(prov.get("runs"), list):
+        return "\n\n".join(provenance_markdown(p).replace("## Provenance", f"## Provenance of run {i + 1}")
+                             for i, p in enumerate(prov["runs"]))
     packages = ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items())
     lines = [f"- Tulving {prov.get('tulving_version')}, commit {prov.get('git_commit') or 'unknown (not a checkout)'}",
              f"- command: `{' '.join(prov.get('command') or [])}`",
