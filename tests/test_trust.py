@@ -292,3 +292,38 @@ async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_diff
     assert 0 < split["p_two_sided"] <= 1
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Realistic vs non-realistic events" in report and "Mann-Whitney U two-sided p" in report
+
+
+async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tmp_path):
+    import random
+
+    picks = random.Random(7)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    asked: list[str] = []
+
+    def reply(api: str, body: dict) -> str:
+        asked.append(body["model"])
+        return " ".join(picks.sample(words, 2))  # a model whose answers vary from call to call
+
+    async with LoopbackServer(reply=reply) as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+                          '[models.noisy]\nendpoint = "loop"\nmodel = "noisy"\nprice_in = 0.0\nprice_out = 0.0\n')
+        e = env(tmp_path)
+        args = ["--quiet", "--config", str(config), "--cache", "c.sqlite", "run", "--models", "noisy", "--sample",
+                "40", "--repeats", "3", "--out", "out"]
+        code, out, err = await run_cli(tmp_path, *args, environ=e)
+        assert code == 0, err
+        assert len(asked) == 3 * 40  # three independent draws of every answer, none joined or cached
+        spread = json.loads((tmp_path / "out" / "run.json").read_text())["repeats"]["noisy / in-context"]
+        assert spread["repeats"] == 3 and len(spread["simple_recall"]["values"]) == 3
+        assert spread["simple_recall"]["sd"] is not None
+        assert "run-to-run spread over 3 repeats, noisy / in-context" in out
+        for k in (2, 3):
+            assert len((tmp_path / "out" / f"results-repeat-{k}.jsonl").read_text().splitlines()) == 40
+        assert "## Run-to-run spread (--repeats)" in (tmp_path / "out" / "report.md").read_text()
+        # A rerun replays every repeat from the cache: the same spread, no call.
+        code, out, err = await run_cli(tmp_path, *args, environ=e)
+        assert code == 0, err
+        assert len(asked) == 120
+        assert json.loads((tmp_path / "out" / "run.json").read_text())["repeats"]["noisy / in-context"] == spread

@@ -46,6 +46,7 @@ from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
 from engine.benchmark.evaluation.provenance import command_line, provenance, utc_now
 from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.repeats import repeat_file, repeat_spread
 from engine.benchmark.evaluation.report import Scores, add_realism, leaderboard_text, render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
 from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, spent_before
@@ -118,6 +119,9 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
                    help="sampling temperature of the answering models (default: each alias's params)")
     p.add_argument("--max-tokens", type=positive_int, metavar="N",
                    help="output-token limit of the answering models (default: each alias's params)")
+    p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
+                   help="ask every answer N times as independent draws (cached apart), each judged and scored: "
+                        "the report gives the run-to-run spread (default %(default)s)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run --out holds even when it is of another configuration")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
@@ -278,7 +282,8 @@ def _configuration(args: argparse.Namespace, config: Config, book: Book, default
         modes=None if default_run else args.modes, judge=args.judge, embed_model=args.embed_model,
         settings={"sample": args.sample, "local_sample": args.local_sample,
                   "shard": "{}/{}".format(*args.shard) if args.shard else None,
-                  "temperature": args.temperature, "max_tokens": args.max_tokens})
+                  "temperature": args.temperature, "max_tokens": args.max_tokens,
+                  "repeats": args.repeats if args.repeats > 1 else None})
 
 
 def _minilm_installed() -> bool:
@@ -341,9 +346,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
         else:
             jobs = _plan(args, questions, models, modes)
         jobs = _shard(args, jobs)
-        evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
-                                             embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
-                                             else None)
+        evaluation, extra = await _evaluate_repeats(engine, args, config, book, questions, jobs, embed_model)
     # After closing: the cache's last writes (and their failures) are counted by then.
     engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
     engine_stats.pop("notices", None)
@@ -352,8 +355,10 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     if getattr(args, "shard", None):
         run["shard"] = "{}/{}".format(*args.shard)
     _add_history(run, args, config, jobs)
+    if extra:
+        run["repeats"] = repeat_spread([evaluation.records, *extra])
     try:
-        summary = write_run(out, evaluation.records, run)
+        summary = write_run(out, evaluation.records, run, extra)
     except OSError as exc:
         lost = int(engine_stats.get("cache_write_errors", 0))
         then = (f"and {lost} replies could not be stored in the cache {getattr(args, 'cache', '')} either: a rerun "
@@ -364,8 +369,30 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
         for line in spending_lines(run["spending_this_invocation"]):
             print(line, file=sys.stderr)
     print(leaderboard_text(summary))
+    for name, spread in run.get("repeats", {}).items():
+        sr, ca = spread["simple_recall"], spread["chronological_awareness"]
+        print(f"run-to-run spread over {spread['repeats']} repeats, {name}: Simple Recall {sr['mean']} "
+              f"(sd {sr['sd']}), Chronological Awareness {ca['mean']} (sd {ca['sd']})")
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
-    return run_exit_code(evaluation.records, engine_stats, args)
+    return run_exit_code([*evaluation.records, *(r for rs in extra for r in rs)], engine_stats, args)
+
+
+async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Config, book: Book,
+                            questions: list[Question], jobs: list[pipeline.Job], embed_model: str
+                            ) -> tuple[pipeline.Evaluation, list[list[ResultRecord]]]:
+    """The run, then its repeats 2..N (--repeats): the same jobs with answers
+    drawn anew (draw k), judged anew; their spending joins the run's."""
+    embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
+    evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed)
+    extra = []
+    for k in range(1, args.repeats):
+        again = await pipeline.evaluate(engine, config, book, questions,
+                                        [dataclasses.replace(j, draw=k) for j in jobs],
+                                        judge=args.judge, embed_model=embed)
+        for row in again.spending.rows():
+            evaluation.spending.row(row["model"], row["role"]).add(row)
+        extra.append(again.records)
+    return evaluation, extra
 
 
 def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
@@ -456,9 +483,12 @@ def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, 
     run["spending"] = carried_spending(args.previous, run["spending"])
 
 
-def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -> Scores:
+def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any],
+              repeats: Sequence[Sequence[ResultRecord]] = ()) -> Scores:
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / RESULTS_FILE, records)
+    for k, again in enumerate(repeats, start=2):
+        write_results(out / repeat_file(k), again)
     summary = summarize(records, run)
     _add_realism(summary, records, None, run)
     (out / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")

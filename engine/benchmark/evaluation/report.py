@@ -20,6 +20,7 @@ import numpy as np
 from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
 from engine.benchmark.evaluation.intervals import score_intervals
 from engine.benchmark.evaluation.realism import RealismSplit, realism_markdown, realism_split
+from engine.benchmark.evaluation.repeats import RepeatSpread, spread_markdown
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
 from engine.benchmark.evaluation.statistics import format_ranking, rank_runs
@@ -115,6 +116,7 @@ class Scores(TypedDict):
     provenance: NotRequired[dict[str, Any]]       # run.json's: version, commit, command, models, times
     intervals: NotRequired[str]                   # how the intervals were computed
     realism: NotRequired[dict[str, RealismSplit]]  # "model / mode" -> the realism ablation (realism.py)
+    repeats: NotRequired[dict[str, RepeatSpread]]  # "model / mode" -> run-to-run spread (--repeats, repeats.py)
 
 
 BASELINE_NOTES = {
@@ -235,6 +237,8 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
         out["spending"] = list(run["spending"])  # by model and role: calls, tokens, spent, caching saving
     if run and run.get("provenance"):
         out["provenance"] = dict(run["provenance"])
+    if run and run.get("repeats"):
+        out["repeats"] = dict(run["repeats"])
     out["intervals"] = INTERVALS_NOTE
     ranking = _ranking(groups, rows)
     if ranking is not None:
@@ -430,6 +434,8 @@ def render_markdown(summary: Scores) -> str:
     if summary.get("ranking"):
         parts.append("## Overall comparison (the paper's critical-difference analysis)\n\n```\n"
                      + summary["ranking"]["text"] + "\n```")
+    if summary.get("repeats"):
+        parts.append(spread_markdown(summary["repeats"]))
     if summary.get("realism"):
         parts.append(realism_markdown(summary["realism"]))
     if summary.get("provenance"):

@@ -99,7 +99,7 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     first = runs[0]
     merged: dict[str, Any] = {k: v for k, v in first.items()
                               if k not in ("jobs", "shard", "engine", "retrieval", "spending", "provenance",
-                                           "configuration", "invocations", "spending_this_invocation")}
+                                           "configuration", "invocations", "spending_this_invocation", "repeats")}
     provenances = [r["provenance"] for r in runs if isinstance(r.get("provenance"), dict)]
     if provenances:  # each execution's own: who ran what, when, with which versions
         merged["provenance"] = provenances[0] if len(runs) == 1 else {"runs": provenances}
