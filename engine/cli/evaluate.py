@@ -537,6 +537,9 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    if args.repeats > 1:
+        print(f"--repeats {args.repeats}: the answer and judge calls above are for one repeat; each further "
+              f"repeat draws its answers anew (about {args.repeats} times the calls and cost in all)")
     if args.batch:
         def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
             for job in jobs:
