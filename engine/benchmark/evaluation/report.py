@@ -231,19 +231,25 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
         "questions": (run or {}).get("questions") or max((len(v) for v in groups.values()), default=0),
         "runs": rows,
     }
-    if run and run.get("embed_model"):
-        out["embed_model"] = run["embed_model"]
-    if run and run.get("spending"):
-        out["spending"] = list(run["spending"])  # by model and role: calls, tokens, spent, caching saving
-    if run and run.get("provenance"):
-        out["provenance"] = dict(run["provenance"])
-    if run and run.get("repeats"):
-        out["repeats"] = dict(run["repeats"])
+    _copy_run_parts(out, run or {})
     out["intervals"] = INTERVALS_NOTE
     ranking = _ranking(groups, rows)
     if ranking is not None:
         out["ranking"] = ranking
     return out
+
+
+def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
+    """What scores.json repeats of run.json: embedding model, spending (by
+    model and role), provenance, run-to-run spread."""
+    if run.get("embed_model"):
+        out["embed_model"] = run["embed_model"]
+    if run.get("spending"):
+        out["spending"] = list(run["spending"])
+    if run.get("provenance"):
+        out["provenance"] = dict(run["provenance"])
+    if run.get("repeats"):
+        out["repeats"] = dict(run["repeats"])
 
 
 SPENDING_HEAD = ["model", "role", "calls", "cached", "tokens in", "prompt cache read", "prompt cache written",

@@ -91,18 +91,26 @@ def _read_run_json(folder: Path) -> dict[str, Any] | None:
         raise TulvingError(f"{path}: not JSON ({exc})") from None
 
 
+# run.json keys of one execution, not carried into a merged record as they are.
+_PER_EXECUTION = ("jobs", "shard", "engine", "retrieval", "spending", "provenance", "configuration", "invocations",
+                  "spending_this_invocation", "repeats")
+
+
+def _merge_provenance(merged: dict[str, Any], runs: Sequence[Mapping[str, Any]]) -> None:
+    """Each execution's own provenance (who ran what, when, with which versions)."""
+    provenances = [r["provenance"] for r in runs if isinstance(r.get("provenance"), dict)]
+    if provenances:
+        merged["provenance"] = provenances[0] if len(runs) == 1 else {"runs": provenances}
+
+
 def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One run.json from several of the same book and judge (shards, or runs
     of different models): jobs of the same (model, mode) add their questions,
     calls, cache hits and spending; wall times are the longest (shards run
     side by side)."""
     first = runs[0]
-    merged: dict[str, Any] = {k: v for k, v in first.items()
-                              if k not in ("jobs", "shard", "engine", "retrieval", "spending", "provenance",
-                                           "configuration", "invocations", "spending_this_invocation", "repeats")}
-    provenances = [r["provenance"] for r in runs if isinstance(r.get("provenance"), dict)]
-    if provenances:  # each execution's own: who ran what, when, with which versions
-        merged["provenance"] = provenances[0] if len(runs) == 1 else {"runs": provenances}
+    merged: dict[str, Any] = {k: v for k, v in first.items() if k not in _PER_EXECUTION}
+    _merge_provenance(merged, runs)
     jobs: dict[tuple[str, str], dict[str, Any]] = {}
     for run in runs:
         for job in run.get("jobs", []):
