@@ -174,7 +174,7 @@ def test_rounds_that_depend_on_earlier_answers_are_successive_batches(tmp_path, 
     direct = subprocess.run([sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache",
                              "fresh.sqlite", *run, "--out", "direct"], cwd=tmp_path, env=env(), capture_output=True,
                             text=True, timeout=300)
-    assert direct.returncode == 0, direct.stderr
+    assert direct.returncode == 3, direct.stderr
     assert records(tmp_path / "batch") == records(tmp_path / "direct")
     assert scores(tmp_path / "batch") == scores(tmp_path / "direct")
     assert all(r.judge_failed and r.judge_draws == 4 for r in load_results(tmp_path / "batch" / "results.jsonl"))
