@@ -1,6 +1,6 @@
 """The run's spending cap (`--max-cost`): a hard cap, checked before a call is sent.
 
-    budget = Budget(max_cost=20.0)
+    budget = Budget(max_cost=20.0, spent_before=3.5)   # 3.5: spent by earlier invocations of the run
     refusal = budget.admit(alias, input_estimate, output_estimate)  # None: may send
     reserved = budget.reserve(alias, input_estimate, output_estimate)
     cost = budget.settle(reserved, alias, result)                    # what it cost (a result that came by
@@ -55,9 +55,10 @@ class Budget:
 
     __slots__ = ("max_cost", "spent", "reserved", "_waiters")
 
-    def __init__(self, max_cost: float | None = None) -> None:
+    def __init__(self, max_cost: float | None = None, spent_before: float = 0.0) -> None:
         self.max_cost = max_cost
-        self.spent = 0.0
+        # What earlier invocations of the same run already spent (run.json): the cap holds across resumes.
+        self.spent = spent_before
         self.reserved = 0.0
         self._waiters: set[Waiter] = set()
 
@@ -83,7 +84,7 @@ class Budget:
             return None
         estimate = worst_case(alias, input_tokens, output_tokens, batch=batch)
         if estimate > 0 and self.spent + self.reserved + estimate > self.max_cost:
-            return ProviderError(BUDGET, f"not sent: max cost ${self.max_cost:.2f} reached "
+            return ProviderError(BUDGET, f"not sent: --max-cost ${self.max_cost:.2f} reached "
                                          f"(spent ${self.spent:.2f}, this call up to ${estimate:.4f})")
         return None
 

@@ -159,7 +159,7 @@ def _request_chars(request: Request) -> int:
 class Engine:
     def __init__(self, config: Config, *, cache_path: str | None = None, progress: bool = False,
                  max_cost: float | None = None, window: int | None = None,
-                 retry_policy: RetryPolicy | None = None, batch: bool = False):
+                 retry_policy: RetryPolicy | None = None, batch: bool = False, spent_before: float = 0.0):
         self.config = config
         self.cache_path = cache_path
         self.progress = progress
@@ -171,7 +171,7 @@ class Engine:
         self._pools: dict[tuple[str, ...], Pool] = {}
         self._inflight: dict[str, Job] = {}
         self._seq = itertools.count()
-        self._budget = Budget(max_cost)
+        self._budget = Budget(max_cost, spent_before)  # spent_before: earlier invocations of a resumed run
         self._stats = EngineStats()
         self._opened_at = time.monotonic()
         self._closed = False

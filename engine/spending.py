@@ -6,7 +6,8 @@ tokens, dollars, and what provider prompt caching saved.
     spending.rows()                            # for run.json / scores.json
     spending.lines()                           # the run summary on stderr
 
-Per (model, role): `calls` (outcomes), `cached` (answered from Tulving's
+Per (model, role): `calls` (outcomes of calls asked, apart from `not_sent`:
+those --max-cost refused before sending), `cached` (answered from Tulving's
 cache, or by an identical call made for another request: free), and for the calls made: prompt tokens (`input_tokens`, of which
 `cache_read_tokens` / `cache_write_tokens` went through the provider's prompt
 cache), `output_tokens`, `spent_usd` (what the replies cost: prompt-cache
@@ -25,7 +26,7 @@ from typing import SupportsFloat, SupportsInt, TypedDict, cast
 
 from engine.config import ModelAlias
 from engine.requests import Outcome
-from providers.base import ChatResult
+from providers.base import BUDGET, ChatResult
 
 ROLES = ("answer", "judge", "write", "embed")
 
@@ -45,6 +46,7 @@ class SpendingRow(TypedDict):
     list_usd: float
     caching_saved_usd: float
     usage_counted_locally: int
+    not_sent: int
 
 
 @dataclass(slots=True)
@@ -61,11 +63,12 @@ class RoleUsage:
     list_usd: float = 0.0
     caching_saved_usd: float = 0.0
     usage_counted_locally: int = 0  # replies without the server's usage: tokens counted here
+    not_sent: int = 0  # refused by --max-cost before sending: neither a call nor a cost
 
     def add(self, other: Mapping[str, object]) -> None:
         """Add a row read back from a results file (missing or empty figures count 0)."""
         for name in ("calls", "cached", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-                     "output_tokens", "usage_counted_locally"):
+                     "output_tokens", "usage_counted_locally", "not_sent"):
             setattr(self, name, getattr(self, name) + int(cast(SupportsInt, other.get(name, 0) or 0)))
         for name in ("spent_usd", "list_usd", "caching_saved_usd"):
             setattr(self, name, getattr(self, name) + float(cast(SupportsFloat, other.get(name, 0.0) or 0.0)))
@@ -94,6 +97,9 @@ class Spending:
 
     def add(self, role: str, alias: ModelAlias, outcome: Outcome) -> None:
         row = self.row(alias.name, role)
+        if outcome.error is not None and outcome.error.kind == BUDGET:
+            row.not_sent += 1
+            return
         row.calls += 1
         if outcome.cached or outcome.joined:  # no call of its own: free
             row.cached += 1
@@ -145,7 +151,8 @@ def spending_lines(rows: Iterable[SpendingRow]) -> list[str]:
         cache = ""
         if r["cache_read_tokens"] or r["cache_write_tokens"]:
             cache = f" (prompt cache: {r['cache_read_tokens']:,} read, {r['cache_write_tokens']:,} written)"
-        lines.append(f"  {r['model']} {r['role']}: {r['calls']} calls ({r['cached']} cached), "
+        unsent = f", {r['not_sent']} not sent (--max-cost)" if r.get("not_sent") else ""
+        lines.append(f"  {r['model']} {r['role']}: {r['calls']} calls ({r['cached']} cached{unsent}), "
                      f"{r['input_tokens']:,} tokens in{cache}, {r['output_tokens']:,} out, "
                      f"${r['spent_usd']:.4f}")
     spent = sum(r["spent_usd"] for r in rows)

@@ -1,10 +1,24 @@
 """Fixtures shared by the test modules: the published books and their
 question sets, loaded once per test session (loading re-runs the exact checks
-on every chapter; building questions takes a second). Tests only read them."""
-import pytest
+on every chapter; building questions takes a second). Tests only read them.
 
-from engine.benchmark.evaluation.questions import build_questions
-from engine.benchmark.generation import load_book
+The user's cache and config directories (XDG) point into a temporary folder
+for the whole session, before any engine module reads them: no test writes
+to the real home, and no user config changes what a test sees."""
+import atexit
+import os
+import shutil
+import tempfile
+
+_HOME = tempfile.mkdtemp(prefix="tulving-tests-home-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+os.environ["XDG_CACHE_HOME"] = os.path.join(_HOME, "cache")
+os.environ["XDG_CONFIG_HOME"] = os.path.join(_HOME, "config")
+
+import pytest  # noqa: E402
+
+from engine.benchmark.evaluation.questions import build_questions  # noqa: E402
+from engine.benchmark.generation import load_book  # noqa: E402
 
 
 @pytest.fixture(scope="session")

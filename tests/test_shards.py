@@ -41,6 +41,7 @@ def test_shards_partition_the_jobs_whatever_the_order_of_models(short_questions)
 def _scores(path):
     data = json.loads(path.read_text())
     data.pop("spending", None)  # calls, tokens and dollars of one execution (by model and role)
+    data.pop("provenance", None)  # who ran it, when, with which versions: each execution's own
     for row in data["runs"]:
         for key in EXECUTION:
             row.pop(key, None)

@@ -31,6 +31,7 @@ A run folder holds:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -43,12 +44,15 @@ from typing import Any
 
 from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
+from engine.benchmark.evaluation.provenance import command_line, provenance, utc_now
 from engine.benchmark.evaluation.questions import Question
-from engine.benchmark.evaluation.report import Scores, leaderboard_text, render_markdown, summarize
+from engine.benchmark.evaluation.repeats import repeat_file, repeat_spread
+from engine.benchmark.evaluation.report import Scores, add_realism, leaderboard_text, render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
+from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, spent_before
 from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
-from engine.cli.argtypes import csv_list, positive_int
+from engine.cli.argtypes import csv_list, non_negative_float, positive_int
 from engine.cli.common import (
     check_models,
     dry_run_estimate,
@@ -105,17 +109,28 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--judge", default=DEFAULT_JUDGE, help="judge model alias (default %(default)s)")
     p.add_argument("--embed-model", help=f"embedding model alias for RAG modes (default {DEFAULT_EMBED}; "
                                          f"{OFFLINE_EMBED} offline)")
-    p.add_argument("--out", metavar="DIR", help="run folder (default runs/<book>)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default runs/<book>); one holding a run of another "
+                                                "configuration is refused (see --overwrite), one of the same "
+                                                "configuration is resumed")
     p.add_argument("--local-sample", type=positive_int, metavar="N",
                    help=f"run {LOCAL_LLM} on N questions spread over the set "
                         f"(default run: {DEFAULT_LOCAL_SAMPLE}; else all)")
     p.add_argument("--sample", type=positive_int, metavar="N",
                    help="run every model on N questions spread over the set")
-    p.add_argument("--dry-run", action="store_true", help="print how many calls the run needs and how many "
-                                                         "the cache holds; call nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the calls the run needs, how many the cache "
+                                                         "holds and what the rest would cost; call nothing")
     p.add_argument("--batch", action="store_true",
                    help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
                         "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
+    p.add_argument("--temperature", type=non_negative_float,
+                   help="sampling temperature of the answering models (default: each alias's params)")
+    p.add_argument("--max-tokens", type=positive_int, metavar="N",
+                   help="output-token limit of the answering models (default: each alias's params)")
+    p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
+                   help="ask every answer N times as independent draws (cached apart), each judged and scored: "
+                        "the report gives the run-to-run spread (default %(default)s)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run --out holds even when it is of another configuration")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
                    help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
                         "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
@@ -156,6 +171,9 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
                     "and CSV), figures/ (PNG and SVG), scores.json.")
     p.add_argument("run_dir", nargs="+", help="run folder(s) holding results.jsonl")
     p.add_argument("--out", metavar="DIR", help="report folder to write (index.html, tables, figures)")
+    p.add_argument("--realism", metavar="FILE",
+                   help="realism.json of the book (`tulving book realism`): adds the realistic vs non-realistic "
+                        "split and its test (default: the book folder's realism.json when there is one)")
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(
@@ -239,11 +257,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_models(config, args, [*models, args.judge, args.embed_model or ""])
     if args.batch and args.models:
         _refuse_batch_without_api(config, args.models)
+    _override_params(config, models, args)
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
+    args.started = utc_now()
+    args.configuration = _configuration(args, config, book, default_run)
+    args.previous = None
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
+        args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
     return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
 
 
@@ -257,6 +280,29 @@ def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
             first = endpoints[0]
             raise TulvingError(f"--batch: {model} is served by endpoint {first.name!r} of kind {first.kind!r}, "
                                f"which has no batch API: run it without --batch")
+
+
+def _override_params(config: Config, models: list[str], args: argparse.Namespace) -> None:
+    """--temperature / --max-tokens: the answering models' aliases carry them
+    (so they reach the cache key, the estimate and the provenance)."""
+    override = {k: v for k, v in (("temperature", args.temperature), ("max_tokens", args.max_tokens))
+                if v is not None}
+    if not override:
+        return
+    for name in models:
+        alias = config.alias(name)
+        config.models[name] = dataclasses.replace(alias, params={**alias.params, **override})
+
+
+def _configuration(args: argparse.Namespace, config: Config, book: Book, default_run: bool) -> dict[str, Any]:
+    return configuration(
+        config, book=str(Path(book.path).resolve()) if book.path is not None else str(book.name),
+        questions_file=args.questions, models=None if default_run else args.models,
+        modes=None if default_run else args.modes, judge=args.judge, embed_model=args.embed_model,
+        settings={"sample": args.sample, "local_sample": args.local_sample,
+                  "shard": "{}/{}".format(*args.shard) if args.shard else None,
+                  "temperature": args.temperature, "max_tokens": args.max_tokens,
+                  "repeats": args.repeats if args.repeats > 1 else None})
 
 
 def _minilm_installed() -> bool:
@@ -310,7 +356,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
             jobs = _plan(args, questions, models, modes)
         jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
-    async with open_engine(args) as engine:
+    async with open_engine(args, spent_before=spent_before(args.previous)) as engine:
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
@@ -319,9 +365,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
         else:
             jobs = _plan(args, questions, models, modes)
         jobs = _shard(args, jobs)
-        evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge,
-                                             embed_model=embed_model if any(j.mode in A.RAG_MODES for j in jobs)
-                                             else None)
+        evaluation, extra = await _evaluate_repeats(engine, args, config, book, questions, jobs, embed_model)
     # After closing: the cache's last writes (and their failures) are counted by then.
     engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
     engine_stats.pop("notices", None)
@@ -329,8 +373,11 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     run = _run_record(book, questions, evaluation, wall, engine_stats)
     if getattr(args, "shard", None):
         run["shard"] = "{}/{}".format(*args.shard)
+    _add_history(run, args, config, jobs)
+    if extra:
+        run["repeats"] = repeat_spread([evaluation.records, *extra])
     try:
-        summary = write_run(out, evaluation.records, run)
+        summary = write_run(out, evaluation.records, run, extra)
     except OSError as exc:
         lost = int(engine_stats.get("cache_write_errors", 0))
         then = (f"and {lost} replies could not be stored in the cache {getattr(args, 'cache', '')} either: a rerun "
@@ -338,17 +385,40 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
                                                           "without new calls")
         raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
     if not getattr(args, "quiet", False):
-        for line in spending_lines(run["spending"]):
+        for line in spending_lines(run["spending_this_invocation"]):
             print(line, file=sys.stderr)
     print(leaderboard_text(summary))
+    for name, spread in run.get("repeats", {}).items():
+        sr, ca = spread["simple_recall"], spread["chronological_awareness"]
+        print(f"run-to-run spread over {spread['repeats']} repeats, {name}: Simple Recall {sr['mean']} "
+              f"(sd {sr['sd']}), Chronological Awareness {ca['mean']} (sd {ca['sd']})")
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
-    return run_exit_code(evaluation.records, engine_stats, args)
+    return run_exit_code([*evaluation.records, *(r for rs in extra for r in rs)], engine_stats, args)
+
+
+async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Config, book: Book,
+                            questions: list[Question], jobs: list[pipeline.Job], embed_model: str
+                            ) -> tuple[pipeline.Evaluation, list[list[ResultRecord]]]:
+    """The run, then its repeats 2..N (--repeats): the same jobs with answers
+    drawn anew (draw k), judged anew; their spending joins the run's."""
+    embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
+    evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed)
+    extra = []
+    for k in range(1, args.repeats):
+        again = await pipeline.evaluate(engine, config, book, questions,
+                                        [dataclasses.replace(j, draw=k) for j in jobs],
+                                        judge=args.judge, embed_model=embed)
+        for row in again.spending.rows():
+            evaluation.spending.row(row["model"], row["role"]).add(row)
+        extra.append(again.records)
+    return evaluation, extra
 
 
 def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
     """0 only when every planned answer and judgment exists; else say what is
     missing and why on stderr, and return the exit code that tells it apart
-    (engine/errors.py): --max-cost, storage, or calls that failed."""
+    (engine/errors.py): --max-cost (4), storage (5), calls that failed (3),
+    or a configuration without a single valid judgment (3: nothing to score)."""
     missing = incomplete_records(records)
     errors = engine_stats.get("errors") or {}
     budget = int(errors.get(BUDGET, 0))
@@ -367,7 +437,21 @@ def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any],
         _error(f"incomplete: {missing} results missing, {failed} calls failed ({_kinds(errors)}); rerun the same "
                f"command to retry them (finished calls are cached)")
         return EXIT_INCOMPLETE
+    unjudged = no_valid_judgments(records)
+    if unjudged:
+        _error(f"no valid judgments for {', '.join(unjudged)}: every judgment failed (see judge_error in "
+               f"results.jsonl; check the --judge model), so these are not scored nor ranked")
+        return EXIT_INCOMPLETE
     return 0
+
+
+def no_valid_judgments(records: Sequence[ResultRecord]) -> list[str]:
+    """The configurations ("model / mode") none of whose questions got a valid judgment."""
+    judged: dict[str, bool] = {}
+    for r in records:
+        name = f"{r.model} / {r.mode}"
+        judged[name] = judged.get(name, False) or r.f1 is not None
+    return [name for name, ok in judged.items() if not ok]
 
 
 def incomplete_records(records: Sequence[ResultRecord]) -> int:
@@ -406,10 +490,26 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
             "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
 
 
-def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any]) -> Scores:
+def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, jobs: list[pipeline.Job]) -> None:
+    """run.json's configuration, provenance and spending over every invocation of the run."""
+    run["configuration"] = args.configuration
+    models = [*(j.model for j in jobs), args.judge, *([run["embed_model"]] if run.get("embed_model") else [])]
+    run["provenance"] = provenance(config, models, argv=command_line(), started=args.started, ended=utc_now(),
+                                   cache=getattr(args, "cache", None))
+    previous = args.previous or {}
+    run["invocations"] = int(previous.get("invocations", 1)) + 1 if args.previous else 1
+    run["spending_this_invocation"] = run["spending"]
+    run["spending"] = carried_spending(args.previous, run["spending"])
+
+
+def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any],
+              repeats: Sequence[Sequence[ResultRecord]] = ()) -> Scores:
     out.mkdir(parents=True, exist_ok=True)
     write_results(out / RESULTS_FILE, records)
+    for k, again in enumerate(repeats, start=2):
+        write_results(out / repeat_file(k), again)
     summary = summarize(records, run)
+    _add_realism(summary, records, None, run)
     (out / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "report.md").write_text(render_markdown(summary))
     (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
@@ -456,6 +556,9 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    if args.repeats > 1:
+        print(f"--repeats {args.repeats}: the answer and judge calls above are for one repeat; each further "
+              f"repeat draws its answers anew (about {args.repeats} times the calls and cost in all)")
     if args.batch:
         def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
             for job in jobs:
@@ -554,7 +657,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     alias = args.alias or f"ft:{book.name}"
     base = config.models.get(args.model) or next((m for m in config.models.values() if m.model == args.model),
                                                  None)
-    snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base)
+    snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base, base_model=base.model if base else args.model)
     record_path = Path(args.record or data_path.with_suffix(".model.json"))
     record = {"book": str(book.name), "base_model": args.model, "endpoint": args.endpoint, "alias": alias,
               "training_data": str(data_path), "examples": len(examples), **job,
@@ -568,6 +671,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.realism and (args.out or len(args.run_dir) > 1):
+        raise TulvingError("--realism applies to one RUN_DIR re-rendered in place (without --out)")
     if args.out or len(args.run_dir) > 1:
         return cmd_report_folder(args)
     run_dir = Path(args.run_dir[0])
@@ -584,10 +689,24 @@ def cmd_report(args: argparse.Namespace) -> int:
                 for j in run.get("jobs", [])):
             raise TulvingError(f"{run_path}: not a run record (expected an object with a list of jobs)")
     summary = summarize(records, run)
+    _add_realism(summary, records, args.realism, run)
     (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
     (run_dir / "report.md").write_text(render_markdown(summary))
     print(leaderboard_text(summary))
     return 0
+
+
+def _add_realism(summary: Scores, records: Sequence[ResultRecord], realism: str | None,
+                 run: dict[str, Any] | None) -> None:
+    """The realism split when ratings are given (--realism) or lie in the run's book folder."""
+    from engine.benchmark.evaluation.realism import REALISM_FILE, load_ratings
+
+    path = Path(realism) if realism else None
+    if path is None and run and run.get("book_path"):
+        found = Path(run["book_path"]) / REALISM_FILE
+        path = found if found.is_file() else None
+    if path is not None:
+        add_realism(summary, records, load_ratings(path))
 
 
 def cmd_report_folder(args: argparse.Namespace) -> int:

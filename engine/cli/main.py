@@ -31,7 +31,7 @@ from engine import __version__
 from engine.cli import batches, bench, evaluate, generate, lifecycle, tools
 from engine.cli import cache as cache_commands
 from engine.cli.argtypes import non_negative_float
-from engine.cli.common import DEFAULT_CACHE
+from engine.cli.common import cache_notes, default_cache, default_config
 from engine.cli.lifecycle import Terminated
 from engine.errors import (
     EXIT_FAILED,
@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                "(see `tulving config check`). API keys are read from the environment variables the "
                "endpoints name.")
     parser.add_argument("--config", metavar="PATH", default=os.environ.get("TULVING_CONFIG"),
-                        help="TOML config (default: $TULVING_CONFIG, else built-in defaults)")
-    parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE", DEFAULT_CACHE),
+                        help=f"TOML config (default: $TULVING_CONFIG, else {default_config()} when it exists, "
+                             "else built-in defaults; `tulving config init` writes a starter)")
+    parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE") or default_cache(),
                         help="response cache, SQLite (default: $TULVING_CACHE, else %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     parser.add_argument("--version", action="version", version=f"tulving {__version__}",
@@ -100,6 +101,7 @@ def _print_err(line: str) -> None:
 
 
 _GLOBAL_VALUED = ("--config", "--cache", "--max-cost")
+_CALLING_COMMANDS = ("run", "generate", "finetune", "bench")  # commands that fill the response cache
 _GLOBAL_FLAGS = ("--quiet",)
 
 
@@ -188,6 +190,10 @@ def _main(argv: list[str]) -> int:
     if getattr(args, "func", None) is None:
         return _usage(parser)
     _install_uvloop()
+    args.cache_from_env = bool(os.environ.get("TULVING_CACHE"))
+    if getattr(args, "command", None) in _CALLING_COMMANDS and not getattr(args, "dry_run", False):
+        for note in cache_notes(args):
+            _print_err(f"note: {note}")
     try:
         return int(args.func(args) or 0)
     except TulvingError as exc:

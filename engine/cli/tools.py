@@ -8,9 +8,10 @@ import json
 import os
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 from engine.cli import probe
-from engine.cli.common import load_config
+from engine.cli.common import default_config, load_config
 from engine.cli.models_table import models_markdown
 from engine.cli.remote_models import availability, remote_models
 from engine.config import ENDPOINT_KEYS, MODEL_KEYS, Config
@@ -36,6 +37,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION")
     check = config_sub.add_parser("check", help="validate the config and print it merged (no secrets)")
     check.set_defaults(func=_cmd_config_check)
+    init = config_sub.add_parser("init", help=f"write a commented starter config (default {default_config()}; "
+                                               "never overwrites)")
+    init.add_argument("path", nargs="?", help="where to write it (default: the user's config file, read when "
+                                              "neither --config nor TULVING_CONFIG is given)")
+    init.set_defaults(func=_cmd_config_init)
     reference = config_sub.add_parser("reference", help="print the configuration reference (Markdown): every "
                                                         "endpoint and model key, and each provider kind's options")
     reference.set_defaults(func=_cmd_config_reference)
@@ -102,13 +108,53 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
         print(f"model = {alias.model!r}")
         if alias.params:
             print(f"params = {dict(alias.params)!r}")
-        for attr in ("price_in", "price_cached_in", "price_cache_write", "price_out", "context_tokens", "token_param",
-                     "retired", "shutdown", "replacement", "checked"):
+        for attr in ("price_in", "price_cached_in", "price_cache_write", "price_out", "batch_discount",
+                     "context_tokens", "token_param", "retired", "shutdown", "replacement", "checked"):
             if getattr(alias, attr) is not None:
                 print(f"{attr} = {getattr(alias, attr)!r}")
         if alias.reasoning:
             print("reasoning = true")
         print()
+    return 0
+
+
+STARTER = """\
+# Tulving configuration (TOML), merged over the built-in defaults: `tulving config check`
+# prints the result, `tulving config reference` lists every key.
+# Read when neither --config nor TULVING_CONFIG names another file.
+# API keys never go here: an endpoint names the environment variable that holds its key.
+
+# An endpoint: where and how to reach a provider account or server.
+# [endpoints.my-vllm]
+# kind = "openai"                      # openai | anthropic | ... (tulving config reference)
+# base_url = "http://localhost:8000/v1"
+# key_env = "MY_VLLM_KEY"              # the variable's name, not the key
+# max_concurrency = 16
+# rpm = 600                            # requests per minute
+# options = { batch = false }          # a server without the batch API
+
+# A model alias: what `--models` names. Prices are USD per million tokens;
+# without them a run cannot tell what it costs, and --max-cost cannot stop it.
+# [models.my-model]
+# endpoint = "my-vllm"
+# model = "meta-llama/Llama-3.1-8B-Instruct"
+# params = { temperature = 1.0, max_tokens = 4096 }
+# price_in = 0.0
+# price_out = 0.0
+# price_cached_in = 0.0                # input read from the provider's prompt cache (default price_in)
+# price_cache_write = 0.0              # input written to it (default price_in)
+# batch_discount = 0.5                 # share of the price a batch-API call costs
+"""
+
+
+def _cmd_config_init(args: argparse.Namespace) -> int:
+    path = Path(args.path) if args.path else default_config()
+    if path.exists():
+        raise TulvingError(f"{path} exists: edit it, or remove it to write a new starter (nothing was changed)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("x", encoding="utf-8") as fh:  # "x": never overwrite, even in a race
+        fh.write(STARTER)
+    print(f"wrote {path}: uncomment and edit; `tulving config check` validates it")
     return 0
 
 

@@ -136,9 +136,10 @@ def messages(user_prompt: str) -> list[dict[str, str]]:
 
 def answer_requests(questions: Iterable[Question], *, model: str, mode: str, book: Book,
                     chunks_for: Callable[[Question], Sequence[str]] | None = None,
-                    tag: Callable[[Question], object] = lambda q: q.q_idx) -> Iterator[ChatRequest]:
+                    tag: Callable[[Question], object] = lambda q: q.q_idx, draw: int = 0) -> Iterator[ChatRequest]:
     """One answering request per question, built only when the consumer asks
-    for it. `chunks_for(question)` gives the retrieved chunks (RAG modes)."""
+    for it. `chunks_for(question)` gives the retrieved chunks (RAG modes);
+    `draw`: the repeat (`--repeats`), an independent sample cached on its own."""
     check_mode(mode)
     if mode in RAG_MODES and chunks_for is None:
         raise ValueError(f"mode {mode} needs chunks_for")
@@ -153,4 +154,4 @@ def answer_requests(questions: Iterable[Question], *, model: str, mode: str, boo
         else:
             assert chunks_for is not None  # a RAG mode: checked above
             prompt = rag_prompt(chunks_for(q), q.question)
-        yield ChatRequest(model=model, messages=messages(prompt), tag=tag(q), prefix_end=shared)
+        yield ChatRequest(model=model, messages=messages(prompt), tag=tag(q), prefix_end=shared, draw=draw)

@@ -26,7 +26,7 @@ import numpy as np
 from engine.benchmark.evaluation import figures as F
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
-from engine.benchmark.evaluation.statistics import mann_whitney_greater, paired_bootstrap, wilcoxon_p
+from engine.benchmark.evaluation.statistics import mann_whitney_greater, p_is, paired_bootstrap, wilcoxon_p
 from providers.base import TulvingError
 
 
@@ -52,15 +52,15 @@ class Comparison:
                  f"B: {self.b}  (n={self.n_b}, mean F1 {self.mean_b:.3f})",
                  f"questions: '{self.get}'; test: {self.test} -- {self.why}"]
         if self.test == "paired":
-            lines.append(f"Wilcoxon signed-rank (zero_method 'pratt', two-sided): p = {self.p_value:.3g}")
+            lines.append(f"Wilcoxon signed-rank (zero_method 'pratt', two-sided): {p_is(self.p_value)}")
             b = self.bootstrap or {}
             lines.append(f"mean difference B - A = {b.get('mean_difference', 0):+.4f}, "
                          f"{100 * b.get('confidence', 0.95):.0f}% CI [{b.get('ci_low', 0):+.4f}, "
                          f"{b.get('ci_high', 0):+.4f}] (paired percentile bootstrap, "
                          f"{b.get('n_resamples')} resamples, seed {b.get('seed')})")
         else:
-            lines.append(f"Mann-Whitney U, one-sided, H1 'A scores higher than B': p = {self.p_value:.3g} "
-                         f"(reverse, 'B higher than A': p = {self.p_reverse:.3g})")
+            lines.append(f"Mann-Whitney U, one-sided, H1 'A scores higher than B': {p_is(self.p_value)} "
+                         f"(reverse, 'B higher than A': {p_is(self.p_reverse or 0.0)})")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 

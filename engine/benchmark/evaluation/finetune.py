@@ -69,15 +69,39 @@ def write_training_file(path: str | os.PathLike[str], examples: Iterable[ChatExa
     return path
 
 
-def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: ModelAlias | None = None) -> str:
-    """TOML declaring the fine-tuned model as an alias (prices of its base model)."""
+# Inference prices of OpenAI *fine-tuned* models, USD per million tokens (in,
+# cached in, out), by base model: OpenAI's pricing page, fine-tuning section,
+# as known on 2026-11-24 (a fine-tuned model costs more than its base: these,
+# not the base model's prices, are what calls to it are billed).
+FINETUNED_PRICES: dict[str, tuple[float, float, float]] = {
+    "gpt-4o-mini-2024-07-18": (0.30, 0.15, 1.20),
+    "gpt-4o-2024-08-06": (3.75, 1.875, 15.00),
+    "gpt-4.1-2025-04-14": (3.00, 0.75, 12.00),
+    "gpt-4.1-mini-2025-04-14": (0.80, 0.20, 3.20),
+    "gpt-4.1-nano-2025-04-14": (0.20, 0.05, 0.80),
+}
+FINETUNED_PRICES_CHECKED = "2026-11-24"
+
+
+def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: ModelAlias | None = None,
+                  base_model: str | None = None) -> str:
+    """TOML declaring the fine-tuned model as an alias, with the prices of a
+    model fine-tuned from `base_model` (FINETUNED_PRICES); when they are not
+    known, commented price keys to fill in (never the base model's prices:
+    a fine-tuned model is billed more)."""
     lines = [f'[models."{alias_name}"]', f'endpoint = "{endpoint}"', f'model = "{model_id}"',
              "params = { temperature = 1.0, max_tokens = 4096 }"]
-    if base_alias is not None:
-        for attr in ("price_in", "price_out", "context_tokens"):
-            value = getattr(base_alias, attr, None)
-            if value is not None:
-                lines.append(f"{attr} = {value}")
+    base = base_model or (base_alias.model if base_alias is not None else None)
+    prices = FINETUNED_PRICES.get(base or "")
+    if prices is not None:
+        price_in, cached_in, price_out = prices
+        lines += [f"price_in = {price_in}", f"price_cached_in = {cached_in}", f"price_out = {price_out}",
+                  f'checked = "{FINETUNED_PRICES_CHECKED}"  # fine-tuned {base} prices']
+    else:
+        lines += [f"# fine-tuned prices of {base or 'this base model'} are not known to Tulving: set them from "
+                  "your provider's pricing page", "# price_in = ...", "# price_out = ..."]
+    if base_alias is not None and base_alias.context_tokens is not None:
+        lines.append(f"context_tokens = {base_alias.context_tokens}")
     return "\n".join(lines) + "\n"
 
 

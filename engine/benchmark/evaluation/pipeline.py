@@ -73,6 +73,7 @@ class Job:
     mode: str
     questions: list[Question]
     sample: int | None = None  # the number of questions when run on a sample
+    draw: int = 0              # the repeat (`--repeats`): answers are independent draws, cached apart
 
     @property
     def name(self) -> str:
@@ -231,7 +232,7 @@ class JobRunner:
         chunks_for = self._chunks_for if self.job.mode in A.RAG_MODES else None
         yield from A.answer_requests(self.job.questions, model=self.job.model, mode=self.job.mode,
                                          book=self.book, chunks_for=chunks_for,
-                                         tag=lambda q: ("answer", q.q_idx, 0))
+                                         tag=lambda q: ("answer", q.q_idx, 0), draw=self.job.draw)
 
     def _new_record(self, q: Question) -> ResultRecord:
         data = q.to_json()

@@ -10,16 +10,22 @@ jobs (with their sample size), calls and cache hits of this run. Without it
 """
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
+from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
+from engine.benchmark.evaluation.intervals import score_intervals
+from engine.benchmark.evaluation.realism import RealismSplit, realism_markdown, realism_split
+from engine.benchmark.evaluation.repeats import RepeatSpread, spread_markdown
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
 from engine.benchmark.evaluation.statistics import format_ranking, rank_runs
 from engine.errors import printable
+from providers.base import BUDGET
 
 
 # -- scores.json ------------------------------------------------------------------
@@ -49,6 +55,7 @@ class Execution(TypedDict):
     scored: int
     answer_errors: int
     incomplete: int           # results missing because a call failed (answer or judge)
+    not_sent: int             # of those: calls --max-cost refused before sending
     judge_failures: int
     judge_redraws: int
     cost_usd: float
@@ -74,6 +81,10 @@ class RunRow(Execution, JobFigures):
     bins: dict[str, BinCell]
     latest: LatestPart
     order: OrderPart
+    # 95% bootstrap intervals over questions ([low, high]; None: undefined), see statistics.score_interval
+    simple_recall_ci: list[float] | None
+    chronological_awareness_ci: list[float] | None
+    no_valid_judgments: bool  # every judgment failed: the row has no score and is never ranked
 
 
 class RankedPair(TypedDict):
@@ -102,6 +113,10 @@ class Scores(TypedDict):
     embed_model: NotRequired[str]
     spending: NotRequired[list[dict[str, Any]]]   # engine.spending's rows
     ranking: NotRequired[Ranking]
+    provenance: NotRequired[dict[str, Any]]       # run.json's: version, commit, command, models, times
+    intervals: NotRequired[str]                   # how the intervals were computed
+    realism: NotRequired[dict[str, RealismSplit]]  # "model / mode" -> the realism ablation (realism.py)
+    repeats: NotRequired[dict[str, RepeatSpread]]  # "model / mode" -> run-to-run spread (--repeats, repeats.py)
 
 
 BASELINE_NOTES = {
@@ -136,9 +151,16 @@ def _execution(records: Sequence[ResultRecord]) -> Execution:
         "incomplete": sum(1 for r in records
                           if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or ""))),
         "judge_failures": sum(1 for r in records if r.judge_failed),
+        "not_sent": sum(1 for r in records if _not_sent(r)),
         "judge_redraws": sum(max(0, r.judge_draws - 1) for r in records),
         "cost_usd": round(sum(r.cost + r.judge_cost for r in records), 6),
     }
+
+
+def _not_sent(r: ResultRecord) -> bool:
+    """A result missing because --max-cost refused its call before sending it."""
+    return (r.answer_error or "").startswith(f"{BUDGET}:") or (
+        r.judge_failed and f"failed: {BUDGET}:" in (r.judge_error or ""))
 
 
 def _add_job_figures(figures: RunRow, job: Mapping[str, Any]) -> None:
@@ -157,6 +179,7 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
                   job: Mapping[str, Any] | None = None) -> RunRow:
     sr, _ = simple_recall(records)
     ca, parts = chronological_awareness(records)
+    intervals = score_intervals(records)
     any_latest = any(r.get == "latest" for r in records)
     any_chrono = any(r.get == "chronological" for r in records)
     row: RunRow = {
@@ -175,6 +198,9 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
         "order": {"considered": parts.considered, "exact_matches": parts.exact_matches,
                   "all": _nan_to_none(parts.all), "tau": _nan_to_none(parts.tau),
                   "score": _nan_to_none(round(parts.order, 4))},
+        "simple_recall_ci": intervals.simple_recall if sr == sr else None,
+        "chronological_awareness_ci": intervals.chronological_awareness if ca == ca else None,
+        "no_valid_judgments": bool(records) and all(r.f1 is None for r in records),
         **_execution(records),  # type: ignore[typeddict-item]  # the job's figures follow
     }
     if job is not None:
@@ -194,7 +220,8 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
     rows = [summarize_run(model, mode, recs, meta.get((model, mode))) for (model, mode), recs in groups.items()]
     # Runs on a sample are not comparable: they are listed after the full runs.
     # Incomplete runs (calls failed) are not comparable either: listed last.
-    rows.sort(key=lambda row: (row["incomplete"] > 0, row["sample"] is not None,
+    # A row without a single valid judgment has no score at all: last, never ranked.
+    rows.sort(key=lambda row: (row["no_valid_judgments"], row["incomplete"] > 0, row["sample"] is not None,
                                -(row["simple_recall"] if row["simple_recall"] is not None else -1),
                                -(row["chronological_awareness"] or 0), row["model"], row["mode"]))
     judges = sorted({r.judge for recs in groups.values() for r in recs})
@@ -204,14 +231,25 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
         "questions": (run or {}).get("questions") or max((len(v) for v in groups.values()), default=0),
         "runs": rows,
     }
-    if run and run.get("embed_model"):
-        out["embed_model"] = run["embed_model"]
-    if run and run.get("spending"):
-        out["spending"] = list(run["spending"])  # by model and role: calls, tokens, spent, caching saving
+    _copy_run_parts(out, run or {})
+    out["intervals"] = INTERVALS_NOTE
     ranking = _ranking(groups, rows)
     if ranking is not None:
         out["ranking"] = ranking
     return out
+
+
+def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
+    """What scores.json repeats of run.json: embedding model, spending (by
+    model and role), provenance, run-to-run spread."""
+    if run.get("embed_model"):
+        out["embed_model"] = run["embed_model"]
+    if run.get("spending"):
+        out["spending"] = list(run["spending"])
+    if run.get("provenance"):
+        out["provenance"] = dict(run["provenance"])
+    if run.get("repeats"):
+        out["repeats"] = dict(run["repeats"])
 
 
 SPENDING_HEAD = ["model", "role", "calls", "cached", "tokens in", "prompt cache read", "prompt cache written",
@@ -241,7 +279,7 @@ def _ranking(groups: Mapping[tuple[str, str], Sequence[ResultRecord]],
              rows: Sequence[RunRow]) -> Ranking | None:
     """The paper's CD analysis over the full runs: average F1 rank per question,
     Holm-adjusted pairwise Wilcoxon tests, on the questions every run scored."""
-    full = [(row["model"], row["mode"]) for row in rows if row["sample"] is None]
+    full = [(row["model"], row["mode"]) for row in rows if row["sample"] is None and not row["no_valid_judgments"]]
     if len(full) < 2:
         return None
     f1 = {key: {r.q_idx: r.f1 for r in groups[key] if r.f1 is not None} for key in full}
@@ -274,8 +312,14 @@ def _fmt_score(x: float | None, asked: bool) -> str:
 
 def _notes(row: RunRow, total: int) -> str:
     notes = []
-    if row.get("incomplete"):
-        notes.append(f"INCOMPLETE: {row['incomplete']}/{row['questions']} results missing (calls failed; "
+    if row.get("no_valid_judgments"):
+        notes.append("NO VALID JUDGMENTS: every judgment failed, not ranked")
+    unsent = row.get("not_sent", 0)
+    if unsent:
+        notes.append(f"NOT SENT: {unsent}/{row['questions']} results missing (not sent: --max-cost reached; "
+                     "rerun with a higher --max-cost)")
+    if row.get("incomplete", 0) > unsent:
+        notes.append(f"INCOMPLETE: {row['incomplete'] - unsent}/{row['questions']} results missing (calls failed; "
                      "rerun to retry them)")
     if row["model"] in BASELINE_NOTES:
         notes.append(BASELINE_NOTES[row["model"]])
@@ -288,21 +332,32 @@ def _notes(row: RunRow, total: int) -> str:
     return "; ".join(notes)
 
 
+def _score_cell(row: RunRow, name: str, asked: bool) -> str:
+    """A leaderboard score with its 95% interval: "0.512 [0.471, 0.553]"."""
+    if row.get("no_valid_judgments"):
+        return "no valid judgments"
+    value: float | None = row[name]  # type: ignore[literal-required]
+    text = _fmt_score(value, asked) if name != "simple_recall" else _fmt(value)
+    ci: list[float] | None = row.get(f"{name}_ci")  # type: ignore[assignment]
+    return f"{text} [{ci[0]:.3f}, {ci[1]:.3f}]" if value is not None and ci else text
+
+
 def leaderboard_rows(summary: Scores) -> list[list[str]]:
     total = summary.get("questions") or 0
     rows = []
     rank = 0
     for row in summary["runs"]:
-        rank += not row.get("incomplete")  # an incomplete run is listed, not ranked
-        rows.append([str(rank) if not row.get("incomplete") else "-", printable(row["model"]),
-                     printable(row["mode"]), _fmt(row["simple_recall"]),
-                     _fmt_score(row["chronological_awareness"], row.get("chronological_asked", False)),
+        ranked = not row.get("incomplete") and not row.get("no_valid_judgments")
+        rank += ranked  # an incomplete run, or one without a valid judgment, is listed, not ranked
+        rows.append([str(rank) if ranked else "-", printable(row["model"]),
+                     printable(row["mode"]), _score_cell(row, "simple_recall", True),
+                     _score_cell(row, "chronological_awareness", row.get("chronological_asked", False)),
                      f"{row['scored']}/{row['questions']}",
                      str(row["judge_failures"]), _notes(row, total)])
     return rows
 
 
-_LEADER_HEAD = ["#", "model", "mode", "Simple Recall", "Chronological Awareness", "scored", "judge failures",
+_LEADER_HEAD = ["#", "model", "mode", "Simple Recall [95% CI]", "Chronological Awareness [95% CI]", "scored", "judge failures",
                 "notes"]
 
 
@@ -365,7 +420,7 @@ def render_markdown(summary: Scores) -> str:
     parts.append("## Leaderboard\n\nSimple Recall: mean over bins of the mean lenient F1 of 'all' questions. "
                  "Chronological Awareness: mean of Latest (F1 of 'latest' questions, bins 2+) and Order "
                  "(exact-match share x Kendall tau). Judge failures and answer errors are left out of the "
-                 "scores and counted.\n\n" + _md_table(_LEADER_HEAD, leaderboard_rows(summary)))
+                 f"scores and counted. {INTERVALS_NOTE}.\n\n" + _md_table(_LEADER_HEAD, leaderboard_rows(summary)))
     head, rows = bin_table_rows(summary)
     parts.append("## Simple recall: F1 by number of matching events\n\nMean±sd of the F1 of 'all' questions "
                  "per bin (question count in the header), as in the paper's tables.\n\n" + _md_table(head, rows))
@@ -385,8 +440,42 @@ def render_markdown(summary: Scores) -> str:
     if summary.get("ranking"):
         parts.append("## Overall comparison (the paper's critical-difference analysis)\n\n```\n"
                      + summary["ranking"]["text"] + "\n```")
+    if summary.get("repeats"):
+        parts.append(spread_markdown(summary["repeats"]))
+    if summary.get("realism"):
+        parts.append(realism_markdown(summary["realism"]))
+    if summary.get("provenance"):
+        parts.append(provenance_markdown(summary["provenance"]))
     baselines = sorted({row["model"] for row in summary["runs"] if row["model"] in BASELINE_NOTES})
     if baselines:
         parts.append("## Notes\n\n" + "\n".join(f"- {m}: {BASELINE_NOTES[m]}; its scores measure how much of "
                                                "the benchmark a lexical shortcut solves." for m in baselines))
     return "\n\n".join(parts) + "\n"
+
+
+def provenance_markdown(prov: Mapping[str, Any]) -> str:
+    """report.md's "Provenance": what the run was made with (no secret is ever
+    in it); merged runs (shards, several folders): each one's."""
+    if isinstance(prov.get("runs"), list):
+        return "\n\n".join(provenance_markdown(p).replace("## Provenance", f"## Provenance of run {i + 1}")
+                             for i, p in enumerate(prov["runs"]))
+    packages = ", ".join(f"{k} {v}" for k, v in (prov.get("packages") or {}).items())
+    lines = [f"- Tulving {prov.get('tulving_version')}, commit {prov.get('git_commit') or 'unknown (not a checkout)'}",
+             f"- command: `{' '.join(prov.get('command') or [])}`",
+             f"- started {prov.get('started')}, ended {prov.get('ended')} (UTC)",
+             f"- Python {prov.get('python')} on {prov.get('platform')}; {packages}",
+             f"- config: {prov.get('config')}; cache: {prov.get('cache')}"]
+    for name, m in (prov.get("models") or {}).items():
+        endpoints = ", ".join(f"{e.get('name')} ({e.get('kind')}{', ' + e['base_url'] if e.get('base_url') else ''})"
+                              for e in m.get("endpoints", []))
+        lines.append(f"- model {name}: {m.get('model')} via {endpoints}; params {json.dumps(m.get('params'))}; "
+                     f"prices {json.dumps(m.get('prices'))}")
+    return "## Provenance\n\n" + "\n".join(printable(line) for line in lines)
+
+
+def add_realism(summary: Scores, records: Iterable[ResultRecord], ratings: Mapping[int, int]) -> None:
+    """The realism ablation of every configuration, from the book's chapter ratings."""
+    groups: dict[str, list[ResultRecord]] = {}
+    for r in records:
+        groups.setdefault(f"{r.model} / {r.mode}", []).append(r)
+    summary["realism"] = {name: realism_split(recs, ratings) for name, recs in groups.items()}

@@ -35,7 +35,7 @@ from engine.benchmark.evaluation.report import Scores
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
 from engine.benchmark.evaluation.scores import BINS
-from engine.benchmark.evaluation.statistics import BootstrapResult, average_ranks, paired_bootstrap
+from engine.benchmark.evaluation.statistics import BootstrapResult, average_ranks, format_p, paired_bootstrap
 from engine.benchmark.evaluation.tables import (
     PUBLISHED_BOOKS,
     Table,
@@ -251,8 +251,8 @@ def _ranking_table(summaries: Sequence[Scores]) -> Table | None:
     rows = []
     for s in summaries:
         for p in s["ranking"]["pairs"] if "ranking" in s else []:
-            rows.append([str(s.get("book")), str(s.get("judge")), p["a"], p["b"], f"{p['p']:.3g}",
-                         f"{p['p_holm']:.3g}", "yes" if p["significant"] else "no"])
+            rows.append([str(s.get("book")), str(s.get("judge")), p["a"], p["b"], format_p(p["p"]),
+                         format_p(p["p_holm"]), "yes" if p["significant"] else "no"])
     if not rows:
         return None
     return Table(key="pairwise_wilcoxon", title="Pairwise Wilcoxon signed-rank tests (Holm-adjusted)",

@@ -163,7 +163,7 @@ def format_ranking(result: RankingResult) -> str:
     lines = [f"Average rank over {result.n_questions} questions (1 = best); "
              "Wilcoxon signed-rank, Holm-adjusted, alpha 0.05", ""]
     if result.friedman_p is not None:
-        lines[1:1] = [f"Friedman test over the {len(result.average_ranks)} runs: p = {result.friedman_p:.3g}"]
+        lines[1:1] = [f"Friedman test over the {len(result.average_ranks)} runs: {p_is(result.friedman_p)}"]
     for name, rank in result.average_ranks.items():
         lines.append(f"  {rank:6.3f}  {name}")
     if result.cliques:
@@ -172,3 +172,16 @@ def format_ranking(result: RankingResult) -> str:
         for group in result.cliques:
             lines.append("  - " + " | ".join(group))
     return "\n".join(lines)
+
+
+def format_p(p: float) -> str:
+    """A p-value as printed: "< 1e-300" when it underflows to 0 (never "p = 0")."""
+    if p < 1e-300:
+        return "< 1e-300"
+    return f"{p:.3g}"
+
+
+def p_is(p: float) -> str:
+    """"p = 0.0123", or "p < 1e-300" when it underflows."""
+    text = format_p(p)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"

@@ -25,6 +25,7 @@ the alias's parameters only (as in the paper: temperature 1.0, 4096 tokens).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,16 @@ class ChapterRun:
     @property
     def done_events(self) -> int:
         return len(self.valid) + len(self.failed_events)
+
+    def why_none_passed(self) -> str:
+        """One line: how many chapters failed the checks, and why (the most
+        frequent reasons of the candidates' failures)."""
+        exact = [r["reason"] for r in self.log if r["outcome"] == FAILED_EXACT]
+        llm = [r["reason"] for r in self.log if r["outcome"] == FAILED_LLM]
+        reasons = Counter(str(r).split(":")[0] for r in exact + llm if r)
+        common = "; ".join(f"{n}x {reason}" for reason, n in reasons.most_common(2))
+        return (f"all {len(self.failed_events)} chapters failed the checks ({len(exact)} candidates failed the "
+                f"exact checks, {len(llm)} the LLM check{'; most often: ' + common if common else ''})")
 
 
 @dataclass(frozen=True)

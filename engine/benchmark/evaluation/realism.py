@@ -1,0 +1,124 @@
+"""The paper's realism ablation (appendix "Comparative evaluation between
+realistic and non-realistic events"): F1 of the questions on realistic
+chapters against those on non-realistic ones.
+
+`tulving book realism` rates each chapter 1 (impossible or absurd) to 5
+(entirely ordinary) in realism.json. As in the paper, chapters fall in two
+classes: R (realistic, moderately realistic: ratings 4 and 5) and N
+(somewhat realistic, non-realistic, impossible: 1 to 3). A question on
+chapters of one class only is "realistic" or "non-realistic"; one on chapters
+of both is "mixed" and one on no chapter "empty" (both left out, as in the
+paper). Per bin and class: the count and the mean±sd F1 of 'all' questions
+(the paper's table), and over every bin a Mann-Whitney U test of the
+difference: two-sided, and one-sided "non-realistic higher" (the paper's
+finding on its long book).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+from scipy import stats
+
+from engine.benchmark.evaluation.results import ResultRecord
+from engine.benchmark.evaluation.statistics import p_is
+from providers.base import TulvingError
+
+REALISM_FILE = "realism.json"
+REALISTIC_FROM = 4   # ratings 4 and 5: class R
+CLASSES = ("non-realistic", "realistic")
+TABLE_BINS = ("1", "2", "3-5", "6+")
+
+
+class RealismCell(TypedDict):
+    count: int
+    mean: float | None
+    sd: float | None
+
+
+class RealismSplit(TypedDict):
+    """One configuration's split (scores.json's `realism`, per "model / mode")."""
+    bins: dict[str, dict[str, RealismCell]]     # bin -> class -> cell
+    n: dict[str, int]                           # class -> questions scored, every bin
+    mean: dict[str, float | None]
+    p_two_sided: float | None                   # Mann-Whitney U, N vs R
+    p_non_realistic_higher: float | None        # one-sided, the paper's direction
+
+
+def load_ratings(path: str | Path) -> dict[int, int]:
+    """chapter -> realism rating (1-5) of a realism.json; unrated chapters left out."""
+    try:
+        rows = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TulvingError(f"{path}: not a readable realism file ({exc})") from None
+    if not isinstance(rows, list):
+        raise TulvingError(f"{path}: not a realism file (expected the list `tulving book realism` writes)")
+    return {int(r["chapter"]): int(r["realism"]) for r in rows
+            if isinstance(r, dict) and isinstance(r.get("realism"), int) and "chapter" in r}
+
+
+def question_class(chapters: Sequence[int], ratings: Mapping[int, int]) -> str | None:
+    """"realistic", "non-realistic", or None (empty, mixed, or a chapter unrated)."""
+    if not chapters or any(c not in ratings for c in chapters):
+        return None
+    classes = {"realistic" if ratings[c] >= REALISTIC_FROM else "non-realistic" for c in chapters}
+    return classes.pop() if len(classes) == 1 else None
+
+
+def _cell(values: list[float]) -> RealismCell:
+    arr = np.asarray(values, dtype=float)
+    return {"count": len(values), "mean": round(float(arr.mean()), 2) if len(arr) else None,
+            "sd": round(float(arr.std(ddof=1)), 2) if len(arr) > 1 else (0.0 if len(arr) else None)}
+
+
+def realism_split(records: Sequence[ResultRecord], ratings: Mapping[int, int]) -> RealismSplit:
+    by_class: dict[str, list[float]] = {c: [] for c in CLASSES}
+    by_bin: dict[str, dict[str, list[float]]] = {b: {c: [] for c in CLASSES} for b in TABLE_BINS}
+    for r in records:
+        cls = question_class(r.chapters, ratings)
+        if r.get != "all" or r.f1 is None or cls is None or r.bin not in by_bin:
+            continue
+        by_class[cls].append(r.f1)
+        by_bin[r.bin][cls].append(r.f1)
+    n, r_ = by_class["non-realistic"], by_class["realistic"]
+    testable = len(n) > 0 and len(r_) > 0
+    return {"bins": {b: {c: _cell(v) for c, v in cells.items()} for b, cells in by_bin.items()
+                     if any(cells.values())},
+            "n": {c: len(v) for c, v in by_class.items()},
+            "mean": {c: round(float(np.mean(v)), 3) if v else None for c, v in by_class.items()},
+            "p_two_sided": float(stats.mannwhitneyu(n, r_, alternative="two-sided").pvalue) if testable else None,
+            "p_non_realistic_higher": float(stats.mannwhitneyu(n, r_, alternative="greater").pvalue)
+            if testable else None}
+
+
+def realism_markdown(splits: Mapping[str, RealismSplit]) -> str:
+    """The paper's table (bin x class: count, mean±sd per configuration) and the tests."""
+    names = list(splits)
+    head = ["Bin", "Realism", "Count", *names]
+    first = next(iter(splits.values()))
+    rows = []
+    for b in TABLE_BINS:
+        for c in CLASSES:
+            cells = [splits[name]["bins"].get(b, {}).get(c) for name in names]
+            if not any(cell and cell["count"] for cell in cells):
+                continue
+            count = (first["bins"].get(b, {}).get(c) or {"count": 0})["count"]
+            rows.append([b, c, str(count), *(f"{cell['mean']:.2f}±{cell['sd']:.2f}" if cell and cell["mean"]
+                                             is not None else "-" for cell in cells)])
+    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    tests = []
+    for name, s in splits.items():
+        if s["p_two_sided"] is None:
+            tests.append(f"- {name}: not testable (a class without scored questions)")
+            continue
+        tests.append(f"- {name}: non-realistic {s['mean']['non-realistic']:.3f} (n={s['n']['non-realistic']}) vs "
+                     f"realistic {s['mean']['realistic']:.3f} (n={s['n']['realistic']}); Mann-Whitney U "
+                     f"two-sided {p_is(s['p_two_sided'])}, one-sided 'non-realistic higher' "
+                     f"{p_is(s['p_non_realistic_higher'] or 1.0)}")
+    return ("## Realistic vs non-realistic events (the paper's realism ablation)\n\n"
+            "Questions on chapters rated 4-5 only (realistic) or 1-3 only (non-realistic) in realism.json; "
+            "questions on both classes or on no chapter are left out. F1 of 'all' questions, mean±sd.\n\n"
+            + "\n".join(table) + "\n\n" + "\n".join(tests))

@@ -1,0 +1,329 @@
+"""A run a user can trust (issue 22), through the CLI as a subprocess: money
+(--max-cost across resumes, spending kept by cached reruns, every price in
+`config check`, fine-tuned prices), provenance in run.json and scores.json
+without secrets, no run overwritten or mixed (--out of another configuration
+refused, the report keeping runs apart by embedding model), the default cache
+and config in the user's directories, degenerate runs that say so, and scores
+with their intervals."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from engine.benchmark.evaluation.provenance import redact_argv
+from engine.benchmark.evaluation.questions import write_questions
+from engine.benchmark.evaluation.statistics import p_is
+from engine.loopback.server import LoopbackServer, constant
+from tests.test_cost_cli import write_config
+from tests.test_run_cli import REPO
+
+SECRET = "sk-trust-0123456789abcdefXYZ"
+
+
+def env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if k not in ("TULVING_CONFIG", "TULVING_CACHE")}
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    e["XDG_CACHE_HOME"] = str(tmp_path / "xdg-cache")
+    e["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-config")
+    e.update(extra)
+    return e
+
+
+async def run_cli(cwd: Path, *args: str, environ: dict[str, str]) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "engine.cli", *args, cwd=cwd, env=environ,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def spent(run: dict, key: str = "spending") -> float:
+    return sum(r["spent_usd"] for r in run[key])
+
+
+# -- money -------------------------------------------------------------------------------------
+
+async def test_max_cost_holds_across_resumes_and_a_cached_rerun_keeps_what_was_paid(tmp_path):
+    async with LoopbackServer(reply=lambda api, body: "an answer of a few words", latency=constant(0.05)) as server:
+        config = write_config(tmp_path, server, concurrency=4)
+        args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
+                "--models", "sonnet-loop,gpt4o-loop", "--sample", "24", "--out", "run"]
+        e = env(tmp_path)
+        cap = 0.25
+        code, out, err = await run_cli(tmp_path, "--max-cost", str(cap), *args, environ=e)
+        assert code == 4, err
+        first = json.loads((tmp_path / "run" / "run.json").read_text())
+        paid = spent(first)
+        assert 0 < paid <= cap
+        # The cost line counts sent calls only; the refused ones are told apart.
+        answer_lines = [line for line in err.splitlines() if "loop answer:" in line]
+        assert answer_lines and all("not sent (--max-cost)" in line for line in answer_lines)
+        answers = [r for r in first["spending"] if r["role"] == "answer"]
+        sent, refused = sum(r["calls"] for r in answers), sum(r["not_sent"] for r in answers)
+        assert 0 < sent < 48 and sent + refused == 48
+        # Budget-stopped rows say so, not "calls failed (rerun to retry them)".
+        board = next(line for line in out.splitlines() if "sonnet-loop" in line)
+        assert "not sent: --max-cost reached" in board and "calls failed" not in board
+
+        # Resumed with the same cap: what the first invocation paid counts, nothing more is spent.
+        code, out, err = await run_cli(tmp_path, "--max-cost", str(cap), *args, environ=e)
+        assert code == 4, err
+        second = json.loads((tmp_path / "run" / "run.json").read_text())
+        assert spent(second) <= cap + 1e-9
+        assert second["invocations"] == 2
+
+        # A higher cap finishes the run; a cached rerun keeps the paid figure beside its own $0.
+        code, out, err = await run_cli(tmp_path, "--max-cost", "10", *args, environ=e)
+        assert code == 0, err
+        total = spent(json.loads((tmp_path / "run" / "run.json").read_text()))
+        code, out, err = await run_cli(tmp_path, *args, environ=e)
+        assert code == 0, err
+    rerun = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert spent(rerun, "spending_this_invocation") == 0
+    assert spent(rerun) == total > paid
+    scores = json.loads((tmp_path / "run" / "scores.json").read_text())
+    assert sum(r["spent_usd"] for r in scores["spending"]) == total  # the report's cost table shows what was paid
+
+
+async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tuned_ones(tmp_path):
+    e = env(tmp_path)
+    code, out, err = await run_cli(tmp_path, "config", "check", environ=e)
+    assert code == 0, err
+    section = out.split("[models.gpt-4o-mini]")[1].split("\n\n")[0]
+    assert "price_cached_in = 0.075" in section and "batch_discount = 0.5" in section
+    assert any("price_cache_write = " in part and "[models.claude" in part for part in out.split("\n\n"))
+    async with LoopbackServer() as server:
+        config = tmp_path / "ft.toml"
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n')
+        code, out, err = await run_cli(tmp_path, "--config", str(config), "finetune", "--book",
+                                       "synaptic-echoes-short", "--model", "gpt-4o-mini-2024-07-18", "--endpoint",
+                                       "loop", "--data-out", "ft/data.jsonl", "--poll-interval", "0.05", environ=e)
+    assert code == 0, err
+    snippet = out.split("[models.")[1]
+    # gpt-4o-mini costs 0.15 / 0.60; fine-tuned, it is billed 0.30 / 1.20.
+    assert "price_in = 0.3\n" in snippet and "price_out = 1.2\n" in snippet and "price_in = 0.15" not in snippet
+
+
+# -- provenance ---------------------------------------------------------------------------------
+
+async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
+    async with LoopbackServer(api_keys=[SECRET]) as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+                          f'key_env = "LOOP_KEY"\n\n[models.loop-model]\nendpoint = "loop"\nmodel = "m-1"\n'
+                          'params = { max_tokens = 40 }\nprice_in = 1.0\nprice_out = 2.0\n')
+        e = env(tmp_path, LOOP_KEY=SECRET)
+        code, out, err = await run_cli(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run",
+                                       "--models", "loop-model", "--sample", "3", "--out", f"run-{SECRET}",
+                                       "--temperature", "0.5", environ=e)
+    assert code == 0, err
+    folder = tmp_path / f"run-{SECRET}"
+    run = json.loads((folder / "run.json").read_text())
+    prov = run["provenance"]
+    assert prov["tulving_version"] and prov["python"] and "numpy" in prov["packages"]
+    assert prov["git_commit"] is None or len(prov["git_commit"]) >= 40
+    assert prov["started"] <= prov["ended"] and prov["started"].endswith("+00:00")
+    assert prov["command"][:2] == ["tulving", "--config"] and "--temperature" in prov["command"]
+    model = prov["models"]["loop-model"]
+    assert model["model"] == "m-1" and model["endpoints"][0]["kind"] == "openai"
+    assert model["endpoints"][0]["base_url"] == server.openai_base_url
+    assert model["params"] == {"max_tokens": 40, "temperature": 0.5}  # --temperature reached the alias
+    assert model["prices"]["price_in"] == 1.0
+    scores = json.loads((folder / "scores.json").read_text())
+    assert scores["provenance"]["models"]["loop-model"]["model"] == "m-1"
+    assert "## Provenance" in (folder / "report.md").read_text()
+    for name in ("run.json", "scores.json", "report.md", "results.jsonl"):
+        assert SECRET not in (folder / name).read_text(), name
+    assert SECRET not in err.replace(f"run-{SECRET}", "")  # the folder the user named is shown, nothing else
+
+
+def test_key_shaped_arguments_are_redacted():
+    argv = ["run", "--api-key", "abc", "--token=xyz", "--out", "sk-ant-api03-abcdefghijklmnop", "--models", "gpt-4o"]
+    assert redact_argv(argv) == ["run", "--api-key", "<redacted>", "--token=<redacted>", "--out", "<redacted>",
+                                 "--models", "gpt-4o"]
+
+
+# -- nothing overwritten or mixed -------------------------------------------------------------
+
+async def test_an_out_folder_of_another_configuration_is_refused_and_the_same_one_resumes(tmp_path):
+    e = env(tmp_path)
+    base = ["--cache", "c.sqlite", "run", "--models", "builtin:reader", "--out", "out"]
+    code, out, err = await run_cli(tmp_path, *base, "--sample", "5", environ=e)
+    assert code == 0, err
+    before = (tmp_path / "out" / "results.jsonl").read_bytes()
+    code, out, err = await run_cli(tmp_path, *base, "--sample", "6", environ=e)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--out out holds another run" in err and "--overwrite" in err and "sample 5" in err
+    assert (tmp_path / "out" / "results.jsonl").read_bytes() == before  # nothing lost
+    code, out, err = await run_cli(tmp_path, *base, "--sample", "5", "--temperature", "0.2", environ=e)
+    assert code == 2 and "temperature" in err, err
+    code, out, err = await run_cli(tmp_path, *base, "--sample", "5", environ=e)  # the same: a resume
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, *base, "--sample", "6", "--overwrite", environ=e)
+    assert code == 0, err
+    assert len((tmp_path / "out" / "results.jsonl").read_text().splitlines()) == 6
+
+
+async def test_report_keeps_rag_runs_with_different_embedding_models_apart(tmp_path):
+    async with LoopbackServer() as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n')
+        e = env(tmp_path)
+        for name in ("emb-a", "emb-b"):
+            code, out, err = await run_cli(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run",
+                                           "--models", "builtin:reader", "--modes", "rag-paragraph", "--sample",
+                                           "8", "--embed-model", f"loop/{name}", "--out", name, environ=e)
+            assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "report", "emb-a", "emb-b", "--out", "rep", environ=e)
+    assert code == 0, err
+    rows = json.loads((tmp_path / "rep" / "scores.json").read_text())["runs"]
+    modes = sorted(r["mode"] for r in rows)
+    assert modes == ["rag-paragraph [embed loop/emb-a]", "rag-paragraph [embed loop/emb-b]"]
+    assert "more than one folder" not in err
+
+
+async def test_the_default_cache_is_the_users_and_an_old_one_here_is_kept(tmp_path):
+    e = env(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    args = ["run", "--models", "builtin:reader", "--sample", "3", "--out", "out"]
+    code, out, err = await run_cli(tmp_path / "a", *args, environ=e)
+    assert code == 0, err
+    shared = tmp_path / "xdg-cache" / "tulving" / "cache.sqlite"
+    assert shared.is_file() and f"the response cache is {shared}" in err
+    assert not (tmp_path / "a" / "runs" / "cache.sqlite").exists()
+    # Another folder: the same cache, every call answered from it, said no more.
+    code, out, err = await run_cli(tmp_path / "b", *args, environ=e)
+    assert code == 0, err
+    assert "the response cache is" not in err
+    assert json.loads((tmp_path / "b" / "out" / "run.json").read_text())["engine"]["calls"] == 0
+    # A folder holding the old default keeps using it, and says so.
+    (tmp_path / "c" / "runs").mkdir(parents=True)
+    code, out, err = await run_cli(tmp_path / "c", "--cache", "runs/cache.sqlite", *args, environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path / "c", *args, environ=e)
+    assert code == 0, err
+    assert "using runs/cache.sqlite (found in this folder)" in err
+    assert json.loads((tmp_path / "c" / "out" / "run.json").read_text())["engine"]["calls"] == 0
+
+
+async def test_config_init_writes_a_starter_once_and_it_is_read_by_default(tmp_path):
+    e = env(tmp_path)
+    path = tmp_path / "xdg-config" / "tulving" / "config.toml"
+    code, out, err = await run_cli(tmp_path, "config", "init", environ=e)
+    assert code == 0 and path.is_file(), err
+    path.write_text(path.read_text() + '\n[models.mine]\nendpoint = "builtin"\nmodel = "reader"\n')
+    code, out, err = await run_cli(tmp_path, "config", "init", environ=e)
+    assert code == 2 and "exists" in err and "mine" in path.read_text()
+    code, out, err = await run_cli(tmp_path, "config", "check", environ=e)
+    assert code == 0 and f"# config: {path}" in out and "[models.mine]" in out, err
+    code, out, err = await run_cli(tmp_path, "--config", str(tmp_path / "none.toml"), "config", "check", environ=e)
+    assert code == 2  # --config wins over the default file
+
+
+# -- degenerate runs ----------------------------------------------------------------------------
+
+async def test_a_run_without_a_valid_judgment_exits_3_and_is_not_ranked(tmp_path, short_questions):
+    write_questions(tmp_path / "q.jsonl", short_questions[::60])
+    async with LoopbackServer(reply=lambda api, body: "no json, sorry") as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+                          '[models.garbage-judge]\nendpoint = "loop"\nmodel = "judge"\n')
+        code, out, err = await run_cli(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite", "run",
+                                       "--questions", "q.jsonl", "--models", "builtin:reader", "--judge",
+                                       "garbage-judge", "--out", "out", environ=env(tmp_path))
+    assert code == 3, err
+    assert "no valid judgments for builtin:reader / in-context" in err
+    row = next(line for line in out.splitlines() if "builtin:reader" in line)
+    assert row.startswith("-") and "no valid judgments" in row
+
+
+async def test_generate_with_a_model_that_never_passes_says_why(tmp_path):
+    async with LoopbackServer(reply=lambda api, body: "Once upon a time, nothing happened.") as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+                          '[models.bad-writer]\nendpoint = "loop"\nmodel = "w"\n')
+        code, out, err = await run_cli(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite",
+                                       "generate", "--events", "3", "--model", "bad-writer", "--itermax", "2",
+                                       "--out", "book", environ=env(tmp_path))
+    assert code == 3, err
+    [line] = [line for line in err.splitlines() if line.startswith("tulving:")]
+    assert "chapters failed the checks" in line and "exact checks" in line and "chunk 1" not in line
+    assert not (tmp_path / "book").exists() or not any((tmp_path / "book").iterdir())  # nothing written
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+async def test_the_leaderboard_shows_seeded_95_percent_intervals(tmp_path):
+    e = env(tmp_path)
+    args = ["--cache", "c.sqlite", "run", "--models", "builtin:reader", "--sample", "120", "--out", "out"]
+    code, out, err = await run_cli(tmp_path, *args, environ=e)
+    assert code == 0, err
+    row = json.loads((tmp_path / "out" / "scores.json").read_text())["runs"][0]
+    low, high = row["simple_recall_ci"]
+    assert low < row["simple_recall"] < high
+    assert f"{row['simple_recall']:.3f} [{low:.3f}, {high:.3f}]" in out
+    assert "Simple Recall [95% CI]" in out and "2000 resamples, seed 0" in (tmp_path / "out" / "report.md").read_text()
+    code, out2, err = await run_cli(tmp_path, "report", "out", environ=e)
+    assert code == 0 and json.loads((tmp_path / "out" / "scores.json").read_text())["runs"][0]["simple_recall_ci"] \
+        == [low, high]
+
+
+def test_p_values_that_underflow_are_printed_as_a_bound():
+    assert p_is(0.0) == "p < 1e-300" and p_is(1e-320) == "p < 1e-300" and p_is(0.0123) == "p = 0.0123"
+
+
+async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path):
+    e = env(tmp_path)
+    steps = [("generate", "--events", "40", "--model", "builtin:writer", "--out", "book"),
+             ("book", "realism", "book", "--model", "builtin:writer"),
+             ("run", "--book", "book", "--models", "builtin:reader", "--out", "run")]
+    for step in steps:
+        code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
+        assert code == 0, err
+    ratings = {r["chapter"]: r["realism"] for r in json.loads((tmp_path / "book" / "realism.json").read_text())}
+    split = json.loads((tmp_path / "run" / "scores.json").read_text())["realism"]["builtin:reader / in-context"]
+    records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    realistic = [r for r in records if r["get"] == "all" and r["chapters"]
+                 and all(ratings[c] >= 4 for c in r["chapters"])]
+    assert split["n"]["realistic"] == len(realistic) > 0 and split["n"]["non-realistic"] > 0
+    assert 0 < split["p_two_sided"] <= 1
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Realistic vs non-realistic events" in report and "Mann-Whitney U two-sided p" in report
+
+
+async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tmp_path):
+    import random
+
+    picks = random.Random(7)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    asked: list[str] = []
+
+    def reply(api: str, body: dict) -> str:
+        asked.append(body["model"])
+        return " ".join(picks.sample(words, 2))  # a model whose answers vary from call to call
+
+    async with LoopbackServer(reply=reply) as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+                          '[models.noisy]\nendpoint = "loop"\nmodel = "noisy"\nprice_in = 0.0\nprice_out = 0.0\n')
+        e = env(tmp_path)
+        args = ["--quiet", "--config", str(config), "--cache", "c.sqlite", "run", "--models", "noisy", "--sample",
+                "40", "--repeats", "3", "--out", "out"]
+        code, out, err = await run_cli(tmp_path, *args, environ=e)
+        assert code == 0, err
+        assert len(asked) == 3 * 40  # three independent draws of every answer, none joined or cached
+        spread = json.loads((tmp_path / "out" / "run.json").read_text())["repeats"]["noisy / in-context"]
+        assert spread["repeats"] == 3 and len(spread["simple_recall"]["values"]) == 3
+        assert spread["simple_recall"]["sd"] is not None
+        assert "run-to-run spread over 3 repeats, noisy / in-context" in out
+        for k in (2, 3):
+            assert len((tmp_path / "out" / f"results-repeat-{k}.jsonl").read_text().splitlines()) == 40
+        assert "## Run-to-run spread (--repeats)" in (tmp_path / "out" / "report.md").read_text()
+        # A rerun replays every repeat from the cache: the same spread, no call.
+        code, out, err = await run_cli(tmp_path, *args, environ=e)
+        assert code == 0, err
+        assert len(asked) == 120
+        assert json.loads((tmp_path / "out" / "run.json").read_text())["repeats"]["noisy / in-context"] == spread
