@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from cache.store import ResponseCache
+from cache.backend import ResponseStore, is_postgres_url, open_cache
 from engine.batching_mode import batch_endpoint
 from engine.config import Config
 from engine.estimate import ESTIMATE_NOTE, Estimator
@@ -21,6 +21,12 @@ from engine.resolve import resolve
 from engine.scheduler import Engine
 
 DEFAULT_CACHE = os.path.join("runs", "cache.sqlite")
+
+
+def cache_exists(location: str | os.PathLike[str] | None) -> bool:
+    """Whether there is a cache to read at `location`: a SQLite file that
+    exists, or any PostgreSQL URL (its database is checked when opened)."""
+    return location is not None and (is_postgres_url(location) or os.path.exists(location))
 
 
 def load_config(args: argparse.Namespace) -> Config:
@@ -42,9 +48,10 @@ async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | No
     provider batch API, by endpoint (engine.batching_mode.batch_endpoint).
     Raises ConfigError for an unknown model alias."""
     total = cached = 0
-    cache = None
-    if cache_path is not None and os.path.exists(cache_path):
-        cache = ResponseCache(cache_path)
+    cache: ResponseStore | None = None
+    if cache_exists(cache_path):
+        assert cache_path is not None  # it exists
+        cache = open_cache(cache_path)
         await cache.open()
     try:
         batch: list[str] = []
@@ -79,9 +86,10 @@ async def dry_run_estimate(config: Config, cache_path: str | os.PathLike[str] | 
     """An `Estimator` filled by `fill` (which adds each role's requests), with
     the cache at `cache_path` (if it exists) telling which calls are already
     made. Calls nothing."""
-    cache = None
-    if cache_path is not None and os.path.exists(cache_path):
-        cache = ResponseCache(cache_path)
+    cache: ResponseStore | None = None
+    if cache_exists(cache_path):
+        assert cache_path is not None  # it exists
+        cache = open_cache(cache_path)
         await cache.open()
     try:
         estimator = Estimator(config, cache)

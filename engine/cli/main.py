@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="PATH", default=os.environ.get("TULVING_CONFIG"),
                         help="TOML config (default: $TULVING_CONFIG, else built-in defaults)")
     parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE", DEFAULT_CACHE),
-                        help="response cache, SQLite (default: $TULVING_CACHE, else %(default)s)")
+                        help="response cache: a SQLite file, or a postgresql://user@host/db URL shared by "
+                             "processes and machines (default: $TULVING_CACHE, else %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     parser.add_argument("--max-cost", metavar="USD", type=non_negative_float,
                         help="send no new call once the run's spending would exceed this")
