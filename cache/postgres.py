@@ -43,6 +43,7 @@ from cache.store import (
     connect,
     decode_entry,
     encode_row,
+    read_results,
 )
 from providers.base import Result
 
@@ -206,7 +207,18 @@ class PostgresCache:
                     found[key] = result_from_record(record)
                 except Exception:  # noqa: BLE001 -- a record without its fields is a miss
                     self.corrupt_keys.add(key)
+        if self.spilled:  # results kept locally while the database was away, not written back yet
+            found.update(self._read_spill([k for k in missing if k not in found]))
         return found
+
+    def _read_spill(self, keys: list[str]) -> dict[str, Result]:
+        if not keys or not self.spill_path.exists():
+            return {}
+        conn = connect(self.spill_path, create=False)
+        try:
+            return read_results(conn, keys, [])
+        finally:
+            conn.close()
 
     async def _read(self, keys: list[str]) -> dict[str, Record]:
         found: dict[str, Record] = {}

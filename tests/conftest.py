@@ -5,6 +5,7 @@ import pytest
 
 from engine.benchmark.evaluation.questions import build_questions
 from engine.benchmark.generation import load_book
+from tests.pg_cluster import own_pg_cluster, pg_server, pg_url  # noqa: F401 -- PostgreSQL fixtures (tests/pg_cluster.py)
 
 
 @pytest.fixture(scope="session")

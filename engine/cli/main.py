@@ -27,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from cache.location import split_password
 from engine.cli import batches, bench, evaluate, generate, lifecycle, tools
 from engine.cli import cache as cache_commands
 from engine.cli.argtypes import non_negative_float
@@ -176,6 +177,19 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _password_apart(args: argparse.Namespace) -> None:
+    """A `--cache postgresql://user:PASSWORD@host/db`: the password moves to
+    $PGPASSWORD (where the driver reads it), so that no message, log, run.json
+    or report can show it: everything else sees the URL without it."""
+    cache = getattr(args, "cache", None)
+    if not isinstance(cache, str):
+        return
+    url, password = split_password(cache)
+    if password is not None:
+        os.environ["PGPASSWORD"] = password
+        args.cache = url
+
+
 def _main(argv: list[str]) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -185,6 +199,7 @@ def _main(argv: list[str]) -> int:
         parser.error(f"unrecognized arguments: {' '.join(printable(x) for x in extra)}")
     if getattr(args, "func", None) is None:
         return _usage(parser)
+    _password_apart(args)
     _install_uvloop()
     try:
         return int(args.func(args) or 0)
