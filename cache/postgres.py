@@ -368,9 +368,11 @@ class PostgresCache:
             await conn.execute("DELETE FROM claims WHERE key = ANY($1::text[]) AND lease_until < now()", keys)
             rows = await conn.fetch(
                 "INSERT INTO claims (key, owner, lease_until) SELECT k, $2, now() + make_interval(secs => $3) "
-                "FROM unnest($1::text[]) AS k WHERE NOT EXISTS (SELECT 1 FROM entries AS e WHERE e.key = k) "
+                "FROM unnest($1::text[]) AS k WHERE k = ANY($4::text[]) "  # damaged rows: paid again
+                "OR NOT EXISTS (SELECT 1 FROM entries AS e WHERE e.key = k) "
                 "ON CONFLICT (key) DO UPDATE SET lease_until = EXCLUDED.lease_until "
-                "WHERE claims.owner = EXCLUDED.owner RETURNING key", keys, self.owner, self.lease)
+                "WHERE claims.owner = EXCLUDED.owner RETURNING key", keys, self.owner, self.lease,
+                [k for k in keys if k in self.corrupt_keys])
         return {row[0] for row in rows}
 
     def release(self, keys: Sequence[str]) -> None:

@@ -810,9 +810,10 @@ class ResponseCache:
                 part = keys[i:i + READ_BATCH]
                 marks = ",".join("?" * len(part))
                 conn.execute(f"DELETE FROM claims WHERE lease_until < ? AND key IN ({marks})", [now, *part])
+                # A key whose stored row is damaged (read as a miss) is claimed to be paid again.
                 conn.executemany("INSERT OR IGNORE INTO claims (key, owner, lease_until) SELECT ?, ?, ? "
-                                 "WHERE NOT EXISTS (SELECT 1 FROM entries WHERE key = ?)",
-                                 [(k, self.owner, now + self.lease, k) for k in part])
+                                 "WHERE ? OR NOT EXISTS (SELECT 1 FROM entries WHERE key = ?)",
+                                 [(k, self.owner, now + self.lease, k in self.corrupt_keys, k) for k in part])
                 mine.update(k for (k,) in conn.execute(
                     f"SELECT key FROM claims WHERE owner = ? AND key IN ({marks})", [self.owner, *part]))
             conn.execute("COMMIT")
