@@ -344,12 +344,16 @@ class PostgresCache:
         """The database answers again: the spill file's rows go back to it, then the file is removed."""
         from cache.copy import copy_cache
 
-        report = await copy_cache(str(self.spill_path), self.url, pool=self._db())
-        log.warning("cache: %s is back: %d results written back from %s", self.location, report.copied,
-                    self.spill_path)
-        self.spilled = 0
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.spill_path}{suffix}").unlink(missing_ok=True)
+        assert self._write_lock is not None  # open
+        async with self._write_lock:  # no batch spills while the file is copied and removed
+            if not self.spilled:
+                return
+            report = await copy_cache(str(self.spill_path), self.url, pool=self._db())
+            log.warning("cache: %s is back: %d results written back from %s", self.location, report.copied,
+                        self.spill_path)
+            self.spilled = 0
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.spill_path}{suffix}").unlink(missing_ok=True)
 
     # -- claims --------------------------------------------------------------------
     async def claim(self, keys: Sequence[str]) -> set[str]:
