@@ -377,7 +377,16 @@ class PostgresCache:
                 "ON CONFLICT (key) DO UPDATE SET lease_until = EXCLUDED.lease_until "
                 "WHERE claims.owner = EXCLUDED.owner RETURNING key", keys, self.owner, self.lease,
                 [k for k in keys if k in self.corrupt_keys])
-        return {row[0] for row in rows}
+            mine = {row[0] for row in rows}
+            # READ COMMITTED: the insert's snapshot may predate a result (and the end of its
+            # claim) committed while it ran; a statement of its own sees it, and the key is not ours.
+            stored = await conn.fetch("SELECT key FROM entries WHERE key = ANY($1::text[])",
+                                      [k for k in mine if k not in self.corrupt_keys])
+            if stored:
+                late = [row[0] for row in stored]
+                await conn.execute("DELETE FROM claims WHERE owner = $1 AND key = ANY($2::text[])", self.owner, late)
+                mine.difference_update(late)
+        return mine
 
     def release(self, keys: Sequence[str]) -> None:
         held = [k for k in keys if k in self._claimed]
