@@ -42,6 +42,15 @@ ledger: which provider batches still owe which keys; see cache/batches.py),
 created when first used; they leave `entries` as it is, so the format version
 stays 1.
 
+Claims (cache/backend.py): a `claims` table, created when first used
+(format version unchanged), holds the keys a process is paying for now:
+
+    claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, lease_until REAL NOT NULL)  -- Unix time
+
+A claim is taken in a `BEGIN IMMEDIATE` transaction (a lapsed lease is
+taken over), renewed while its owner runs, and deleted in the transaction
+that stores the key's result.
+
 Concurrency: any number of processes may share one file. Writes go through
 one writer thread per cache that commits batches (up to 512 rows or 20 ms) in
 `BEGIN IMMEDIATE` transactions with `INSERT OR IGNORE`, waiting up to 30 s
@@ -64,13 +73,14 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import orjson
 
+from cache.claims import LeaseRenewer, lease_seconds, owner_name, wait_claimed
 from cache.codec import Record, decode_response, encode_identity, encode_response, result_from_record, result_to_record
 from cache.keys import Identity, canonical_bytes
 from providers.base import Result, TulvingError
@@ -115,6 +125,7 @@ ENTRY_COLUMNS = _BASE_COLUMNS + ("checksum",)
 INSERT_ENTRY = (f"INSERT OR IGNORE INTO entries ({', '.join(_BASE_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(_BASE_COLUMNS))})")
 INSERT_BLOB = "INSERT OR IGNORE INTO blobs (digest, size, text) VALUES (?, ?, ?)"
+CLAIMS_SCHEMA = "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, lease_until REAL NOT NULL)"
 
 
 # Entries go in as multi-row INSERTs: one statement step (during which
@@ -288,22 +299,44 @@ def _identity_chars(identity: Identity) -> int:
     return sum(map(len, cast(list[str], texts))) if texts else 0
 
 
+def encode_row(key: str, identity: Identity, canonical: bytes | None, response: Record, created: float,
+               blob_min_chars: int) -> tuple[_Entry, dict[str, tuple[str, int]]]:
+    """The `entries` row of a result (ENTRY_COLUMNS order) and the chunks
+    {digest: (text, bytes)} its long texts were cut into (both backends)."""
+    if not canonical:  # not handed over (None, or b"" for a large request)
+        canonical = canonical_bytes(identity)
+    stored = canonical
+    chunks: dict[str, tuple[str, int]] = {}
+    if len(stored) > blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
+        encoded, chunks = encode_identity(orjson.loads(stored), blob_min_chars)
+        stored = orjson.dumps(encoded)
+    text, vectors, dtype, count = encode_response(response)
+    get = identity.get
+    return (key, str(get("op", "chat")), str(get("model", "")), get("kind"), get("base_url"), iso_utc(created),
+            text, vectors, dtype, count, stored.decode(), entry_checksum(key, text, vectors)), chunks
+
+
+def decode_entry(key: str, text: str, vectors: bytes | None, dtype: str | None, count: int | None,
+                 checksum: str | None) -> Record:
+    """A stored response back, its checksum checked (ValueError when it does not match)."""
+    if checksum is not None and checksum != entry_checksum(key, text, vectors):
+        raise ValueError("checksum mismatch")
+    return cast(Record, orjson.loads(text)) if vectors is None else decode_response(text, vectors, dtype, count)
+
+
 def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str] | None = None
                  ) -> dict[str, Record]:
     """{key: response record} for the keys present, looked up `READ_BATCH` at
     a time. A row whose checksum does not match (or whose response cannot be
     decoded) is left out, as a miss, and its key appended to `corrupt`."""
     found: dict[str, Record] = {}
-    loads = orjson.loads
     for i in range(0, len(keys), READ_BATCH):
         batch = keys[i:i + READ_BATCH]
         sql = ("SELECT key, response, vectors, vector_dtype, vector_count, checksum FROM entries "
                f"WHERE key IN ({','.join('?' * len(batch))})")
         for key, text, vectors, dtype, count, checksum in conn.execute(sql, batch):
             try:
-                if checksum is not None and checksum != entry_checksum(key, text, vectors):
-                    raise ValueError("checksum mismatch")
-                found[key] = loads(text) if vectors is None else decode_response(text, vectors, dtype, count)
+                found[key] = decode_entry(key, text, vectors, dtype, count, checksum)
             except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
                 if corrupt is not None:
                     corrupt.append(key)
@@ -441,6 +474,17 @@ class ResponseCache:
         self._get_tasks: set[asyncio.Task[None]] = set()
         self._open = False
         self._closed = False
+        # Claims (cache/backend.py): on a connection and thread of their own.
+        self.owner = owner_name()
+        self.lease = lease_seconds()
+        self._claimed: set[str] = set()  # keys this process holds (the writer reads it)
+        self._claims_thread: _ReaderThread | None = None
+        self._claims_conn: sqlite3.Connection | None = None
+        self._renewer = LeaseRenewer(self._renew, self.lease, lambda: bool(self._claimed))
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
 
     # -- lifecycle ----------------------------------------------------------------
     async def open(self) -> ResponseCache:
@@ -472,6 +516,7 @@ class ResponseCache:
         # Checkpoint every 32 MB of WAL instead of 4 MB: a page rewritten by
         # many commits (the key index again) is copied into the file once.
         conn.execute("PRAGMA wal_autocheckpoint = 8192")
+        conn.execute(CLAIMS_SCHEMA)
         return conn
 
     def _open_reader(self) -> sqlite3.Connection:
@@ -500,6 +545,7 @@ class ResponseCache:
         if not self._open or self._closed:
             return
         await self.flush()
+        await self._end_claims()
         self._closed = True
         await asyncio.to_thread(self._stop_writer)
         _OPEN_CACHES.discard(self)
@@ -701,17 +747,7 @@ class ResponseCache:
 
     def _encode_row(self, key: str, identity: Identity, canonical: bytes | None, response: Record,
                     created: float) -> tuple[_Entry, dict[str, tuple[str, int]]]:
-        if not canonical:  # not handed over (None, or b"" for a large request)
-            canonical = canonical_bytes(identity)
-        stored = canonical
-        chunks: dict[str, tuple[str, int]] = {}
-        if len(stored) > self.blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
-            encoded, chunks = encode_identity(orjson.loads(stored), self.blob_min_chars)
-            stored = orjson.dumps(encoded)
-        text, vectors, dtype, count = encode_response(response)
-        get = identity.get
-        return (key, str(get("op", "chat")), str(get("model", "")), get("kind"), get("base_url"), iso_utc(created),
-                text, vectors, dtype, count, stored.decode(), entry_checksum(key, text, vectors)), chunks
+        return encode_row(key, identity, canonical, response, created, self.blob_min_chars)
 
     def _insert(self, conn: sqlite3.Connection, entries: list[_Entry], blobs: dict[str, tuple[str, int]]) -> bool:
         """One transaction, tried again twice while another process holds the
@@ -724,6 +760,11 @@ class ResponseCache:
                     conn.executemany("DELETE FROM entries WHERE key = ?", replaced)
                 conn.executemany(INSERT_BLOB, [(d, size, text) for d, (text, size) in blobs.items()])
                 _insert_entries(conn, entries)
+                claimed = self._claimed
+                ended = [(e[0], self.owner) for e in entries if e[0] in claimed]
+                if ended:  # stored: the claims end in the same transaction
+                    conn.executemany("DELETE FROM claims WHERE key = ? AND owner = ?", ended)
+                    claimed.difference_update(key for key, _ in ended)
                 conn.execute("COMMIT")
                 return True
             except sqlite3.Error as exc:
@@ -735,3 +776,98 @@ class ResponseCache:
                 log.error("cache: could not write %d responses to %s: %s", len(entries), self.path, exc)
                 return False
         return False
+
+    # -- claims ---------------------------------------------------------------------
+    async def claim(self, keys: Sequence[str]) -> set[str]:
+        """The keys of `keys` this process now holds (see cache/backend.py)."""
+        self._check_open()
+        if not keys:
+            return set()
+        thread = self._claims_thread
+        if thread is None:
+            thread = self._claims_thread = _ReaderThread("tulving-cache-claims")
+        try:
+            mine = await thread.run(self._claim_rows, list(keys))
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from None
+        self._claimed.update(mine)
+        if mine:
+            self._renewer.start()
+        return mine
+
+    def _claims(self) -> sqlite3.Connection:
+        if self._claims_conn is None:
+            self._claims_conn = connect(self.path, create=False)
+        return self._claims_conn
+
+    def _claim_rows(self, keys: list[str]) -> set[str]:
+        conn = self._claims()
+        now = time.time()
+        mine: set[str] = set()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for i in range(0, len(keys), READ_BATCH):
+                part = keys[i:i + READ_BATCH]
+                marks = ",".join("?" * len(part))
+                conn.execute(f"DELETE FROM claims WHERE lease_until < ? AND key IN ({marks})", [now, *part])
+                # A key whose stored row is damaged (read as a miss) is claimed to be paid again.
+                conn.executemany("INSERT OR IGNORE INTO claims (key, owner, lease_until) SELECT ?, ?, ? "
+                                 "WHERE ? OR NOT EXISTS (SELECT 1 FROM entries WHERE key = ?)",
+                                 [(k, self.owner, now + self.lease, k in self.corrupt_keys, k) for k in part])
+                mine.update(k for (k,) in conn.execute(
+                    f"SELECT key FROM claims WHERE owner = ? AND key IN ({marks})", [self.owner, *part]))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return mine
+
+    def release(self, keys: Sequence[str]) -> None:
+        held = [k for k in keys if k in self._claimed]
+        if not held or self._claims_thread is None:
+            return
+        self._claimed.difference_update(held)
+        future = self._claims_thread.run(self._delete_claims, held)
+        future.add_done_callback(_log_failure)
+
+    def _delete_claims(self, keys: list[str] | None) -> None:
+        conn = self._claims()
+        if keys is None:
+            conn.execute("DELETE FROM claims WHERE owner = ?", (self.owner,))
+            return
+        conn.executemany("DELETE FROM claims WHERE key = ? AND owner = ?", [(k, self.owner) for k in keys])
+
+    async def _renew(self) -> None:
+        thread = self._claims_thread
+        if thread is not None:
+            await thread.run(self._renew_rows)
+
+    def _renew_rows(self) -> None:
+        self._claims().execute("UPDATE claims SET lease_until = ? WHERE owner = ?",
+                               (time.time() + self.lease, self.owner))
+
+    def wait_for(self, keys: Sequence[str]) -> AsyncIterator[tuple[dict[str, Result], set[str]]]:
+        return wait_claimed(self, keys)
+
+    async def _end_claims(self) -> None:
+        """At close: every claim of this process ends (its stored results are committed)."""
+        await self._renewer.stop()
+        thread, self._claims_thread = self._claims_thread, None
+        if thread is None:
+            return
+        try:
+            await thread.run(self._delete_claims, None)
+        except sqlite3.Error as exc:
+            log.warning("cache: could not end this process's claims in %s (%s); they lapse in %g s",
+                        self.path, exc, self.lease)
+        finally:
+            self._claimed.clear()
+            if self._claims_conn is not None:
+                await thread.run(self._claims_conn.close)
+                self._claims_conn = None
+            thread.stop(wait=False)
+
+
+def _log_failure(future: asyncio.Future[None]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("cache: could not end claims (%s); they lapse at their lease's end", future.exception())

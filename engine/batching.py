@@ -52,7 +52,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cache.batches import BatchLedger
+from cache.backend import BatchLedgerStore
 from cache.keys import request_key
 from engine.requests import CALL_KEY
 from providers.base import (
@@ -143,7 +143,7 @@ class BatchingProvider(Provider):
     holds_calls = True
     can_stream = False
 
-    def __init__(self, direct: Provider, api: BatchApi, options: BatchOptions, ledger: BatchLedger | None,
+    def __init__(self, direct: Provider, api: BatchApi, options: BatchOptions, ledger: BatchLedgerStore | None,
                  host: BatchHost):
         super().__init__(direct.spec)
         self.direct, self.api, self.options, self.ledger, self.host = direct, api, options, ledger, host

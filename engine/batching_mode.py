@@ -10,7 +10,7 @@ which endpoints send their chat calls by batch, with which options, and the
 """
 from __future__ import annotations
 
-from cache.batches import BatchLedger
+from cache.backend import open_ledger
 from engine.batching import POLL_FIRST, POLL_MAX, BatchHost, BatchingProvider, BatchOptions
 from engine.resolve import Resolved
 from providers.base import EndpointSpec, Provider
@@ -40,7 +40,7 @@ class Batching:
 
     def __init__(self, cache_path: str | None, host: BatchHost):
         self.host = host
-        self.ledger = BatchLedger(cache_path) if cache_path is not None else None
+        self.ledger = open_ledger(cache_path) if cache_path is not None else None
         self.providers: list[BatchingProvider] = []
         if self.ledger is None:
             host.notice("batch mode without a cache: the batches are not recorded, a killed run cannot resume "

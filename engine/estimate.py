@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cache.store import ResponseCache
+from cache.backend import ResponseStore
 from engine.batching_mode import batch_endpoint
 from engine.config import Config, ModelAlias
 from engine.requests import EmbedRequest, Request
@@ -75,7 +75,7 @@ def caches_prompts(r: Resolved) -> bool:
 
 
 class Estimator:
-    def __init__(self, config: Config, cache: ResponseCache | None = None, *,
+    def __init__(self, config: Config, cache: ResponseStore | None = None, *,
                  batchable: Callable[[Resolved], bool] = default_batchable,
                  count: Callable[[str], int] = count_tokens):
         self.config = config

@@ -57,7 +57,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, It
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cache.store import ResponseCache
+from cache.backend import ResponseStore, open_cache
 from engine import gc_tuning
 from engine.batching_mode import Batching
 from engine.budget import Budget
@@ -166,7 +166,10 @@ class Engine:
         self.max_cost = max_cost
         self.window = window
         self.retry_policy = retry_policy or RetryPolicy()
-        self._cache: ResponseCache | None = None
+        self._cache: ResponseStore | None = None
+        # Requests whose key another process has claimed (it pays; we wait for its result), by key.
+        self._claimed_elsewhere: dict[str, list[tuple[Resolved, asyncio.Queue[Outcome], float]]] = {}
+        self._claim_waits: set[asyncio.Task[None]] = set()
         self._endpoints: dict[str, EndpointState] = {}
         self._pools: dict[tuple[str, ...], Pool] = {}
         self._inflight: dict[str, Job] = {}
@@ -202,7 +205,7 @@ class Engine:
             gc_tuning.engine_opened()
             self._gc_tuned = True
         if self.cache_path is not None and self._cache is None:
-            cache = ResponseCache(self.cache_path)
+            cache = open_cache(self.cache_path)
             try:
                 await cache.open()
             except BaseException:  # `async with` will not call close(): undo the tuning here
@@ -218,6 +221,9 @@ class Engine:
         self._closed = True
         for timer in self._timers:
             timer.cancel()
+        for wait in self._claim_waits:
+            wait.cancel()
+        self._claimed_elsewhere.clear()
         for job in list(self._inflight.values()):
             job.cancelled = True
             if job.task is not None:
@@ -421,10 +427,13 @@ class Engine:
                     self._endpoint(spec)
         inflight = self._inflight
         hits: dict[str, Result] = {}
+        held: set[str] = set()  # keys another process is paying for
         if self._cache is not None:
             lookup = [r.key for r in resolved if r.key not in inflight and r.request.cache_read]
             if lookup:
                 hits = await self._cache.get_many(lookup)
+                held = await self._claim(self._cache, [k for k in lookup if k not in hits])
+        new_waits = held - self._claimed_elsewhere.keys()
         for r in resolved:
             if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
                 self._queue_new(r, sink, taken)
@@ -441,7 +450,62 @@ class Engine:
                 if job.held:
                     self._park(r.request, 1)
                 continue
+            if r.key in held:
+                self._wait_elsewhere(r, sink, taken)
+                continue
             self._queue_new(r, sink, taken)
+        if new_waits:
+            self._start_claim_wait(new_waits)
+
+    # -- claims: calls another process sharing the cache is paying for -----------------
+    async def _claim(self, cache: ResponseStore, misses: list[str]) -> set[str]:
+        """Claim the misses (cache/backend.py): the keys held elsewhere (or
+        already waited for here), whose results are to be waited for."""
+        waited = self._claimed_elsewhere
+        wanted = [k for k in dict.fromkeys(misses) if k not in waited]
+        mine = await cache.claim(wanted) if wanted else set()
+        return {k for k in misses if k not in mine}
+
+    def _wait_elsewhere(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
+        self._claimed_elsewhere.setdefault(r.key, []).append((r, sink, taken))
+
+    def _start_claim_wait(self, keys: set[str]) -> None:
+        """One task polls for the keys of one pulled chunk held elsewhere
+        (keys already waited for by an earlier task are left to it)."""
+        task = asyncio.ensure_future(self._await_claimed(list(keys)))
+        self._claim_waits.add(task)
+        task.add_done_callback(self._claim_waits.discard)
+
+    async def _await_claimed(self, keys: list[str]) -> None:
+        """Until another process's result for each key is cached (handed out
+        as a hit) or its claim lapses and this process claims it (queued as a call)."""
+        cache = self._cache
+        assert cache is not None  # only keys claimed through a cache are waited for
+        try:
+            async for hits, mine in cache.wait_for(keys):
+                for key, result in hits.items():
+                    for i, (r, sink, _taken) in enumerate(self._claimed_elsewhere.pop(key, [])):
+                        sink.put_nowait(Outcome(request=r.request, result=result if i == 0 else _copy_result(result),
+                                                cached=True, key=key))
+                for key in mine:  # the first queues the call, the others join it
+                    waiting = self._claimed_elsewhere.pop(key, [])
+                    for r, sink, taken in waiting:
+                        self._submit_claimed(r, sink, taken)
+                    if not waiting:  # nobody waits any more
+                        cache.release([key])
+        except Exception as exc:  # noqa: BLE001 -- the cache failed: pay rather than lose the requests
+            log.warning("engine: waiting for calls another process makes failed (%s); making them here", exc)
+            for key in keys:
+                for r, sink, taken in self._claimed_elsewhere.pop(key, []):
+                    self._submit_claimed(r, sink, taken)
+
+    def _submit_claimed(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
+        job = self._inflight.get(r.key)
+        if job is None:
+            self._queue_new(r, sink, taken)
+        else:
+            job.waiters.append((r.request, sink))
+            self._stats.deduplicated += 1
 
     def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
         pool = self._pool(r)
@@ -508,6 +572,8 @@ class Engine:
     def _abandon(self, sink: asyncio.Queue[Outcome]) -> None:
         """The stream ended (normally, by an error, or the caller stopped
         early): drop its waiters and cancel calls nobody else waits for."""
+        for key, waiting in list(self._claimed_elsewhere.items()):
+            self._claimed_elsewhere[key] = [w for w in waiting if w[1] is not sink]
         for key, job in list(self._inflight.items()):
             waiters = [w for w in job.waiters if w[1] is not sink]
             if len(waiters) == len(job.waiters):
@@ -520,6 +586,8 @@ class Engine:
             if not waiters:
                 job.cancelled = True
                 del self._inflight[key]
+                if self._cache is not None:
+                    self._cache.release([job.resolved.key])
                 if job.task is not None:
                     job.task.cancel()
                 self._warmed(job, ok=False)
@@ -572,9 +640,12 @@ class Engine:
         if self._cache is not None and not self._closed and (  # paid for: keep it even if nobody waits
                 r.request.cache_write or any(request.cache_write for request, _ in job.waiters)):
             try:
-                self._cache.put(r.key, r.identity, result, canonical=r.canonical)
+                self._cache.put(r.key, r.identity, result, canonical=r.canonical)  # ends its claim once stored
             except Exception as exc:  # noqa: BLE001 -- the answer stands; the failed write is reported
+                self._cache.release([r.key])
                 self._cache_put_failed(exc)
+        elif self._cache is not None:
+            self._cache.release([r.key])
         if not job.cancelled:
             self._settle(job, result=result, cost=cost, endpoint=ep.name)
 
@@ -651,6 +722,8 @@ class Engine:
         elif not job.resolved.request.cache_read:  # in flight under a key of its own (see _queue_new)
             inflight.pop(f"{key}#{job.seq}", None)
         self._warmed(job, ok=result is not None)
+        if result is None and self._cache is not None and job.resolved.request.cache_read:
+            self._cache.release([key])  # failed: another process may try it
         first = True
         sent = job.first_sent
         queued = None if sent is None or job.taken_at is None else sent - job.taken_at

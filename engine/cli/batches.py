@@ -15,7 +15,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from cache.batches import BatchLedger, LedgerBatch
+from cache.backend import BatchLedgerStore, is_postgres_url, open_ledger
+from cache.batches import LedgerBatch
 from engine.cli.common import load_config
 from engine.errors import printable
 from providers.base import ProviderError, TulvingError
@@ -51,14 +52,14 @@ def _counts(batch: LedgerBatch) -> str:
     return " ".join(f"{k}={v}" for k, v in batch.counts.items() if v) or "-"
 
 
-def _ledger(args: argparse.Namespace) -> BatchLedger | None:
+def _ledger(args: argparse.Namespace) -> BatchLedgerStore | None:
     path = getattr(args, "cache", None)
-    if not path or not os.path.exists(path):
+    if not path or not (is_postgres_url(path) or os.path.exists(path)):
         return None
-    return BatchLedger(path)
+    return open_ledger(path)
 
 
-async def _refresh(args: argparse.Namespace, ledger: BatchLedger, batches: list[LedgerBatch]) -> None:
+async def _refresh(args: argparse.Namespace, ledger: BatchLedgerStore, batches: list[LedgerBatch]) -> None:
     """Poll each listed batch's provider and record what it says; a batch
     that cannot be polled keeps its last seen state (said on stderr)."""
     config = load_config(args)

@@ -1,8 +1,12 @@
-"""`tulving cache stats | explain | prune | export | import | check | recover`: the cache file
-(global `--cache PATH`) seen from the command line. See cache/admin.py."""
+"""`tulving cache stats | explain | prune | export | import | check | recover | copy`: the cache
+(global `--cache PATH`) seen from the command line. See cache/admin.py, and
+cache/copy.py for `copy` (any two backends: SQLite files, postgresql:// URLs).
+A PostgreSQL cache takes `copy`, `export` and `import`; the other commands
+read SQLite files (copy the database into one first)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +15,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from cache import admin
+from cache.location import is_postgres_url, redact
 from providers.base import TulvingError
 
 if TYPE_CHECKING:
@@ -58,6 +63,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("path", help="export file, or - for stdin")
     p.set_defaults(func=_damage_is_one_line(_import))
 
+    p = commands.add_parser("copy", help="copy every entry of one cache into another (SQLite files or "
+                                         "postgresql:// URLs), checksums verified; idempotent",
+                            description="Copy every entry of SRC into DST (each a SQLite file or a postgresql:// "
+                                        "URL; DST is created if missing). Keys DST holds are kept. Entries whose "
+                                        "checksum or chunks are wrong are left out and counted.")
+    p.add_argument("source", metavar="SRC")
+    p.add_argument("target", metavar="DST")
+    p.set_defaults(func=_damage_is_one_line(_copy))
+
 
 def _damage_is_one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """A cache command over a file SQLite cannot read through: one line naming
@@ -77,11 +91,45 @@ def _damage_is_one_line(handler: Callable[[argparse.Namespace], int]) -> Callabl
     return run
 
 
-def _cache(args: argparse.Namespace) -> str:
+def _location(args: argparse.Namespace) -> str:
     path = getattr(args, "cache", None)
     if not path:
         raise TulvingError("no cache file given: pass --cache PATH")
     return str(path)
+
+
+def _cache(args: argparse.Namespace) -> str:
+    """The SQLite file the command works on; a PostgreSQL URL is refused in one line."""
+    path = _location(args)
+    if is_postgres_url(path):
+        raise TulvingError(f"`tulving cache {args.cache_command}` reads a SQLite cache file, not {redact(path)}: "
+                           f"copy the database into one first (`tulving cache copy {redact(path)} FILE.sqlite`)")
+    return path
+
+
+def _copy(args: argparse.Namespace) -> int:
+    from cache.copy import copy_cache
+
+    report = asyncio.run(copy_cache(args.source, args.target))
+    print(report.format())
+    return 0
+
+
+def _through_sqlite(args: argparse.Namespace, work: Callable[[str], int]) -> int:
+    """`export` / `import` on a PostgreSQL cache: through a temporary SQLite copy."""
+    import tempfile
+
+    from cache.copy import copy_cache
+
+    url = _location(args)
+    with tempfile.TemporaryDirectory(prefix="tulving-cache-") as folder:
+        local = str(Path(folder) / "cache.sqlite")
+        if args.cache_command == "export":
+            asyncio.run(copy_cache(url, local))
+            return work(local)
+        code = work(local)
+        asyncio.run(copy_cache(local, url))
+        return code
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -177,14 +225,26 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    counts = admin.export_jsonl(_cache(args), args.path)
+    if is_postgres_url(_location(args)):
+        return _through_sqlite(args, lambda local: _export_file(local, args))
+    return _export_file(_cache(args), args)
+
+
+def _export_file(path: str, args: argparse.Namespace) -> int:
+    counts = admin.export_jsonl(path, args.path)
     if args.path != "-":
         print(f"exported {counts['entries']:,} entries and {counts['blobs']:,} chunks to {args.path}")
     return 0
 
 
 def _import(args: argparse.Namespace) -> int:
-    counts = admin.import_jsonl(_cache(args), args.path)
+    if is_postgres_url(_location(args)):
+        return _through_sqlite(args, lambda local: _import_file(local, args))
+    return _import_file(_cache(args), args)
+
+
+def _import_file(path: str, args: argparse.Namespace) -> int:
+    counts = admin.import_jsonl(path, args.path)
     print(f"imported {counts['imported']:,} entries ({counts['skipped']:,} already cached, skipped) "
           f"and {counts['blobs']:,} new chunks")
     return 0

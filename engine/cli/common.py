@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from cache.store import ResponseCache
+from cache.backend import ResponseStore, is_postgres_url, open_cache
 from engine.batching_mode import batch_endpoint
 from engine.config import Config
 from engine.estimate import ESTIMATE_NOTE, Estimator
@@ -48,6 +48,12 @@ def default_config() -> Path:
 
 
 DEFAULT_CACHE = default_cache()  # as the process started; `default_cache()` reads the environment again
+
+
+def cache_exists(location: str | os.PathLike[str] | None) -> bool:
+    """Whether there is a cache to read at `location`: a SQLite file that
+    exists, or any PostgreSQL URL (its database is checked when opened)."""
+    return location is not None and (is_postgres_url(location) or os.path.exists(location))
 
 
 def load_config(args: argparse.Namespace) -> Config:
@@ -93,7 +99,13 @@ def check_models(config: Config, args: argparse.Namespace, names: Iterable[str])
 
 
 def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
-    """An engine from the global options (use as `async with open_engine(args) as engine`)."""
+    """An engine from the global options (use as `async with open_engine(args) as engine`).
+    A PostgreSQL cache keeps results the database could not take in a spill
+    file next to the run's output (--out), unless $TULVING_SPILL_DIR says where."""
+    cache = getattr(args, "cache", None)
+    out = getattr(args, "out", None)
+    if isinstance(cache, str) and is_postgres_url(cache) and isinstance(out, str) and out:
+        os.environ.setdefault("TULVING_SPILL_DIR", out)
     return Engine(load_config(args), cache_path=getattr(args, "cache", None) or None,
                   progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
                   batch=bool(getattr(args, "batch", False)), **kwargs)
@@ -106,9 +118,10 @@ async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | No
     provider batch API, by endpoint (engine.batching_mode.batch_endpoint).
     Raises ConfigError for an unknown model alias."""
     total = cached = 0
-    cache = None
-    if cache_path is not None and os.path.exists(cache_path):
-        cache = ResponseCache(cache_path)
+    cache: ResponseStore | None = None
+    if cache_exists(cache_path):
+        assert cache_path is not None  # it exists
+        cache = open_cache(cache_path)
         await cache.open()
     try:
         batch: list[str] = []
@@ -143,9 +156,10 @@ async def dry_run_estimate(config: Config, cache_path: str | os.PathLike[str] | 
     """An `Estimator` filled by `fill` (which adds each role's requests), with
     the cache at `cache_path` (if it exists) telling which calls are already
     made. Calls nothing."""
-    cache = None
-    if cache_path is not None and os.path.exists(cache_path):
-        cache = ResponseCache(cache_path)
+    cache: ResponseStore | None = None
+    if cache_exists(cache_path):
+        assert cache_path is not None  # it exists
+        cache = open_cache(cache_path)
         await cache.open()
     try:
         estimator = Estimator(config, cache)

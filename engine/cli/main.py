@@ -27,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
+from cache.location import split_password
 from engine import __version__
 from engine.cli import batches, bench, evaluate, generate, lifecycle, tools
 from engine.cli import cache as cache_commands
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"TOML config (default: $TULVING_CONFIG, else {default_config()} when it exists, "
                              "else built-in defaults; `tulving config init` writes a starter)")
     parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE") or default_cache(),
-                        help="response cache, SQLite (default: $TULVING_CACHE, else %(default)s)")
+                        help="response cache: a SQLite file, or a postgresql://user@host/db URL shared by "
+                             "processes and machines (default: $TULVING_CACHE, else %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     parser.add_argument("--version", action="version", version=f"tulving {__version__}",
                         help="print the installed version and exit")
@@ -180,6 +182,19 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _password_apart(args: argparse.Namespace) -> None:
+    """A `--cache postgresql://user:PASSWORD@host/db`: the password moves to
+    $PGPASSWORD (where the driver reads it), so that no message, log, run.json
+    or report can show it: everything else sees the URL without it."""
+    cache = getattr(args, "cache", None)
+    if not isinstance(cache, str):
+        return
+    url, password = split_password(cache)
+    if password is not None:
+        os.environ["PGPASSWORD"] = password
+        args.cache = url
+
+
 def _main(argv: list[str]) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -189,6 +204,7 @@ def _main(argv: list[str]) -> int:
         parser.error(f"unrecognized arguments: {' '.join(printable(x) for x in extra)}")
     if getattr(args, "func", None) is None:
         return _usage(parser)
+    _password_apart(args)
     _install_uvloop()
     args.cache_from_env = bool(os.environ.get("TULVING_CACHE"))
     if getattr(args, "command", None) in _CALLING_COMMANDS and not getattr(args, "dry_run", False):
