@@ -8,8 +8,10 @@ claude writer, and the short book again under the gpt-4o writer (so one book is 
 """
 from __future__ import annotations
 
+import copy
 import json
 import zipfile
+from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -110,9 +112,14 @@ def write_answers(folder: Path, questions: list[Question], exact: bool) -> list[
     return f1s
 
 
+@cache
+def _questions(name: str) -> list[Question]:
+    return build_questions(name)
+
+
 def write_book(experiment: Path, name: str, writer: str, *, answers: bool = False) -> tuple[Path, list[Question]]:
     raw = read_book_dir(published_book_dir(name))
-    questions = build_questions(name)
+    questions = copy.deepcopy(_questions(name))
     n_tokens = 10_397 if name.endswith("short") else 102_870
     folder = experiment / "books" / book_dir_name(writer, len(raw["chapters"]), n_tokens)
     export_list(raw["text"], folder / "book.json")

@@ -282,6 +282,12 @@ def test_fetch_resumes_verifies_and_records_the_checksum(release, tmp_path):
         assert recorded["sha256"] == hashlib.sha256(served.body).hexdigest()
         assert recorded["size"] == len(served.body)
 
+        # the verified zip is not downloaded again
+        asked = len(served.ranges)
+        again = tulving(data, "--quiet", "data", "fetch", "--url", url)
+        assert again.returncode == 0, again.stderr
+        assert len(served.ranges) == asked
+
         # later fetches must give the recorded bytes
         other = bytearray(served.body)
         other[-30] ^= 0x01

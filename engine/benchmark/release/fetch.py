@@ -2,6 +2,8 @@
 
     fetch(url, folder) -> Path of the verified zip (folder/release.zip)
 
+A zip already there whose hash is the expected one is used as it is.
+
 The bytes go to `folder/release.zip.part`; a rerun after an interruption asks
 the server for the rest (HTTP Range) and appends, or starts over when the
 server ignores the range. The download must reach the size the server
@@ -136,6 +138,9 @@ def fetch(url: str | None, folder: Path, progress: Progress = lambda done, total
     url = url or DOWNLOAD_URL
     folder.mkdir(parents=True, exist_ok=True)
     part, final = folder / PART, folder / ZIP
+    want_sha, _ = expected(folder)
+    if final.is_file() and not part.exists() and want_sha is not None and sha256_of(final) == want_sha:
+        return final  # fetched and verified before: nothing to download
     total = _download(url, part, progress)
     _verify(part, total, folder, url)
     part.replace(final)
