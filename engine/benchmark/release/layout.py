@@ -100,6 +100,7 @@ class ReleaseBook:
     itermax: int
     n_chapters: int
     n_tokens: int
+    indexing: str = "default"
 
     @property
     def experiment_dir(self) -> Path:
@@ -133,32 +134,43 @@ def parse_book_dir(name: str) -> dict[str, str] | None:
     return m.groupdict() if m else None
 
 
-def find_root(folder: Path) -> Path:
-    """The folder holding the experiment folders: the given one, or the one
-    level below that holds them (a zip often wraps everything in `data/`)."""
-    if any((folder / e).is_dir() for e in EXPERIMENTS):
-        return folder
-    for child in sorted(p for p in folder.iterdir() if p.is_dir()):
-        if any((child / e).is_dir() for e in EXPERIMENTS):
-            return child
+def find_root(folder: Path, depth: int = 3) -> Path:
+    """The folder holding the experiment folders: the given one, or one up to
+    `depth` levels below it (a zip often wraps them in `data/` or
+    `episodic-memory-benchmark/epbench/data/`)."""
+    level = [folder]
+    for _ in range(depth + 1):
+        for candidate in level:
+            if any((candidate / e).is_dir() for e in EXPERIMENTS):
+                return candidate
+        level = [c for f in level for c in sorted(f.iterdir()) if c.is_dir() and not c.name.startswith(".")]
     raise ReleaseError(f"{folder}: unknown layout: none of {', '.join(EXPERIMENTS)} found "
                        "(not the published release)")
+
+
+def _candidates(books: Path, pub: Published) -> list[ReleaseBook]:
+    if not books.is_dir():
+        return []
+    out = []
+    for folder in sorted(books.iterdir()):
+        parts = parse_book_dir(folder.name)
+        if parts is None or parts["writer"] != pub.writer or int(parts["chapters"]) > EVENT_SIZES[-1]:
+            continue
+        if size_class(int(parts["chapters"])) != pub.n_events:
+            continue
+        out.append(ReleaseBook(pub, folder, int(parts["itermax"]), int(parts["chapters"]), int(parts["tokens"]),
+                               parts["indexing"]))
+    return out
 
 
 def find_books(root: Path) -> list[ReleaseBook]:
     """Every book folder of the catalogue present under root (release order)."""
     found = []
     for pub in CATALOGUE:
-        books = root / pub.experiment / "books"
-        if not books.is_dir():
-            continue
-        for folder in sorted(books.iterdir()):
-            parts = parse_book_dir(folder.name)
-            if parts is None or parts["writer"] != pub.writer:
-                continue
-            n_chapters = int(parts["chapters"])
-            if size_class(n_chapters) == pub.n_events:
-                found.append(ReleaseBook(pub, folder, int(parts["itermax"]), n_chapters, int(parts["tokens"])))
+        candidates = _candidates(root / pub.experiment / "books", pub)
+        # the published books use the default indexing; another one is a variant
+        preferred = [b for b in candidates if b.indexing == "default"] or candidates
+        found.extend(preferred)
     if not found:
         raise ReleaseError(f"{root}: unknown layout: no book folder (books/model_..._nbchapters_..._nbtokens_...)")
     names = [b.published.name for b in found]
