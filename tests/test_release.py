@@ -340,3 +340,29 @@ def test_missing_pyarrow_is_one_clear_line(release, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "pip install 'tulving-bench[release]'" in done.stderr
+
+
+def test_released_judgments_with_reworded_or_missing_items(tmp_path, short_questions):
+    """The judge's scores are matched by item; a reworded item keeps its score when the count fits
+    (the reference checked only the count); a missing one, or a missing file, fails the question."""
+    from engine.benchmark.release.layout import AnswerDir
+    from tests.release_archive import export_list
+
+    latest = next(q for q in short_questions if q.get == "latest" and q.correct_answer)
+    chrono = next(q for q in short_questions if q.get == "chronological" and len(set(q.correct_answer)) >= 2)
+    folder = tmp_path / "answered_by_kind_prompting_model_m"
+    questions = [latest, latest, chrono, latest]
+    for q in range(len(questions)):
+        export_list("an answer", folder / "raw_answers" / f"{q}.json")
+    export_list({"predicted_items": ["x"], "matching_groundtruth_items_score": [{"reworded": 1}]},
+                folder / "evaluated_answers" / "0.json")
+    export_list({"predicted_items": ["x"], "matching_groundtruth_items_score": [{"a": 1}, {"b": 0}]},
+                folder / "evaluated_answers" / "1.json")
+    distinct = list(dict.fromkeys(chrono.correct_answer))
+    export_list({"predicted_items": distinct, "matching_groundtruth_items_score": [{i: 1} for i in chrono.correct_answer]},
+                folder / "evaluated_answers" / "2.json")  # no chronological judgment released for it
+    recs = runs.records(AnswerDir(folder, "m", "in-context", "prompting"), questions, judge="j")
+    assert recs[0].f1 == 1.0 and recs[0].matching_scores == [1.0] and not recs[0].judge_failed
+    assert recs[1].judge_failed and "scores no" in recs[1].judge_error and "(2 scores for 1 items)" in recs[1].judge_error
+    assert recs[2].judge_failed and recs[2].judge_error == "no released chronological judgment" and recs[2].f1 is None
+    assert recs[3].judge_failed and recs[3].judge_error == "no released evaluation"

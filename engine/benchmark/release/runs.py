@@ -48,20 +48,28 @@ def _load(path: Path) -> Any:
 
 
 def _scores_by_item(evaluation: dict[str, Any], ground_truth: Sequence[str]) -> list[float] | str:
-    """The judge's score per ground-truth item in Tulving's order, or why not."""
+    """The judge's score per ground-truth item in Tulving's order, or why not.
+
+    By item name; when the judge reworded an item but scored as many items as
+    there are (the reference only checked the count), in the released order:
+    F1 depends on the sum of the scores only, so it is kept."""
     given: dict[str, float] = {}
+    in_order: list[float] = []
     for entry in evaluation.get("matching_groundtruth_items_score") or []:
         if not isinstance(entry, dict) or len(entry) != 1:
             return f"matching score entry {entry!r} is not one {{item: score}}"
         (item, value), = entry.items()
         try:
-            given.setdefault(str(item), float(value))
+            in_order.append(float(value))
         except (TypeError, ValueError):
             return f"score {value!r} of {item!r} is not a number"
-    missing = [item for item in ground_truth if item not in given]
-    if missing:
-        return f"the released evaluation scores no {missing[0]!r}"
-    return [given[item] for item in ground_truth]
+        given.setdefault(str(item), in_order[-1])
+    if all(item in given for item in ground_truth):
+        return [given[item] for item in ground_truth]
+    if len(in_order) == len(ground_truth):
+        return in_order
+    missing = next(item for item in ground_truth if item not in given)
+    return f"the released evaluation scores no {missing!r} ({len(in_order)} scores for {len(ground_truth)} items)"
 
 
 def _judge(rec: ResultRecord, evaluation: Any) -> None:
