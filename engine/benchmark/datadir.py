@@ -6,8 +6,11 @@ events, `synaptic-echoes-short`) with their ground truth, and the published
 leaderboard and F1 tables. A published name always means the packaged copy,
 so a score made anywhere is computed on the same bytes.
 
-A user's own universes and books are found by name under the folder named by
-TULVING_DATA (`universes/NAME.json`, `books/NAME/`), or by path.
+A user's own universes and books are found by name under the user's data
+folder (`universes/NAME.json`, `books/NAME/`), or by path. The data folder is
+TULVING_DATA when set, else `$XDG_DATA_HOME/tulving` (default
+`~/.local/share/tulving`): `tulving data fetch` / `import` install the rest of
+the published release there (books/, runs/, release/: engine/benchmark/release/).
 """
 from __future__ import annotations
 
@@ -30,11 +33,27 @@ def data_dir() -> Path:
     return PACKAGED
 
 
+def default_data_home() -> Path:
+    """Where the user's data goes when TULVING_DATA is not set (XDG base directories)."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "tulving"
+
+
+def data_home() -> Path:
+    """The user's data folder to write to (created by the caller): TULVING_DATA
+    when set, else the XDG one."""
+    configured = os.environ.get(ENV_VAR)
+    return Path(configured).expanduser() if configured else default_data_home()
+
+
 def user_data_dir() -> Path | None:
-    """The folder named by TULVING_DATA, or None when it is not set."""
+    """The folder named by TULVING_DATA; when it is not set, the XDG data
+    folder if it exists; else None."""
     configured = os.environ.get(ENV_VAR)
     if not configured:
-        return None
+        home = default_data_home()
+        return home if home.is_dir() else None
     path = Path(configured).expanduser()
     if not path.is_dir():
         raise DataError(f"{ENV_VAR}={configured}: no such folder (it should hold universes/ and/or books/)")

@@ -29,7 +29,7 @@ from types import FrameType
 
 from cache.location import split_password
 from engine import __version__
-from engine.cli import batches, bench, evaluate, generate, lifecycle, tools
+from engine.cli import batches, bench, data, evaluate, generate, lifecycle, tools
 from engine.cli import cache as cache_commands
 from engine.cli.argtypes import non_negative_float
 from engine.cli.common import cache_notes, default_cache, default_config
@@ -45,7 +45,7 @@ from engine.errors import (
 )
 from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
-COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate, batches)
+COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate, batches, data)
 
 
 # -- parser and entry point ---------------------------------------------------------------
