@@ -169,9 +169,9 @@ GEMINI = ProviderKind(
         # Current: shut down on 2026-12-01 (Google's deprecations page as read on 2026-11-10; replacements
         # gemini-3.8-flash for Pro, gemini-3.5-flash-lite for Flash).
         "gemini-2.5-pro": {**_GEMINI_ROW, "model": "gemini-2.5-pro", "price_in": 1.25, "price_cached_in": 0.125,
-                           "price_out": 10.0},
+                           "price_out": 10.0, "shutdown": "2026-12-01", "replacement": "gemini-flash"},
         "gemini-2.5-flash": {**_GEMINI_ROW, "model": "gemini-2.5-flash", "price_in": 0.30, "price_cached_in": 0.03,
-                             "price_out": 2.50},
+                             "price_out": 2.50, "shutdown": "2026-12-01", "replacement": "gemini-flash-lite"},
         # Retired: gemini-2.0-flash shut down on 2026-06-01 (Firebase AI Logic notice); the experimental
         # 2.0 ids had no published shutdown date and were gone by then at the latest (free while they ran).
         "gemini-2-flash": {**_GEMINI_ROW, "model": "gemini-2.0-flash", "price_in": 0.10, "price_cached_in": 0.025,

@@ -38,11 +38,11 @@ def _over_loopback(tmp_path: Path, server: LoopbackServer, models: str = "") -> 
 async def test_a_retired_alias_stops_every_command_before_any_call(tmp_path):
     async with LoopbackServer() as server:
         config = str(_over_loopback(tmp_path, server))
-        for command in (["run", "--models", "claude-3-5-sonnet", "--sample", "2", "--out", "r"],
+        for command in (["run", "--models", "claude-3-5-sonnet", "--sample", "2", "--out", str(tmp_path / "r")],
                         ["run", "--models", "builtin:reader", "--judge", "claude-3-5-sonnet", "--sample", "2",
-                         "--out", "r"],
+                         "--out", str(tmp_path / "r")],
                         ["bench", "--models", "o3-mini", "-n", "2"],
-                        ["generate", "--events", "3", "--model", "claude-3-5-sonnet", "--out", "book"]):
+                        ["generate", "--events", "3", "--model", "claude-3-5-sonnet", "--out", str(tmp_path / "book")]):
             code, out, err = await atulving("--config", config, "--cache", str(tmp_path / "c.sqlite"), *command,
                                             LOOP_KEY="k")
             assert code == 2, (command, err)
@@ -63,7 +63,7 @@ async def test_a_declared_alias_of_a_retired_name_is_the_users(tmp_path):
                     'params = { max_tokens = 20 }\n')
         config = str(_over_loopback(tmp_path, server, declared))
         code, out, err = await atulving("--config", config, "--cache", str(tmp_path / "c.sqlite"), "run",
-                                        "--models", "claude-3-5-sonnet", "--sample", "2", "--out", "r", LOOP_KEY="k")
+                                        "--models", "claude-3-5-sonnet", "--sample", "2", "--out", str(tmp_path / "r"), LOOP_KEY="k")
     assert code == 0, err
     assert server.stats.requests >= 2
 
