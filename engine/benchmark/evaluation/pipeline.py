@@ -191,7 +191,7 @@ def _list_cost(alias: ModelAlias, result: ChatResult) -> float:
     """A call's cost at the alias's list prices, its prompt-cache reads and
     writes at theirs (the same whether it was made now or came from the cache)."""
     return alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
-                      cache_write=result.cache_write_tokens)
+                      cache_write=result.cache_write_tokens, cache_write_1h=result.cache_write_1h_tokens)
 
 
 def _error_text(outcome: Outcome) -> str:
