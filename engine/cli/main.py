@@ -207,9 +207,7 @@ def _main(argv: list[str]) -> int:
     _password_apart(args)
     _install_uvloop()
     args.cache_from_env = bool(os.environ.get("TULVING_CACHE"))
-    if getattr(args, "command", None) in _CALLING_COMMANDS and not getattr(args, "dry_run", False):
-        for note in cache_notes(args):
-            _print_err(f"note: {note}")
+    notes = cache_notes(args) if getattr(args, "command", None) in _CALLING_COMMANDS else []
     try:
         return int(args.func(args) or 0)
     except TulvingError as exc:
@@ -231,6 +229,10 @@ def _main(argv: list[str]) -> int:
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (set TULVING_DEBUG=1 for the traceback)",
                      EXIT_FAILED)
+    finally:  # said once the command has used the cache: never before a usage error
+        if notes and os.path.exists(args.cache):
+            for note in notes:
+                _print_err(f"note: {note}")
 
 
 if __name__ == "__main__":
