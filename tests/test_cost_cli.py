@@ -180,12 +180,12 @@ def test_a_dry_run_estimates_without_api_keys_and_the_run_still_needs_them(tmp_p
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("TULVING") and not k.endswith("_API_KEY")}
     args = [sys.executable, "-m", "engine.cli", "--cache", str(tmp_path / "c.sqlite"), "run", "--models", "gpt-4o",
-            "--modes", "in-context", "--judge", "claude-3-5-sonnet", "--sample", "3", "--out", str(tmp_path / "run")]
+            "--modes", "in-context", "--judge", "claude-sonnet-5-5", "--sample", "3", "--out", str(tmp_path / "run")]
     dry = subprocess.run([*args, "--dry-run"], env=env, capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stderr
     assert "OPENAI_API_KEY is not set" in dry.stderr and "ANTHROPIC_API_KEY is not set" in dry.stderr
-    rows = {line.split()[0]: line for line in dry.stdout.splitlines() if line.startswith(("gpt-4o ", "claude-3-5"))}
-    assert set(rows) == {"gpt-4o", "claude-3-5-sonnet"} and "$" not in rows["gpt-4o"]
+    rows = {line.split()[0]: line for line in dry.stdout.splitlines() if line.startswith(("gpt-4o ", "claude-sonnet-5-5"))}
+    assert set(rows) == {"gpt-4o", "claude-sonnet-5-5"} and "$" not in rows["gpt-4o"]
     assert float(rows["gpt-4o"].split()[-4]) > 0  # priced: the direct dollars of the answers
     real = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert real.returncode == 2 and "needs an API key" in real.stderr and "_API_KEY" in real.stderr

@@ -28,7 +28,8 @@ def models_markdown(config: Config) -> str:
              "anyway (e.g. through a proxy that still serves it). `tulving models --remote` asks your keys "
              "which models they can use.", "",
              "The paper's writer and judge, claude-3-5-sonnet-20240620, is retired: `tulving agreement` "
-             "measures how far a substitute judge agrees with the published judgments.", "",
+             "measures how far a substitute judge agrees with another on the same answers (two runs that "
+             "differ only by --judge).", "",
              "| alias | kind | model id | input | cached input | cache write | output | context | status | checked |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name in sorted(config.models):
