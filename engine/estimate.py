@@ -9,9 +9,10 @@ Per (model, role): the calls the job needs, how many the cache already holds,
 and for the others the prompt tokens (counted offline in cl100k_base, as
 engine/tokens.py does; the Anthropic tokenizer differs by a few percent), of
 which in a prefix shared with other calls, and the output tokens at
-`max_tokens` (an upper bound: replies are usually much shorter). Dollars at
-the alias's prices four ways: direct; batch (the alias's batch discount on the
-calls of endpoints that can batch, kinds openai and anthropic, or as
+`max_tokens` (an upper bound: replies are usually much shorter; 4,096 for a
+call sent without a limit). Dollars at the alias's prices four ways: direct;
+batch (the alias's batch discount on the calls of endpoints whose kind has a
+batch API, or as
 `batchable` says); and each with provider prompt caching where a prefix is
 shared (the engine warms it first: the first call of each (model, prefix)
 writes it, the others read it; OpenAI reads in 128-token steps and charges no
@@ -129,6 +130,8 @@ class Estimator:
         else:
             tokens = extra + PER_MESSAGE_TOKENS * len(r.messages)
             out = int(r.params.get("max_tokens") or r.params.get("max_completion_tokens") or 0)
+            if not out:  # no limit sent (reasoning models, the reference's Gemini calls): assume the paper's
+                out = UNLIMITED_OUTPUT_TOKENS
             if r.prefix_end is not None:
                 key = prefix_key(alias.model, r.messages, r.prefix_end)
                 shared = self._prefixes.get(key)
@@ -211,6 +214,9 @@ def _cells(r: EstimateRow) -> list[str]:
             f"{r.cached_direct_usd:.4f}", both]
 
 
+# The output assumed for a call sent without a token limit: the paper's max_tokens.
+UNLIMITED_OUTPUT_TOKENS = 4096
 ESTIMATE_NOTE = ("tokens counted offline (cl100k_base); output at max_tokens, an upper bound (replies are "
-                 "usually shorter); batch: the batch discount on calls to endpoints that can batch (openai, "
-                 "anthropic); prompt cache: the first call of each shared prefix writes it, the others read it")
+                 f"usually shorter), or {UNLIMITED_OUTPUT_TOKENS:,} for calls sent without a limit (reasoning "
+                 "tokens can exceed it); batch: the batch discount on calls to endpoints whose kind has a batch "
+                 "API; prompt cache: the first call of each shared prefix writes it, the others read it")
