@@ -184,9 +184,11 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
         raise GenerationIncomplete(
             f"no chapter written: {args.model} could not be reached or failed on every call "
             f"({run.call_errors} calls failed; last: {run.last_error}); nothing was written to {out}")
-    if not run.valid:
+    if not run.valid:  # the log of every candidate and why it failed is kept: the work is not lost
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "generation_log.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in run.log))
         raise GenerationIncomplete(f"no chapter written: {printable(run.why_none_passed())}; try another --model "
-                                   f"or a higher --itermax; nothing was written to {out}")
+                                   f"or a higher --itermax; why each candidate failed: {out / 'generation_log.jsonl'}")
     valid = {i: text for i, (_, text) in run.valid.items()}
     names = secondary_names(universe.spec.secondary_first_names, universe.spec.secondary_last_names)
     text, chapters = build_book(valid, events, metas, names)

@@ -209,6 +209,16 @@ def _main(argv: list[str]) -> int:
     args.cache_from_env = bool(os.environ.get("TULVING_CACHE"))
     notes = cache_notes(args) if getattr(args, "command", None) in _CALLING_COMMANDS else []
     try:
+        return _run_command(args)
+    finally:  # said once the command has used the cache: never before a usage error
+        if notes and os.path.exists(args.cache):
+            for note in notes:
+                _print_err(f"note: {note}")
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """The command's exit code, its errors as one line and the code that tells them apart."""
+    try:
         return int(args.func(args) or 0)
     except TulvingError as exc:
         return _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))
@@ -229,10 +239,6 @@ def _main(argv: list[str]) -> int:
             raise
         return _fail(f"internal error: {type(exc).__name__}: {exc} (set TULVING_DEBUG=1 for the traceback)",
                      EXIT_FAILED)
-    finally:  # said once the command has used the cache: never before a usage error
-        if notes and os.path.exists(args.cache):
-            for note in notes:
-                _print_err(f"note: {note}")
 
 
 if __name__ == "__main__":
