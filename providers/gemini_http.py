@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
-from typing import Any
 from urllib.parse import quote
 
 import orjson
@@ -88,7 +87,7 @@ def _generation_config(params: Mapping[str, object]) -> dict[str, object]:
     return config
 
 
-def generate_body(messages: Sequence[Mapping[str, Any]], params: Mapping[str, object]) -> dict[str, object]:
+def generate_body(messages: Sequence[Mapping[str, object]], params: Mapping[str, object]) -> dict[str, object]:
     """The generateContent request body for OpenAI-style messages and params
     (a message's PREFIX_END marker is not sent: Gemini caches implicitly)."""
     system = [str(m["content"]) for m in messages if m["role"] == "system"]
@@ -122,13 +121,13 @@ class GeminiProvider(HttpProvider):
         url = self.url(f"/{self.api_version}/{path}")
         return f"{url}{'&' if '?' in url else '?'}{query}" if query else url
 
-    def chat_body(self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, object]) -> dict[str, object]:
+    def chat_body(self, messages: Sequence[Mapping[str, object]], params: Mapping[str, object]) -> dict[str, object]:
         """The generateContent body of a call (a direct call's, and a batch request's)."""
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
         return generate_body(messages, params)
 
-    async def chat(self, model: str, messages: Sequence[Mapping[str, Any]], *,
+    async def chat(self, model: str, messages: Sequence[Mapping[str, object]], *,
                    params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
         body = self.chat_body(messages, params)
         if stream or self._stream_always:

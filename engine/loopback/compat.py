@@ -52,7 +52,7 @@ def presented_key(flavour: str | None, headers: Mapping[str, str]) -> str | None
     return authorization[7:] if authorization.startswith("Bearer ") else None
 
 
-def check_chat(flavour: str | None, body: Mapping[str, Any]) -> None:
+def check_chat(flavour: str | None, body: Mapping[str, object]) -> None:
     """CompatError for a chat body the service refuses."""
     if flavour == "openrouter" and "provider" in body:
         _check_provider(body["provider"])
@@ -71,14 +71,15 @@ def _check_provider(provider: object) -> None:
             raise CompatError(f"provider.{name}: invalid type {type(value).__name__}")
 
 
-def reasoning_text(body: Mapping[str, Any]) -> str:
+def reasoning_text(body: Mapping[str, object]) -> str:
     """The loopback's reasoning for a prompt: names the last user message's length."""
-    users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+    messages = body.get("messages")
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"] if isinstance(messages, list) else []
     content = users[-1].get("content") if users else ""
     return f"Thinking about a question of {len(str(content))} characters before answering."
 
 
-def _reasons(flavour: str, body: Mapping[str, Any]) -> bool:
+def _reasons(flavour: str, body: Mapping[str, object]) -> bool:
     model = str(body.get("model", ""))
     thinking_model = "reasoner" in model or "r1" in model
     if flavour == "deepseek":
@@ -87,7 +88,7 @@ def _reasons(flavour: str, body: Mapping[str, Any]) -> bool:
     return thinking_model and asked
 
 
-def decorate(flavour: str | None, body: Mapping[str, Any], data: dict[str, Any], output_tokens: int,
+def decorate(flavour: str | None, body: Mapping[str, object], data: dict[str, Any], output_tokens: int,
              count: Callable[[str], int]) -> int:
     """Give an OpenAI chat reply (`data`) the service's fields; the output
     tokens it now counts (the answer's plus the reasoning's)."""

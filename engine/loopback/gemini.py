@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
 import orjson
 from aiohttp import web
@@ -63,14 +63,68 @@ _TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main."
 _FAILURE_TEXT = "The model is overloaded. Please try again later."
 
 
+class Stats(Protocol):
+    """The counters of the loopback server's ServerStats that the Gemini routes keep."""
+
+    requests: int
+    by_path: Counter[str]
+    by_status: Counter[int | str]
+    input_tokens: int
+    output_tokens: int
+    streams: int
+    batch_requests: Counter[str]
+
+
 class Host(Protocol):
     """What the Gemini routes use of the loopback server."""
 
     api_keys: frozenset[str] | None
     context_tokens: int | None
     count_tokens: Callable[[str], int]
-    reply: Callable[[str, dict[str, Any]], Any]
-    stats: Any
+    reply: Callable[[str, dict[str, object]], str | tuple[str, str]]
+
+    @property
+    def stats(self) -> Stats: ...   # read-only here, so the server's ServerStats fits
+
+
+class Part(TypedDict, total=False):
+    text: str
+    thought: bool
+
+
+class Content(TypedDict):
+    parts: list[Part]
+    role: str
+
+
+class Candidate(TypedDict):
+    finishReason: str
+    index: int
+    content: NotRequired[Content]
+
+
+class GenerateResponse(TypedDict):
+    """A GenerateContentResponse as this server builds it."""
+
+    candidates: list[Candidate]
+    usageMetadata: dict[str, object]
+    modelVersion: str
+    responseId: str
+
+
+class Batch(TypedDict):
+    """A batch job as the server keeps it (the operation it reports is built from this)."""
+
+    name: str
+    model: str
+    displayName: str
+    inputConfig: object
+    createTime: str
+    polls: int
+    state: str
+    lines: list[dict[str, object]]     # {"key", "response" | "error"}
+    file: str | None                   # the input file's name, when the batch came in a file
+    responses_file: NotRequired[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +197,7 @@ def _check_content(where: str, content: object, *, system: bool = False) -> tupl
     return str(role), "".join(_check_part(f"{where}.parts[{i}]", p) for i, p in enumerate(parts))
 
 
-def check_request(body: object) -> tuple[str, list[tuple[str, str]], dict[str, Any]]:
+def check_request(body: object) -> tuple[str, list[tuple[str, str]], dict[str, object]]:
     """(system text, [(role, text)], generationConfig) of a GenerateContentRequest."""
     if not isinstance(body, dict):
         raise _bad("Invalid JSON payload received. Expected an object.")
@@ -182,7 +236,7 @@ class GeminiApi:
         self.batch_polls = 1
         self.prompts: list[str] = []                        # seen prompts, for implicit caching
         self.files: dict[str, tuple[dict[str, object], bytes]] = {}
-        self.batches: dict[str, dict[str, Any]] = {}
+        self.batches: dict[str, Batch] = {}
         self.requests: Counter[str] = Counter()             # by route kind
         self.recorded: list[Recorded] | None = None
         self._ids = itertools.count(1)
@@ -271,7 +325,7 @@ class GeminiApi:
             return await self._stream(request, response)
         return _json(response)
 
-    def generate(self, model: str, body: object) -> dict[str, Any]:
+    def generate(self, model: str, body: object) -> GenerateResponse:
         """The GenerateContentResponse to a request (GeminiError when the API would refuse it)."""
         system, turns, config = check_request(body)
         prompt = "\n".join([system, *(text for _, text in turns)])
@@ -284,8 +338,8 @@ class GeminiApi:
         text, finish = self._answer(turns, config)
         usage: dict[str, object] = {"promptTokenCount": prompt_tokens,
                                     "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt_tokens}]}
-        candidate: dict[str, object] = {"finishReason": finish, "index": 0}
-        parts: list[dict[str, object]] = []
+        candidate: Candidate = {"finishReason": finish, "index": 0}
+        parts: list[Part] = []
         thinking = config.get("thinkingConfig") or {}
         if self.thinking_tokens:
             usage["thoughtsTokenCount"] = self.thinking_tokens
@@ -313,13 +367,14 @@ class GeminiApi:
         tokens = self.host.count_tokens(best) if best else 0
         return tokens if tokens >= self.cache_min_tokens else 0
 
-    def _answer(self, turns: list[tuple[str, str]], config: Mapping[str, Any]) -> tuple[str, str]:
+    def _answer(self, turns: list[tuple[str, str]], config: Mapping[str, object]) -> tuple[str, str]:
         messages = [{"role": "assistant" if role == "model" else "user", "content": text} for role, text in turns]
         produced = self.host.reply("gemini", {"messages": messages})
         text, finish = (produced, "stop") if isinstance(produced, str) else produced
         if finish == "content_filter":
             return "", "SAFETY"
-        for stop in config.get("stopSequences") or []:
+        stops = config.get("stopSequences") or []
+        for stop in stops if isinstance(stops, list) else []:
             if stop in text:
                 text = text[:text.index(stop)]
         limit = config.get("maxOutputTokens")
@@ -329,14 +384,14 @@ class GeminiApi:
             return text, "MAX_TOKENS"
         return text, "STOP"
 
-    async def _stream(self, request: web.Request, response: dict[str, Any]) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, response: GenerateResponse) -> web.StreamResponse:
         """The response as server-sent events: the text in pieces, the finishReason with the last."""
         if request.query.get("alt") != "sse":
             raise _bad("This loopback serves streamGenerateContent with alt=sse only.")
         self.host.stats.streams += 1
         candidate = response["candidates"][0]
-        parts = (candidate.get("content") or {}).get("parts") or []
-        text = "".join(p["text"] for p in parts if not p.get("thought"))
+        parts = candidate["content"]["parts"] if "content" in candidate else []
+        text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
         words = text.split(" ")
         pieces = [" ".join(words[i:i + 4]) + (" " if i + 4 < len(words) else "") for i in range(0, len(words), 4)]
         reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -434,7 +489,7 @@ class GeminiApi:
         return web.Response(body=self._file(target)[1], content_type="application/octet-stream")
 
     # -- batches ---------------------------------------------------------------------------
-    def _batch_inputs(self, body: object) -> tuple[dict[str, Any], list[tuple[str, object]], str | None]:
+    def _batch_inputs(self, body: object) -> tuple[dict[str, object], list[tuple[str, object]], str | None]:
         """(the batch as asked, [(key, request)], input file name) of a batchGenerateContent body."""
         batch = body.get("batch") if isinstance(body, dict) else None
         if not isinstance(batch, dict) or not isinstance(batch.get("displayName"), str):
@@ -452,10 +507,10 @@ class GeminiApi:
                  for i, item in enumerate(items) if isinstance(item, dict)]
         return batch, keyed, None
 
-    def _create_batch(self, model: str, body: object) -> dict[str, Any]:
+    def _create_batch(self, model: str, body: object) -> dict[str, object]:
         asked, keyed, file_name = self._batch_inputs(body)
         name = f"batches/b{next(self._ids):08d}"
-        lines = []
+        lines: list[dict[str, object]] = []
         for key, request in keyed:
             try:
                 lines.append({"key": key, "response": self.generate(model, request)})
@@ -463,33 +518,33 @@ class GeminiApi:
             except GeminiError as exc:
                 lines.append({"key": key, "error": exc.status()})
                 self.host.stats.batch_requests["errored"] += 1
-        self.batches[name] = {"name": name, "model": f"models/{model}", "displayName": asked["displayName"],
+        self.batches[name] = {"name": name, "model": f"models/{model}", "displayName": str(asked["displayName"]),
                               "inputConfig": asked["inputConfig"], "createTime": _now(), "polls": 0,
                               "state": "BATCH_STATE_PENDING", "lines": lines, "file": file_name}
         return self._operation(self.batches[name])
 
-    def _output(self, batch: dict[str, Any]) -> dict[str, object]:
+    def _output(self, batch: Batch) -> dict[str, object]:
         if batch["file"] is None:
             return {"inlinedResponses": {"inlinedResponses": [
                 {**{k: v for k, v in line.items() if k != "key"}, "metadata": {"key": line["key"]}}
                 for line in batch["lines"]]}}
         if "responses_file" not in batch:
             data = b"".join(orjson.dumps(line) + b"\n" for line in batch["lines"])
-            batch["responses_file"] = self._store({"displayName": "responses", "mimeType": "application/jsonl"},
-                                                  data)["name"]
+            batch["responses_file"] = str(self._store({"displayName": "responses", "mimeType": "application/jsonl"},
+                                                      data)["name"])
         return {"responsesFile": batch["responses_file"]}
 
-    def _operation(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def _operation(self, batch: Batch) -> dict[str, object]:
         done = batch["state"] in ("BATCH_STATE_SUCCEEDED", "BATCH_STATE_CANCELLED")
         lines = batch["lines"]
         failed = sum(1 for line in lines if "error" in line)
         stats = {"requestCount": str(len(lines)), "successfulRequestCount": str(len(lines) - failed if done else 0),
                  "failedRequestCount": str(failed if done else 0), "pendingRequestCount": str(0 if done else len(lines))}
-        metadata: dict[str, Any] = {"@type": _TYPE + "GenerateContentBatch", "name": batch["name"],
+        metadata: dict[str, object] = {"@type": _TYPE + "GenerateContentBatch", "name": batch["name"],
                                     "model": batch["model"], "displayName": batch["displayName"],
                                     "inputConfig": batch["inputConfig"], "createTime": batch["createTime"],
                                     "updateTime": _now(), "batchStats": stats, "state": batch["state"]}
-        operation: dict[str, Any] = {"name": batch["name"], "metadata": metadata}
+        operation: dict[str, object] = {"name": batch["name"], "metadata": metadata}
         if done:
             operation["done"] = True
             if batch["state"] == "BATCH_STATE_SUCCEEDED":
@@ -498,7 +553,7 @@ class GeminiApi:
                 operation["response"] = {"@type": _TYPE + "GenerateContentBatchOutput", **output}
         return operation
 
-    def _batch(self, target: str) -> dict[str, Any]:
+    def _batch(self, target: str) -> Batch:
         found = self.batches.get(f"batches/{target.partition(':')[0]}")
         if found is None:
             raise GeminiError(404, f"Batch batches/{target} not found.")

@@ -16,8 +16,7 @@ openai SDK documents them and Anthropic's errors page).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from engine.loopback.errors import _Reject
 from providers.models_anthropic import ANTHROPIC_MODELS
@@ -49,7 +48,7 @@ class ModelCatalog:
             return False
         return self.extra is None or model in REGISTRY_CURRENT
 
-    def listing(self, api: str) -> dict[str, Any]:
+    def listing(self, api: str) -> dict[str, object]:
         """The GET /v1/models reply: the registry's current ids and the catalog's own."""
         ids = sorted(REGISTRY_CURRENT | (self.extra or frozenset()))
         if api == "openai":
@@ -59,7 +58,7 @@ class ModelCatalog:
         return {"data": data, "has_more": False, "first_id": ids[0] if ids else None,
                 "last_id": ids[-1] if ids else None}
 
-    def check(self, api: str, path: str, body: dict[str, Any]) -> None:
+    def check(self, api: str, path: str, body: Mapping[str, object]) -> None:
         """Raise the real API's error for a model it does not serve, or a
         parameter that model refuses."""
         model = str(body["model"])
@@ -72,7 +71,7 @@ class ModelCatalog:
             _check_openai_params(model, body)
 
 
-def _check_openai_params(model: str, body: dict[str, Any]) -> None:
+def _check_openai_params(model: str, body: Mapping[str, object]) -> None:
     settings = inferred_settings("openai", model)
     if settings and "max_tokens" in body:
         raise _Reject(400, "Unsupported parameter: 'max_tokens' is not supported with this model. "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from engine.benchmark.generation.bookdir import ChapterRecord, MetaEvent, write_book_dir
 from engine.benchmark.release.layout import BOOK_JSON, DOI, GROUNDTRUTH, ReleaseBook, ReleaseError
@@ -28,7 +28,7 @@ _EVENT_KEYS = ("date", "location", "entity", "content", "detail")
 _ITEMS = ("date", "location", "entity", "content")
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> object:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -72,7 +72,17 @@ def _chapter(row: GroundTruthRow, events: list[dict[str, str]], metas: list[Meta
                          paragraph_of={k: meta["idx_paragraph"][k] for k in _ITEMS})
 
 
-def convert(book: ReleaseBook) -> dict[str, Any]:
+class ConvertedBook(TypedDict):
+    """A release book in Tulving's terms: what write_book_dir writes."""
+
+    text: str
+    chapters: list[ChapterRecord]
+    events: list[dict[str, str]]
+    meta_events: list[MetaEvent]
+    metadata: dict[str, object]
+
+
+def convert(book: ReleaseBook) -> ConvertedBook:
     """The Tulving book folder's contents: text, chapters, events, meta_events, metadata."""
     pub = book.published
     text = _read_json(book.folder / BOOK_JSON)
@@ -86,7 +96,7 @@ def convert(book: ReleaseBook) -> dict[str, Any]:
     chapters = [_chapter(r, events, metas, where) for r in rows]
     used = {c["event_index"] for c in chapters}
     seed = int(pub.experiment.rsplit("seed", 1)[1])
-    metadata = {"name": pub.name, "universe": pub.universe, "universe_name": pub.universe,
+    metadata: dict[str, object] = {"name": pub.name, "universe": pub.universe, "universe_name": pub.universe,
                 "universe_seed": pub.universe_seed, "seed": seed, "n_events": pub.n_events,
                 "distribution": "geometric", "model": pub.writer, "itermax": book.itermax,
                 "n_chapters": book.n_chapters, "n_tokens": book.n_tokens,
@@ -96,7 +106,7 @@ def convert(book: ReleaseBook) -> dict[str, Any]:
     return {"text": text, "chapters": chapters, "events": events, "meta_events": metas, "metadata": metadata}
 
 
-def write_converted(folder: Path, converted: dict[str, Any]) -> Path:
+def write_converted(folder: Path, converted: ConvertedBook) -> Path:
     return write_book_dir(folder, text=converted["text"], chapters=converted["chapters"],
                           events=converted["events"], meta_events=converted["meta_events"],
                           metadata=converted["metadata"])

@@ -37,7 +37,7 @@ from engine.benchmark.release.layout import DOI, AnswerDir, ReleaseBook, Release
 SOURCE = "published release"
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path) -> object:
     """A released JSON file, or None when absent."""
     if not path.is_file():
         return None
@@ -72,7 +72,7 @@ def _scores_by_item(evaluation: dict[str, Any], ground_truth: Sequence[str]) -> 
     return f"the released evaluation scores no {missing!r} ({len(in_order)} scores for {len(ground_truth)} items)"
 
 
-def _judge(rec: ResultRecord, evaluation: Any) -> None:
+def _judge(rec: ResultRecord, evaluation: object) -> None:
     if not isinstance(evaluation, dict) or not isinstance(evaluation.get("predicted_items"), list):
         rec.judge_failed, rec.judge_error = True, "no released evaluation"
         return
@@ -85,7 +85,7 @@ def _judge(rec: ResultRecord, evaluation: Any) -> None:
     rec.f1 = float(scores.lenient_f1(rec.identified_items, rec.correct_answer, found))
 
 
-def _chrono(rec: ResultRecord, judgment: Any) -> None:
+def _chrono(rec: ResultRecord, judgment: object) -> None:
     n_gt = len(scores.distinct(rec.correct_answer))
     if judgment is None:
         # Nothing was judged when nothing could be ordered (as Tulving's pipeline does).
