@@ -478,6 +478,7 @@ class ResponseCache:
         self.owner = owner_name()
         self.lease = lease_seconds()
         self._claimed: set[str] = set()  # keys this process holds (the writer reads it)
+        self._claims_failed = False      # claiming failed once (said once; later calls go uncoordinated too)
         self._claims_thread: _ReaderThread | None = None
         self._claims_conn: sqlite3.Connection | None = None
         self._renewer = LeaseRenewer(self._renew, self.lease, lambda: bool(self._claimed))
@@ -788,6 +789,15 @@ class ResponseCache:
             thread = self._claims_thread = _ReaderThread("tulving-cache-claims")
         try:
             mine = await thread.run(self._claim_rows, list(keys))
+        except sqlite3.OperationalError as exc:
+            # The file cannot take a write now (disk full, I/O error, a lock held
+            # too long): the calls go ahead uncoordinated rather than not at all;
+            # their replies meet the same storage failure, reported as such (exit 5).
+            if not self._claims_failed:
+                log.warning("cache: could not claim calls in %s (%s): they are made without checking other "
+                            "processes", self.path, exc)
+                self._claims_failed = True
+            return set(keys)
         except sqlite3.DatabaseError as exc:
             raise damaged(self.path, exc) from None
         self._claimed.update(mine)
@@ -818,7 +828,8 @@ class ResponseCache:
                     f"SELECT key FROM claims WHERE owner = ? AND key IN ({marks})", [self.owner, *part]))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite may have rolled back already (a failed write)
+                conn.execute("ROLLBACK")
             raise
         return mine
 

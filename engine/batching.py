@@ -415,7 +415,11 @@ class BatchWaiting:
     def __init__(self, provider: BatchingProvider):
         self.p = provider
         self.watches: dict[str, Watch] = {}
-        self.resumed = 0       # recorded batches polled again instead of submitting their calls
+        self.resumed_ids: set[str] = set()  # recorded batches polled again instead of submitting their calls
+
+    @property
+    def resumed(self) -> int:
+        return len(self.resumed_ids)
 
     def holds(self, line: Line) -> bool:
         return any(line in w.lines.values() for w in self.watches.values())
@@ -430,7 +434,9 @@ class BatchWaiting:
         watch = self.watches.get(batch_id)
         if watch is None:
             watch = Watch(batch_id, started=time.monotonic())
-            self.resumed += 1
+            # A line that attaches after the batch's first harvest (its key still
+            # owed) waits on the same batch again: one batch resumed, not two.
+            self.resumed_ids.add(batch_id)
             self.p.host.notice(f"{self.p.name}: resuming batch {batch_id} (submitted earlier)",
                                key=("resumed", batch_id))
             self.watch(watch, None)
