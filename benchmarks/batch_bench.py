@@ -51,7 +51,8 @@ def env() -> dict[str, str]:
 
 class Server:
     def __init__(self, polls: int):
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--batch-polls", str(polls)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--batch-polls", str(polls),
+                                      "--models", "reader-model"],
                                      env=env(), stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.openai = self.proc.stdout.readline().strip().split("=", 1)[1]

@@ -61,7 +61,7 @@ def main() -> int:
 
     load_before = os.getloadavg()[0]
     server = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--ttft-ms", str(args.ttft_ms),
-                               "--token-delay-ms", str(args.token_delay_ms), *(["--uvloop"] if args.server_uvloop else [])],
+                               "--token-delay-ms", str(args.token_delay_ms), "--models", "loop-model", *(["--uvloop"] if args.server_uvloop else [])],
                               cwd=ROOT, env=_env(),
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -55,7 +55,9 @@ def env() -> dict[str, str]:
 
 def start_server(batch_polls: int, latency_ms: float) -> tuple[subprocess.Popen[str], str, str]:
     server = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--batch-polls", str(batch_polls),
-                               "--latency-ms", str(latency_ms)],
+                               "--latency-ms", str(latency_ms),
+                               # the retired sonnet id the reference ran: declared, as a proxy serving it would
+                               "--models", "claude-3-5-sonnet-20240620"],
                               cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
     urls = {}

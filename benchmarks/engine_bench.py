@@ -46,7 +46,7 @@ class ServerProcess:
     """engine.loopback.server in a child process."""
 
     def __init__(self, *args: str):
-        self.args = ["--port", "0", "--uvloop", *args]
+        self.args = ["--port", "0", "--uvloop", "--models", "bench", *args]  # config_for's model id
 
     def __enter__(self) -> ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *self.args],

@@ -39,7 +39,7 @@ async def bench(events: int, latency: float, rpm: float, concurrency: int, sleep
     universe = load_universe("default")
     evs = sample_events(universe, events)
     metas = sample_meta_events(universe, len(evs))
-    async with LoopbackServer(reply=_reply, latency=constant(latency), rpm=rpm) as server:
+    async with LoopbackServer(models=["writer-http"], reply=_reply, latency=constant(latency), rpm=rpm) as server:
         config = Config.from_dicts(
             {"loop": {"kind": "openai", "base_url": server.openai_base_url, "max_concurrency": concurrency,
                       "rpm": rpm}},

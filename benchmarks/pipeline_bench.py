@@ -48,7 +48,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"book {book.name}: {book.n_tokens} tokens, {len(questions)} questions; "
           f"rss after loading {peak_rss_mb():.0f} MB; baseline: the {len(questions)} in-context prompts held at "
           f"once would be {len(questions) * len(book.text) / 1e6:.0f} MB of text (x2 more as request bodies)")
-    async with LoopbackServer(latency=constant(args.latency_ms / 1000)) as server:
+    async with LoopbackServer(models=["bench"], latency=constant(args.latency_ms / 1000)) as server:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bench.toml"
             path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'

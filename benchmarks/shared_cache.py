@@ -64,7 +64,7 @@ async def cli_run(folder: Path, cache: str, config: Path, out: str) -> int:
 
 
 async def cold_and_two(folder: Path, cache: str) -> dict[str, float]:
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=["reader"]) as server:
         config = folder / "tulving.toml"
         config.write_text(config_text(server))
         await reset(cache)
@@ -81,7 +81,7 @@ async def cold_and_two(folder: Path, cache: str) -> dict[str, float]:
 
 
 async def rerun(folder: Path, cache: str) -> dict[str, float]:
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=["reader"]) as server:
         path = folder / "rerun.toml"
         path.write_text(config_text(server))
         config = Config.load(str(path))

@@ -29,6 +29,10 @@ from engine.scheduler import Engine
 from providers.base import ChatResult
 from providers.kinds import batch_api_for
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["reader-model", "judge-model", "test-model", "model-a", "model-b", "embedder"]
+
 REPO = Path(__file__).resolve().parents[1]
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 
@@ -45,7 +49,8 @@ class Server:
     """The loopback server in its own process."""
 
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *args], env=env(),
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--models", ",".join(SERVED), *args],
+                                     env=env(),
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.openai = self.proc.stdout.readline().strip().split("=", 1)[1]
@@ -260,7 +265,7 @@ async def run_batch(config: Config, cache: Path, reqs: list[ChatRequest]) -> tup
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_failed_lines_are_retried_in_the_next_batch(tmp_path, kind):
-    async with LoopbackServer(batch=BatchKnobs(polls=2, fail_share=0.3)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=2, fail_share=0.3)) as server:
         outcomes, engine = await run_batch(engine_config(server, kind), tmp_path / "c.sqlite", requests(40))
         submitted = len(server.batches.openai) + len(server.batches.anthropic)
     # 30% of every batch fails with a 500 (retryable): 40 -> 12 -> 4 (or so) -> ..., 3 attempts each.
@@ -275,7 +280,7 @@ async def test_failed_lines_are_retried_in_the_next_batch(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_expired_lines_are_sent_again_then_final(tmp_path, kind):
-    async with LoopbackServer(batch=BatchKnobs(polls=2, expire_after=0.5)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=2, expire_after=0.5)) as server:
         outcomes, engine = await run_batch(engine_config(server, kind), tmp_path / "c.sqlite", requests(8))
     # Each batch expires with half its lines done: 8 -> 4 -> 2, then final after 3 attempts.
     assert sum(o.ok for o in outcomes) == 4 + 2 + 1
@@ -285,7 +290,7 @@ async def test_expired_lines_are_sent_again_then_final(tmp_path, kind):
 
 
 async def test_an_openai_batch_where_every_line_failed_has_no_output_file(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1, fail_share=1.0)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1, fail_share=1.0)) as server:
         outcomes, _ = await run_batch(engine_config(server), tmp_path / "c.sqlite", requests(5))
         batches = [entry["batch"] for entry in server.batches.openai.values()]
     assert all(b["output_file_id"] is None and b["status"] == "completed" for b in batches)
@@ -297,7 +302,7 @@ async def test_an_openai_batch_with_empty_file_ids_is_harvested_once(tmp_path):
     # OpenAI has answered `"error_file_id": ""` for a batch with no failed line. Read as a
     # file id it was a 404 (`/files//content`) that made the batch look gone: every line
     # was sent again, the answered ones paid twice.
-    async with LoopbackServer(batch=BatchKnobs(polls=1, empty_file_ids=True)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1, empty_file_ids=True)) as server:
         outcomes, engine = await run_batch(engine_config(server), tmp_path / "c.sqlite", requests(6))
         batches = [entry["batch"] for entry in server.batches.openai.values()]
         succeeded = server.stats.batch_requests["succeeded"]
@@ -308,7 +313,7 @@ async def test_an_openai_batch_with_empty_file_ids_is_harvested_once(tmp_path):
 async def test_an_unreadable_error_file_throws_no_paid_answer_away(tmp_path):
     # Half of each batch fails, and the error file that lists the failures answers 404: the
     # answers of the output file are kept, only the failed lines go out again.
-    async with LoopbackServer(batch=BatchKnobs(polls=1, fail_share=0.5, error_file_lost=True)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1, fail_share=0.5, error_file_lost=True)) as server:
         outcomes, _ = await run_batch(engine_config(server), tmp_path / "c.sqlite", requests(20))
         succeeded = server.stats.batch_requests["succeeded"]
         first = len(next(iter(server.batches.openai.values()))["run"].lines)
@@ -317,7 +322,7 @@ async def test_an_unreadable_error_file_throws_no_paid_answer_away(tmp_path):
 
 
 async def test_an_openai_file_holds_one_model(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         # Two models on one endpoint: the engine files them separately (one model per OpenAI file).
         config = Config.from_dicts(
             {"lb": {"kind": "openai", "base_url": server.openai_base_url, "options": {"batch_poll": 0.01}}},
@@ -330,12 +335,12 @@ async def test_an_openai_file_holds_one_model(tmp_path):
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_batches_split_at_the_request_and_size_limits(tmp_path, kind):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         outcomes, _ = await run_batch(engine_config(server, kind, batch_max_requests=10), tmp_path / "a.sqlite",
                                       requests(25))
         sizes = [len(e["run"].lines) for e in [*server.batches.openai.values(), *server.batches.anthropic.values()]]
         assert all(o.ok for o in outcomes) and sorted(sizes) == [5, 10, 10]
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         spec = engine_config(server, kind).endpoints["lb"]
         line = batch_api_for(spec, None).line("0" * 64, "test-model", requests(1)[0].messages, {"max_tokens": 16})
         limit = 3 * (len(line) + 1) + 2 + SIZE_MARGIN  # three lines (questions 0-6 are all the same size)
@@ -346,7 +351,7 @@ async def test_batches_split_at_the_request_and_size_limits(tmp_path, kind):
 
 
 async def test_batch_mode_leaves_other_kinds_and_embeddings_direct(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         config = Config.from_dicts(
             {"lb": {"kind": "openai", "base_url": server.openai_base_url, "options": {"batch_poll": 0.01}},
              "plain": {"kind": "openai", "base_url": server.openai_base_url, "options": {"batch": False}}},
@@ -388,7 +393,7 @@ def test_dry_run_says_how_many_calls_go_by_batch(tmp_path, server_factory):
 
 
 async def test_batch_lines_cost_the_batch_price_and_max_cost_holds(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         config = Config.from_dicts(
             {"lb": {"kind": "openai", "base_url": server.openai_base_url, "options": {"batch_poll": 0.01}}},
             {"m": {"endpoints": ["lb"], "model": "test-model", "params": {"max_tokens": 16},
@@ -414,7 +419,7 @@ async def test_a_recorded_batch_the_provider_no_longer_knows_is_forgotten_and_it
     from engine.resolve import resolve
 
     cache = tmp_path / "c.sqlite"
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         config = engine_config(server)
         reqs = requests(4)
         async with Engine(config, cache_path=str(cache)):  # creates the cache file
@@ -459,7 +464,7 @@ async def test_the_ledger_owes_only_keys_whose_results_are_not_in_the_cache(tmp_
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_batches_wait_for_room_in_the_accounts_batch_queue(tmp_path, kind):
-    async with LoopbackServer(batch=BatchKnobs(polls=3)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=3)) as server:
         live_lines: list[int] = []
 
         async def sample() -> None:
@@ -489,7 +494,7 @@ async def test_a_run_killed_between_upload_and_batch_id_finds_its_batch_or_sends
     from engine.resolve import resolve
 
     cache = tmp_path / "c.sqlite"
-    async with LoopbackServer(batch=BatchKnobs(polls=2)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=2)) as server:
         config = engine_config(server)
         reqs = requests(5)
         async with Engine(config, cache_path=str(cache)):

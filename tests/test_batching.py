@@ -17,6 +17,10 @@ from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import ChatResult
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["test-model", "x"]
+
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 
 
@@ -40,7 +44,7 @@ def lines_per_batch(server: LoopbackServer) -> list[int]:
 
 
 async def test_the_engine_chooses_the_batching_provider_once_per_endpoint_from_the_kinds_batch_api(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         async with Engine(config(server), cache_path=str(tmp_path / "c.sqlite"), batch=True) as engine:
             outcomes = await engine.run(requests(2) + requests(1, "p"))
             providers = {name: ep.provider for name, ep in engine._endpoints.items()}
@@ -54,7 +58,7 @@ async def test_calls_the_provider_holds_are_not_paced_by_the_endpoints_limits(tm
     """One request a minute, one at a time: paced like direct calls, ten
     calls would take ten minutes; held by the batching provider they go out
     together, in one batch."""
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         async with Engine(config(server, rpm=1, max_concurrency=1), cache_path=str(tmp_path / "c.sqlite"),
                           batch=True, retry_policy=FAST_RETRY) as engine:
             outcomes = await asyncio.wait_for(engine.run(requests(10)), timeout=60)
@@ -62,7 +66,7 @@ async def test_calls_the_provider_holds_are_not_paced_by_the_endpoints_limits(tm
 
 
 async def test_a_result_that_came_by_batch_is_priced_at_the_batch_discount_by_itself(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         cfg = config(server)
         async with Engine(cfg, cache_path=str(tmp_path / "c.sqlite"), batch=True) as engine:
             (outcome,) = await engine.run(requests(1))
@@ -76,7 +80,7 @@ async def test_a_result_that_came_by_batch_is_priced_at_the_batch_discount_by_it
 
 
 async def test_a_call_whose_caller_left_before_its_batch_went_out_is_not_sent(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         async with Engine(config(server), cache_path=str(tmp_path / "c.sqlite"), batch=True) as engine:
             stream = engine.stream(requests(5))
             first = asyncio.ensure_future(stream.__anext__())
@@ -91,7 +95,7 @@ async def test_a_call_whose_caller_left_before_its_batch_went_out_is_not_sent(tm
 
 
 async def test_batch_mode_without_a_cache_says_a_killed_run_cannot_resume(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         async with Engine(config(server), batch=True) as engine:
             outcomes = await engine.run(requests(3))
     assert all(o.ok for o in outcomes)

@@ -211,7 +211,9 @@ def _env() -> dict[str, str]:
 
 class Server:
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *args], cwd=ROOT, env=_env(),
+        # the loopback serves the ids config_for() names, as a vLLM server serves the model it started with
+        served = ["--models", "m-model,other-model"]
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.loopback", *served, *args], cwd=ROOT, env=_env(),
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline().strip()
         assert line.startswith("openai_base_url="), line

@@ -15,6 +15,10 @@ from engine.config import Config
 from engine.loopback.server import LoopbackServer
 from engine.scheduler import Engine
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["writer-http"]
+
 # The reference's template (epbench/src/generation/prompts.py, complete_prompt_func) filled
 # by hand for event 0 / meta-event 0: one opening line, "paragraphs", trailing newline
 # (protocol.md, Chapters); content and detail lower-cased, 4th restriction.
@@ -218,7 +222,7 @@ async def test_generation_over_http_loopback(tmp_path, universe, events):
     def reply(api, body):
         return builtin_writer.respond(body["messages"], body)
 
-    async with LoopbackServer(reply=reply) as server:
+    async with LoopbackServer(models=SERVED, reply=reply) as server:
         config = _config(flaw_rate=0.3, kind="openai", base_url=server.openai_base_url, max_concurrency=16)
         run = await _generate(config, events, universe, tmp_path / "c.sqlite", model="loop-writer",
                               seed_draws=True)
@@ -267,7 +271,7 @@ async def test_a_refused_key_stops_generation_with_one_clear_error(tmp_path, uni
     from engine.benchmark.generation.chapters import GenerationError
 
     monkeypatch.setenv("TULVING_TEST_KEY", "sk-wrong-key-123")
-    async with LoopbackServer(api_keys=["sk-right"]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=["sk-right"]) as server:
         config = _config(kind="openai", base_url=server.openai_base_url, key_env="TULVING_TEST_KEY")
         with pytest.raises(GenerationError) as info:
             await _generate(config, events, universe, tmp_path / "c.sqlite", model="loop-writer")

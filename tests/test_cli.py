@@ -18,6 +18,10 @@ from engine.loopback.server import LoopbackServer
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["loop-model"]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -132,7 +136,7 @@ def test_config_check_prints_the_merged_config_without_secrets(tmp_path):
 
 
 async def test_bench_latency_against_a_loopback_server(tmp_path):
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         config = loopback_config(tmp_path / "c.toml", server.openai_base_url)
         code, out, err = await atulving("--config", str(config), "--quiet", "bench-latency", "--model", "m",
                                         "-n", "12", "-c", "3")
@@ -152,7 +156,7 @@ async def test_https_endpoint_with_a_key_trusted_through_ssl_cert_file(tmp_path)
     ca.issue_cert("127.0.0.1").configure_cert(context)
     ca_file = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
-    async with LoopbackServer(ssl_context=context, api_keys=["sk-tls-1234567890"]) as server:
+    async with LoopbackServer(models=SERVED, ssl_context=context, api_keys=["sk-tls-1234567890"]) as server:
         assert server.openai_base_url.startswith("https://")
         config = loopback_config(tmp_path / "c.toml", server.openai_base_url, key_env="LOOP_KEY")
         config.write_text(config.read_text().replace("max_concurrency = 4", "max_concurrency = 4\nmax_attempts = 1"))
@@ -179,7 +183,7 @@ def test_serve_loopback_starts_a_server():
 
 async def test_dry_run_report_counts_cached_requests_without_calling(tmp_path):
     cache = str(tmp_path / "cache.sqlite")
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         config = Config.load(loopback_config(tmp_path / "c.toml", server.openai_base_url))
         requests = [ChatRequest(model="m", messages=[{"role": "user", "content": f"q{i}"}]) for i in range(10)]
         assert await dry_run_report(config, cache, requests) == (10, 0)  # no cache file yet

@@ -34,6 +34,10 @@ from engine.scheduler import Engine
 from engine.tokens import count_tokens
 from providers.standard_kinds import DEEPSEEK, OPENROUTER, XAI
 
+# the ids these tests send that the registry does not serve (made up, or DeepSeek's retired names
+# the reference called): the loopback, like a real API, serves only the ids it is told besides those
+SERVED = ["m", "deepseek-chat", "deepseek-reasoner", "my-gpt-deployment", "judge-model"]
+
 REPO = Path(__file__).resolve().parent.parent
 SYSTEM = {"role": "system", "content": "You are an expert in answering questions about a book."}
 SHORT = [SYSTEM, {"role": "user", "content": "When did Ava meet Leo?"}]
@@ -81,8 +85,8 @@ def test_the_long_prompt_counts_as_the_reference_counts_it():
 async def test_deepseek_goes_direct_up_to_60000_tokens_and_to_openrouter_above(tmp_path):
     ds_bodies: list[dict[str, Any]] = []
     or_bodies: list[dict[str, Any]] = []
-    async with LoopbackServer(reply=recorder(ds_bodies), compat="deepseek") as ds, \
-            LoopbackServer(reply=recorder(or_bodies), compat="openrouter") as orr:
+    async with LoopbackServer(models=SERVED, reply=recorder(ds_bodies), compat="deepseek") as ds, \
+            LoopbackServer(models=SERVED, reply=recorder(or_bodies), compat="openrouter") as orr:
         config = compat_config(ds, orr)
         requests = [chat("deepseek-v3", "When did Ava meet Leo?"), chat("deepseek-r1", EDGE_USER),
                     chat("deepseek-v3", LONG_USER), chat("deepseek-r1", LONG_USER)]
@@ -129,7 +133,7 @@ def test_every_leaderboard_row_of_these_kinds_renders_the_reference_body():
 
 async def test_deepseek_cache_hits_are_priced_as_cache_reads_and_reasoning_tokens_once():
     book = "The book. " * 600  # a shared prefix the loopback's prompt cache keeps
-    async with LoopbackServer(compat="deepseek", cache_min_tokens=64) as ds, LoopbackServer() as unused:
+    async with LoopbackServer(models=SERVED, compat="deepseek", cache_min_tokens=64) as ds, LoopbackServer(models=SERVED) as unused:
         config = compat_config(ds, unused)
         alias = config.alias("deepseek-r1")
         async with Engine(config) as engine:
@@ -152,7 +156,7 @@ async def test_deepseek_cache_hits_are_priced_as_cache_reads_and_reasoning_token
 # -- OpenRouter's provider object, Azure's key header -----------------------------------------
 
 async def test_openrouter_refuses_an_unknown_provider_field_and_the_engine_reports_it():
-    async with LoopbackServer(compat="openrouter") as orr:
+    async with LoopbackServer(models=SERVED, compat="openrouter") as orr:
         url = orr.openai_base_url + "/chat/completions"
         body = {"model": "deepseek/deepseek-r1", "messages": SHORT, "provider": {**REFERENCE_ROUTE, "orderr": []}}
         async with aiohttp.ClientSession() as session:
@@ -172,7 +176,7 @@ async def test_openrouter_refuses_an_unknown_provider_field_and_the_engine_repor
 async def test_azure_sends_the_key_in_the_api_key_header_to_the_v1_path(monkeypatch):
     bodies: list[dict[str, Any]] = []
     monkeypatch.setenv("TULVING_TEST_AZURE_KEY", "az-secret")
-    async with LoopbackServer(reply=recorder(bodies), compat="azure", api_keys=["az-secret"]) as az:
+    async with LoopbackServer(models=SERVED, reply=recorder(bodies), compat="azure", api_keys=["az-secret"]) as az:
         base = f"http://127.0.0.1:{az.port}/openai/v1"
         config = Config.from_dicts(
             {"az": {"kind": "azure-openai", "base_url": base, "key_env": "TULVING_TEST_AZURE_KEY", "max_attempts": 1},
@@ -255,7 +259,7 @@ def test_a_run_keeps_the_reasoning_in_the_results_and_never_shows_it_to_the_judg
             return builtin_judge.respond(body["messages"], {})
         return builtin_reader.respond(body["messages"], {})
 
-    with threaded(LoopbackServer(reply=reply, compat="deepseek")) as server:
+    with threaded(LoopbackServer(models=SERVED, reply=reply, compat="deepseek")) as server:
         write_config(tmp_path, server.openai_base_url)
         run = tulving(tmp_path, "run", "--book", "synaptic-echoes-short", "--models", "ds-r1", "--modes",
                       "in-context", "--judge", "lb-judge", "--sample", "6", "--out", "out")

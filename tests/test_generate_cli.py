@@ -20,6 +20,10 @@ from engine.benchmark.generation import load_book
 from engine.cli.main import main
 from engine.loopback.server import LoopbackServer, constant
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["writer-http"]
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -108,7 +112,7 @@ async def test_killed_run_resumes_without_repeating_a_completed_call(tmp_path):
     def reply(api, body):
         return builtin_writer.respond(body["messages"], body)
 
-    async with LoopbackServer(reply=reply, latency=constant(0.1)) as server:
+    async with LoopbackServer(models=SERVED, reply=reply, latency=constant(0.1)) as server:
         config = tmp_path / "loop.toml"
         config.write_text(f"""
 [endpoints.loop]

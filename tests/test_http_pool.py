@@ -24,6 +24,10 @@ from providers.base import CONFIG, EndpointSpec, ProviderError
 from providers.http_pool import HttpConfigError, HttpPool, MalformedReply, ReplyCutShort
 from providers.openai_http import OpenAIProvider
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["m"]
+
 USER = [{"role": "user", "content": "Where did Maya meet Sam on March 3?"}]
 
 
@@ -795,7 +799,7 @@ async def test_connections_of_a_finished_event_loop_are_closed():
 # -- through the provider -----------------------------------------------------------------------
 
 async def test_provider_with_the_aiohttp_client_and_an_unknown_client():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         spec = EndpointSpec(name="o", kind="openai", base_url=server.openai_base_url,
                             options={"http_client": "aiohttp"})
         provider = OpenAIProvider(spec, "sk-x")

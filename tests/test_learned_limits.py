@@ -29,6 +29,10 @@ from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from providers.base import EndpointSpec, RateLimitInfo
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["test-model", "x"]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -224,7 +228,7 @@ def no_learning(monkeypatch):
 
 
 async def test_an_unconfigured_endpoint_learns_the_servers_rpm_and_gets_almost_no_429s(no_learning):
-    async with LoopbackServer(rpm=3000, latency=constant(0.001)) as server:
+    async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
         engine = await _run(_config(server), 150, "learn")
         learned_429s = server.stats.rate_limited
     assert learned_429s <= 2, learned_429s
@@ -232,7 +236,7 @@ async def test_an_unconfigured_endpoint_learns_the_servers_rpm_and_gets_almost_n
     assert any("lb: the provider reports for test-model 3,000 requests/min (none configured: using it)" in n
                for n in engine.stats.notices)
     no_learning()
-    async with LoopbackServer(rpm=3000, latency=constant(0.001)) as server:
+    async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
         engine = await _run(_config(server), 150, "blind")
         blind_429s = server.stats.rate_limited
     assert not engine.stats.learned_limits
@@ -242,34 +246,34 @@ async def test_an_unconfigured_endpoint_learns_the_servers_rpm_and_gets_almost_n
 async def test_anthropic_input_and_output_token_limits_are_learned(no_learning):
     # 60 calls of ~10 input and 16 output tokens under 60k input and 30k output tokens/min.
     limits = {"rpm": 60_000, "input_tpm": 60_000, "output_tpm": 30_000}
-    async with LoopbackServer(reply=lambda api, body: "word " * 40, **limits) as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "word " * 40, **limits) as server:
         engine = await _run(_config(server, kind="anthropic"), 60, "tokens")
         learned_429s = server.stats.rate_limited
     assert engine.stats.learned_limits == {"lb": {"test-model": {"requests": 60_000.0, "input_tokens": 60_000.0,
                                                                  "output_tokens": 30_000.0}}}
     assert learned_429s <= 2, learned_429s
     no_learning()
-    async with LoopbackServer(reply=lambda api, body: "word " * 40, **limits) as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "word " * 40, **limits) as server:
         await _run(_config(server, kind="anthropic"), 60, "tokens-blind")
         blind_429s = server.stats.rate_limited
     assert blind_429s >= 5 * max(1, learned_429s), (blind_429s, learned_429s)
 
 
 async def test_a_lower_provider_limit_beats_the_configured_one(no_learning):
-    async with LoopbackServer(rpm=1800, latency=constant(0.001)) as server:
+    async with LoopbackServer(models=SERVED, rpm=1800, latency=constant(0.001)) as server:
         engine = await _run(_config(server, rpm=12_000), 60, "lower")
         learned_429s = server.stats.rate_limited
     assert learned_429s <= 2, learned_429s
     assert any("1,800 requests/min (lower than the configured 12,000: using it)" in n for n in engine.stats.notices)
     no_learning()
-    async with LoopbackServer(rpm=1800, latency=constant(0.001)) as server:
+    async with LoopbackServer(models=SERVED, rpm=1800, latency=constant(0.001)) as server:
         await _run(_config(server, rpm=12_000), 60, "lower-blind")
         blind_429s = server.stats.rate_limited
     assert blind_429s >= 5 * max(1, learned_429s), (blind_429s, learned_429s)
 
 
 async def test_a_higher_provider_limit_does_not_raise_the_configured_one():
-    async with LoopbackServer(rpm=60_000, latency=constant(0.001)) as server:
+    async with LoopbackServer(models=SERVED, rpm=60_000, latency=constant(0.001)) as server:
         engine = await _run(_config(server, rpm=600), 30, "higher")
         busiest_second = server.stats.max_accepted_in(1.0)
     assert busiest_second <= 10 + 5 + 1  # the configured 10/s and its burst, not the server's 1,000/s
@@ -290,7 +294,7 @@ async def test_remaining_keeps_the_engine_in_step_with_a_budget_spent_elsewhere(
     the engine is configured with the same limit but its bucket cannot know that
     another client spent the budget: `remaining` tells it."""
     async def run(salt: str) -> int:
-        async with LoopbackServer(input_tpm=60_000, burst_seconds=60) as server:
+        async with LoopbackServer(models=SERVED, input_tpm=60_000, burst_seconds=60) as server:
             await _spend_the_budget(server)
             await _run(_config(server, input_tpm=60_000, max_concurrency=1), 12, salt + " " + "word " * 80)
             return server.stats.rate_limited
@@ -306,7 +310,8 @@ async def test_models_probe_through_the_cli_against_the_loopback_server(tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith("TULVING")}
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "engine.loopback", "--port", "0", "--rpm", "600", "--input-tpm", "60000",
-        "--output-tpm", "6000", cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
+        "--output-tpm", "6000", "--models", "loop-model,text-embedding-loop,claude-loop",
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE)
     try:
         openai_url = (await server.stdout.readline()).decode().strip().split("=", 1)[1]
         anthropic_url = (await server.stdout.readline()).decode().strip().split("=", 1)[1]

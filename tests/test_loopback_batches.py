@@ -10,6 +10,10 @@ import pytest
 from engine.loopback.batches import BatchKnobs
 from engine.loopback.server import LoopbackServer
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["c", "gpt-4o", "gpt-4o-mini", "claude-sonnet-4"]
+
 QUESTIONS = [f"Which events happened in place number {i}?" for i in range(6)]
 
 
@@ -42,7 +46,7 @@ async def read_lines(client: openai.AsyncOpenAI, file_id: str | None) -> list[di
 @pytest.fixture
 async def oai():
     async def make(**knobs):
-        server = await LoopbackServer(batch=BatchKnobs(**knobs)).start()
+        server = await LoopbackServer(models=SERVED, batch=BatchKnobs(**knobs)).start()
         servers.append(server)
         client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
         clients.append(client)
@@ -58,7 +62,7 @@ async def oai():
 @pytest.fixture
 async def ant():
     async def make(**knobs):
-        server = await LoopbackServer(batch=BatchKnobs(**knobs)).start()
+        server = await LoopbackServer(models=SERVED, batch=BatchKnobs(**knobs)).start()
         servers.append(server)
         client = anthropic.AsyncAnthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0)
         clients.append(client)

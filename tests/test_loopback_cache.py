@@ -10,6 +10,10 @@ import pytest
 
 from engine.loopback.server import LoopbackServer, cheap_tokens, constant
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["m", "c", "gpt-4o", "gpt-4o-mini", "claude-sonnet-4"]
+
 BOOK = "The harbour woke before the town did. " * 130   # 4940 chars: 1235 "cheap" tokens
 QUESTION = [{"role": "user", "content": "Which events happened in Boston?"}]
 
@@ -25,7 +29,7 @@ def system_tokens(blocks: list[dict]) -> int:
 
 @pytest.fixture
 async def aclient_and_server():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         client = anthropic.AsyncAnthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0)
         try:
             yield client, server
@@ -59,7 +63,7 @@ async def test_anthropic_first_call_writes_the_prefix_later_calls_read_it(aclien
 async def test_anthropic_prefixes_below_the_minimum_are_not_cached():
     short = cached_system("A short system prompt. " * 10)
     for minimum, expected in ((1024, 0), (20, system_tokens(short))):
-        async with LoopbackServer(cache_min_tokens=minimum) as server:
+        async with LoopbackServer(models=SERVED, cache_min_tokens=minimum) as server:
             client = anthropic.AsyncAnthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0)
             try:
                 first = await client.messages.create(model="c", max_tokens=20, system=short, messages=QUESTION)
@@ -113,7 +117,7 @@ async def test_anthropic_conversation_reads_the_earlier_breakpoint_and_writes_th
 
 
 async def test_anthropic_cache_is_warm_only_after_the_first_reply_finished():
-    async with LoopbackServer(latency=constant(0.1)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.1)) as server:
         client = anthropic.AsyncAnthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0)
         try:
             call = lambda: client.messages.create(model="c", max_tokens=20, system=cached_system(),  # noqa: E731
@@ -143,7 +147,7 @@ async def test_anthropic_streamed_usage_reports_the_cache(aclient_and_server):
 async def test_anthropic_input_token_limit_does_not_count_cache_reads():
     # A bucket of 1000 tokens refilling at 1000/s: the first call (1252 tokens) leaves a debt
     # of 252; a read of the prefix then costs only the uncached rest.
-    async with LoopbackServer(input_tpm=60_000) as server:
+    async with LoopbackServer(models=SERVED, input_tpm=60_000) as server:
         client = anthropic.AsyncAnthropic(base_url=server.anthropic_base_url, api_key="k", max_retries=0)
         try:
             await client.messages.create(model="c", max_tokens=20, system=cached_system(), messages=QUESTION)
@@ -159,7 +163,7 @@ async def test_anthropic_input_token_limit_does_not_count_cache_reads():
 
 
 async def test_openai_caches_long_prompts_in_128_token_steps():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
         try:
             call = lambda content, **kw: client.chat.completions.create(  # noqa: E731
@@ -187,7 +191,7 @@ async def test_openai_caches_long_prompts_in_128_token_steps():
 
 
 async def test_openai_minimum_is_configurable():
-    async with LoopbackServer(cache_min_tokens=128) as server:
+    async with LoopbackServer(models=SERVED, cache_min_tokens=128) as server:
         client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=0)
         try:
             messages = [{"role": "user", "content": "word " * 120}]  # 150 tokens

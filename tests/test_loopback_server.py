@@ -24,6 +24,10 @@ from engine.loopback.server import Faults, LoopbackServer, constant, go_duration
 from engine.tokens import count_tokens
 from providers.http_errors import retry_after
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["m", "c", "e"]
+
 REPO = Path(__file__).resolve().parents[1]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 MESSAGES = {"model": "c", "max_tokens": 100, "messages": [{"role": "user", "content": "hello"}]}
@@ -53,7 +57,7 @@ async def hammer(url: str, body: dict, seconds: float, workers: int = 8) -> list
 
 async def test_rpm_limit_holds_over_any_window():
     rpm, seconds = 1200, 1.5  # 20 calls/s; the bucket holds one second: 20
-    async with LoopbackServer(rpm=rpm) as server:
+    async with LoopbackServer(models=SERVED, rpm=rpm) as server:
         statuses = await hammer(server.openai_base_url + "/chat/completions", CHAT, seconds)
         stats = server.stats
     accepted = len(stats.accepted_times)
@@ -66,14 +70,14 @@ async def test_rpm_limit_holds_over_any_window():
 
 async def test_input_tpm_limit_holds_and_big_prompts_leave_a_debt():
     body = {"model": "m", "messages": [{"role": "user", "content": "x" * 160}]}  # 40 tokens
-    async with LoopbackServer(input_tpm=6000) as server:  # 100 tokens/s
+    async with LoopbackServer(models=SERVED, input_tpm=6000) as server:  # 100 tokens/s
         await hammer(server.openai_base_url + "/chat/completions", body, 1.0)
         stats = server.stats
     assert stats.max_accepted_in(1.0) * 40 <= 100 + 100 * 1.0 + 40
     assert len(stats.accepted_times) >= 3
 
     big = {"model": "m", "messages": [{"role": "user", "content": "x" * 400}]}  # 100 tokens > bucket of 10
-    async with LoopbackServer(input_tpm=600) as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED, input_tpm=600) as server, aiohttp.ClientSession() as session:
         first, _, _ = await post(session, server.openai_base_url + "/chat/completions", big)
         second, error, headers = await post(session, server.openai_base_url + "/chat/completions", big)
     assert (first, second) == (200, 429)
@@ -83,7 +87,7 @@ async def test_input_tpm_limit_holds_and_big_prompts_leave_a_debt():
 
 
 async def test_output_tpm_is_charged_with_generated_tokens():
-    async with LoopbackServer(output_tpm=600, reply=lambda api, body: "y" * 160) as server:  # 10 tok/s, 40/reply
+    async with LoopbackServer(models=SERVED, output_tpm=600, reply=lambda api, body: "y" * 160) as server:  # 10 tok/s, 40/reply
         async with aiohttp.ClientSession() as session:
             url = server.anthropic_base_url + "/v1/messages"
             first, reply, _ = await post(session, url, MESSAGES)
@@ -98,7 +102,7 @@ async def test_output_tpm_is_charged_with_generated_tokens():
 
 
 async def test_every_reply_carries_its_apis_rate_limit_headers():
-    async with LoopbackServer(rpm=600, input_tpm=60_000, output_tpm=6000) as server:
+    async with LoopbackServer(models=SERVED, rpm=600, input_tpm=60_000, output_tpm=6000) as server:
         async with aiohttp.ClientSession() as session:
             _, _, openai_headers = await post(session, server.openai_base_url + "/chat/completions", CHAT)
             _, _, embed_headers = await post(session, server.openai_base_url + "/embeddings",
@@ -125,7 +129,7 @@ def test_go_duration_format():
 
 
 async def test_rate_limit_headers_are_exactly_the_providers_families():
-    async with LoopbackServer(rpm=60, input_tpm=6000, output_tpm=600) as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED, rpm=60, input_tpm=6000, output_tpm=600) as server, aiohttp.ClientSession() as session:
         wall = time.time()
         _, _, openai_headers = await post(session, server.openai_base_url + "/chat/completions", CHAT)
         status, _, limited = await post(session, server.anthropic_base_url + "/v1/messages", MESSAGES)
@@ -173,7 +177,7 @@ def test_faults_follow_the_schedule_then_the_seeded_rates():
 
 
 async def test_first_n_calls_fail_in_each_apis_error_shape():
-    async with LoopbackServer(faults=Faults.first(2, "529")) as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(2, "529")) as server, aiohttp.ClientSession() as session:
         status1, body1, _ = await post(session, server.openai_base_url + "/chat/completions", CHAT)
         status2, body2, _ = await post(session, server.anthropic_base_url + "/v1/messages", MESSAGES)
         status3, _, _ = await post(session, server.anthropic_base_url + "/v1/messages", MESSAGES)
@@ -186,7 +190,7 @@ async def test_first_n_calls_fail_in_each_apis_error_shape():
 
 
 async def test_a_stalled_call_ends_when_its_client_leaves():
-    async with LoopbackServer(faults=Faults.first(1, "stall")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "stall")) as server:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2)) as session:
             with pytest.raises(asyncio.TimeoutError):
                 await post(session, server.openai_base_url + "/chat/completions", CHAT)
@@ -210,7 +214,7 @@ def test_latency_helpers_are_seeded():
 
 
 async def test_latency_delays_replies_and_calls_overlap():
-    async with LoopbackServer(latency=constant(0.1)) as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED, latency=constant(0.1)) as server, aiohttp.ClientSession() as session:
         start = time.perf_counter()
         results = await asyncio.gather(*(post(session, server.openai_base_url + "/chat/completions", CHAT)
                                          for _ in range(10)))
@@ -223,7 +227,7 @@ async def test_latency_delays_replies_and_calls_overlap():
 
 async def test_embeddings_float_and_base64_agree():
     texts = ["the cat sat", "a dog ran"]
-    async with LoopbackServer(embed_dim=16) as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED, embed_dim=16) as server, aiohttp.ClientSession() as session:
         url = server.openai_base_url + "/embeddings"
         _, floats, _ = await post(session, url, {"model": "e", "input": texts})
         _, packed, _ = await post(session, url, {"model": "e", "input": texts, "encoding_format": "base64"})
@@ -239,7 +243,7 @@ async def test_embeddings_float_and_base64_agree():
 
 
 async def test_anthropic_requests_are_validated_like_the_real_api():
-    async with LoopbackServer() as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED) as server, aiohttp.ClientSession() as session:
         url = server.anthropic_base_url + "/v1/messages"
         no_max, body1, _ = await post(session, url, {"model": "c", "messages": MESSAGES["messages"]})
         system_role, body2, _ = await post(session, url, {**MESSAGES, "messages": [
@@ -253,13 +257,13 @@ async def test_anthropic_requests_are_validated_like_the_real_api():
 
 async def test_cl100k_token_counting():
     text = "Episodic memory lets us recall events in time and space."
-    async with LoopbackServer(tokens="cl100k") as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED, tokens="cl100k") as server, aiohttp.ClientSession() as session:
         _, reply, _ = await post(session, server.openai_base_url + "/chat/completions",
                                  {"model": "m", "messages": [{"role": "user", "content": text}]})
     assert reply["usage"]["prompt_tokens"] == count_tokens(text)
     assert reply["usage"]["completion_tokens"] == count_tokens(reply["choices"][0]["message"]["content"])
     with pytest.raises(ValueError):
-        LoopbackServer(tokens="words")
+        LoopbackServer(models=SERVED, tokens="words")
 
 
 # -- fine-tuning ----------------------------------------------------------------------------
@@ -287,14 +291,14 @@ async def finetune_over_http(server: LoopbackServer, content: bytes) -> list[dic
 
 
 async def test_finetune_job_goes_queued_running_succeeded():
-    async with LoopbackServer(finetune_polls=2) as server:
+    async with LoopbackServer(models=SERVED, finetune_polls=2) as server:
         states = await finetune_over_http(server, training_jsonl(10))
     assert [s["status"] for s in states] == ["queued", "running", "succeeded", "succeeded"]
     assert states[-1]["fine_tuned_model"] == f"ft:gpt-4o-mini:tulving::{states[0]['id']}"
 
 
 async def test_finetune_job_with_too_few_examples_fails():
-    async with LoopbackServer(finetune_polls=1) as server:
+    async with LoopbackServer(models=SERVED, finetune_polls=1) as server:
         states = await finetune_over_http(server, training_jsonl(3))
         async with aiohttp.ClientSession() as session:
             async with session.get(server.openai_base_url + "/fine_tuning/jobs/ftjob-nope") as resp:
@@ -307,7 +311,8 @@ async def test_finetune_job_with_too_few_examples_fails():
 
 def test_standalone_server_serves_until_terminated():
     process = subprocess.Popen(
-        [sys.executable, "-m", "engine.loopback", "--port", "0", "--rpm", "60", "--fail-first", "1:503"],
+        [sys.executable, "-m", "engine.loopback", "--port", "0", "--rpm", "60", "--fail-first", "1:503",
+         "--models", ",".join(SERVED)],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         urls = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
@@ -338,7 +343,7 @@ def test_standalone_rejects_bad_arguments():
 
 def test_standalone_knobs_for_streams_caches_and_batches():
     process = subprocess.Popen(
-        [sys.executable, "-m", "engine.loopback", "--ttft-ms", "200", "--token-delay-ms", "1",
+        [sys.executable, "-m", "engine.loopback", "--ttft-ms", "200", "--token-delay-ms", "1", "--models", ",".join(SERVED),
          "--cache-min-tokens", "8", "--batch-polls", "1", "--batch-fail-share", "1", "--batch-in-order"],
         cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:

@@ -17,6 +17,10 @@ import pytest
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.loopback.stream import split_text
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["m", "c", "gpt-4o-mini", "claude-sonnet-4"]
+
 USER = [{"role": "user", "content": "Which events happened in Boston in the spring of that year?"}]
 LONG = lambda api, body: "word " * 60  # 300 characters: 75 tokens, 75 deltas  # noqa: E731
 
@@ -37,7 +41,7 @@ def test_split_text_joins_back_in_n_pieces():
 
 
 async def test_openai_stream_reassembles_the_non_streamed_reply_and_usage():
-    async with LoopbackServer(rpm=600) as server:
+    async with LoopbackServer(models=SERVED, rpm=600) as server:
         client = openai_client(server)
         try:
             plain = await client.chat.completions.create(model="gpt-4o-mini", messages=USER, max_tokens=5)
@@ -67,7 +71,7 @@ async def test_openai_stream_reassembles_the_non_streamed_reply_and_usage():
 
 
 async def test_anthropic_stream_events_and_final_message_match_the_non_streamed_reply():
-    async with LoopbackServer(output_tpm=60_000) as server:
+    async with LoopbackServer(models=SERVED, output_tpm=60_000) as server:
         client = anthropic_client(server)
         try:
             plain = await client.messages.create(model="claude-sonnet-4", max_tokens=500, system="Be brief.",
@@ -94,7 +98,7 @@ async def test_anthropic_stream_events_and_final_message_match_the_non_streamed_
 
 
 async def test_the_wire_format_has_event_lines_ping_and_done():
-    async with LoopbackServer() as server, aiohttp.ClientSession() as session:
+    async with LoopbackServer(models=SERVED) as server, aiohttp.ClientSession() as session:
         async with session.post(server.anthropic_base_url + "/v1/messages",
                                 json={"model": "c", "max_tokens": 50, "messages": USER, "stream": True}) as resp:
             anthropic_wire = (await resp.read()).decode()
@@ -132,7 +136,7 @@ async def first_token_times(server: LoopbackServer, n: int) -> list[tuple[float,
 
 
 async def test_measured_time_to_first_token_and_token_gaps_follow_the_configuration():
-    async with LoopbackServer(ttft=constant(0.15), token_delay=constant(0.01), reply=LONG) as server:
+    async with LoopbackServer(models=SERVED, ttft=constant(0.15), token_delay=constant(0.01), reply=LONG) as server:
         runs = await first_token_times(server, 3)
     for ttft, total, deltas in runs:
         assert deltas == 75
@@ -141,7 +145,7 @@ async def test_measured_time_to_first_token_and_token_gaps_follow_the_configurat
 
 
 async def test_non_streamed_replies_take_ttft_plus_the_token_gaps():
-    async with LoopbackServer(ttft=constant(0.1), token_delay=constant(0.005), reply=LONG) as server:
+    async with LoopbackServer(models=SERVED, ttft=constant(0.1), token_delay=constant(0.005), reply=LONG) as server:
         client = openai_client(server)
         try:
             start = time.perf_counter()
@@ -176,7 +180,7 @@ async def read_five_deltas_then_leave(server: LoopbackServer, api: str) -> None:
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
 async def test_a_client_that_cancels_mid_stream_stops_the_server_cleanly(caplog, api):
     caplog.set_level(logging.DEBUG)
-    async with LoopbackServer(token_delay=constant(0.02), reply=LONG) as server:
+    async with LoopbackServer(models=SERVED, token_delay=constant(0.02), reply=LONG) as server:
         await read_five_deltas_then_leave(server, api)
         for _ in range(100):
             if server.stats.in_flight == 0:
@@ -198,7 +202,7 @@ async def test_a_client_that_cancels_mid_stream_stops_the_server_cleanly(caplog,
 
 @pytest.mark.parametrize("kind", ["reset", "truncate"])
 async def test_a_fault_cuts_the_stream_after_some_chunks(kind):
-    async with LoopbackServer(faults=Faults.first(1, kind), reply=LONG) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, kind), reply=LONG) as server:
         client = openai_client(server)
         try:
             received = []
@@ -215,7 +219,7 @@ async def test_a_fault_cuts_the_stream_after_some_chunks(kind):
 
 
 async def test_an_in_stream_error_event_surfaces_as_the_sdks_error():
-    async with LoopbackServer(faults=Faults(schedule=["stream_error"] * 3), reply=LONG) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["stream_error"] * 3), reply=LONG) as server:
         oclient, aclient = openai_client(server), anthropic_client(server)
         try:
             received = []
@@ -238,7 +242,7 @@ async def test_an_in_stream_error_event_surfaces_as_the_sdks_error():
 
 
 async def test_rate_limits_and_auth_hold_for_streamed_calls():
-    async with LoopbackServer(rpm=60, api_keys=["good"]) as server:
+    async with LoopbackServer(models=SERVED, rpm=60, api_keys=["good"]) as server:
         denied = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="bad", max_retries=0)
         client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="good", max_retries=0)
         try:
@@ -271,7 +275,7 @@ def test_stream_chunks_are_valid_json():
 async def test_the_openai_sdks_stream_helper_rebuilds_the_non_streamed_completion():
     # `chat.completions.stream` accumulates the chunks into a ChatCompletion
     # (openai.lib.streaming), stricter than iterating raw chunks.
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         client = openai_client(server)
         try:
             plain = await client.chat.completions.create(model="m", messages=USER)

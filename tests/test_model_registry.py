@@ -88,6 +88,27 @@ async def test_a_404_for_the_model_is_final_and_names_the_replacement(tmp_path, 
                                "(retired by OpenAI on 2026-10-23): use gpt-6.1-sol" in odd.message
 
 
+async def test_the_default_loopback_refuses_a_made_up_id_as_the_real_apis_do(tmp_path, monkeypatch):
+    """Without `models=`, the loopback serves only the registry's current ids:
+    a made-up one is a final one-line 404 through both providers."""
+    monkeypatch.setenv("LOOP_KEY", "k")
+    async with LoopbackServer() as server:
+        declared = ('[models.mine-gpt]\nendpoint = "openai"\nmodel = "made-up-gpt"\n\n'
+                    '[models.mine-claude]\nendpoint = "anthropic"\nmodel = "made-up-claude"\n')
+        config = Config.load(_over_loopback(tmp_path, server, declared))
+        async with Engine(config, cache_path=None, progress=False) as engine:
+            outcomes = await engine.run([ChatRequest(model=m, messages=[{"role": "user", "content": "hi"}])
+                                         for m in ("mine-gpt", "mine-claude")])
+        assert server.stats.requests == 2  # one attempt each: final, not retried
+    gpt, claude = (o.error for o in outcomes)
+    hint = "`tulving models --remote` lists the models this key can use"
+    assert gpt is not None and gpt.status == 404 and not gpt.retryable and "\n" not in gpt.message
+    assert "The model `made-up-gpt` does not exist or you do not have access to it. [model_not_found]" in gpt.message
+    assert gpt.message.endswith(hint)
+    assert claude is not None and claude.status == 404 and not claude.retryable and "\n" not in claude.message
+    assert "model: made-up-claude [not_found_error]" in claude.message and claude.message.endswith(hint)
+
+
 async def _post(url: str, body: dict[str, object], **headers: str) -> tuple[int, dict[str, object]]:
     async with aiohttp.ClientSession() as session, session.post(url, json=body, headers=headers) as resp:
         return resp.status, await resp.json()

@@ -15,6 +15,10 @@ from engine.errors import TulvingError
 from engine.loopback.server import LoopbackServer
 from engine.scheduler import Engine
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["judge", "answerer"]
+
 
 @pytest.fixture(scope="module")
 def book(short_book):
@@ -102,7 +106,7 @@ async def test_unparsable_judge_reply_is_drawn_again(tmp_path, book, questions):
         seen[key] = seen.get(key, 0) + 1
         return "I refuse to output JSON." if seen[key] == 1 else builtin_judge.respond(body["messages"], {})
 
-    async with LoopbackServer(reply=flaky) as server:
+    async with LoopbackServer(models=SERVED, reply=flaky) as server:
         config = loop_config(tmp_path, server)
         ev = await evaluate(config, book, questions, tmp_path, judge="loop-judge")
     (tmp_path / "ref").mkdir()
@@ -112,7 +116,7 @@ async def test_unparsable_judge_reply_is_drawn_again(tmp_path, book, questions):
 
 
 async def test_judge_that_never_parses_gives_failures_not_a_crash(tmp_path, book, questions):
-    async with LoopbackServer(reply=lambda api, body: "garbage, no JSON here") as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "garbage, no JSON here") as server:
         config = loop_config(tmp_path, server)
         ev = await evaluate(config, book, questions, tmp_path, judge="loop-judge")
         sent = server.stats.by_path["/v1/chat/completions"]
@@ -129,7 +133,7 @@ async def test_judge_that_never_parses_gives_failures_not_a_crash(tmp_path, book
 
 
 async def test_failed_answers_are_recorded_and_not_judged(tmp_path, book, questions):
-    async with LoopbackServer(context_tokens=50) as server:  # every in-context prompt is too long
+    async with LoopbackServer(models=SERVED, context_tokens=50) as server:  # every in-context prompt is too long
         config = loop_config(tmp_path, server)
         ev = await evaluate(config, book, questions[:5], tmp_path, model="loop-answerer")
     assert all(r.answer_error and r.f1 is None and r.judge_draws == 0 for r in ev.records)

@@ -19,6 +19,10 @@ from engine.warmup import Warmup, marked, prefix_key
 from providers.anthropic_http import messages_body
 from providers.base import PREFIX_END
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["m", "o", "x", "model-m", "model-a", "model-b"]
+
 
 def config(server: LoopbackServer, kind: str = "anthropic", models: tuple[str, ...] = ("m",),
            options: dict[str, Any] | None = None, **alias: Any) -> Config:
@@ -102,7 +106,7 @@ async def test_a_prefix_followed_by_only_whitespace_is_one_block_the_api_accepts
     # The Messages API refuses a text block of only whitespace (400); the loopback refuses it too.
     import aiohttp
 
-    async with LoopbackServer(ttft=constant(0)) as server:
+    async with LoopbackServer(models=SERVED, ttft=constant(0)) as server:
         url = server.anthropic_base_url + "/v1/messages"
         headers = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
         refused = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
@@ -128,7 +132,7 @@ async def test_anthropic_calls_write_the_book_once_and_read_it_after(short_book,
         bodies.append(body)
         return "an answer"
 
-    async with LoopbackServer(reply=reply, latency=constant(0.05)) as server:
+    async with LoopbackServer(models=SERVED, reply=reply, latency=constant(0.05)) as server:
         async with Engine(config(server)) as engine:
             outcomes = await engine.run(in_context(short_book, questions))
     assert all(o.ok for o in outcomes)
@@ -148,7 +152,7 @@ async def test_anthropic_calls_write_the_book_once_and_read_it_after(short_book,
 async def test_warming_makes_one_cache_write_per_model_and_prefix_for_concurrent_questions(short_book,
                                                                                           short_questions):
     questions = short_questions[:12]
-    async with LoopbackServer(latency=constant(0.05)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.05)) as server:
         async with Engine(config(server, models=("a", "b"))) as engine:
             outcomes = await engine.run(in_context(short_book, questions, "a") + in_context(short_book, questions, "b"))
         assert server.stats.max_in_flight > 2  # the other questions did go out together
@@ -161,7 +165,7 @@ async def test_without_warming_concurrent_first_calls_all_write(short_book, shor
     # The control of the test above: the cache is warm only once a call has
     # finished, so calls sent together before that all pay for the write.
     questions = short_questions[:6]
-    async with LoopbackServer(latency=constant(0.05)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.05)) as server:
         async with Engine(config(server)) as engine:
             engine._warmup.hold = lambda job, key: False  # type: ignore[method-assign]
             outcomes = await engine.run(in_context(short_book, questions))
@@ -175,7 +179,7 @@ async def test_prompt_cache_false_sends_no_marker_and_does_not_wait(short_book, 
         bodies.append(body)
         return "ok"
 
-    async with LoopbackServer(reply=reply, latency=constant(0.05)) as server:
+    async with LoopbackServer(models=SERVED, reply=reply, latency=constant(0.05)) as server:
         async with Engine(config(server, options={"prompt_cache": False})) as engine:
             outcomes = await engine.run(in_context(short_book, short_questions[:4]))
             assert engine._warmup.held_total == 0
@@ -191,7 +195,7 @@ async def test_openai_gets_the_plain_messages_and_reads_its_automatic_cache(shor
         bodies.append(body)
         return "ok"
 
-    async with LoopbackServer(reply=reply, latency=constant(0.05)) as server:
+    async with LoopbackServer(models=SERVED, reply=reply, latency=constant(0.05)) as server:
         async with Engine(config(server, kind="openai", options={"prompt_cache_key": True})) as engine:
             outcomes = await engine.run(in_context(short_book, short_questions[:5]))
     assert all(set(m) == {"role", "content"} for b in bodies for m in b["messages"])
@@ -240,7 +244,7 @@ async def test_a_warm_prefix_is_not_charged_to_anthropics_input_token_limit(shor
     questions = short_questions[:8]
     requests = in_context(short_book, questions)
     prompt_tokens = sum(len(m["content"]) // 4 + 1 for m in requests[0].messages)
-    async with LoopbackServer(latency=constant(0.2)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.2)) as server:
         cfg = config(server, kind=kind)
         cfg.endpoints["e"] = dataclasses.replace(cfg.endpoints["e"], input_tpm=60.0 * prompt_tokens)
         async with Engine(cfg) as engine:

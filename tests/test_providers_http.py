@@ -35,6 +35,10 @@ from providers.base import (
 from providers.http_errors import parse_duration, redact, retry_after, status_error
 from providers.openai_http import OpenAIProvider
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["gpt-x", "m1", "m", "emb", "claude-x", "c", "e", "x"]
+
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-VERYSECRET-0123456789abcdef"
 USER = [{"role": "user", "content": "Where did Maya meet Sam on March 3?"}]
@@ -70,7 +74,7 @@ class Recorder:
 # -- normal replies -------------------------------------------------------------------------
 
 async def test_openai_chat_reply_is_normalised():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         provider = openai(server, KEY)
         try:
             result = await provider.chat("gpt-x", USER, params={"temperature": 1.0}, timeout=5)
@@ -86,7 +90,7 @@ async def test_openai_chat_reply_is_normalised():
 
 async def test_openai_chat_sends_standard_body_and_passes_extra_params():
     recorder = Recorder()
-    async with LoopbackServer(reply=recorder) as server:
+    async with LoopbackServer(models=SERVED, reply=recorder) as server:
         provider = openai(server)
         messages = [{"role": "system", "content": "Be brief."}, *USER]
         params = {"temperature": 0.5, "max_tokens": 50, "seed": 7, "stop": ["\n\n"], "top_p": 0.9,
@@ -99,7 +103,7 @@ async def test_openai_chat_sends_standard_body_and_passes_extra_params():
 
 
 async def test_openai_finish_reasons_length_stop_and_content_filter():
-    async with LoopbackServer(reply=lambda api, body: "one two three four five six seven eight nine ten") as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "one two three four five six seven eight nine ten") as server:
         provider = openai(server)
         try:
             cut = await provider.chat("m", USER, params={"max_tokens": 3}, timeout=5)
@@ -108,7 +112,7 @@ async def test_openai_finish_reasons_length_stop_and_content_filter():
             await provider.aclose()
     assert cut.finish_reason == "length" and cut.output_tokens <= 3 and cut.text
     assert stopped.finish_reason == "stop" and stopped.text == "one two three "
-    async with LoopbackServer(reply=lambda api, body: ("partial answer", "content_filter")) as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: ("partial answer", "content_filter")) as server:
         provider = openai(server)
         try:
             filtered = await provider.chat("m", USER, params={}, timeout=5)
@@ -120,7 +124,7 @@ async def test_openai_finish_reasons_length_stop_and_content_filter():
 
 async def test_openai_embeddings_vectors_match_texts():
     texts = ["Maya met Sam in Paris", "the weather in Oslo", "Sam met Maya in Paris"]
-    async with LoopbackServer(embed_dim=32) as server:
+    async with LoopbackServer(models=SERVED, embed_dim=32) as server:
         provider = openai(server)
         try:
             result = await provider.embed("emb", texts, timeout=5)
@@ -153,7 +157,7 @@ async def test_openai_embeddings_are_put_back_in_input_order():
 
 async def test_anthropic_reply_is_normalised_and_body_translated():
     recorder = Recorder()
-    async with LoopbackServer(reply=recorder, api_keys=[KEY]) as server:
+    async with LoopbackServer(models=SERVED, reply=recorder, api_keys=[KEY]) as server:
         provider = anthropic(server, KEY)
         messages = [{"role": "system", "content": "Rule one."}, {"role": "system", "content": "Rule two."}, *USER]
         try:
@@ -171,7 +175,7 @@ async def test_anthropic_reply_is_normalised_and_body_translated():
 
 async def test_drop_params_option_keeps_named_params_off_the_wire():
     recorder = Recorder()
-    async with LoopbackServer(reply=recorder) as server:
+    async with LoopbackServer(models=SERVED, reply=recorder) as server:
         providers = [openai(server, options={"drop_params": ["seed"]}),
                      anthropic(server, options={"drop_params": ["temperature"]})]
         try:
@@ -185,7 +189,7 @@ async def test_drop_params_option_keeps_named_params_off_the_wire():
 
 
 async def test_anthropic_finish_reasons():
-    async with LoopbackServer(reply=lambda api, body: "alpha beta gamma delta epsilon zeta eta theta") as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "alpha beta gamma delta epsilon zeta eta theta") as server:
         provider = anthropic(server)
         try:
             cut = await provider.chat("c", USER, params={"max_tokens": 2}, timeout=5)
@@ -254,7 +258,7 @@ async def test_keys_go_in_the_right_header_and_only_when_set():
 
 async def test_401_is_auth_and_the_echoed_key_never_appears():
     wrong = "sk-wrong-ALSOSECRET-9876543210"
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[KEY]) as server:
         errors = []
         for make in (openai, anthropic):
             provider = make(server, wrong)
@@ -278,7 +282,7 @@ async def test_redact_scrubs_key_shapes():
 # -- failures ---------------------------------------------------------------------------------
 
 async def test_429_is_rate_limited_with_the_servers_wait():
-    async with LoopbackServer(rpm=60) as server:  # one call per second
+    async with LoopbackServer(models=SERVED, rpm=60) as server:  # one call per second
         provider = openai(server)
         try:
             await provider.chat("m", USER, params={}, timeout=5)
@@ -290,7 +294,7 @@ async def test_429_is_rate_limited_with_the_servers_wait():
 
 
 async def test_anthropic_429_wait_comes_from_its_headers():
-    async with LoopbackServer(rpm=30) as server:  # one call per two seconds
+    async with LoopbackServer(models=SERVED, rpm=30) as server:  # one call per two seconds
         provider = anthropic(server)
         try:
             await provider.chat("m", USER, params={}, timeout=5)
@@ -302,7 +306,7 @@ async def test_anthropic_429_wait_comes_from_its_headers():
 
 @pytest.mark.parametrize("fault", ["500", "502", "503", "504", "529"])
 async def test_server_errors_are_overloaded(fault):
-    async with LoopbackServer(faults=Faults.first(2, fault)) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(2, fault)) as server:
         kinds = []
         for make in (openai, anthropic):
             provider = make(server)
@@ -315,7 +319,7 @@ async def test_server_errors_are_overloaded(fault):
 
 
 async def test_stall_past_the_timeout_is_timeout():
-    async with LoopbackServer(faults=Faults.first(1, "stall")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "stall")) as server:
         provider = openai(server)
         try:
             start = time.perf_counter()
@@ -329,7 +333,7 @@ async def test_stall_past_the_timeout_is_timeout():
 
 
 async def test_reset_and_truncated_body_are_connection_errors():
-    async with LoopbackServer(faults=Faults(schedule=["reset", "truncate", None] * 2)) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["reset", "truncate", None] * 2)) as server:
         kinds = []
         for make in (openai, anthropic):
             provider = make(server)
@@ -343,7 +347,7 @@ async def test_reset_and_truncated_body_are_connection_errors():
 
 
 async def test_non_json_200_is_bad_reply():
-    async with LoopbackServer(faults=Faults(schedule=["bad_json", "bad_json"])) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["bad_json", "bad_json"])) as server:
         provider = openai(server)
         try:
             chat = await fails(provider.chat("m", USER, params={}, timeout=5))
@@ -365,7 +369,7 @@ async def test_refused_connection_is_connection_error():
 
 async def test_context_length_is_prompt_too_long_for_both_apis():
     long = [{"role": "user", "content": "word " * 400}]
-    async with LoopbackServer(context_tokens=100) as server:
+    async with LoopbackServer(models=SERVED, context_tokens=100) as server:
         errors = []
         for make in (openai, anthropic):
             provider = make(server)
@@ -379,7 +383,7 @@ async def test_context_length_is_prompt_too_long_for_both_apis():
 
 
 async def test_content_policy_400_is_content_filter():
-    async with LoopbackServer(faults=Faults.first(1, "content_filter")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "content_filter")) as server:
         provider = openai(server)
         try:
             error = await fails(provider.chat("m", USER, params={}, timeout=5))
@@ -389,7 +393,7 @@ async def test_content_policy_400_is_content_filter():
 
 
 async def test_malformed_request_is_bad_request():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         provider = openai(server)
         try:
             error = await fails(provider.chat("", USER, params={}, timeout=5))
@@ -438,7 +442,7 @@ def test_retry_after_formats():
 # -- connection pool and CPU cost ---------------------------------------------------------------
 
 async def test_connector_caps_concurrency_at_max_concurrency():
-    async with LoopbackServer(latency=lambda: 0.02) as server:
+    async with LoopbackServer(models=SERVED, latency=lambda: 0.02) as server:
         provider = openai(server, max_concurrency=4)
         try:
             results = await asyncio.gather(*(provider.chat("m", USER, params={}, timeout=10) for _ in range(24)))
@@ -448,7 +452,7 @@ async def test_connector_caps_concurrency_at_max_concurrency():
 
 
 async def test_a_provider_survives_successive_event_loops():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         provider = OpenAIProvider(EndpointSpec(name="o", kind="openai", base_url=server.openai_base_url))
 
         def successive_runs():  # e.g. two asyncio.run() calls in one program
@@ -463,7 +467,8 @@ async def test_a_provider_survives_successive_event_loops():
 
 
 def start_standalone_server(*args: str) -> tuple[subprocess.Popen, str, str]:
-    process = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--port", "0", *args],
+    process = subprocess.Popen([sys.executable, "-m", "engine.loopback", "--port", "0", "--models", ",".join(SERVED),
+                                *args],
                                cwd=REPO, stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": str(REPO)})
     urls = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))

@@ -15,6 +15,10 @@ from engine.benchmark.evaluation.results import load_results
 from engine.benchmark.generation.published import load_book
 from engine.loopback.server import LoopbackServer
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["judge", "m"]
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -83,7 +87,7 @@ def test_run_writes_results_and_a_rerun_replays_them(tmp_path):
 async def test_a_judge_that_never_parses_is_reported_not_fatal(tmp_path, short_questions):
     subset = short_questions[::40]
     write_questions(tmp_path / "q.jsonl", subset)
-    async with LoopbackServer(reply=lambda api, body: "no json, sorry") as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "no json, sorry") as server:
         config = loop_config(tmp_path, server)
         code, out, err = await atulving(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite",
                                         "run", "--questions", "q.jsonl", "--models", "builtin:reader",
@@ -97,7 +101,7 @@ async def test_a_judge_that_never_parses_is_reported_not_fatal(tmp_path, short_q
 
 
 async def test_finetune_against_the_loopback_server_records_the_model(tmp_path):
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         config = loop_config(tmp_path, server)
         code, out, err = await atulving(tmp_path, "--config", str(config), "finetune", "--book",
                                         "synaptic-echoes-short", "--model", "gpt-4o-mini-2024-07-18",
@@ -144,7 +148,7 @@ async def test_an_api_key_never_reaches_the_cache_results_report_or_output(tmp_p
     """A real keyed endpoint (the loopback server requires the key): the run
     succeeds, and the key's bytes appear in no file it wrote and no output."""
     key = "sk-tulving-secret-4f9d2c"
-    async with LoopbackServer(api_keys=[key]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[key]) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.keyed]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
                           'key_env = "TULVING_TEST_SECRET"\n\n'

@@ -23,6 +23,10 @@ from engine.scheduler import Engine
 from providers.base import BAD_REPLY, BUDGET, OVERLOADED, PROMPT_TOO_LONG, ChatResult, Provider
 from providers.kinds import ProviderKind, registry, set_registry
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["test-model", "x", "rec"]
+
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 
 
@@ -43,7 +47,7 @@ def chat(i: int, text: str | None = None, **kwargs: Any) -> ChatRequest:
 
 async def test_run_returns_input_order_and_rerun_is_served_by_the_cache(tmp_path):
     cache = tmp_path / "cache.sqlite"
-    async with LoopbackServer(latency=constant(0.002)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.002)) as server:
         config = make_config(server)
         async with Engine(config, cache_path=str(cache)) as engine:
             first = await engine.run([chat(i) for i in range(200)])
@@ -61,7 +65,7 @@ async def test_run_returns_input_order_and_rerun_is_served_by_the_cache(tmp_path
 
 
 async def test_concurrency_never_exceeds_the_endpoint_limit():
-    async with LoopbackServer(latency=constant(0.02)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.02)) as server:
         async with Engine(make_config(server, max_concurrency=5)) as engine:
             outcomes = await engine.run([chat(i) for i in range(60)])
     assert all(o.ok for o in outcomes)
@@ -70,7 +74,7 @@ async def test_concurrency_never_exceeds_the_endpoint_limit():
 
 async def test_request_rate_limit_holds_without_429s():
     # Server and client both at 1200 RPM (20/s); the server allows a 1 s burst.
-    async with LoopbackServer(rpm=1200) as server:
+    async with LoopbackServer(models=SERVED, rpm=1200) as server:
         async with Engine(make_config(server, rpm=1200, max_concurrency=32)) as engine:
             start = time.monotonic()
             outcomes = await engine.run([chat(i) for i in range(50)])
@@ -84,7 +88,7 @@ async def test_request_rate_limit_holds_without_429s():
 async def test_input_token_limit_holds_and_is_corrected_from_usage():
     # ~500-token prompts under 60k input tokens/min (1,000/s): two calls per second.
     prompt = "word " * 400
-    async with LoopbackServer(input_tpm=60_000) as server:
+    async with LoopbackServer(models=SERVED, input_tpm=60_000) as server:
         config = make_config(server, input_tpm=60_000, max_concurrency=16)
         async with Engine(config) as engine:
             outcomes = await engine.run([chat(i, f"{i} {prompt}") for i in range(6)])
@@ -96,7 +100,7 @@ async def test_input_token_limit_holds_and_is_corrected_from_usage():
 async def test_retry_after_is_honoured():
     # The server admits one request per second; the client has no limit set,
     # so the second call is answered 429 with retry-after and must wait it out.
-    async with LoopbackServer(rpm=60) as server:
+    async with LoopbackServer(models=SERVED, rpm=60) as server:
         async with Engine(make_config(server), retry_policy=FAST_RETRY) as engine:
             outcomes = await engine.run([chat(0), chat(1)])
     assert all(o.ok for o in outcomes)
@@ -111,7 +115,7 @@ async def test_retry_after_is_honoured():
 async def test_an_endpoint_without_a_set_rate_learns_the_servers_after_429s():
     # 3,000 RPM on the server, none in the client: concurrency alone cannot
     # slow 1 ms calls down, so the engine infers a request rate from the 429s.
-    async with LoopbackServer(rpm=3000, latency=constant(0.001)) as server:
+    async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
         async with Engine(make_config(server, max_concurrency=16, max_attempts=20)) as engine:
             start = time.monotonic()
             outcomes = await engine.run([chat(i) for i in range(200)])
@@ -126,7 +130,7 @@ async def test_an_endpoint_without_a_set_rate_learns_the_servers_after_429s():
 async def test_injected_faults_lose_no_result():
     faults = Faults(schedule=["503", "529", "reset", "truncate", "stall", "500", "bad_json", "502", "504"],
                     stall_seconds=30)
-    async with LoopbackServer(faults=faults) as server:
+    async with LoopbackServer(models=SERVED, faults=faults) as server:
         config = make_config(server, timeout=0.3, max_attempts=6, max_concurrency=4)
         async with Engine(config, retry_policy=FAST_RETRY) as engine:
             outcomes = await engine.run([chat(i) for i in range(30)])
@@ -137,8 +141,8 @@ async def test_injected_faults_lose_no_result():
 
 
 async def test_a_request_that_always_fails_ends_with_its_error_and_others_complete():
-    async with LoopbackServer(context_tokens=100) as ok_server, \
-            LoopbackServer(faults=Faults(rates={"503": 1.0})) as broken:
+    async with LoopbackServer(models=SERVED, context_tokens=100) as ok_server, \
+            LoopbackServer(models=SERVED, faults=Faults(rates={"503": 1.0})) as broken:
         config = Config.from_dicts(
             {"lb0": {"kind": "openai", "base_url": ok_server.openai_base_url, "max_attempts": 3},
              "broken": {"kind": "openai", "base_url": broken.openai_base_url, "max_attempts": 3}},
@@ -160,7 +164,7 @@ async def test_a_request_that_always_fails_ends_with_its_error_and_others_comple
 
 
 async def test_identical_requests_in_flight_are_sent_once():
-    async with LoopbackServer(latency=constant(0.05)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.05)) as server:
         async with Engine(make_config(server), window=64) as engine:  # all 20 pulled at once
             same = [chat(i, "the same question") for i in range(20)]
             outcomes = await engine.run(same)
@@ -172,7 +176,7 @@ async def test_identical_requests_in_flight_are_sent_once():
 
 
 async def test_run_accepts_the_same_request_object_twice():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         async with Engine(make_config(server)) as engine:
             once = chat(1)
             outcomes = await engine.run([once, chat(2), once])
@@ -180,8 +184,8 @@ async def test_run_accepts_the_same_request_object_twice():
 
 
 async def test_replicas_share_the_load_and_each_keeps_its_limits():
-    async with LoopbackServer(rpm=1200, latency=constant(0.01)) as a, \
-            LoopbackServer(rpm=1200, latency=constant(0.01)) as b:
+    async with LoopbackServer(models=SERVED, rpm=1200, latency=constant(0.01)) as a, \
+            LoopbackServer(models=SERVED, rpm=1200, latency=constant(0.01)) as b:
         async with Engine(make_config(a, b, rpm=1200, max_concurrency=3)) as engine:
             start = time.monotonic()
             outcomes = await engine.run([chat(i) for i in range(60)])
@@ -232,7 +236,7 @@ async def test_big_prompts_are_pulled_within_a_character_budget(monkeypatch):
             pulled += 1
             yield chat(i, f"{book}\nQuestion {i}?")
 
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         async with Engine(make_config(server), window=32) as engine:
             async for outcome in engine.stream(requests()):
                 assert outcome.ok
@@ -245,7 +249,7 @@ async def test_max_cost_stops_new_calls_but_cached_requests_still_yield(tmp_path
     cache = str(tmp_path / "cache.sqlite")
     # $1 per million tokens each way: a call reserves ~(10 + 16) tokens = $0.000026.
     priced = {"price_in": 1.0, "price_out": 1.0}
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         config = make_config(server, model=priced, max_concurrency=1)
         async with Engine(config, cache_path=cache) as engine:
             await engine.run([chat(i) for i in range(3)])  # cached for the rerun
@@ -328,7 +332,7 @@ async def test_a_provider_that_raises_a_non_provider_error_yields_bad_reply(reco
 
 async def test_missing_api_key_stops_before_any_call(monkeypatch):
     monkeypatch.delenv("TULVING_TEST_KEY", raising=False)
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         config = make_config(server, key_env="TULVING_TEST_KEY")
         async with Engine(config) as engine:
             with pytest.raises(ConfigError, match="TULVING_TEST_KEY"):
@@ -343,7 +347,7 @@ async def test_unknown_model_is_a_config_error():
 
 
 async def test_stopping_a_stream_early_cancels_its_calls():
-    async with LoopbackServer(latency=constant(0.2)) as server:
+    async with LoopbackServer(models=SERVED, latency=constant(0.2)) as server:
         async with Engine(make_config(server, max_concurrency=4)) as engine:
             async with contextlib.aclosing(engine.stream(chat(i) for i in range(100))) as outcomes:
                 async for _ in outcomes:

@@ -12,6 +12,10 @@ from engine.loopback.server import Faults, LoopbackServer, default_reply, hashed
 from providers.base import BAD_REQUEST, CONFIG, ProviderError
 from providers.openai_finetune import submit_finetune
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["m", "c", "gpt-4o-mini", "claude-sonnet-4"]
+
 KEY = "sk-loopback-test-key"
 USER = [{"role": "user", "content": "Which events happened in Boston?"}]
 
@@ -25,7 +29,7 @@ def anthropic_client(server: LoopbackServer, key: str = KEY) -> anthropic.AsyncA
 
 
 async def test_openai_sdk_chat_completion():
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[KEY]) as server:
         client = openai_client(server)
         try:
             completion = await client.chat.completions.create(
@@ -44,7 +48,7 @@ async def test_openai_sdk_chat_completion():
 
 async def test_openai_sdk_embeddings_default_base64_and_float():
     texts = ["Maya met Sam", "a quiet harbour"]
-    async with LoopbackServer(embed_dim=24) as server:
+    async with LoopbackServer(models=SERVED, embed_dim=24) as server:
         client = openai_client(server)
         try:
             default = await client.embeddings.create(model="text-embedding-3-small", input=texts)
@@ -60,7 +64,7 @@ async def test_openai_sdk_embeddings_default_base64_and_float():
 
 
 async def test_anthropic_sdk_messages():
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[KEY]) as server:
         client = anthropic_client(server)
         try:
             message = await client.messages.create(model="claude-sonnet-4", max_tokens=3, system="Be brief.",
@@ -77,7 +81,7 @@ async def test_anthropic_sdk_messages():
 
 
 async def test_429_surfaces_as_the_sdks_rate_limit_error_with_retry_after():
-    async with LoopbackServer(rpm=60) as server:
+    async with LoopbackServer(models=SERVED, rpm=60) as server:
         oclient, aclient = openai_client(server), anthropic_client(server)
         try:
             await oclient.chat.completions.create(model="m", messages=USER)
@@ -96,7 +100,7 @@ async def test_429_surfaces_as_the_sdks_rate_limit_error_with_retry_after():
 
 
 async def test_529_and_503_surface_as_the_sdks_server_errors():
-    async with LoopbackServer(faults=Faults(schedule=["529", "503"])) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["529", "503"])) as server:
         aclient, oclient = anthropic_client(server), openai_client(server)
         try:
             with pytest.raises(anthropic.InternalServerError) as anthropic_info:
@@ -111,7 +115,7 @@ async def test_529_and_503_surface_as_the_sdks_server_errors():
 
 
 async def test_401_surfaces_as_the_sdks_authentication_error():
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[KEY]) as server:
         client = openai_client(server, key="sk-wrong")
         try:
             with pytest.raises(openai.AuthenticationError) as info:
@@ -129,7 +133,7 @@ def write_training_file(path, n: int):
 
 
 async def test_finetune_flow_through_the_sdk(tmp_path):
-    async with LoopbackServer(api_keys=[KEY], finetune_polls=3) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[KEY], finetune_polls=3) as server:
         result = await submit_finetune(base_url=server.openai_base_url, api_key=KEY,
                                        training_file=write_training_file(tmp_path / "train.jsonl", 12),
                                        model="gpt-4o-mini-2024-07-18", suffix="emb", poll_interval=0.01, timeout=10)
@@ -140,7 +144,7 @@ async def test_finetune_flow_through_the_sdk(tmp_path):
 
 
 async def test_failed_finetune_raises_with_the_jobs_message(tmp_path):
-    async with LoopbackServer(finetune_polls=1) as server:
+    async with LoopbackServer(models=SERVED, finetune_polls=1) as server:
         with pytest.raises(ProviderError) as info:
             await submit_finetune(base_url=server.openai_base_url, api_key=KEY,
                                   training_file=write_training_file(tmp_path / "small.jsonl", 4),
@@ -153,7 +157,7 @@ async def test_failed_finetune_raises_with_the_jobs_message(tmp_path):
 
 
 async def test_finetune_upload_rejected_by_auth_is_classified(tmp_path):
-    async with LoopbackServer(api_keys=["sk-other"]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=["sk-other"]) as server:
         with pytest.raises(ProviderError) as info:
             await submit_finetune(base_url=server.openai_base_url, api_key=KEY,
                                   training_file=write_training_file(tmp_path / "t.jsonl", 10),

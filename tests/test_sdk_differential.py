@@ -37,6 +37,10 @@ from providers.openai_batch import OpenAIBatchApi
 from providers.openai_http import OpenAIProvider
 from providers.standard_kinds import ANTHROPIC_API_VERSION
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["gpt-4o-mini", "claude-sonnet-4-5"]
+
 # The anthropic SDK's own API version (anthropic/_constants.py). Tulving pins
 # an older one by default (endpoint option `anthropic_version`): a known
 # difference, kept here so that a change on either side is seen. The calls
@@ -232,7 +236,7 @@ def test_the_anthropic_version_gap_is_the_known_one():
 
 @pytest.fixture
 async def recorder():
-    async with LoopbackServer(api_keys=[KEY], batch=BatchKnobs(polls=1, fail_share=0.5, shuffle=False)) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[KEY], batch=BatchKnobs(polls=1, fail_share=0.5, shuffle=False)) as server:
         async with Recorder(server) as proxy:
             yield proxy
 

@@ -21,6 +21,10 @@ from tests.report_runs import offline_run, tulving
 from tests.test_run_cli import env
 from tests.test_shards import _scores
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["reader"]
+
 REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = 30
 
@@ -59,7 +63,7 @@ def _calls(tmp_path: Path, out: str) -> int:
 
 
 async def _two_runs_at_once_pay_each_call_once(tmp_path: Path, cache: str) -> None:
-    async with LoopbackServer(latency=lambda: 0.05) as server:
+    async with LoopbackServer(models=SERVED, latency=lambda: 0.05) as server:
         config = loop_config(tmp_path, server)
         (a, _, err_a), (b, _, err_b) = await asyncio.gather(run(tmp_path, cache, config, "a"),
                                                             run(tmp_path, cache, config, "b"))
@@ -82,7 +86,7 @@ async def test_two_runs_at_once_on_one_postgresql_cache_pay_each_call_once(tmp_p
 async def _a_killed_runs_claims_are_taken_over(tmp_path: Path, cache: str) -> None:
     lease = {"TULVING_CACHE_LEASE": "2"}
     stuck = [True]  # the server answers nobody until the first run is killed
-    async with LoopbackServer(latency=lambda: 3600.0 if stuck[0] else 0.0) as server:
+    async with LoopbackServer(models=SERVED, latency=lambda: 3600.0 if stuck[0] else 0.0) as server:
         config = loop_config(tmp_path, server)
         doomed = await start(tmp_path, cache, config, "doomed", environ=lease)
         try:

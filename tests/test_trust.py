@@ -20,6 +20,10 @@ from engine.loopback.server import LoopbackServer, constant
 from tests.test_cost_cli import write_config
 from tests.test_run_cli import REPO
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["m-1", "judge", "w", "noisy", "claude-loop", "gpt-loop", "emb-a", "emb-b"]
+
 SECRET = "sk-trust-0123456789abcdefXYZ"
 
 
@@ -46,7 +50,7 @@ def spent(run: dict, key: str = "spending") -> float:
 # -- money -------------------------------------------------------------------------------------
 
 async def test_max_cost_holds_across_resumes_and_a_cached_rerun_keeps_what_was_paid(tmp_path):
-    async with LoopbackServer(reply=lambda api, body: "an answer of a few words", latency=constant(0.05)) as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words", latency=constant(0.05)) as server:
         config = write_config(tmp_path, server, concurrency=4)
         args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
                 "--models", "sonnet-loop,gpt4o-loop", "--sample", "24", "--out", "run"]
@@ -94,7 +98,7 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
     section = out.split("[models.gpt-4o-mini]")[1].split("\n\n")[0]
     assert "price_cached_in = 0.075" in section and "batch_discount = 0.5" in section
     assert any("price_cache_write = " in part and "[models.claude" in part for part in out.split("\n\n"))
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         config = tmp_path / "ft.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n')
         code, out, err = await run_cli(tmp_path, "--config", str(config), "finetune", "--book",
@@ -109,7 +113,7 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
 # -- provenance ---------------------------------------------------------------------------------
 
 async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
-    async with LoopbackServer(api_keys=[SECRET]) as server:
+    async with LoopbackServer(models=SERVED, api_keys=[SECRET]) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
                           f'key_env = "LOOP_KEY"\n\n[models.loop-model]\nendpoint = "loop"\nmodel = "m-1"\n'
@@ -167,7 +171,7 @@ async def test_an_out_folder_of_another_configuration_is_refused_and_the_same_on
 
 
 async def test_report_keeps_rag_runs_with_different_embedding_models_apart(tmp_path):
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n')
         e = env(tmp_path)
@@ -227,7 +231,7 @@ async def test_config_init_writes_a_starter_once_and_it_is_read_by_default(tmp_p
 
 async def test_a_run_without_a_valid_judgment_exits_3_and_is_not_ranked(tmp_path, short_questions):
     write_questions(tmp_path / "q.jsonl", short_questions[::60])
-    async with LoopbackServer(reply=lambda api, body: "no json, sorry") as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "no json, sorry") as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
                           '[models.garbage-judge]\nendpoint = "loop"\nmodel = "judge"\n')
@@ -241,7 +245,7 @@ async def test_a_run_without_a_valid_judgment_exits_3_and_is_not_ranked(tmp_path
 
 
 async def test_generate_with_a_model_that_never_passes_says_why(tmp_path):
-    async with LoopbackServer(reply=lambda api, body: "Once upon a time, nothing happened.") as server:
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "Once upon a time, nothing happened.") as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
                           '[models.bad-writer]\nendpoint = "loop"\nmodel = "w"\n')
@@ -305,7 +309,7 @@ async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tm
         asked.append(body["model"])
         return " ".join(picks.sample(words, 2))  # a model whose answers vary from call to call
 
-    async with LoopbackServer(reply=reply) as server:
+    async with LoopbackServer(models=SERVED, reply=reply) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
                           '[models.noisy]\nendpoint = "loop"\nmodel = "noisy"\nprice_in = 0.0\nprice_out = 0.0\n')

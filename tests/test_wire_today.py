@@ -32,6 +32,10 @@ from providers.http_errors import retry_after, status_error
 from providers.openai_batch import OpenAIBatchApi
 from providers.openai_http import OpenAIProvider
 
+# the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
+# started with one model), serves only the ids it is told besides the registry's
+SERVED = ["test-model", "m", "x"]
+
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 USER = [{"role": "user", "content": "Where did Maya meet Sam on March 3?"}]
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": "k"}
@@ -73,7 +77,7 @@ async def run(cfg: Config, reqs: list[ChatRequest], tmp_path=None, batch: bool =
 
 @pytest.mark.parametrize(("seconds", "said"), [(0.644, "644ms"), (1.574, "1.574s"), (360.0, "6m0s")])
 async def test_an_openai_429_waits_what_its_message_names(seconds, said):
-    async with LoopbackServer(faults=Faults.first(1, "429", try_again=seconds)) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "429", try_again=seconds)) as server:
         provider = OpenAIProvider(openai_spec(server))
         try:
             err = await fails(provider.chat("m", USER, params={}, timeout=5))
@@ -100,14 +104,14 @@ def test_the_message_wait_beats_the_buckets_refill_and_a_header_beats_both():
 # -- x-should-retry ------------------------------------------------------------------------------
 
 async def test_x_should_retry_false_makes_a_503_final_and_true_makes_a_400_retried():
-    async with LoopbackServer(faults=Faults(schedule=["503", "content_filter"], should_retry="false")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["503", "content_filter"], should_retry="false")) as server:
         provider = OpenAIProvider(openai_spec(server))
         try:
             overloaded = await fails(provider.chat("m", USER, params={}, timeout=5))
         finally:
             await provider.aclose()
     assert overloaded.kind == OVERLOADED and not overloaded.retryable and "x-should-retry" in overloaded.message
-    async with LoopbackServer(faults=Faults(schedule=["content_filter"], should_retry="true")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["content_filter"], should_retry="true")) as server:
         provider = OpenAIProvider(openai_spec(server))
         try:
             refused = await fails(provider.chat("m", USER, params={}, timeout=5))
@@ -117,11 +121,11 @@ async def test_x_should_retry_false_makes_a_503_final_and_true_makes_a_400_retri
 
 
 async def test_the_engine_obeys_x_should_retry_on_429s_and_on_final_statuses():
-    async with LoopbackServer(faults=Faults.first(3, "429", should_retry="false")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(3, "429", should_retry="false")) as server:
         [stopped] = await run(config(server), requests(1))
         sent = server.stats.by_path["/v1/chat/completions"]
     assert not stopped.ok and stopped.error.kind == RATE_LIMITED and stopped.attempts == 1 and sent == 1
-    async with LoopbackServer(faults=Faults.first(1, "content_filter", should_retry="true")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "content_filter", should_retry="true")) as server:
         [retried] = await run(config(server), requests(1))
     assert retried.ok and retried.attempts == 2
 
@@ -140,7 +144,7 @@ async def test_a_value_other_than_true_or_false_changes_nothing():
                                                        (500, "quota_exploded_error", BAD_REQUEST)])
 async def test_billing_and_unknown_batch_errors_are_never_sent_in_a_new_batch(tmp_path, status, etype, kind):
     knobs = BatchKnobs(polls=1, fail_share=0.5, fail_status=status, fail_type=etype)
-    async with LoopbackServer(batch=knobs) as server:
+    async with LoopbackServer(models=SERVED, batch=knobs) as server:
         outcomes = await run(config(server, "anthropic", batch=True), requests(8), tmp_path, batch=True)
         batches = len(server.batches.anthropic)
     failed = [o for o in outcomes if not o.ok]
@@ -149,7 +153,7 @@ async def test_billing_and_unknown_batch_errors_are_never_sent_in_a_new_batch(tm
 
 
 async def test_passing_batch_errors_still_go_into_the_next_batch(tmp_path):
-    async with LoopbackServer(batch=BatchKnobs(polls=1, fail_share=0.5, fail_status=529)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1, fail_share=0.5, fail_status=529)) as server:
         outcomes = await run(config(server, "anthropic", batch=True), requests(8), tmp_path, batch=True)
         batches = len(server.batches.anthropic)
     assert batches > 1 and sum(o.ok for o in outcomes) > 4
@@ -166,7 +170,7 @@ def replying(text: str, stop_reason: str):
     ("", "model_context_window_exceeded", "length"), ("part of it", "model_context_window_exceeded", "length"),
     ("", "refusal", "content_filter"), ("partial", "pause_turn", "pause_turn")])
 async def test_new_stop_reasons_are_answers(text, stop_reason, finish, stream):
-    async with LoopbackServer(reply=replying(text, stop_reason)) as server:
+    async with LoopbackServer(models=SERVED, reply=replying(text, stop_reason)) as server:
         provider = AnthropicProvider(anthropic_spec(server))
         try:
             result = await provider.chat("m", USER, params={"max_tokens": 50}, timeout=5, stream=stream)
@@ -177,7 +181,7 @@ async def test_new_stop_reasons_are_answers(text, stop_reason, finish, stream):
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_turn_paused_before_any_text_is_final(stream):
-    async with LoopbackServer(reply=replying("", "pause_turn")) as server:
+    async with LoopbackServer(models=SERVED, reply=replying("", "pause_turn")) as server:
         provider = AnthropicProvider(anthropic_spec(server))
         try:
             err = await fails(provider.chat("m", USER, params={"max_tokens": 50}, timeout=5, stream=stream))
@@ -187,7 +191,7 @@ async def test_a_turn_paused_before_any_text_is_final(stream):
 
 
 async def test_an_empty_batch_answer_that_filled_the_window_is_not_retried(tmp_path):
-    async with LoopbackServer(reply=replying("", "model_context_window_exceeded"), batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, reply=replying("", "model_context_window_exceeded"), batch=BatchKnobs(polls=1)) as server:
         outcomes = await run(config(server, "anthropic", batch=True), requests(3), tmp_path, batch=True)
         batches = len(server.batches.anthropic)
     assert batches == 1 and all(o.ok and o.result.finish_reason == "length" for o in outcomes)
@@ -211,7 +215,7 @@ async def test_a_batch_caches_its_shared_prefix_for_an_hour_and_pays_the_1h_writ
         bodies.append(body)
         return "an answer"
 
-    async with LoopbackServer(reply=reply, batch=BatchKnobs(polls=1, shuffle=False)) as server:
+    async with LoopbackServer(models=SERVED, reply=reply, batch=BatchKnobs(polls=1, shuffle=False)) as server:
         cfg = config(server, "anthropic", batch=True, price_in=3.0, price_cache_write=3.75, price_out=15.0)
         outcomes = await run(cfg, with_book(3), tmp_path, batch=True)
     marks = [block["cache_control"] for body in bodies for block in body["messages"][0]["content"]
@@ -234,7 +238,7 @@ async def test_direct_calls_keep_the_5_minute_cache(tmp_path):
         bodies.append(body)
         return "an answer"
 
-    async with LoopbackServer(reply=reply) as server:
+    async with LoopbackServer(models=SERVED, reply=reply) as server:
         outcomes = await run(config(server, "anthropic"), with_book(2), tmp_path)
     assert all(o.ok for o in outcomes)
     assert all(b["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"} for b in bodies)
@@ -263,7 +267,7 @@ def test_a_batch_calls_reservation_covers_a_1h_write():
 
 
 async def test_the_loopback_refuses_a_cache_ttl_the_api_does_not_know():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(models=SERVED) as server:
         body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
             {"type": "text", "text": "BOOK.", "cache_control": {"type": "ephemeral", "ttl": "10m"}},
             {"type": "text", "text": "question"}]}]}
@@ -281,7 +285,7 @@ async def test_the_loopback_refuses_a_cache_ttl_the_api_does_not_know():
 # -- JSONL downloads and finding a crashed submit's batch ------------------------------------------------
 
 async def test_jsonl_downloads_are_refused_to_application_json_and_tulving_asks_right():
-    async with LoopbackServer(batch=BatchKnobs(polls=1)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
         api = AnthropicBatchApi(anthropic_spec(server), None)
         try:
             info = await api.submit([api.line("a", "m", USER, {"max_tokens": 5})])
@@ -300,7 +304,7 @@ async def test_jsonl_downloads_are_refused_to_application_json_and_tulving_asks_
 
 
 async def test_a_crashed_submit_is_found_past_the_newest_hundred_batches():
-    async with LoopbackServer(batch=BatchKnobs(polls=1000)) as server:
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1000)) as server:
         api = OpenAIBatchApi(openai_spec(server), None)
         try:
             line = api.line("a", "m", USER, {"max_tokens": 5})
@@ -326,7 +330,7 @@ async def test_the_sdks_validate_the_new_reply_and_batch_error_shapes():
     from anthropic.types.messages import MessageBatchIndividualResponse
 
     knobs = BatchKnobs(polls=1, fail_share=0.5, fail_status=402)
-    async with LoopbackServer(reply=replying("", "model_context_window_exceeded"), batch=knobs) as server:
+    async with LoopbackServer(models=SERVED, reply=replying("", "model_context_window_exceeded"), batch=knobs) as server:
         async with aiohttp.ClientSession() as session:
             body = {"model": "m", "max_tokens": 5, "messages": USER}
             async with session.post(server.anthropic_base_url + "/v1/messages", json=body,
@@ -349,7 +353,7 @@ async def test_the_sdks_validate_the_new_reply_and_batch_error_shapes():
 async def test_the_openai_sdk_obeys_x_should_retry_as_tulving_does():
     import openai
 
-    async with LoopbackServer(faults=Faults.first(1, "503", should_retry="false")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "503", should_retry="false")) as server:
         client = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="k", max_retries=2)
         try:
             with pytest.raises(openai.InternalServerError):
@@ -357,7 +361,7 @@ async def test_the_openai_sdk_obeys_x_should_retry_as_tulving_does():
         finally:
             await client.close()
         sdk_sent = server.stats.by_path["/v1/chat/completions"]
-    async with LoopbackServer(faults=Faults.first(1, "503", should_retry="false")) as server:
+    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "503", should_retry="false")) as server:
         [outcome] = await run(config(server), requests(1))
         tulving_sent = server.stats.by_path["/v1/chat/completions"]
     assert sdk_sent == tulving_sent == 1 and not outcome.ok

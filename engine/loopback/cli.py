@@ -59,8 +59,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--should-retry", choices=["true", "false"],
                         help="faults' error replies carry x-should-retry with this value")
     parser.add_argument("--models", metavar="ID1,ID2",
-                        help="serve only these model ids besides the registry's current ones (default: any id "
-                             "but a retired one)")
+                        help="add these model ids to the ones served; without it only the built-in registry's "
+                             "current ids are served (any other id: the real API's 404)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--compat", choices=list(FLAVOURS),

@@ -2,12 +2,13 @@
 enforce per model (checked 2026-11-26 against OpenAI's error bodies as the
 openai SDK documents them and Anthropic's errors page).
 
-- A retired model of the shipped registry (providers/models_*.py) is answered
-  as the API answers it: OpenAI 404 `model_not_found` "The model `X` does not
-  exist or you do not have access to it.", Anthropic 404 `not_found_error`
-  "model: X". So is any id outside the catalog when one is given
-  (`LoopbackServer(models=...)`, `serve-loopback --models`): the registry's
-  current ids plus those.
+- The loopback serves the current (not retired) ids of the aliases every
+  built-in kind ships (providers/standard_kinds.py, embedding models
+  included), plus the ids `LoopbackServer(models=...)` / `serve-loopback
+  --models` add. Any other id, made up or retired, is answered as the API
+  answers it (as a vLLM server refuses all but the model it started with):
+  OpenAI 404 `model_not_found` "The model `X` does not exist or you do not
+  have access to it.", Anthropic 404 `not_found_error` "model: X".
 - OpenAI models that take `max_completion_tokens` (gpt-4.1, gpt-5 onwards,
   o-series) refuse `max_tokens` (400 unsupported_parameter); reasoning models
   (o-series) and gpt-5 onwards refuse a temperature other than 1 (400
@@ -19,38 +20,29 @@ import re
 from collections.abc import Iterable, Mapping
 
 from engine.loopback.errors import _Reject
-from providers.models_anthropic import ANTHROPIC_MODELS
-from providers.models_common import Table, inferred_settings
-from providers.models_openai import OPENAI_MODELS
+from providers import standard_kinds
+from providers.kinds import ProviderKind
+from providers.models_common import inferred_settings
 
 _FIXED_TEMPERATURE = re.compile(r"gpt-(?:[5-9]|\d\d)|o[134](?:$|[-.])")
-
-
-def _ids(tables: Iterable[dict[str, Table]], retired: bool) -> set[str]:
-    return {str(t["model"]) for table in tables for t in table.values() if bool(t.get("retired")) == retired}
-
-
-REGISTRY_CURRENT = _ids((OPENAI_MODELS, ANTHROPIC_MODELS), retired=False)
-REGISTRY_RETIRED = _ids((OPENAI_MODELS, ANTHROPIC_MODELS), retired=True)
+_BUILTIN_KINDS = [k for k in vars(standard_kinds).values() if isinstance(k, ProviderKind)]
+REGISTRY_CURRENT = frozenset(str(t["model"]) for kind in _BUILTIN_KINDS for t in kind.default_models.values()
+                             if "model" in t and not t.get("retired"))
 
 
 class ModelCatalog:
-    """`models`: the ids served besides the registry's current ones; None
-    serves any id but the registry's retired ones."""
+    """`models`: the ids served besides the registry's current ones (an id
+    listed here is served even if the registry retired it)."""
 
     def __init__(self, models: Iterable[str] | None = None):
-        self.extra = None if models is None else frozenset(models)
+        self.extra = frozenset(models or ())
 
     def serves(self, model: str) -> bool:
-        if self.extra is not None and model in self.extra:
-            return True
-        if model in REGISTRY_RETIRED:
-            return False
-        return self.extra is None or model in REGISTRY_CURRENT
+        return model in self.extra or model in REGISTRY_CURRENT
 
     def listing(self, api: str) -> dict[str, object]:
         """The GET /v1/models reply: the registry's current ids and the catalog's own."""
-        ids = sorted(REGISTRY_CURRENT | (self.extra or frozenset()))
+        ids = sorted(REGISTRY_CURRENT | self.extra)
         if api == "openai":
             return {"object": "list", "data": [{"id": i, "object": "model", "created": 0, "owned_by": "tulving"}
                                                for i in ids]}
