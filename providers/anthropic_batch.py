@@ -11,7 +11,6 @@ results `succeeded` | `errored` | `canceled` | `expired`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from urllib.parse import quote
 
 import orjson
@@ -27,20 +26,12 @@ from providers.batch_api import (
     expired_error,
     next_cursor,
     page_items,
+    unix_time,
 )
 from providers.http_errors import STATUS_OF_ERROR_TYPE, bad_reply, redact, status_error
 
 CONTROL_TIMEOUT = 600.0
 BATCH_CACHE_TTL = "1h"
-
-
-def _unix(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class AnthropicBatchApi(BatchApi):
@@ -98,7 +89,7 @@ class AnthropicBatchApi(BatchApi):
         counts = counts if isinstance(counts, dict) else {}
         return BatchInfo(id=batch_id, status=status, ended=status == "ended",
                          counts={k: v for k, v in (counts or {}).items() if type(v) is int},
-                         created_at=_unix(data.get("created_at")), handles={"results_url": data.get("results_url")})
+                         created_at=unix_time(data.get("created_at")), handles={"results_url": data.get("results_url")})
 
     async def results(self, info: BatchInfo) -> dict[str, LineResult]:
         url = info.handles.get("results_url")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from providers.base import BAD_REQUEST, TIMEOUT, ChatResult, EndpointSpec, ProviderError
 
@@ -131,3 +132,14 @@ class BatchApi(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 -- optional
         """Release connections."""
+
+
+def unix_time(value: object) -> float | None:
+    """A batch API's RFC 3339 timestamp ("2026-11-26T05:00:00Z") as Unix time;
+    None when absent or unreadable (both Anthropic and Gemini date batches so)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -25,12 +25,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 
 import orjson
 
 from providers.base import EndpointSpec, ProviderError
-from providers.batch_api import BatchApi, BatchInfo, LineResult
+from providers.batch_api import BatchApi, BatchInfo, LineResult, unix_time
 from providers.gemini_errors import HTTP_OF_STATUS, gemini_status_error
 from providers.gemini_http import CONTROL_TIMEOUT, GeminiProvider, model_path
 from providers.http_errors import bad_reply
@@ -42,15 +41,6 @@ _ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED"
 INLINE_BYTES = 20 * 1000 * 1000  # inlined requests: up to 20 MB in all (the batch guide)
 _COUNTS = {"requestCount": "total", "successfulRequestCount": "completed", "failedRequestCount": "failed",
            "pendingRequestCount": "pending"}
-
-
-def _unix(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _counts(stats: object) -> dict[str, int]:
@@ -161,7 +151,7 @@ class GeminiBatchApi(BatchApi):
         output = data.get("response") if isinstance(data.get("response"), dict) else batch.get("output")
         responses_file = output.get("responsesFile") if isinstance(output, dict) else None
         return BatchInfo(id=name, status=state, ended=state in _ENDED, counts=_counts(batch.get("batchStats")),
-                         created_at=_unix(batch.get("createTime")), failure=failure,
+                         created_at=unix_time(batch.get("createTime")), failure=failure,
                          handles={"responses_file": responses_file})
 
     async def results(self, info: BatchInfo) -> dict[str, LineResult]:
