@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from engine.loopback.batches import BatchKnobs
 from engine.loopback.compat import FLAVOURS
+from engine.loopback.limits import WINDOW_KINDS
 from engine.loopback.server import FAULT_KINDS, Faults, LatencyFn, LoopbackServer, constant, lognormal, uniform
 
 
@@ -29,7 +30,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rpm", type=float)
     parser.add_argument("--input-tpm", type=float)
     parser.add_argument("--output-tpm", type=float)
+    parser.add_argument("--tpm", type=float, help="tokens per minute counting prompt + max_tokens (OpenAI's TPM)")
     parser.add_argument("--burst-seconds", type=float, default=1.0)
+    parser.add_argument("--window", choices=list(WINDOW_KINDS), default="bucket",
+                        help="how limits are enforced: token buckets of --burst-seconds, or sliding windows "
+                             "(a second's share in any 1 s, a minute's in any 60 s)")
+    parser.add_argument("--limit-headers", choices=["minute", "none"], default="minute",
+                        help="rate-limit headers on the per-minute basis (as the APIs report them), or none")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="median latency per call")
     parser.add_argument("--latency", choices=["constant", "uniform", "lognormal"], default="constant",
                         help="distribution around --latency-ms, --ttft-ms and --token-delay-ms "
@@ -105,7 +112,8 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
                           token_delay=_distribution(args.latency, args.token_delay_ms, args.seed + 1),
                           cache_min_tokens=args.cache_min_tokens, cache_ttl=args.cache_ttl, batch=batch,
                           rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
-                          burst_seconds=args.burst_seconds, faults=Faults(schedule=schedule, rates=rates,
+                          burst_seconds=args.burst_seconds, tpm=args.tpm, window=args.window,
+                          limit_headers=args.limit_headers == "minute", faults=Faults(schedule=schedule, rates=rates,
                                                                           seed=args.seed,
                                                                           try_again=args.try_again_ms / 1000.0,
                                                                           should_retry=args.should_retry),

@@ -51,8 +51,11 @@ Behaviour, all configurable:
   (406) to an Accept that excludes JSONL (`application/json`). Lines are answered exactly as the direct endpoint
   would, without limits, faults or latency.
 - rate limits (loopback_limits), enforced like the real APIs: token buckets for
-  requests (rpm), input tokens (input_tpm) and output tokens (output_tpm) that
-  refill continuously. Both OpenAI and Anthropic document that a per-minute
+  requests (rpm), input tokens (input_tpm), output tokens (output_tpm) and
+  prompt + max_tokens (tpm, OpenAI's way of counting) that refill
+  continuously, or with `window="sliding"` sliding windows (at most a
+  second's share in any 1 s, a minute's in any 60 s); `limit_headers=False`
+  sends no rate-limit headers. Both OpenAI and Anthropic document that a per-minute
   limit is enforced over shorter intervals ("60 RPM may be enforced as 1
   request per second"), so each bucket holds `burst_seconds` worth of its rate
   (default 1 s, at least one request). A call whose input exceeds the bucket is
@@ -322,6 +325,12 @@ class ServerStats:
         return best
 
 
+def _max_tokens(body: Mapping[str, Any]) -> int:
+    """The completion tokens a request reserves (OpenAI's TPM counts them at admission)."""
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    return limit if type(limit) is int and limit > 0 else 0
+
+
 # -- the server -----------------------------------------------------------------------------
 
 class Prepared(TypedDict, total=False):
@@ -374,7 +383,8 @@ class LoopbackServer:
 
     def __init__(self, *, reply: ReplyFn | None = None, latency: LatencyFn | None = None,
                  rpm: float | None = None, input_tpm: float | None = None, output_tpm: float | None = None,
-                 burst_seconds: float = 1.0, faults: Faults | None = None, embed_dim: int = 64,
+                 burst_seconds: float = 1.0, tpm: float | None = None, window: str = "bucket",
+                 limit_headers: bool = True, faults: Faults | None = None, embed_dim: int = 64,
                  tokens: str | Callable[[str], int] = "cheap", context_tokens: int | None = None,
                  api_keys: Sequence[str] | None = None, finetune_polls: int = 2, finetune_min_examples: int = 10,
                  ttft: LatencyFn | None = None, token_delay: LatencyFn | None = None,
@@ -388,7 +398,8 @@ class LoopbackServer:
         self.latency = latency
         self.ttft, self.token_delay = ttft, token_delay
         self.prompt_cache = PromptCache(cache_min_tokens, cache_ttl)
-        self.limits = RateLimits(rpm, input_tpm, output_tpm, burst_seconds)
+        self.limits = RateLimits(rpm, input_tpm, output_tpm, burst_seconds, tpm=tpm, window=window,
+                                 headers=limit_headers)
         self.faults = faults or Faults()
         self.embed_dim = embed_dim
         self.count_tokens = _token_counter(tokens)
@@ -520,7 +531,7 @@ class LoopbackServer:
                 return refused
         try:
             prepared = self._prepare(api, request.path, body)
-            limited = self._admit(api, prepared)
+            limited = self._admit(api, prepared, _max_tokens(body))
             if limited is not None:
                 return limited
             data, output_tokens = build(body, prepared, fault)
@@ -564,13 +575,13 @@ class LoopbackServer:
         return anthropic_error(429, "This request would exceed your organization's rate limit. Please retry "
                                     "after the retry-after header's delay.", headers)
 
-    def _admit(self, api: str, prepared: Prepared) -> web.Response | None:
+    def _admit(self, api: str, prepared: Prepared, max_tokens: int = 0) -> web.Response | None:
         """Count the request against the rate limits: a 429 when over them, else None."""
         now = time.monotonic()
         if self.limits.active:
             # Anthropic's input-token limit does not count cache reads.
             charged = prepared["input_tokens"] - (prepared["cache"].read if api == "anthropic" else 0)
-            wait, which = self.limits.admit(charged, now)
+            wait, which = self.limits.admit(charged, now, max_tokens)
             if wait > 0:
                 self.stats.rate_limited += 1
                 return self._too_many(api, wait, which, now)
