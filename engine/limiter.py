@@ -10,11 +10,24 @@ waiter; it sleeps on a timer set to the exact time capacity frees (no polling),
 and with replicas it compares those delays to send each call to the endpoint
 that can start it soonest -- which a blocking `acquire()` cannot tell.
 
-The burst (capacity) is half a second of rate, not a whole minute: OpenAI and
-Anthropic enforce per-minute limits over shorter intervals ("60 RPM may be
-enforced as 1 request per second"), so a client bursting a minute's worth is
-answered with 429s. Half a second stays inside a server's one-second burst
-with room for network jitter, and the long-run rate is the configured one.
+The burst (capacity) is a tenth of a second of rate, not a whole minute:
+OpenAI and Anthropic enforce per-minute limits over shorter intervals ("60
+RPM may be enforced as 1 request per second"), so a client bursting a
+minute's worth is answered with 429s. The long-run rate is the configured
+one. A bigger burst only echoes: the calls of a burst arrive spread out
+(new connections), and a second later the log below releases as many at
+once, which then land inside the server's window (seen at 0.5 s: 7 429s a
+second after the start).
+
+A bucket alone still lets its burst *plus* a second of rate -- 1.5x a
+second's share -- into one trailing second, which a server counting over
+any sliding second refuses (issue 23: every 429 followed such a burst). So
+each bucket also keeps a log of what it admitted: no trailing SEND_WINDOW
+holds more than a second's share of the rate. The window is a little longer
+than a second because the server counts arrivals, which trail our sends by
+a few jittery milliseconds. What is sent within the log also conforms to a
+token bucket of a second's burst (n in any second means at most
+n * ceil(T) in any T seconds <= n + n * T), so one pacing serves both.
 
 Limits learned from the provider (`EndpointLimits.learn`, from the reply
 headers parsed by providers/ratelimit_headers.py) get buckets of their own,
@@ -27,11 +40,15 @@ the bucket has room for, the bucket takes the provider's word.
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from providers.base import EndpointSpec, RateLimitInfo
 
 # Seconds of rate a bucket may hold as a burst.
-BURST_SECONDS = 0.5
+BURST_SECONDS = 0.1
+# No trailing window this long holds more than a second's share of the rate
+# (a second plus a margin for the jitter between our send and the server's count).
+SEND_WINDOW = 1.02
 
 # A provider's limit is per minute unless its reset says it is per hour or per
 # day (OpenAI's RPD/TPD): a window is read from a reset only when that is long
@@ -51,7 +68,7 @@ class LeakyBucket:
     empty and then holds the bucket over capacity until it drains.
     """
 
-    __slots__ = ("rate", "capacity", "level", "scale", "burst", "_last")
+    __slots__ = ("rate", "capacity", "level", "scale", "burst", "_last", "_sent", "_sent_sum")
 
     def __init__(self, rate_per_minute: float, *, burst_seconds: float = BURST_SECONDS, now: float = 0.0):
         if rate_per_minute <= 0:
@@ -62,6 +79,8 @@ class LeakyBucket:
         self.level = 0.0
         self.scale = 1.0  # share of the rate currently allowed (lowered after 429s)
         self._last = now
+        self._sent: deque[tuple[float, float]] = deque()  # (when, amount) reserved within SEND_WINDOW
+        self._sent_sum = 0.0
 
     def _leak(self, now: float) -> None:
         if self.level:
@@ -69,25 +88,55 @@ class LeakyBucket:
         self._last = now
 
     def delay(self, amount: float, now: float) -> float:
-        """Seconds until `amount` fits (0.0: it fits now)."""
+        """Seconds until `amount` fits the bucket and the send log (0.0: it fits now)."""
         self._leak(now)
         excess = self.level + min(amount, self.capacity) - self.capacity
-        return excess / (self.rate * self.scale) if excess > 1e-9 else 0.0
+        wait = excess / (self.rate * self.scale) if excess > 1e-9 else 0.0
+        return max(wait, self._log_delay(amount, now))
+
+    def _log_delay(self, amount: float, now: float) -> float:
+        """Seconds until `amount` more keeps every trailing SEND_WINDOW within a
+        second's share (an amount bigger than that share waits for an empty window)."""
+        sent = self._sent
+        while sent and sent[0][0] <= now - SEND_WINDOW:
+            self._sent_sum -= sent.popleft()[1]
+        if not sent:
+            self._sent_sum = 0.0
+            return 0.0
+        share = max(1.0, self.rate * self.scale)
+        excess = self._sent_sum + min(amount, share) - share
+        if excess <= 1e-9:
+            return 0.0
+        for at, reserved in sent:  # oldest first: until enough has left the window
+            excess -= reserved
+            if excess <= 1e-9:
+                return at + SEND_WINDOW - now
+        return sent[-1][0] + SEND_WINDOW - now
 
     def reserve(self, amount: float, now: float) -> None:
         self._leak(now)
         self.level += amount
+        self._sent.append((now, amount))  # the server counts it on arrival: refunds do not take it back
+        self._sent_sum += amount
 
     def refund(self, amount: float, now: float) -> None:
         self._leak(now)
         self.level = max(0.0, self.level - amount)
 
     def correct(self, reserved: float, actual: float, now: float) -> None:
-        """Replace a reservation by the usage the provider reported."""
+        """Replace a reservation by the usage the provider reported (in the
+        send log too, while the reservation is still in its window)."""
         if actual < reserved:
             self.refund(reserved - actual, now)
         elif actual > reserved:
-            self.reserve(actual - reserved, now)
+            self._leak(now)
+            self.level += actual - reserved
+        sent = self._sent
+        for i, (at, amount) in enumerate(sent):  # the oldest reservation of that size: this call's, or alike
+            if amount == reserved:
+                sent[i] = (at, actual)
+                self._sent_sum += actual - reserved
+                break
 
     def set_scale(self, scale: float, now: float) -> None:
         if scale != self.scale:
@@ -144,7 +193,9 @@ class EndpointLimits:
     __slots__ = ("requests", "input_tokens", "output_tokens", "learned", "learned_rates", "_windows", "_burst",
                  "_buckets", "_charges", "_learned_charges")
 
-    def __init__(self, spec: EndpointSpec, *, burst_seconds: float = BURST_SECONDS, now: float = 0.0):
+    def __init__(self, spec: EndpointSpec, *, burst_seconds: float | None = None, now: float = 0.0):
+        if burst_seconds is None:
+            burst_seconds = BURST_SECONDS  # read at the call: a test may set a module-wide burst
         def bucket(rate: float | None) -> LeakyBucket | None:
             return LeakyBucket(rate, burst_seconds=burst_seconds, now=now) if rate else None
 
@@ -244,7 +295,7 @@ class EndpointLimits:
     def set_request_rate(self, rpm: float, now: float) -> None:
         """Replace the request limit (an inferred one, after a 429)."""
         old = self.requests
-        self.requests = LeakyBucket(rpm, now=now)
+        self.requests = LeakyBucket(rpm, burst_seconds=self._burst, now=now)
         self.requests.level = self.requests.capacity  # just told we were too fast: no burst
         if old is not None:
             self.requests.scale = old.scale

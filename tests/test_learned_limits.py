@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # -- the buckets ---------------------------------------------------------------------------
 
 def test_an_unconfigured_endpoint_is_paced_by_a_learned_limit():
-    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), burst_seconds=0.5, now=0.0)
     assert not limits.limited
     learned = limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=599, requests_reset=0.1), 0.0, "m")
     assert learned == {"requests": 600.0} and limits.limited
@@ -51,9 +51,9 @@ def test_an_unconfigured_endpoint_is_paced_by_a_learned_limit():
 
 
 def test_a_lower_learned_limit_wins_and_a_higher_one_never_raises_the_configured_one():
-    lower = EndpointLimits(EndpointSpec(name="e", kind="openai", rpm=600), now=0.0)
+    lower = EndpointLimits(EndpointSpec(name="e", kind="openai", rpm=600), burst_seconds=0.5, now=0.0)
     lower.learn(RateLimitInfo(requests_limit=300), 0.0, "m")  # 5/s under a configured 10/s
-    higher = EndpointLimits(EndpointSpec(name="e", kind="openai", rpm=300), now=0.0)
+    higher = EndpointLimits(EndpointSpec(name="e", kind="openai", rpm=300), burst_seconds=0.5, now=0.0)
     higher.learn(RateLimitInfo(requests_limit=6000), 0.0, "m")  # 100/s over a configured 5/s
     for limits in (lower, higher):
         for _ in range(3):
@@ -63,7 +63,7 @@ def test_a_lower_learned_limit_wins_and_a_higher_one_never_raises_the_configured
 
 
 def test_remaining_keeps_the_bucket_in_step():
-    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), burst_seconds=0.5, now=0.0)
     limits.learn(RateLimitInfo(requests_limit=600, requests_remaining=1), 0.0, "m")  # only one left (others spent it)
     assert limits.delay(0, 0, 0.0, "m") == 0.0
     limits.reserve(0, 0, 0.0, "m")
@@ -81,7 +81,7 @@ def test_a_reply_whose_figures_fit_no_window_keeps_the_minute_and_a_fitting_one_
     # Taken at its word, 16 tokens take 6 minutes to restore: a "window" of 39 days, which
     # rounded to a day paced the endpoint at 104 tokens a minute for the rest of the run.
     assert learned_window(150_000, 149_984, 360.0) == 60
-    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), burst_seconds=0.5, now=0.0)
     assert limits.learn(RateLimitInfo(tokens_limit=150_000, tokens_remaining=149_984, tokens_reset=360.0),
                         0.0, "m") == {"tokens": pytest.approx(150_000)}
     # A window learned from one reply is corrected by the next that fits another.
@@ -91,7 +91,7 @@ def test_a_reply_whose_figures_fit_no_window_keeps_the_minute_and_a_fitting_one_
 def test_the_window_is_a_minute_unless_the_reset_says_a_day():
     # OpenAI's requests per day: 10 of 10,000 used take 86.4 s to restore.
     assert learned_window(10_000, 9_990, 86.4) == 86_400
-    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), burst_seconds=0.5, now=0.0)
     assert limits.learn(RateLimitInfo(requests_limit=10_000, requests_remaining=9_990, requests_reset=86.4),
                         0.0, "m") == {"requests": pytest.approx(10_000 / 1440)}
     assert limits.learn(RateLimitInfo(requests_limit=10_000, requests_remaining=9_999, requests_reset=8.6),
@@ -105,14 +105,14 @@ def test_the_window_is_a_minute_unless_the_reset_says_a_day():
 
 
 def test_separate_input_and_output_limits_and_the_total_token_limit():
-    anthropic = EndpointLimits(EndpointSpec(name="e", kind="anthropic"), now=0.0)
+    anthropic = EndpointLimits(EndpointSpec(name="e", kind="anthropic"), burst_seconds=0.5, now=0.0)
     learned = anthropic.learn(RateLimitInfo(tokens_limit=8_000, input_tokens_limit=60_000,
                                             output_tokens_limit=6_000), 0.0, "m")
     assert learned == {"input_tokens": 60_000, "output_tokens": 6_000}  # "tokens" is only the tightest of them
     anthropic.reserve(500, 50, 0.0, "m")  # capacity 500 in, 50 out
     assert anthropic.delay(1, 0, 0.0, "m") == pytest.approx(0.001)
     assert anthropic.delay(0, 1, 0.0, "m") == pytest.approx(0.01)
-    openai = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    openai = EndpointLimits(EndpointSpec(name="e", kind="openai"), burst_seconds=0.5, now=0.0)
     assert openai.learn(RateLimitInfo(tokens_limit=60_000), 0.0, "m") == {"tokens": 60_000}
     openai.reserve(300, 200, 0.0, "m")  # prompt and completion share OpenAI's one token limit
     assert openai.delay(1, 0, 0.0, "m") == pytest.approx(0.001)
@@ -122,7 +122,7 @@ def test_separate_input_and_output_limits_and_the_total_token_limit():
 
 def test_learned_limits_are_each_models_own():
     """OpenAI and Anthropic limit each model apart: one model's reply paces that model only."""
-    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), now=0.0)
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai"), burst_seconds=0.5, now=0.0)
     limits.learn(RateLimitInfo(requests_limit=60, requests_remaining=0), 0.0, "gpt-4o")
     limits.learn(RateLimitInfo(requests_limit=6000, requests_remaining=5999), 0.0, "gpt-4o-mini")
     assert limits.delay(0, 0, 0.0, "gpt-4o") == pytest.approx(1.0)  # none left: the next in a second
@@ -132,7 +132,7 @@ def test_learned_limits_are_each_models_own():
 
 
 def test_scale_above_one_never_lifts_a_configured_or_learned_limit():
-    limits = EndpointLimits(EndpointSpec(name="e", kind="openai", input_tpm=60_000), now=0.0)
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai", input_tpm=60_000), burst_seconds=0.5, now=0.0)
     limits.learn(RateLimitInfo(output_tokens_limit=6_000), 0.0, "m")
     limits.set_request_rate(600, 0.0)  # an inferred request rate, probing upward
     limits.set_scale(8.0, 0.0)
@@ -298,6 +298,8 @@ async def test_remaining_keeps_the_engine_in_step_with_a_budget_spent_elsewhere(
             await _spend_the_budget(server)
             await _run(_config(server, input_tpm=60_000, max_concurrency=1), 12, salt + " " + "word " * 80)
             return server.stats.rate_limited
+    # A burst of half a second (the engine's is smaller) is what `remaining` must rein in.
+    monkeypatch.setattr("engine.limiter.BURST_SECONDS", 0.5)
     synced = await run("synced")
     monkeypatch.setattr(LeakyBucket, "sync_remaining", lambda self, *args: None)
     drifting = await run("drifting")

@@ -6,7 +6,7 @@ import pytest
 
 from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.dispatch import EndpointState
-from engine.limiter import EndpointLimits, LeakyBucket
+from engine.limiter import SEND_WINDOW, EndpointLimits, LeakyBucket
 from engine.pacing import INFERRED_DOUBLING, RECOVERY_SECONDS
 from engine.retry import RetryPolicy
 from providers.base import EndpointSpec
@@ -27,17 +27,18 @@ def test_bucket_admits_its_burst_then_spaces_requests_at_the_rate():
 def test_a_reservation_larger_than_the_bucket_waits_for_empty_then_leaves_debt():
     bucket = LeakyBucket(60_000, burst_seconds=0.5, now=0.0)  # 1,000 tokens/s, capacity 500
     bucket.reserve(100, 0.0)
-    assert bucket.delay(5_000, 0.0) == pytest.approx(0.1)  # admitted once empty
-    bucket.reserve(5_000, 0.1)
-    assert bucket.delay(1, 0.1) == pytest.approx(4.501)  # the debt drains at the rate
-    assert bucket.delay(1, 4.7) == 0.0
+    # admitted once empty and the trailing window holds nothing more
+    assert bucket.delay(5_000, 0.0) == pytest.approx(SEND_WINDOW)
+    bucket.reserve(5_000, SEND_WINDOW)
+    assert bucket.delay(1, SEND_WINDOW) == pytest.approx(4.501)  # the debt drains at the rate
+    assert bucket.delay(1, SEND_WINDOW + 4.6) == 0.0
 
 
 def test_refund_and_correction_from_reported_usage():
     bucket = LeakyBucket(60_000, burst_seconds=1.0, now=0.0)  # 1,000/s, capacity 1,000
     bucket.reserve(900, 0.0)
-    assert bucket.delay(500, 0.0) == pytest.approx(0.4)
-    bucket.correct(900, 200, 0.0)  # the call used less than reserved
+    assert bucket.delay(500, 0.0) == pytest.approx(SEND_WINDOW)  # the trailing second holds 900 of its 1,000
+    bucket.correct(900, 200, 0.0)  # the call used less than reserved: the bucket and the log take it back
     assert bucket.level == pytest.approx(200)
     assert bucket.delay(500, 0.0) == 0.0
     bucket.correct(200, 1_200, 0.0)  # ... or more
@@ -58,8 +59,8 @@ def test_endpoint_limits_take_the_longest_wait_and_keep_failed_requests_counted(
     limits = EndpointLimits(spec, burst_seconds=1.0, now=0.0)  # 10 req/s, 1,000 in/s, 100 out/s
     assert limits.limited
     limits.reserve(800, 100, 0.0)
-    assert limits.delay(400, 10, 0.0) == pytest.approx(0.2)   # input tokens bind
-    assert limits.delay(10, 50, 0.0) == pytest.approx(0.5)    # output tokens bind
+    assert limits.delay(400, 1, 0.0) == pytest.approx(SEND_WINDOW)  # 1,200 input tokens in a second: the log
+    assert limits.delay(10, 50, 0.0) == pytest.approx(SEND_WINDOW)  # 150 output tokens in a second
     limits.settle((800, 100), None, 0.0)  # failed: tokens refunded
     assert limits.delay(400, 50, 0.0) == 0.0
     assert limits.requests.level == pytest.approx(1.0)  # the request still counts
@@ -113,3 +114,27 @@ async def test_without_a_set_rpm_a_429_installs_the_achieved_rate_then_probes_up
     assert ep.pacing.factor(10.5) == pytest.approx(0.9)
     assert ep.pacing.factor(10.5 + INFERRED_DOUBLING) == pytest.approx(1.8)
     assert ep.limits.delay(0, 0, 10.0) == pytest.approx(0.1)  # no burst right after the 429
+
+
+@pytest.mark.parametrize("burst_seconds", [0.1, 0.5, 1.0])
+def test_the_pacer_never_sends_more_than_a_seconds_share_in_any_trailing_second(burst_seconds):
+    """Whatever the bucket's burst, a server counting over any sliding second
+    (3,000 RPM: 50) never sees more than 50 in one; the rate is still reached."""
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai", rpm=3000), burst_seconds=burst_seconds, now=0.0)
+    sent: list[float] = []
+    now = 0.0
+    while now < 20.0:  # a backlog offered every millisecond, as the dispatcher does
+        if limits.delay(0, 0, now) == 0.0:
+            limits.reserve(0, 0, now)
+            sent.append(now)
+        now = round(now + 0.001, 6)
+    assert all(later - first >= 1.0 for first, later in zip(sent, sent[50:]))
+    assert len(sent) >= 0.97 * 50 * 20
+
+
+def test_token_reservations_are_logged_and_a_big_one_waits_for_an_empty_second():
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai", input_tpm=60_000), now=0.0)  # 1,000 a second
+    limits.reserve(600, 0, 0.0)
+    limits.reserve(300, 0, 0.05)
+    assert limits.delay(200, 0, 0.9) == pytest.approx(SEND_WINDOW - 0.9)  # until the 600 leave
+    assert limits.delay(5_000, 0, SEND_WINDOW) == pytest.approx(0.05)       # until the 300 leave too

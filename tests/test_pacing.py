@@ -188,3 +188,23 @@ def test_429s_have_their_own_allowance_apart_from_other_errors():
     assert not decide(rate_limited=False, attempts=limit + 3, limited_attempts=limit).allowed
     assert not decide(rate_limited=False, retryable=False, attempts=1, limited_attempts=0).allowed
     assert decide(rate_limited=False, attempts=2, limited_attempts=0).delay == 2.0  # the n-th other failure
+
+
+def test_occasional_429s_do_not_keep_a_slow_down():
+    """1 429 in 40 replies: the slow-down cannot lower that share beyond
+    chance, so it is undone after its trial instead of holding the rate."""
+    p = pacing(rpm=3000, max_concurrency=64)
+    replies(p, [False] * 39, sent_at=0.5, now=1.0)
+    p.on_reply(True, 1.0, 0.9)
+    p.on_rate_limited(1.0, now=1.0, sent_at=0.9)
+    assert p.factor(1.0) == 0.5
+    undone = replies(p, [False] * TRIAL_REPLIES, sent_at=1.1, now=1.5)
+    assert len(undone) == 1 and p.factor(1.5) == 1.0 and p.reverted == 1
+
+
+def test_a_slow_down_that_lowers_a_high_share_is_kept():
+    p = pacing(rpm=3000, max_concurrency=64)
+    replies(p, [False, True] * 10, sent_at=0.5, now=1.0, retry_after=None)  # half the replies 429
+    assert p.factor(1.0) < 1.0
+    assert replies(p, [False] * TRIAL_REPLIES, sent_at=p._last_slowdown + 0.01, now=2.0) == []
+    assert p.reverted == 0
