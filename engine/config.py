@@ -11,6 +11,7 @@ A user's TOML file is merged over the built-in defaults below:
     rpm = 3000                           # requests / minute
     input_tpm = 2_000_000                # input tokens / minute
     output_tpm = 200_000                 # output tokens / minute
+    # tpm = 450_000                      # or: prompt + max_tokens / minute, as OpenAI counts
     timeout = 600                        # seconds per attempt
     max_attempts = 6
 
@@ -184,6 +185,8 @@ ENDPOINT_KEYS: dict[str, tuple[str, str, str]] = {
     "rpm": ("number > 0", "none", "requests per minute"),
     "input_tpm": ("number > 0", "none", "input tokens per minute"),
     "output_tpm": ("number > 0", "none", "output tokens per minute"),
+    "tpm": ("number > 0", "none", "tokens per minute counting prompt + max_tokens when the call starts, as OpenAI "
+                                  "counts its TPM (checked 2026-11-26); input_tpm counts the prompt alone"),
     "timeout": ("number > 0", "600", "seconds per attempt"),
     "total_timeout": ("number > 0", "none", "seconds per request over all its attempts"),
     "max_attempts": ("int >= 1", "6", "attempts per call (retryable failures are retried with backoff)"),
@@ -442,8 +445,8 @@ def _endpoint(name: str, table: Mapping[str, object], source: str) -> EndpointSp
     key_env = table.get("key_env")
     if key_env is not None and (not isinstance(key_env, str) or not _ENV_NAME.fullmatch(key_env)):
         raise ConfigError(f"{where} key_env must name an environment variable, got {key_env!r}")
-    numbers = {key: _positive(table, key, where) for key in ("rpm", "input_tpm", "output_tpm", "timeout",
-                                                               "total_timeout")}
+    numbers = {key: _positive(table, key, where) for key in ("rpm", "input_tpm", "output_tpm", "tpm",
+                                                               "timeout", "total_timeout")}
     numbers["max_retry_after"] = _positive(table, "max_retry_after", where, allow_zero=True)
     for key in ("max_concurrency", "max_attempts"):
         numbers[key] = _positive(table, key, where, integer=True)
@@ -459,7 +462,7 @@ def _endpoint(name: str, table: Mapping[str, object], source: str) -> EndpointSp
     return EndpointSpec(
         name=name, kind=kind.name, base_url=_text(table, "base_url"), key_env=_text(table, "key_env"),
         max_concurrency=int(number("max_concurrency", unset.max_concurrency)), rpm=numbers["rpm"],
-        input_tpm=numbers["input_tpm"], output_tpm=numbers["output_tpm"], timeout=number("timeout", unset.timeout),
+        input_tpm=numbers["input_tpm"], output_tpm=numbers["output_tpm"], tpm=numbers["tpm"], timeout=number("timeout", unset.timeout),
         total_timeout=numbers["total_timeout"], max_attempts=int(number("max_attempts", unset.max_attempts)),
         max_retry_after=number("max_retry_after", unset.max_retry_after),
         options=_check_options(table.get("options"), kind, where))

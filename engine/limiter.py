@@ -190,8 +190,8 @@ class EndpointLimits:
     nothing), and the limits its provider reported for each model (OpenAI and
     Anthropic limit each model, or model class, apart)."""
 
-    __slots__ = ("requests", "input_tokens", "output_tokens", "learned", "learned_rates", "_windows", "_burst",
-                 "_buckets", "_charges", "_learned_charges")
+    __slots__ = ("requests", "input_tokens", "output_tokens", "tokens", "learned", "learned_rates", "_windows",
+                 "_burst", "_buckets", "_charges", "_learned_charges")
 
     def __init__(self, spec: EndpointSpec, *, burst_seconds: float | None = None, now: float = 0.0):
         if burst_seconds is None:
@@ -202,6 +202,8 @@ class EndpointLimits:
         self.requests = bucket(spec.rpm)
         self.input_tokens = bucket(spec.input_tpm)
         self.output_tokens = bucket(spec.output_tpm)
+        # prompt + max_tokens, counted when the call starts and never corrected (OpenAI's TPM)
+        self.tokens = bucket(spec.tpm)
         # Limits the provider reported: model -> RateLimitInfo group ("tokens":
         # prompt and completion together, OpenAI's only token limit) -> bucket.
         self.learned: dict[str, dict[str, LeakyBucket]] = {}
@@ -214,8 +216,8 @@ class EndpointLimits:
     def _refresh(self) -> None:
         """The configured buckets in force, each with what one call charges it."""
         self._charges: list[Charge] = [(b, *_WEIGHTS[name]) for name, b in (
-            ("requests", self.requests), ("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens))
-            if b is not None]
+            ("requests", self.requests), ("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens),
+            ("tokens", self.tokens)) if b is not None]
         self._buckets = [c[0] for c in self._charges]
 
     @property
@@ -245,7 +247,7 @@ class EndpointLimits:
         used_in, used_out = actual if actual is not None else (0, 0)
         learned = self._learned_charges.get(model, []) if model is not None else []
         for bucket, _, per_in, per_out in (*self._charges, *learned):
-            if per_in or per_out:
+            if (per_in or per_out) and bucket is not self.tokens:
                 bucket.correct(per_in * reserved[0] + per_out * reserved[1], per_in * used_in + per_out * used_out, now)
 
     def learn(self, info: RateLimitInfo, now: float, model: str = "") -> dict[str, float]:
@@ -287,9 +289,9 @@ class EndpointLimits:
 
     def configured_rate(self, name: str) -> float | None:
         """The configured per-minute limit matching a learned group (None: not
-        configured; "tokens" has no configured twin)."""
+        configured; "tokens" has the `tpm` key as its twin)."""
         bucket = {"requests": self.requests, "input_tokens": self.input_tokens,
-                  "output_tokens": self.output_tokens}.get(name)
+                  "output_tokens": self.output_tokens, "tokens": self.tokens}.get(name)
         return None if bucket is None else bucket.rate * 60.0
 
     def set_request_rate(self, rpm: float, now: float) -> None:

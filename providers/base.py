@@ -187,6 +187,7 @@ class EndpointSpec:
     rpm: float | None = None         # requests per minute
     input_tpm: float | None = None   # input tokens per minute
     output_tpm: float | None = None  # output tokens per minute
+    tpm: float | None = None         # tokens per minute, prompt + max_tokens counted at the start (OpenAI's TPM)
     timeout: float = 600.0           # per attempt, seconds
     total_timeout: float | None = None  # per request over all attempts
     max_attempts: int = 6

@@ -138,3 +138,27 @@ def test_token_reservations_are_logged_and_a_big_one_waits_for_an_empty_second()
     limits.reserve(300, 0, 0.05)
     assert limits.delay(200, 0, 0.9) == pytest.approx(SEND_WINDOW - 0.9)  # until the 600 leave
     assert limits.delay(5_000, 0, SEND_WINDOW) == pytest.approx(0.05)       # until the 300 leave too
+
+
+def test_tpm_counts_prompt_plus_max_tokens_and_is_not_corrected_by_usage():
+    """OpenAI counts a call's prompt and its max_tokens toward TPM when it starts
+    (checked 2026-11-26): the `tpm` bucket keeps that charge whatever was generated."""
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai", tpm=60_000), burst_seconds=1.0, now=0.0)
+    assert limits.tokens is not None and limits.configured_rate("tokens") == 60_000
+    limits.reserve(300, 500, 0.0)
+    assert limits.tokens.level == pytest.approx(800)
+    limits.settle((300, 500), (300, 20), 0.0)  # generated 20 of its 500
+    assert limits.tokens.level == pytest.approx(800)
+    assert limits.delay(100, 150, 0.0) == pytest.approx(SEND_WINDOW)  # 1,050 > a second's 1,000
+
+
+def test_the_config_reads_tpm_and_refuses_a_bad_one():
+    from engine.config import Config, ConfigError
+
+    def endpoint(tpm: object) -> dict:
+        return {"loop": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "tpm": tpm}}
+
+    config = Config.from_dicts(endpoint(450_000), {"m": {"endpoint": "loop", "model": "x"}})
+    assert config.endpoints["loop"].tpm == 450_000
+    with pytest.raises(ConfigError, match="tpm"):
+        Config.from_dicts(endpoint(-1), {"m": {"endpoint": "loop", "model": "x"}})
