@@ -383,7 +383,9 @@ class EndpointState:
             if self.limits.limited:
                 self.limits.set_scale(factor, now)
                 model = job.resolved.alias.model  # learned limits are the model's own
-                charged = job.input_estimate if job.limit_input is None else job.limit_input
+                if job.limit_input is None:  # the estimate as the server's counts have run so far
+                    job.limit_input = self.limits.calibrated(job.input_estimate)
+                charged = job.limit_input
                 delay = self.limits.delay(charged, job.output_estimate, now, model)
                 if delay > 0.0:
                     return delay
@@ -490,6 +492,8 @@ class EndpointState:
                                          started=start)
             finally:
                 if not held:
+                    if outcome.usage is not None and self.limits.limited:  # the whole prompt, as counted
+                        self.limits.observe_input(job.input_estimate, outcome.usage[0])
                     self.release(job, self._limit_usage(outcome), _reported_limits(outcome))
         if outcome.result is not None and outcome.error is not None:
             outcome.result = None

@@ -191,7 +191,7 @@ class EndpointLimits:
     Anthropic limit each model, or model class, apart)."""
 
     __slots__ = ("requests", "input_tokens", "output_tokens", "tokens", "learned", "learned_rates", "_windows",
-                 "_burst", "_buckets", "_charges", "_learned_charges")
+                 "_burst", "_buckets", "_charges", "_learned_charges", "input_ratio")
 
     def __init__(self, spec: EndpointSpec, *, burst_seconds: float | None = None, now: float = 0.0):
         if burst_seconds is None:
@@ -211,7 +211,20 @@ class EndpointLimits:
         self._windows: dict[tuple[str, str], float] = {}
         self._learned_charges: dict[str, list[Charge]] = {}
         self._burst = burst_seconds
+        self.input_ratio = 1.0  # the server's input-token count / our estimate, as replies report it
         self._refresh()
+
+    def calibrated(self, input_estimate: int) -> int:
+        """An input-token estimate scaled by what the server's counts have been
+        (a 5% underestimate against a token-bound limit is 5% too fast)."""
+        return max(1, round(input_estimate * self.input_ratio))
+
+    def observe_input(self, input_estimate: int, counted: int) -> None:
+        """A reply's input-token count for a call estimated at `input_estimate`:
+        the ratio follows it (a moving average over ~20 replies)."""
+        if input_estimate > 0 and counted > 0:
+            ratio = min(4.0, max(0.25, counted / input_estimate))
+            self.input_ratio += (ratio - self.input_ratio) * 0.05
 
     def _refresh(self) -> None:
         """The configured buckets in force, each with what one call charges it."""
@@ -247,7 +260,10 @@ class EndpointLimits:
         used_in, used_out = actual if actual is not None else (0, 0)
         learned = self._learned_charges.get(model, []) if model is not None else []
         for bucket, _, per_in, per_out in (*self._charges, *learned):
-            if (per_in or per_out) and bucket is not self.tokens:
+            if bucket is self.tokens:  # prompt + max_tokens: the prompt as the server counted it
+                if actual is not None:
+                    bucket.correct(reserved[0] + reserved[1], used_in + reserved[1], now)
+            elif per_in or per_out:
                 bucket.correct(per_in * reserved[0] + per_out * reserved[1], per_in * used_in + per_out * used_out, now)
 
     def learn(self, info: RateLimitInfo, now: float, model: str = "") -> dict[str, float]:

@@ -43,6 +43,7 @@ SHARE_WINDOW = 40            # replies over which the 429 share before a slow-do
 TRIAL_REPLIES = 12           # replies to calls sent after a slow-down before judging it
 TRIAL_SECONDS = 30.0         # a trial not judged by then (too few replies) is kept
 KEPT_Z = 1.65                # a slow-down is kept if the 429 share fell by this many standard errors
+STRAY_SHARE = 0.05           # under known limits, 429s at most this share of the last SHARE_WINDOW replies slow nothing
 ALWAYS_KEPT_SHARE = 0.6      # past this share of 429s we are far too fast: a slow-down is never undone
 IGNORE_SECONDS = 60.0        # after an undone slow-down, 429s at that share slow nothing down
 IGNORE_MARGIN = 0.25         # ... unless the share rises this much above it
@@ -186,12 +187,23 @@ class Pacing:
         if trial is not None and now - trial.started > TRIAL_SECONDS:  # never judged: kept
             trial = self._trial = None
         new_episode = sent_at is None or sent_at >= self._last_slowdown
+        if self._stray(now):
+            return paused
         if ignoring or trial is not None and self._trial_blocks(trial.started) and new_episode:
             return paused  # known not to be ours, or a judgeable trial is running: one slow-down per trial
         if new_episode:
             self._slow_down(now, nothing_said=retry_after is None and not said_limits)
         self._factor_since = max(self.paused_until, now)  # no recovery while paused
         return paused
+
+    def _stray(self, now: float) -> bool:
+        """A 429 among many successes under known limits: the pacing keeps
+        within them, so it is a send that met the window's edge late (network
+        jitter), not our speed. The call waits its retry; nothing slows down
+        (a halving trial per such 429 cost a run 1-2 s each, issue 23)."""
+        share, counted = self.recent_429_share()
+        return (self._trial is None and self.limits.limited and counted >= SHARE_WINDOW
+                and share <= STRAY_SHARE)
 
     def _pause(self, wait: float, now: float) -> float | None:
         """Pause the endpoint `wait` seconds unless it is paused longer already."""

@@ -149,7 +149,17 @@ def test_tpm_counts_prompt_plus_max_tokens_and_is_not_corrected_by_usage():
     assert limits.tokens.level == pytest.approx(800)
     limits.settle((300, 500), (300, 20), 0.0)  # generated 20 of its 500
     assert limits.tokens.level == pytest.approx(800)
-    assert limits.delay(100, 150, 0.0) == pytest.approx(SEND_WINDOW)  # 1,050 > a second's 1,000
+    limits.settle((300, 500), (330, 20), 0.0)  # the server counted 330 prompt tokens
+    assert limits.tokens.level == pytest.approx(830)
+    assert limits.delay(100, 150, 0.0) == pytest.approx(SEND_WINDOW)  # 1,080 > a second's 1,000
+
+
+def test_input_estimates_follow_the_servers_counts():
+    limits = EndpointLimits(EndpointSpec(name="e", kind="openai", input_tpm=60_000), now=0.0)
+    assert limits.calibrated(1000) == 1000
+    for _ in range(100):  # the server counts 10% more than we estimate
+        limits.observe_input(1000, 1100)
+    assert limits.calibrated(1000) == pytest.approx(1100, abs=2)
 
 
 def test_the_config_reads_tpm_and_refuses_a_bad_one():

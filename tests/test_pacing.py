@@ -194,7 +194,7 @@ def test_occasional_429s_do_not_keep_a_slow_down():
     """1 429 in 40 replies: the slow-down cannot lower that share beyond
     chance, so it is undone after its trial instead of holding the rate."""
     p = pacing(rpm=3000, max_concurrency=64)
-    replies(p, [False] * 39, sent_at=0.5, now=1.0)
+    replies(p, [False] * 15, sent_at=0.5, now=1.0)
     p.on_reply(True, 1.0, 0.9)
     p.on_rate_limited(1.0, now=1.0, sent_at=0.9)
     assert p.factor(1.0) == 0.5
@@ -208,3 +208,12 @@ def test_a_slow_down_that_lowers_a_high_share_is_kept():
     assert p.factor(1.0) < 1.0
     assert replies(p, [False] * TRIAL_REPLIES, sent_at=p._last_slowdown + 0.01, now=2.0) == []
     assert p.reverted == 0
+
+
+def test_a_stray_429_among_many_successes_under_known_limits_slows_nothing():
+    p = pacing(rpm=3000, max_concurrency=64)
+    replies(p, [False] * 39, sent_at=0.5, now=1.0)
+    replies(p, [True], sent_at=0.9, now=1.0, retry_after=1.0)
+    assert p.factor(1.0) == 1.0 and p.paused_until <= 1.0
+    replies(p, [True, False] * 3, sent_at=1.0, now=1.2, retry_after=1.0)  # 4 of 46: more than stray
+    assert p.factor(1.2) == 0.5
