@@ -49,6 +49,9 @@ BURST_SECONDS = 0.1
 # No trailing window this long holds more than a second's share of the rate
 # (a second plus a margin for the jitter between our send and the server's count).
 SEND_WINDOW = 1.02
+# The first second's share of sends stays in the log this much longer: they
+# open new connections, and arrive up to tens of ms late on a loaded machine.
+COLD_MARGIN = 0.1
 
 # A provider's limit is per minute unless its reset says it is per hour or per
 # day (OpenAI's RPD/TPD): a window is read from a reset only when that is long
@@ -68,7 +71,7 @@ class LeakyBucket:
     empty and then holds the bucket over capacity until it drains.
     """
 
-    __slots__ = ("rate", "capacity", "level", "scale", "burst", "_last", "_sent", "_sent_sum")
+    __slots__ = ("rate", "capacity", "level", "scale", "burst", "_last", "_sent", "_sent_sum", "_sends")
 
     def __init__(self, rate_per_minute: float, *, burst_seconds: float = BURST_SECONDS, now: float = 0.0):
         if rate_per_minute <= 0:
@@ -79,8 +82,9 @@ class LeakyBucket:
         self.level = 0.0
         self.scale = 1.0  # share of the rate currently allowed (lowered after 429s)
         self._last = now
-        self._sent: deque[tuple[float, float]] = deque()  # (when, amount) reserved within SEND_WINDOW
+        self._sent: deque[tuple[float, float]] = deque()  # (leaves the log at, amount) of recent reservations
         self._sent_sum = 0.0
+        self._sends = 0.0  # reserved so far (the first second's share is cold)
 
     def _leak(self, now: float) -> None:
         if self.level:
@@ -98,7 +102,7 @@ class LeakyBucket:
         """Seconds until `amount` more keeps every trailing SEND_WINDOW within a
         second's share (an amount bigger than that share waits for an empty window)."""
         sent = self._sent
-        while sent and sent[0][0] <= now - SEND_WINDOW:
+        while sent and sent[0][0] <= now:
             self._sent_sum -= sent.popleft()[1]
         if not sent:
             self._sent_sum = 0.0
@@ -110,13 +114,16 @@ class LeakyBucket:
         for at, reserved in sent:  # oldest first: until enough has left the window
             excess -= reserved
             if excess <= 1e-9:
-                return at + SEND_WINDOW - now
-        return sent[-1][0] + SEND_WINDOW - now
+                return at - now
+        return sent[-1][0] - now
 
     def reserve(self, amount: float, now: float) -> None:
         self._leak(now)
         self.level += amount
-        self._sent.append((now, amount))  # the server counts it on arrival: refunds do not take it back
+        # the server counts it on arrival: refunds do not take it back
+        cold = self._sends < self.rate
+        self._sent.append((now + SEND_WINDOW + (COLD_MARGIN if cold else 0.0), amount))
+        self._sends += amount
         self._sent_sum += amount
 
     def refund(self, amount: float, now: float) -> None:

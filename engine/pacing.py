@@ -35,7 +35,11 @@ from typing import NamedTuple
 from engine.limiter import EndpointLimits, LeakyBucket
 
 DEFAULT_PAUSE = 1.0          # seconds to pause after a 429 that names no wait
-RECOVERY_SECONDS = 30.0      # from half rate back to full rate after a 429
+# From half rate back to full rate after a 429 (a known request rate: an
+# unknown one is inferred). Short: the pacing keeps within known limits, so a
+# kept slow-down is mostly the start's cluster of late arrivals; 30 s cost a
+# 30 s run a quarter of its rate (issue 23). 429s that persist halve again.
+RECOVERY_SECONDS = 8.0
 MIN_FACTOR = 1 / 16
 INFERRED_DOUBLING = 20.0     # seconds for an inferred request rate to double
 MAX_INFERRED_FACTOR = 1e6

@@ -6,7 +6,9 @@ import pytest
 
 from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.dispatch import EndpointState
-from engine.limiter import SEND_WINDOW, EndpointLimits, LeakyBucket
+from engine.limiter import COLD_MARGIN, SEND_WINDOW, EndpointLimits, LeakyBucket
+
+FIRST_WINDOW = SEND_WINDOW + COLD_MARGIN  # the first second's share of sends stays longer in the log
 from engine.pacing import INFERRED_DOUBLING, RECOVERY_SECONDS
 from engine.retry import RetryPolicy
 from providers.base import EndpointSpec
@@ -28,16 +30,16 @@ def test_a_reservation_larger_than_the_bucket_waits_for_empty_then_leaves_debt()
     bucket = LeakyBucket(60_000, burst_seconds=0.5, now=0.0)  # 1,000 tokens/s, capacity 500
     bucket.reserve(100, 0.0)
     # admitted once empty and the trailing window holds nothing more
-    assert bucket.delay(5_000, 0.0) == pytest.approx(SEND_WINDOW)
-    bucket.reserve(5_000, SEND_WINDOW)
-    assert bucket.delay(1, SEND_WINDOW) == pytest.approx(4.501)  # the debt drains at the rate
-    assert bucket.delay(1, SEND_WINDOW + 4.6) == 0.0
+    assert bucket.delay(5_000, 0.0) == pytest.approx(FIRST_WINDOW)
+    bucket.reserve(5_000, FIRST_WINDOW)
+    assert bucket.delay(1, FIRST_WINDOW) == pytest.approx(4.501)  # the debt drains at the rate
+    assert bucket.delay(1, FIRST_WINDOW + 4.6) == 0.0
 
 
 def test_refund_and_correction_from_reported_usage():
     bucket = LeakyBucket(60_000, burst_seconds=1.0, now=0.0)  # 1,000/s, capacity 1,000
     bucket.reserve(900, 0.0)
-    assert bucket.delay(500, 0.0) == pytest.approx(SEND_WINDOW)  # the trailing second holds 900 of its 1,000
+    assert bucket.delay(500, 0.0) == pytest.approx(FIRST_WINDOW)  # the trailing second holds 900 of its 1,000
     bucket.correct(900, 200, 0.0)  # the call used less than reserved: the bucket and the log take it back
     assert bucket.level == pytest.approx(200)
     assert bucket.delay(500, 0.0) == 0.0
@@ -59,8 +61,8 @@ def test_endpoint_limits_take_the_longest_wait_and_keep_failed_requests_counted(
     limits = EndpointLimits(spec, burst_seconds=1.0, now=0.0)  # 10 req/s, 1,000 in/s, 100 out/s
     assert limits.limited
     limits.reserve(800, 100, 0.0)
-    assert limits.delay(400, 1, 0.0) == pytest.approx(SEND_WINDOW)  # 1,200 input tokens in a second: the log
-    assert limits.delay(10, 50, 0.0) == pytest.approx(SEND_WINDOW)  # 150 output tokens in a second
+    assert limits.delay(400, 1, 0.0) == pytest.approx(FIRST_WINDOW)  # 1,200 input tokens in a second: the log
+    assert limits.delay(10, 50, 0.0) == pytest.approx(FIRST_WINDOW)  # 150 output tokens in a second
     limits.settle((800, 100), None, 0.0)  # failed: tokens refunded
     assert limits.delay(400, 50, 0.0) == 0.0
     assert limits.requests.level == pytest.approx(1.0)  # the request still counts
@@ -136,8 +138,8 @@ def test_token_reservations_are_logged_and_a_big_one_waits_for_an_empty_second()
     limits = EndpointLimits(EndpointSpec(name="e", kind="openai", input_tpm=60_000), now=0.0)  # 1,000 a second
     limits.reserve(600, 0, 0.0)
     limits.reserve(300, 0, 0.05)
-    assert limits.delay(200, 0, 0.9) == pytest.approx(SEND_WINDOW - 0.9)  # until the 600 leave
-    assert limits.delay(5_000, 0, SEND_WINDOW) == pytest.approx(0.05)       # until the 300 leave too
+    assert limits.delay(200, 0, 0.9) == pytest.approx(FIRST_WINDOW - 0.9)  # until the 600 leave
+    assert limits.delay(5_000, 0, FIRST_WINDOW) == pytest.approx(0.05)       # until the 300 leave too
 
 
 def test_tpm_counts_prompt_plus_max_tokens_and_is_not_corrected_by_usage():
@@ -151,7 +153,7 @@ def test_tpm_counts_prompt_plus_max_tokens_and_is_not_corrected_by_usage():
     assert limits.tokens.level == pytest.approx(800)
     limits.settle((300, 500), (330, 20), 0.0)  # the server counted 330 prompt tokens
     assert limits.tokens.level == pytest.approx(830)
-    assert limits.delay(100, 150, 0.0) == pytest.approx(SEND_WINDOW)  # 1,080 > a second's 1,000
+    assert limits.delay(100, 150, 0.0) == pytest.approx(FIRST_WINDOW)  # 1,080 > a second's 1,000
 
 
 def test_input_estimates_follow_the_servers_counts():
