@@ -7,11 +7,11 @@ import pytest
 from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.dispatch import EndpointState
 from engine.limiter import COLD_MARGIN, SEND_WINDOW, EndpointLimits, LeakyBucket
-
-FIRST_WINDOW = SEND_WINDOW + COLD_MARGIN  # the first second's share of sends stays longer in the log
 from engine.pacing import INFERRED_DOUBLING, RECOVERY_SECONDS
 from engine.retry import RetryPolicy
 from providers.base import EndpointSpec
+
+FIRST_WINDOW = SEND_WINDOW + COLD_MARGIN  # the first second's share of sends stays longer in the log
 
 
 def test_bucket_admits_its_burst_then_spaces_requests_at_the_rate():
