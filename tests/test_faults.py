@@ -13,7 +13,7 @@ import pytest
 from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config, ModelAlias
 from engine.dispatch import EndpointState
-from engine.pacing import TRIAL_REPLIES
+from engine.pacing import RECOVERY_SECONDS, TRIAL_REPLIES
 from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
@@ -193,7 +193,7 @@ def test_a_slow_down_that_stops_the_429s_is_kept():
     assert ep.pacing.factor(1.0) == 0.5
     _replies(ep, [False] * TRIAL_REPLIES, sent_at=2.0, now=3.0)  # slower, no 429 any more: our speed caused them
     assert ep.pacing.reverted == 0 and ep.pacing.factor(3.0) < 1.0
-    assert math.isclose(ep.pacing.factor(3.0), 0.5 + (3.0 - 1.0) / 30.0)  # and it recovers as before
+    assert math.isclose(ep.pacing.factor(3.0), 0.5 + (3.0 - 1.0) / RECOVERY_SECONDS)  # and it recovers as before
 
 
 async def test_a_base_url_with_a_query_string_keeps_it_after_the_path():
