@@ -40,6 +40,7 @@ from engine.config import Config  # noqa: E402
 from engine.loopback.server import LoopbackServer  # noqa: E402
 from engine.requests import ChatRequest  # noqa: E402
 from engine.scheduler import Engine  # noqa: E402
+from providers.base import Result  # noqa: E402
 
 RERUN = 10_000
 COLD = 2_000
@@ -104,11 +105,32 @@ async def rerun(folder: Path, cache: str) -> dict[str, float]:
         async with Engine(config, cache_path=cache) as engine:
             await engine.run(requests)
         async with Engine(config, cache_path=cache) as engine:
+            waited = _time_lookups(engine)
             start, cpu = time.perf_counter(), time.process_time()
             outcomes = await engine.run(requests)
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert all(o.cached for o in outcomes)
-        return {"rerun_per_s": RERUN / seconds, "rerun_cpu_us": cpu / RERUN * 1e6}
+        return {"rerun_per_s": RERUN / seconds, "rerun_cpu_us": cpu / RERUN * 1e6,
+                "rerun_lookup_share": 100 * waited[0] / seconds}
+
+
+def _time_lookups(engine: Engine) -> list[float]:
+    """Time the engine spends awaiting the cache's lookups (its `get_many`),
+    summed into the list returned."""
+    store = engine._cache
+    assert store is not None
+    waited = [0.0]
+    get_many = store.get_many
+
+    async def timed(keys: Sequence[str]) -> dict[str, Result]:
+        start = time.perf_counter()
+        try:
+            return await get_many(keys)
+        finally:
+            waited[0] += time.perf_counter() - start
+
+    store.get_many = timed  # type: ignore[method-assign]
+    return waited
 
 
 async def _claim_everything(self: ResponseStore, keys: Sequence[str]) -> set[str]:
@@ -158,6 +180,7 @@ LINES = (("cold run of the short book (tulving run), calls/s", "cold_calls_per_s
          ("  its calls", "cold_calls"),
          (f"cached rerun of {RERUN:,} requests, requests/s", "rerun_per_s"),
          ("  CPU of the engine's process per cached request, us", "rerun_cpu_us"),
+         ("  share of the wall time spent awaiting lookups, %", "rerun_lookup_share"),
          ("two tulving runs at once: calls paid (456 needed)", "two_paid"),
          ("  their wall time, s", "two_seconds"),
          (f"engine cold run of {COLD:,} requests, claims on, calls/s", "claims_on"),
