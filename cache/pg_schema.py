@@ -11,6 +11,7 @@ database written by a newer Tulving is refused in one line.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -151,6 +152,9 @@ async def open_pool(url: str, *, max_size: int = 4) -> asyncpg.Pool:
             await check_schema(first, url)
         finally:
             await first.close()
+        # While the server is away the pool logs a traceback each time it fails to reconnect;
+        # the cache says the outage in one line of its own (cache/postgres.py).
+        logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
         pool = await asyncpg.create_pool(url, min_size=1, max_size=max_size, timeout=10,
                                          server_settings={"search_path": SCHEMA_NAME})
     except CacheError:

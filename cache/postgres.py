@@ -58,11 +58,14 @@ _Row = tuple[str, Identity, bytes | None, Record, float, int]  # as cache/store.
 _Blobs = dict[str, tuple[str, int]]  # digest -> (text, bytes)
 
 def outage_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that mean "the database is not answering" (not "it refused this")."""
+    """The exceptions that mean "the database is not answering" (not "it refused this").
+    InternalClientError: a connection the server dropped in the middle of a
+    statement ("cannot switch to state ...; another operation is in progress"):
+    its rows were never stored, so they go to the spill file, not away."""
     import asyncpg
 
     return (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.exceptions.OperatorInterventionError,
-            asyncpg.InterfaceError)
+            asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError)
 
 
 def read_row(row: Sequence[object]) -> Record:

@@ -27,6 +27,10 @@ A user's TOML file is merged over the built-in defaults below:
                                          #    when price_cache_write is set, else price_cache_write)
     batch_discount = 0.5                 # share of the price a batch-API call costs, in (0, 1]
 
+    [cache]                              # the response cache (engine/cache_section.py)
+    url = "postgresql://tulving@dbhost/tulving"
+    password_env = "TULVING_CACHE_PASSWORD"
+
 Any "endpoint/model-name" (e.g. "openai/gpt-4.1") also works as an alias
 without being declared.
 """
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+from engine.cache_section import CacheSettings, cache_settings
 from engine.errors import TulvingError
 from providers.base import EndpointSpec, ProviderError
 from providers.kinds import KindRegistry, OptionError, ProviderKind, registry, validate_options
@@ -229,6 +234,7 @@ class Config:
     endpoints: dict[str, EndpointSpec]
     models: dict[str, ModelAlias]
     source: str = "built-in defaults"
+    cache: CacheSettings = field(default_factory=CacheSettings)  # the file's [cache] section
 
     # -- loading -----------------------------------------------------------------
     @classmethod
@@ -236,17 +242,29 @@ class Config:
         """Built-in defaults, with the TOML file at `path` merged over them."""
         raw_endpoints, raw_models = default_tables()
         source = "built-in defaults"
+        cache = CacheSettings()
         if path is not None:
             path = Path(path)
             data = _read_toml(path)
-            unknown = set(data) - {"endpoints", "models"}
+            unknown = set(data) - {"endpoints", "models", "cache"}
             if unknown:
-                raise ConfigError(f"{path}: unknown top-level section(s) {sorted(unknown)} (expected endpoints, models)")
+                raise ConfigError(f"{path}: unknown top-level section(s) {sorted(unknown)} "
+                                  f"(expected endpoints, models, cache)")
             for name, table in _tables(data, "endpoints", path).items():
                 raw_endpoints[name] = {**raw_endpoints.get(name, {}), **table}
             raw_models.update(_tables(data, "models", path))
+            cache = cache_settings(data, path)
             source = str(path)
-        return cls.from_dicts(raw_endpoints, raw_models, source=source)
+        config = cls.from_dicts(raw_endpoints, raw_models, source=source)
+        config.cache = cache
+        return config
+
+    @staticmethod
+    def cache_section(path: str | os.PathLike[str]) -> CacheSettings:
+        """The [cache] section of the config file at `path` alone (the rest
+        is checked when a command loads the whole config)."""
+        path = Path(path)
+        return cache_settings(_read_toml(path), path)
 
     @classmethod
     def from_dicts(cls, endpoints: Mapping[str, Mapping[str, object]], models: Mapping[str, Mapping[str, object]],

@@ -79,8 +79,9 @@ class Cluster:
                   f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
         return self
 
-    def stop(self) -> None:
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+    def stop(self, mode: str = "immediate") -> None:
+        """pg_ctl stop: "immediate" (as if it crashed) or "fast" (as an administrator stops it)."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
 
 
 def with_database(url: str, name: str) -> str:

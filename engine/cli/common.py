@@ -56,13 +56,39 @@ def cache_exists(location: str | os.PathLike[str] | None) -> bool:
     return location is not None and (is_postgres_url(location) or os.path.exists(location))
 
 
-def load_config(args: argparse.Namespace) -> Config:
-    """The config named by --config / TULVING_CONFIG, else the user's
-    (`default_config()`) when there is one, else the built-in defaults."""
-    path = getattr(args, "config", None)
+def config_path(args: argparse.Namespace) -> str | os.PathLike[str] | None:
+    """The config file named by --config / TULVING_CONFIG, else the user's
+    (`default_config()`) when there is one, else None (the built-in defaults)."""
+    path: str | os.PathLike[str] | None = getattr(args, "config", None)
     if path is None and default_config().is_file():
         path = default_config()
-    return Config.load(path)
+    return path
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The config of `config_path`, merged over the built-in defaults."""
+    return Config.load(config_path(args))
+
+
+def choose_cache(args: argparse.Namespace) -> None:
+    """Set `args.cache`: --cache, else $TULVING_CACHE, else the config file's
+    [cache] url, else `default_cache()`. A config URL's password comes from
+    the variable its `password_env` names, moved to $PGPASSWORD (where the
+    driver reads it, with ~/.pgpass or $PGPASSFILE as the fallback)."""
+    if getattr(args, "cache", None):
+        return
+    args.cache = os.environ.get("TULVING_CACHE") or ""
+    if args.cache:
+        return
+    path = config_path(args)
+    section = Config.cache_section(path) if path is not None else None
+    if section is None or section.url is None:
+        args.cache = default_cache()
+        return
+    args.cache = section.url
+    password = section.password() if is_postgres_url(section.url) else None
+    if password is not None:
+        os.environ["PGPASSWORD"] = password
 
 
 def cache_notes(args: argparse.Namespace) -> list[str]:

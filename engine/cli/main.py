@@ -32,7 +32,7 @@ from engine import __version__
 from engine.cli import batches, bench, data, evaluate, generate, lifecycle, tools
 from engine.cli import cache as cache_commands
 from engine.cli.argtypes import non_negative_float
-from engine.cli.common import cache_notes, default_cache, default_config
+from engine.cli.common import cache_notes, choose_cache, default_cache, default_config
 from engine.cli.lifecycle import Terminated
 from engine.errors import (
     EXIT_FAILED,
@@ -60,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="PATH", default=os.environ.get("TULVING_CONFIG"),
                         help=f"TOML config (default: $TULVING_CONFIG, else {default_config()} when it exists, "
                              "else built-in defaults; `tulving config init` writes a starter)")
-    parser.add_argument("--cache", metavar="PATH", default=os.environ.get("TULVING_CACHE") or default_cache(),
+    parser.add_argument("--cache", metavar="PATH",
                         help="response cache: a SQLite file, or a postgresql://user@host/db URL shared by "
-                             "processes and machines (default: $TULVING_CACHE, else %(default)s)")
+                             "processes and machines (default: $TULVING_CACHE, else the config's [cache] url, "
+                             f"else {default_cache()})")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     parser.add_argument("--version", action="version", version=f"tulving {__version__}",
                         help="print the installed version and exit")
@@ -204,6 +205,10 @@ def _main(argv: list[str]) -> int:
         parser.error(f"unrecognized arguments: {' '.join(printable(x) for x in extra)}")
     if getattr(args, "func", None) is None:
         return _usage(parser)
+    try:
+        choose_cache(args)
+    except TulvingError as exc:  # a bad config file's [cache] section: one line
+        return _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))
     _password_apart(args)
     _install_uvloop()
     args.cache_from_env = bool(os.environ.get("TULVING_CACHE"))

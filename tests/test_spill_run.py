@@ -1,0 +1,113 @@
+"""The cache database going away in the middle of a real `tulving run`
+(PostgreSQL stopped with `pg_ctl stop -m fast` while the loopback server is
+answering): no finished result is lost, and no call is paid twice.
+
+- The server comes back within the outage window: the results kept in the
+  spill file are written back by the run itself, which ends with exit 0;
+  a rerun makes 0 calls.
+- It stays away: the run ends with exit 5 and one line naming the spill file
+  and the one command that stores it; once the server is back, that command
+  stores it, and the calls still missing (with those in flight when it
+  stopped, paid but never answered) are the only ones a rerun makes.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from cache.location import split_password
+from engine.loopback.server import LoopbackServer
+from tests.pg_cluster import Cluster
+from tests.test_run_cli import REPO
+from tests.test_shared_cache import QUESTIONS, SERVED, _calls, questions, run  # noqa: F401 -- questions: a fixture
+
+pytestmark = pytest.mark.usefixtures("questions")  # q.jsonl: 30 questions of the short book
+
+FAST = 8  # answered at once; the calls after them take SLOW seconds, so the database stops mid-run
+SLOW = 1.0
+
+
+def _config(tmp_path: Path, server: LoopbackServer) -> Path:
+    path = tmp_path / "tulving.toml"
+    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nmax_concurrency = 2\n\n'
+                    '[models.loop-reader]\nendpoint = "loop"\nmodel = "reader"\n')
+    return path
+
+
+class Latency:
+    """The loopback's latency: FAST replies at once, then SLOW seconds each."""
+
+    def __init__(self) -> None:
+        self.replies = 0
+
+    def __call__(self) -> float:
+        self.replies += 1
+        return 0.0 if self.replies <= FAST else SLOW
+
+
+async def _stop_mid_run(server: LoopbackServer, cluster: Cluster) -> None:
+    for _ in range(3000):  # the fast replies are stored; slow calls are in flight
+        if server.stats.requests > FAST:
+            break
+        await asyncio.sleep(0.05)
+    assert server.stats.requests > FAST
+    await asyncio.to_thread(cluster.stop, "fast")
+
+
+async def test_the_database_back_within_the_window_gets_the_spill_written_back(own_pg_cluster, tmp_path):
+    url = own_pg_cluster.url
+    async with LoopbackServer(models=SERVED, latency=Latency()) as server:
+        config = _config(tmp_path, server)
+        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "120"}))
+        await _stop_mid_run(server, own_pg_cluster)
+        await asyncio.sleep(2 * SLOW)  # replies arrive while it is away: they go to the spill file
+        await asyncio.to_thread(own_pg_cluster.start)
+        code, _, err = await first
+        assert code == 0, err
+        assert "results are kept in" in err and "written back" in err  # the spill was used, then emptied
+        assert not list((tmp_path / "first").glob("tulving-spill-*"))
+        assert server.stats.requests == QUESTIONS
+        code, _, err = await run(tmp_path, url, config, "rerun")
+        assert code == 0, err
+        assert _calls(tmp_path, "rerun") == 0 and server.stats.requests == QUESTIONS
+
+
+async def test_the_database_that_stays_away_ends_the_run_with_exit_5_and_the_command(own_pg_cluster, tmp_path):
+    url = own_pg_cluster.url
+    password = split_password(url)[1]
+    assert password
+    async with LoopbackServer(models=SERVED, latency=Latency()) as server:
+        config = _config(tmp_path, server)
+        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "4"}))
+        await _stop_mid_run(server, own_pg_cluster)
+        code, _, err = await first
+        paid, first_err = server.stats.requests, err
+        gone = server.stats.by_status["client_gone"]  # in flight when the run stopped: paid, never answered
+        assert code == 5, err
+        [line] = [x for x in err.splitlines() if x.startswith("tulving: error:")]
+        found = re.search(r"store them with `(tulving cache copy (\S+) (\S+))`", line)
+        assert found, line
+        spill = tmp_path / found.group(2)
+        assert spill.parent == tmp_path / "first" and spill.exists()
+        assert password not in err and found.group(3) == split_password(url)[0]
+        await asyncio.to_thread(own_pg_cluster.start)
+        command = shlex.split(found.group(1))[1:]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "engine.cli", *command, cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO), "PGPASSWORD": password},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, copy_err = await proc.communicate()
+        assert proc.returncode == 0, copy_err.decode()
+        code, _, err = await run(tmp_path, url, config, "rerun")
+        assert code == 0, err
+        # every result the first run was paid for was kept: the rerun pays only for the others
+        assert 0 < paid < QUESTIONS and server.stats.requests == QUESTIONS + gone, (first_err, out.decode())
+        code, _, err = await run(tmp_path, url, config, "again")
+        assert code == 0, err
+        assert _calls(tmp_path, "again") == 0
