@@ -130,6 +130,18 @@ class BatchApi(abc.ABC):
     async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
         """The account's most recent batches, newest first."""
 
+    async def missing(self) -> str | None:
+        """Why the server has no batch API, or None when it has one (or when
+        this cannot tell: other errors are the run's to meet). An
+        OpenAI-compatible server without one (vLLM, llama.cpp's server)
+        answers 404 or 405 on the batch list; a real API lists one batch."""
+        try:
+            await self.list_batches(limit=1)
+        except ProviderError as exc:
+            if exc.status in (404, 405):
+                return f"its batch list answered {exc.status}"
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 -- optional
         """Release connections."""
 

@@ -331,3 +331,35 @@ async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tm
         assert code == 0, err
         assert len(asked) == 120
         assert json.loads((tmp_path / "out" / "run.json").read_text())["repeats"]["noisy / in-context"] == spread
+
+
+# -- --batch on a server without a batch API ------------------------------------------------------
+
+async def test_batch_on_a_server_without_a_batch_api_is_refused_at_start_or_goes_direct_when_told(tmp_path):
+    from engine.loopback.batches import BatchKnobs
+
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(served=False)) as server:  # as vLLM: 404 on /batches
+        def config(batch: str) -> str:
+            path = tmp_path / f"tulving-{batch.strip(chr(34))}.toml"
+            path.write_text(f'[endpoints.vllm]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+                            f'options = {{ batch = {batch} }}\n\n[models.m]\nendpoint = "vllm"\nmodel = "m-1"\n'
+                            'price_in = 0.0\nprice_out = 0.0\n')
+            return str(path)
+
+        e = env(tmp_path)
+        run = ["--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short", "--models", "m", "--sample", "4",
+               "--batch"]
+        code, out, err = await run_cli(tmp_path, "--config", config("true"), *run, "--out", "refused", environ=e)
+        assert code != 0 and server.stats.by_path["/v1/chat/completions"] == 0
+        [line] = err.strip().splitlines()
+        assert "endpoint 'vllm'" in line and "has no batch API" in line and "404" in line
+        assert "options.batch = false" in line and "without --batch" in line
+        assert not (tmp_path / "refused" / "results.jsonl").exists()
+
+        code, out, err = await run_cli(tmp_path, "--config", config('"auto"'), *run, "--out", "auto", environ=e)
+        assert code == 0, err
+        assert "has no batch API" in err and "its calls go direct" in err
+        records = [json.loads(line) for line in (tmp_path / "auto" / "results.jsonl").read_text().splitlines()]
+        assert len(records) == 4 and all(r["answer"] for r in records)
+        assert "rerun to retry" not in out + err
+        assert json.loads((tmp_path / "auto" / "run.json").read_text())["engine"].get("batches", 0) == 0

@@ -98,15 +98,16 @@ def check_models(config: Config, args: argparse.Namespace, names: Iterable[str])
     config.check_callable(names, max_cost=getattr(args, "max_cost", None))
 
 
-def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
-    """An engine from the global options (use as `async with open_engine(args) as engine`).
+def open_engine(args: argparse.Namespace, config: Config | None = None, **kwargs: Any) -> Engine:
+    """An engine from the global options (use as `async with open_engine(args) as engine`),
+    on `config` when the command has already loaded (and adjusted) it.
     A PostgreSQL cache keeps results the database could not take in a spill
     file next to the run's output (--out), unless $TULVING_SPILL_DIR says where."""
     cache = getattr(args, "cache", None)
     out = getattr(args, "out", None)
     if isinstance(cache, str) and is_postgres_url(cache) and isinstance(out, str) and out:
         os.environ.setdefault("TULVING_SPILL_DIR", out)
-    return Engine(load_config(args), cache_path=getattr(args, "cache", None) or None,
+    return Engine(config or load_config(args), cache_path=getattr(args, "cache", None) or None,
                   progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
                   batch=bool(getattr(args, "batch", False)), **kwargs)
 

@@ -180,15 +180,24 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "compare", help="test whether run A scores higher than run B (paired or unpaired, picked from the runs)",
         description="Same questions on both sides: Wilcoxon signed-rank (pratt) and a paired bootstrap CI of the "
                     "mean F1 difference (Gardner-Altman figure with --out). Different books: one-sided "
-                    "Mann-Whitney U (A higher than B). The command says which test it used.")
+                    "Mann-Whitney U (A higher than B). The command says which test it used. When the book's "
+                    "chapters are rated (--realism, or realism.json in its folder), each side's realistic and "
+                    "non-realistic questions are compared too, as the paper's realism ablation; with RUN_A alone, "
+                    "only that.")
     p.add_argument("run_a", help="run folder A (several shards: separate with commas)")
-    p.add_argument("run_b", help="run folder B (several shards: separate with commas)")
+    p.add_argument("run_b", nargs="?",
+                   help="run folder B (several shards: separate with commas); without it, the realism ablation "
+                        "of RUN_A's configurations")
     p.add_argument("--a", metavar="MODEL/MODE", help="configuration of A when its run holds several")
     p.add_argument("--b", metavar="MODEL/MODE", help="configuration of B when its run holds several")
     p.add_argument("--get", default="all", choices=["all", "latest", "chronological", "any"],
                    help="questions compared (default %(default)s: simple recall)")
     p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    p.add_argument("--realism", metavar="FILE",
+                   help="realism.json of the book (`tulving book realism`): split the questions into realistic "
+                        "and non-realistic chapters and test the difference (default: the book folder's "
+                        "realism.json when there is one)")
     p.add_argument("--out", metavar="DIR", help="write compare.md, compare.json and the figure here")
     p.set_defaults(func=cmd_compare)
 
@@ -356,7 +365,12 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
             jobs = _plan(args, questions, models, modes)
         jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
-    async with open_engine(args, spent_before=spent_before(args.previous)) as engine:
+    if args.batch:  # a server without a batch API (vLLM, llama.cpp): stop, or go direct if it says "auto"
+        from engine.batching_mode import check_batch_apis
+
+        for note in await check_batch_apis(config, [*models, args.judge]):
+            _note(note)
+    async with open_engine(args, config, spent_before=spent_before(args.previous)) as engine:
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
@@ -699,14 +713,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _add_realism(summary: Scores, records: Sequence[ResultRecord], realism: str | None,
                  run: dict[str, Any] | None) -> None:
     """The realism split when ratings are given (--realism) or lie in the run's book folder."""
-    from engine.benchmark.evaluation.realism import REALISM_FILE, load_ratings
+    from engine.benchmark.evaluation.realism import find_ratings
 
-    path = Path(realism) if realism else None
-    if path is None and run and run.get("book_path"):
-        found = Path(run["book_path"]) / REALISM_FILE
-        path = found if found.is_file() else None
-    if path is not None:
-        add_realism(summary, records, load_ratings(path))
+    ratings = find_ratings(realism or None, run)
+    if ratings is not None:
+        add_realism(summary, records, ratings)
 
 
 def cmd_report_folder(args: argparse.Namespace) -> int:
@@ -723,10 +734,14 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from engine.benchmark.evaluation.compare import compare
+    from engine.benchmark.evaluation.compare import Comparison, RealismComparison, compare, compare_realism
 
-    result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
-                     resamples=args.resamples, seed=args.seed, out=args.out)
+    result: Comparison | RealismComparison
+    if args.run_b is None:
+        result = compare_realism(args.run_a.split(","), a=args.a, get=args.get, realism=args.realism, out=args.out)
+    else:
+        result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
+                         resamples=args.resamples, seed=args.seed, out=args.out, realism=args.realism)
     print(result.text())
     if args.out:
         print(f"\nwritten: {Path(args.out) / 'compare.md'}")

@@ -171,7 +171,13 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
                                 refresh=False)
             bar.update(delta)
 
-    engine = Engine(load_config(args), cache_path=getattr(args, "cache", None) or None, progress=False,
+    config = load_config(args)
+    if getattr(args, "batch", False):  # a server without a batch API: stop, or go direct if it says "auto"
+        from engine.batching_mode import check_batch_apis
+
+        for note in await check_batch_apis(config, [args.model]):
+            print(f"note: {note}", file=sys.stderr)
+    engine = Engine(config, cache_path=getattr(args, "cache", None) or None, progress=False,
                     max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
     try:
         async with engine:
