@@ -297,6 +297,34 @@ async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_diff
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Realistic vs non-realistic events" in report and "Mann-Whitney U two-sided p" in report
 
+    # `tulving compare RUN`: the same ablation for the run alone (its book folder's ratings)...
+    code, out, err = await run_cli(tmp_path, "compare", "run", "--out", "alone", environ=e)
+    assert code == 0, err
+    alone = json.loads((tmp_path / "alone" / "compare.json").read_text())["realism"]
+    assert alone == {"builtin:reader / in-context": split}
+    assert f"| 1 | realistic | {split['bins']['1']['realistic']['count']} |" in out
+    assert f"Mann-Whitney U two-sided {p_is(split['p_two_sided'])}" in out
+    # ...and beside the A/B test of two runs: each side's split, in one table.
+    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book", "book", "--models",
+                                   "builtin:reader", "--modes", "rag-paragraph", "--embed-model", "local:minilm",
+                                   "--out", "rag", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "compare", "run", "rag", "--out", "ab", environ=e)
+    assert code == 0, err
+    both = json.loads((tmp_path / "ab" / "compare.json").read_text())
+    assert both["test"] == "paired" and both["realism"]["A: builtin:reader / in-context"] == split
+    rag = both["realism"]["B: builtin:reader / rag-paragraph"]
+    assert rag["n"] == split["n"] and rag["mean"] != split["mean"]
+    assert "| Bin | Realism | Count | A: builtin:reader / in-context | B: builtin:reader / rag-paragraph |" in out
+    assert "## Realistic vs non-realistic events" in (tmp_path / "ab" / "compare.md").read_text()
+    # A run whose chapters are not rated: one line saying how to rate them.
+    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book",
+                                   "synaptic-echoes-short", "--models", "builtin:reader", "--sample", "5",
+                                   "--out", "unrated", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "compare", "unrated", environ=e)
+    assert code != 0 and err.count("\n") == 1 and "--realism FILE" in err and "tulving book realism" in err
+
 
 async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tmp_path):
     import random
