@@ -104,10 +104,25 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
         code, out, err = await run_cli(tmp_path, "--config", str(config), "finetune", "--book",
                                        "synaptic-echoes-short", "--model", "gpt-4o-mini-2024-07-18", "--endpoint",
                                        "loop", "--data-out", "ft/data.jsonl", "--poll-interval", "0.05", environ=e)
-    assert code == 0, err
+        assert code == 0, err
+        # The training is priced before it is submitted (OpenAI: $3.00 per million training tokens for
+        # gpt-4o-mini, checked 2026-11-26), recorded with the job, and refused over --max-cost.
+        record = json.loads((tmp_path / "ft" / "data.model.json").read_text())
+        estimate = record["training_estimate"]
+        assert estimate["epochs"] == 30 and estimate["tokens"] == 30 * estimate["tokens_per_epoch"] > 0
+        assert estimate["usd"] == round(estimate["tokens"] * 3.00 / 1e6, 4)
+        assert f"about ${estimate['usd']:,.2f} at $3.00 per million" in out
+        jobs = server.stats.by_path["/v1/fine_tuning/jobs"]
+        code, out2, err2 = await run_cli(tmp_path, "--max-cost", str(estimate["usd"] / 2), "--config", str(config),
+                                         "finetune", "--book", "synaptic-echoes-short", "--model",
+                                         "gpt-4o-mini-2024-07-18", "--endpoint", "loop", "--data-out", "ft/d2.jsonl",
+                                         environ=e)
+        assert code != 0 and "nothing was submitted" in err2 and err2.count("\n") == 1
+        assert server.stats.by_path["/v1/fine_tuning/jobs"] == jobs
     snippet = out.split("[models.")[1]
-    # gpt-4o-mini costs 0.15 / 0.60; fine-tuned, it is billed 0.30 / 1.20.
+    # gpt-4o-mini costs 0.15 / 0.60; fine-tuned, it is billed 0.30 / 1.20 (checked 2026-11-26).
     assert "price_in = 0.3\n" in snippet and "price_out = 1.2\n" in snippet and "price_in = 0.15" not in snippet
+    assert 'checked = "2026-11-26"' in snippet
 
 
 # -- provenance ---------------------------------------------------------------------------------

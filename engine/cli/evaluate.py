@@ -657,8 +657,12 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     examples = finetune.training_examples(book, single_event_questions(book))
     finetune.write_training_file(data_path, examples)
     print(f"{len(examples)} training examples -> {data_path}")
+    training = _training_estimate(args, finetune.training_tokens(examples))
     if args.data_only:
         return 0
+    spec = config.endpoints.get(args.endpoint)
+    if spec is not None and "//api.openai.com" in (spec.base_url or ""):  # OpenAI's own API
+        _note(finetune.FINETUNING_WIND_DOWN)
     started = time.perf_counter()
     job = lifecycle.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
                                             training_file=data_path, suffix=args.suffix,
@@ -674,7 +678,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base, base_model=base.model if base else args.model)
     record_path = Path(args.record or data_path.with_suffix(".model.json"))
     record = {"book": str(book.name), "base_model": args.model, "endpoint": args.endpoint, "alias": alias,
-              "training_data": str(data_path), "examples": len(examples), **job,
+              "training_data": str(data_path), "examples": len(examples), "training_estimate": training, **job,
               "seconds": round(time.perf_counter() - started, 1), "config_snippet": snippet}
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
@@ -682,6 +686,30 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     print("Add to your config to evaluate it (tulving run --models "
           f"{alias} --modes finetuned):\n\n{snippet}")
     return 0
+
+
+def _training_estimate(args: argparse.Namespace, tokens_per_epoch: int) -> dict[str, Any]:
+    """The training's tokens and estimated price (printed, and recorded with
+    the job); one line refusing it when it would exceed --max-cost."""
+    from engine.benchmark.evaluation import finetune
+
+    usd = finetune.training_cost(args.model, tokens_per_epoch, args.epochs)
+    tokens = tokens_per_epoch * args.epochs
+    if usd is None:
+        print(f"training: {tokens_per_epoch:,} tokens x {args.epochs} epochs = {tokens:,} tokens; the training "
+              f"price of {args.model} is not known to Tulving")
+        if args.max_cost is not None and not args.data_only:
+            raise TulvingError(f"--max-cost cannot bound fine-tuning {args.model}: its training price is not "
+                               f"known (known: {', '.join(finetune.TRAINING_PRICES)})")
+    else:
+        print(f"training: {tokens_per_epoch:,} tokens x {args.epochs} epochs = {tokens:,} tokens, about "
+              f"${usd:,.2f} at ${finetune.TRAINING_PRICES[args.model]:.2f} per million (OpenAI, checked "
+              f"{finetune.FINETUNED_PRICES_CHECKED})")
+        if args.max_cost is not None and usd > args.max_cost and not args.data_only:
+            raise TulvingError(f"--max-cost {args.max_cost:g}: fine-tuning {args.model} would cost about "
+                               f"${usd:,.2f}; nothing was submitted")
+    return {"tokens_per_epoch": tokens_per_epoch, "epochs": args.epochs, "tokens": tokens,
+            "usd": None if usd is None else round(usd, 4), "prices_checked": finetune.FINETUNED_PRICES_CHECKED}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
