@@ -406,3 +406,26 @@ async def test_batch_on_a_server_without_a_batch_api_is_refused_at_start_or_goes
         assert len(records) == 4 and all(r["answer"] for r in records)
         assert "rerun to retry" not in out + err
         assert json.loads((tmp_path / "auto" / "run.json").read_text())["engine"].get("batches", 0) == 0
+
+
+# -- the smaller items ------------------------------------------------------------------------------
+
+COMMANDS = [["models"], ["config", "check"], ["config", "init"], ["serve-loopback"], ["bench"], ["cache"],
+            ["generate"], ["book", "realism"], ["run"], ["questions"], ["finetune"], ["report"], ["compare"],
+            ["agreement"], ["batches"], ["batches", "cancel"]]
+
+
+async def test_help_texts_name_commands_not_module_paths_and_questions_go_to_stdout(tmp_path):
+    e = env(tmp_path)
+    for command in COMMANDS:
+        code, out, err = await run_cli(tmp_path, *command, "--help", environ=e)
+        assert code == 0, (command, err)
+        assert out.startswith(f"usage: tulving {' '.join(command)}"), (command, out[:200])
+        for leak in ("python -m", "engine.", "cache/", ".py", "how many calls"):
+            assert leak not in out, (command, leak)
+    # `questions --out -`: JSON Lines on stdout, the count on stderr, no file named "-".
+    code, out, err = await run_cli(tmp_path, "questions", "--book", "synaptic-echoes-short", "--out", "-", environ=e)
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 456 and all("question" in q for q in lines) and "456 questions" in err
+    assert not (tmp_path / "-").exists()

@@ -86,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_run(subparsers)
     p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
     p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
-    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl)")
+    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl; -: standard output)")
     p.set_defaults(func=cmd_questions)
     _register_finetune(subparsers)
     _register_reports(subparsers)
@@ -641,9 +641,15 @@ def cmd_questions(args: argparse.Namespace) -> int:
 
     book = _load_book(args.book)
     questions = build_questions(book)
-    path = write_questions(args.out, questions)
+    if args.out == "-":  # JSON Lines on stdout, the summary on stderr (a pipe gets the questions only)
+        for q in questions:
+            sys.stdout.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
+        path: Path | str = "standard output"
+    else:
+        path = write_questions(args.out, questions)
     counts = {g: sum(1 for q in questions if q.get == g) for g in ("all", "latest", "chronological")}
-    print(f"{len(questions)} questions ({', '.join(f'{n} {g}' for g, n in counts.items())}) -> {path}")
+    print(f"{len(questions)} questions ({', '.join(f'{n} {g}' for g, n in counts.items())}) -> {path}",
+          file=sys.stderr if args.out == "-" else sys.stdout)
     return 0
 
 

@@ -211,7 +211,7 @@ def _kind_section(kind: ProviderKind) -> list[str]:
 
 
 def _cmd_serve_loopback(args: argparse.Namespace) -> int:
-    return loopback_cli.main(args.server_args)
+    return loopback_cli.main(args.server_args, prog="tulving serve-loopback")
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
