@@ -125,6 +125,24 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
     assert 'checked = "2026-11-26"' in snippet
 
 
+async def test_an_unpriced_model_is_refused_unless_allowed_and_then_named_in_the_estimate(tmp_path):
+    e = env(tmp_path)
+    run = ["run", "--models", "openai/gpt-unpriced-9", "--book", "synaptic-echoes-short", "--sample", "2",
+           "--dry-run"]
+    for args in (run, ["generate", "--events", "3", "--model", "openai/gpt-unpriced-9", "--out", "b"],
+                 ["bench", "--models", "openai/gpt-unpriced-9", "-n", "1"]):
+        code, out, err = await run_cli(tmp_path, *args, environ=e)
+        assert code == 2 and err.count("\n") == 1, (args, err)
+        assert "openai/gpt-unpriced-9 has no known price" in err and "price_in and price_out" in err
+        assert "--allow-unpriced" in err
+    code, out, err = await run_cli(tmp_path, *run, "--allow-unpriced", environ=e)
+    assert code == 0, err
+    assert "unpriced, counted as $0 (--allow-unpriced): openai/gpt-unpriced-9" in out
+    # --max-cost cannot bound it, allowed or not.
+    code, out, err = await run_cli(tmp_path, "--max-cost", "1", *run[:-1], "--allow-unpriced", environ=e)
+    assert code == 2 and "--max-cost cannot bound openai/gpt-unpriced-9" in err
+
+
 # -- provenance ---------------------------------------------------------------------------------
 
 async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):

@@ -54,12 +54,14 @@ from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
 from engine.cli.argtypes import csv_list, non_negative_float, positive_int
 from engine.cli.common import (
+    add_allow_unpriced,
     check_models,
     dry_run_estimate,
     dry_run_report,
     load_config,
     open_engine,
     print_estimate,
+    unpriced_line,
 )
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
@@ -129,6 +131,7 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
                    help="ask every answer N times as independent draws (cached apart), each judged and scored: "
                         "the report gives the run-to-run spread (default %(default)s)")
+    add_allow_unpriced(p)
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run --out holds even when it is of another configuration")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
@@ -401,6 +404,8 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     if not getattr(args, "quiet", False):
         for line in spending_lines(run["spending_this_invocation"]):
             print(line, file=sys.stderr)
+    if unpriced_line(args):
+        print(unpriced_line(args), file=sys.stderr)
     print(leaderboard_text(summary))
     for name, spread in run.get("repeats", {}).items():
         sr, ca = spread["simple_recall"], spread["chronological_awareness"]
@@ -570,6 +575,8 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    if unpriced_line(args):
+        print(unpriced_line(args))
     if args.repeats > 1:
         print(f"--repeats {args.repeats}: the answer and judge calls above are for one repeat; each further "
               f"repeat draws its answers anew (about {args.repeats} times the calls and cost in all)")

@@ -28,7 +28,14 @@ from engine.benchmark.generation.stats import write_stats
 from engine.benchmark.generation.universe import N_UNIVERSE, PUBLISHED_UNIVERSES, Universe, load_universe
 from engine.cli import lifecycle
 from engine.cli.argtypes import non_negative_int, positive_int
-from engine.cli.common import check_models, dry_run_estimate, load_config, open_engine, print_estimate
+from engine.cli.common import (
+    add_allow_unpriced,
+    check_models,
+    dry_run_estimate,
+    load_config,
+    open_engine,
+    print_estimate,
+)
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
 from engine.estimate import Estimator
 from providers.base import TulvingError
@@ -66,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--batch", action="store_true",
                    help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
                         "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
+    add_allow_unpriced(p)
     p.set_defaults(func=generate_handler)
 
     book = subparsers.add_parser("book", help="inspect or derive books")
@@ -82,6 +90,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r.add_argument("book", help="published book name or book folder")
     r.add_argument("--model", required=True, help="judge model alias")
     r.add_argument("--out", help="file to write (default: <book folder>/realism.json)")
+    add_allow_unpriced(r)
     r.set_defaults(func=realism_handler)
 
     def book_usage(args: argparse.Namespace) -> int:
