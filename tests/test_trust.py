@@ -77,6 +77,11 @@ async def test_max_cost_holds_across_resumes_and_a_cached_rerun_keeps_what_was_p
         second = json.loads((tmp_path / "run" / "run.json").read_text())
         assert spent(second) <= cap + 1e-9
         assert second["invocations"] == 2
+        # --max-cost-scope invocation: the cap bounds this invocation alone, which may spend it anew.
+        code, out, err = await run_cli(tmp_path, "--max-cost", str(cap), *args, "--max-cost-scope", "invocation",
+                                       environ=e)
+        third = json.loads((tmp_path / "run" / "run.json").read_text())
+        assert 0 < spent(third, "spending_this_invocation") <= cap + 1e-9 and spent(third) > cap
 
         # A higher cap finishes the run; a cached rerun keeps the paid figure beside its own $0.
         code, out, err = await run_cli(tmp_path, "--max-cost", "10", *args, environ=e)

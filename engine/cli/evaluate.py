@@ -132,6 +132,9 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
                    help="ask every answer N times as independent draws (cached apart), each judged and scored: "
                         "the report gives the run-to-run spread (default %(default)s)")
     add_allow_unpriced(p)
+    p.add_argument("--max-cost-scope", choices=["run", "invocation"], default="run",
+                   help="what --max-cost bounds: the run's whole spending, earlier invocations in the same --out "
+                        "included (default), or this invocation's alone")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run --out holds even when it is of another configuration")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
@@ -373,7 +376,8 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
 
         for note in await check_batch_apis(config, [*models, args.judge]):
             _note(note)
-    async with open_engine(args, config, spent_before=spent_before(args.previous)) as engine:
+    before = spent_before(args.previous) if args.max_cost_scope == "run" else 0.0
+    async with open_engine(args, config, spent_before=before) as engine:
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
