@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from providers.base import BAD_REQUEST, TIMEOUT, ChatResult, EndpointSpec, ProviderError
+from providers.base import BAD_REQUEST, CANCELLED, TIMEOUT, ChatResult, EndpointSpec, ProviderError
 
 LineResult = ChatResult | ProviderError
 
@@ -69,7 +69,7 @@ def expired_error(endpoint: str, batch_id: str) -> ProviderError:
 
 
 def cancelled_error(endpoint: str, batch_id: str) -> ProviderError:
-    return ProviderError(BAD_REQUEST, f"{endpoint}: batch {batch_id} was cancelled before this request ran")
+    return ProviderError(CANCELLED, f"{endpoint}: batch {batch_id} was cancelled before this request ran")
 
 
 class BatchApi(abc.ABC):

@@ -263,6 +263,14 @@ async def test_config_init_writes_a_starter_once_and_it_is_read_by_default(tmp_p
     assert code == 0 and f"# config: {path}" in out and "[models.mine]" in out, err
     code, out, err = await run_cli(tmp_path, "--config", str(tmp_path / "none.toml"), "config", "check", environ=e)
     assert code == 2  # --config wins over the default file
+    # ./tulving.toml (the project's) comes before the user's file; --config and TULVING_CONFIG before both.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tulving.toml").write_text('[models.ours]\nendpoint = "builtin"\nmodel = "reader"\n')
+    code, out, err = await run_cli(project, "config", "check", environ=e)
+    assert code == 0 and "# config: tulving.toml" in out and "[models.ours]" in out and "[models.mine]" not in out
+    code, out, err = await run_cli(project, "config", "check", environ={**e, "TULVING_CONFIG": str(path)})
+    assert code == 0 and "[models.mine]" in out and "[models.ours]" not in out
 
 
 # -- degenerate runs ----------------------------------------------------------------------------

@@ -56,10 +56,16 @@ def cache_exists(location: str | os.PathLike[str] | None) -> bool:
     return location is not None and (is_postgres_url(location) or os.path.exists(location))
 
 
+LOCAL_CONFIG = "tulving.toml"  # a project's config, read from the working directory
+
+
 def load_config(args: argparse.Namespace) -> Config:
-    """The config named by --config / TULVING_CONFIG, else the user's
+    """The config named by --config / TULVING_CONFIG, else ./tulving.toml
+    (the project's, in the working directory), else the user's
     (`default_config()`) when there is one, else the built-in defaults."""
     path = getattr(args, "config", None)
+    if path is None and Path(LOCAL_CONFIG).is_file():
+        path = LOCAL_CONFIG
     if path is None and default_config().is_file():
         path = default_config()
     return Config.load(path)
