@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from providers.base import BAD_REQUEST, CANCELLED, TIMEOUT, ChatResult, EndpointSpec, ProviderError
+from providers.base import CANCELLED, TIMEOUT, ChatResult, EndpointSpec, ProviderError
 
 LineResult = ChatResult | ProviderError
 
