@@ -151,7 +151,14 @@ async def test_an_unpriced_model_is_refused_unless_allowed_and_then_named_in_the
 # -- provenance ---------------------------------------------------------------------------------
 
 async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
-    async with LoopbackServer(models=SERVED, api_keys=[SECRET]) as server:
+    sent: list[object] = []
+
+    def reply(api: str, body: dict) -> str:
+        if body.get("model") == "m-1":
+            sent.append(body.get("temperature"))
+        return "an answer"
+
+    async with LoopbackServer(models=SERVED, api_keys=[SECRET], reply=reply) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
                           f'key_env = "LOOP_KEY"\n\n[models.loop-model]\nendpoint = "loop"\nmodel = "m-1"\n'
@@ -171,7 +178,9 @@ async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
     model = prov["models"]["loop-model"]
     assert model["model"] == "m-1" and model["endpoints"][0]["kind"] == "openai"
     assert model["endpoints"][0]["base_url"] == server.openai_base_url
-    assert model["params"] == {"max_tokens": 40, "temperature": 0.5}  # --temperature reached the alias
+    assert model["params"] == {"max_tokens": 40, "temperature": 0.5}  # --temperature reached the alias...
+    assert sent and set(sent) == {0.5}  # ...and every call on the wire
+    assert prov["machine"] and prov["cache"] == str((tmp_path / "c.sqlite").resolve())
     assert model["prices"]["price_in"] == 1.0
     scores = json.loads((folder / "scores.json").read_text())
     assert scores["provenance"]["models"]["loop-model"]["model"] == "m-1"
