@@ -469,3 +469,20 @@ async def test_help_texts_name_commands_not_module_paths_and_questions_go_to_std
     lines = [json.loads(line) for line in out.splitlines()]
     assert len(lines) == 456 and all("question" in q for q in lines) and "456 questions" in err
     assert not (tmp_path / "-").exists()
+
+
+async def test_models_shows_prices_and_says_when_an_offline_model_is_not_installed(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()  # hides llama-cpp-python from the subprocess, as on a machine without it
+    (shadow / "sitecustomize.py").write_text("import sys\nsys.modules['llama_cpp'] = None\n")
+    e = env(tmp_path)
+    code, out, err = await run_cli(tmp_path, "models", environ=e)
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "$/M in/out" in out and " 3/15 " in rows["claude-3-5-sonnet"] and "free" in rows["builtin:reader"]
+    assert "not installed" not in rows["local:smollm2"]
+    code, out, err = await run_cli(tmp_path, "models", environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "not installed: pip install 'tulving-bench[local]'" in rows["local:smollm2"]
+    assert "not installed" not in rows["local:minilm"]
