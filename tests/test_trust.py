@@ -502,3 +502,19 @@ async def test_a_single_shards_leaderboard_is_marked_partial_and_the_merged_one_
     assert code == 0, err
     assert "partial" not in json.loads((tmp_path / "both" / "scores.json").read_text())
     assert "PARTIAL" not in (tmp_path / "both" / "report.md").read_text()
+
+
+async def test_a_multi_book_report_ranks_each_book_on_its_own(tmp_path):
+    e = env(tmp_path)
+    steps = [("generate", "--events", "12", "--model", "builtin:writer", "--out", "book"),
+             ("run", "--book", "book", "--models", "builtin:reader", "--out", "on-book"),
+             ("run", "--book", "synaptic-echoes-short", "--models", "builtin:reader", "--out", "on-short"),
+             ("report", "on-book", "on-short", "--out", "report")]
+    for step in steps:
+        code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
+        assert code == 0, err
+    lines = (tmp_path / "report" / "tables" / "leaderboard.csv").read_text().splitlines()
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    ours = [r for r in rows if r["source"] == "this report"]
+    assert {r["Book"] for r in ours} == {"book", "synaptic-echoes-short"}
+    assert all(r["#"] == "1" for r in ours)  # each the first of its own book, not 1 and 2 of one sequence
