@@ -518,3 +518,18 @@ async def test_a_multi_book_report_ranks_each_book_on_its_own(tmp_path):
     ours = [r for r in rows if r["source"] == "this report"]
     assert {r["Book"] for r in ours} == {"book", "synaptic-echoes-short"}
     assert all(r["#"] == "1" for r in ours)  # each the first of its own book, not 1 and 2 of one sequence
+
+
+async def test_a_report_without_matplotlib_names_our_package_for_the_plots(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()  # hides matplotlib from the subprocess, as on a machine without the plots extra
+    (shadow / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None\n")
+    e = env(tmp_path)
+    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
+                                   "--models", "builtin:reader", "--sample", "10", "--out", "run", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "report", "run", "--out", "report",
+                                   environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
+    assert code == 0, err
+    assert "matplotlib is not installed (pip install 'tulving-bench[plots]')" in err
+    assert "'tulving[plots]'" not in err
