@@ -533,3 +533,22 @@ async def test_a_report_without_matplotlib_names_our_package_for_the_plots(tmp_p
     assert code == 0, err
     assert "matplotlib is not installed (pip install 'tulving-bench[plots]')" in err
     assert "'tulving[plots]'" not in err
+
+
+async def test_a_run_streaming_to_a_server_that_answers_plain_json_reads_each_reply_once(tmp_path):
+    import orjson
+
+    from tests.test_stream_without_usage import COMPLETION, OneReplyServer
+
+    async with OneReplyServer(orjson.dumps(COMPLETION), "application/json") as server:
+        config = tmp_path / "plain.toml"
+        config.write_text(f'[endpoints.compat]\nkind = "openai"\nbase_url = "{server.base_url}"\n'
+                          'options = { stream = true }\n\n[models.m]\nendpoint = "compat"\nmodel = "m"\n')
+        code, out, err = await run_cli(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite", "run",
+                                       "--book", "synaptic-echoes-short", "--models", "m", "--sample", "3",
+                                       "--out", "run", environ=env(tmp_path))
+        posts = server.posts
+    assert code == 0, err
+    assert posts == 3  # one call per question: never retried as a broken connection
+    records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert [r["answer"] for r in records if r["model"] == "m"] == ["Hi there"] * 3
