@@ -285,6 +285,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
 
 
+async def _before_the_engine(args: argparse.Namespace, config: Config, models: list[str]) -> float:
+    """Under --batch, ask each endpoint whether its server has a batch API (a
+    vLLM or llama.cpp server has none: stop, or go direct if it says "auto");
+    then what --max-cost counts as spent already (earlier invocations of the
+    run, unless --max-cost-scope invocation)."""
+    if args.batch:
+        from engine.batching_mode import check_batch_apis
+
+        for note in await check_batch_apis(config, [*models, args.judge]):
+            _note(note)
+    return spent_before(args.previous) if args.max_cost_scope == "run" else 0.0
+
+
 def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
     """`--batch` for a model whose endpoints' kind has no batch API (xai,
     deepseek, openrouter, ...): one line before any work, rather than a run
@@ -371,12 +384,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
             jobs = _plan(args, questions, models, modes)
         jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
-    if args.batch:  # a server without a batch API (vLLM, llama.cpp): stop, or go direct if it says "auto"
-        from engine.batching_mode import check_batch_apis
-
-        for note in await check_batch_apis(config, [*models, args.judge]):
-            _note(note)
-    before = spent_before(args.previous) if args.max_cost_scope == "run" else 0.0
+    before = await _before_the_engine(args, config, models)
     async with open_engine(args, config, spent_before=before) as engine:
         if default_run:
             problem = await _embedder_works(engine, embed_model)

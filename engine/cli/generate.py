@@ -41,6 +41,7 @@ from engine.estimate import Estimator
 from providers.base import TulvingError
 
 if TYPE_CHECKING:
+    from engine.config import Config
     from engine.scheduler import Engine
 
 # Events a universe can hold: the filter keeps one event per (date, entity) pair.
@@ -162,6 +163,19 @@ def generate_handler(args: argparse.Namespace) -> int:
     return lifecycle.run(_generate(args, universe, events, metas, distribution, out))
 
 
+async def _checked_config(args: argparse.Namespace) -> Config:
+    """The config, its endpoints asked first under --batch whether they have a
+    batch API (a vLLM or llama.cpp server has none: stop, or go direct when the
+    endpoint says batch = "auto")."""
+    config = load_config(args)
+    if getattr(args, "batch", False):
+        from engine.batching_mode import check_batch_apis
+
+        for note in await check_batch_apis(config, [args.model]):
+            print(f"note: {note}", file=sys.stderr)
+    return config
+
+
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
                     metas: list[MetaEvent], distribution: str, out: Path) -> int:
     from tqdm import tqdm
@@ -180,12 +194,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
                                 refresh=False)
             bar.update(delta)
 
-    config = load_config(args)
-    if getattr(args, "batch", False):  # a server without a batch API: stop, or go direct if it says "auto"
-        from engine.batching_mode import check_batch_apis
-
-        for note in await check_batch_apis(config, [args.model]):
-            print(f"note: {note}", file=sys.stderr)
+    config = await _checked_config(args)
     engine = Engine(config, cache_path=getattr(args, "cache", None) or None, progress=False,
                     max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
     try:

@@ -106,9 +106,6 @@ def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str 
             out: str | Path | None = None, realism: str | Path | None = None) -> Comparison:
     set_a, set_b = load_runs(run_a), load_runs(run_b)
     key_a, key_b = _pick(set_a, a, "a"), _pick(set_b, b, "b")
-    if realism is not None and key_a.book != key_b.book:
-        raise TulvingError(f"--realism rates the chapters of one book, and A is on {key_a.book} while B is on "
-                           f"{key_b.book}: compare each run alone (tulving compare RUN --realism FILE)")
     recs_a = [r for r in set_a.groups[key_a] if get == "any" or r.get == get]
     recs_b = [r for r in set_b.groups[key_b] if get == "any" or r.get == get]
     label_a = f"{key_a.model} / {key_a.mode} ({key_a.book}, judge {key_a.judge})"
@@ -129,15 +126,24 @@ def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str 
         result = Comparison(label_a, label_b, "unpaired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
                             why + ": the questions cannot be paired", mann_whitney_greater(x, y),
                             p_reverse=mann_whitney_greater(y, x), notes=notes)
-    splits = {}
-    for side, runset, key, recs in (("A", set_a, key_a, recs_a), ("B", set_b, key_b, recs_b)):
-        ratings = find_ratings(realism, runset.runs.get((key.book, key.judge)))
-        if ratings is not None:
-            splits[f"{side}: {key.model} / {key.mode}"] = realism_split(recs, ratings, get)
-    result.realism = splits or None
+    result.realism = _side_splits(((set_a, key_a, recs_a), (set_b, key_b, recs_b)), get, realism)
     if out is not None:
         _write(result, Path(out))
     return result
+
+
+def _side_splits(sides: Sequence[tuple[RunSet, RunKey, list[ResultRecord]]], get: str,
+                 realism: str | Path | None) -> dict[str, RealismSplit] | None:
+    """Each side's realism split ("A: model / mode"), when its chapters are rated."""
+    if realism is not None and len({key.book for _, key, _ in sides}) > 1:
+        raise TulvingError("--realism rates the chapters of one book, and A and B are on different books: "
+                           "compare each run alone (tulving compare RUN --realism FILE)")
+    splits = {}
+    for side, (runset, key, recs) in zip("AB", sides):
+        ratings = find_ratings(realism, runset.runs.get((key.book, key.judge)))
+        if ratings is not None:
+            splits[f"{side}: {key.model} / {key.mode}"] = realism_split(recs, ratings, get)
+    return splits or None
 
 
 def compare_realism(run: Sequence[str | Path], *, a: str | None = None, get: str = "all",
