@@ -10,11 +10,15 @@ which endpoints send their chat calls by batch, with which options, and the
 """
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
+
 from cache.backend import open_ledger
 from engine.batching import POLL_FIRST, POLL_MAX, BatchHost, BatchingProvider, BatchOptions
+from engine.config import Config, ConfigError
 from engine.resolve import Resolved
 from providers.base import EndpointSpec, Provider
-from providers.kinds import batch_api_for, batch_capable, opt_float, opt_int
+from providers.kinds import batch_api_for, batch_auto, batch_capable, opt_float, opt_int
 
 
 def batch_options(spec: EndpointSpec) -> BatchOptions:
@@ -32,6 +36,34 @@ def batch_endpoint(r: Resolved) -> str | None:
     if r.messages is None:
         return None
     return next((spec.name for spec in r.endpoints if batch_capable(spec)), None)
+
+
+async def check_batch_apis(config: Config, models: Iterable[str]) -> list[str]:
+    """Before a `--batch` run's first call: ask each batch-capable endpoint of
+    `models` whether its server has a batch API (an OpenAI-compatible vLLM or
+    llama.cpp server has none: every batched call would fail). One without
+    stops the run (ConfigError, one line naming the option), unless it says
+    `batch = "auto"`: its calls then go direct, switched in `config`, and the
+    returned notes say so."""
+    notes = []
+    names = {e for m in models if m for e in config.alias(m).endpoints}
+    for spec in [config.endpoints[n] for n in sorted(names)]:
+        api = batch_api_for(spec, config.api_key(spec))
+        if api is None:
+            continue
+        try:
+            why = await api.missing()
+        finally:
+            await api.aclose()
+        if why is None:
+            continue
+        where = f"endpoint {spec.name!r} ({spec.base_url or spec.kind})"
+        if not batch_auto(spec):
+            raise ConfigError(f"--batch: {where} has no batch API ({why}): set options.batch = false (or "
+                              f'"auto") under [endpoints.{spec.name}] for direct calls, or run without --batch')
+        config.endpoints[spec.name] = dataclasses.replace(spec, options={**spec.options, "batch": False})
+        notes.append(f"{where} has no batch API ({why}): its calls go direct (options.batch = \"auto\")")
+    return notes
 
 
 class Batching:

@@ -128,6 +128,7 @@ class ErrorKind(StrEnum):
     CONFIG = "config"                    # unknown model, missing model file, ...
     BUDGET = "budget"                    # not sent: the run's max_cost would be exceeded
     CRASHED = "crashed"                  # a local model's worker process died on this call again
+    CANCELLED = "cancelled"              # its batch was cancelled before it ran (a rerun sends it again)
 
 
 # The short names every module imports.
@@ -143,6 +144,7 @@ CONTENT_FILTER = ErrorKind.CONTENT_FILTER
 CONFIG = ErrorKind.CONFIG
 BUDGET = ErrorKind.BUDGET
 CRASHED = ErrorKind.CRASHED
+CANCELLED = ErrorKind.CANCELLED
 
 RETRYABLE = frozenset({RATE_LIMITED, OVERLOADED, TIMEOUT, CONNECTION, BAD_REPLY})
 

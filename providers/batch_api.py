@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from providers.base import BAD_REQUEST, TIMEOUT, ChatResult, EndpointSpec, ProviderError
+from providers.base import CANCELLED, TIMEOUT, ChatResult, EndpointSpec, ProviderError
 
 LineResult = ChatResult | ProviderError
 
@@ -69,7 +69,7 @@ def expired_error(endpoint: str, batch_id: str) -> ProviderError:
 
 
 def cancelled_error(endpoint: str, batch_id: str) -> ProviderError:
-    return ProviderError(BAD_REQUEST, f"{endpoint}: batch {batch_id} was cancelled before this request ran")
+    return ProviderError(CANCELLED, f"{endpoint}: batch {batch_id} was cancelled before this request ran")
 
 
 class BatchApi(abc.ABC):
@@ -129,6 +129,18 @@ class BatchApi(abc.ABC):
     @abc.abstractmethod
     async def list_batches(self, limit: int = 100) -> list[BatchInfo]:
         """The account's most recent batches, newest first."""
+
+    async def missing(self) -> str | None:
+        """Why the server has no batch API, or None when it has one (or when
+        this cannot tell: other errors are the run's to meet). An
+        OpenAI-compatible server without one (vLLM, llama.cpp's server)
+        answers 404 or 405 on the batch list; a real API lists one batch."""
+        try:
+            await self.list_batches(limit=1)
+        except ProviderError as exc:
+            if exc.status in (404, 405):
+                return f"its batch list answered {exc.status}"
+        return None
 
     async def aclose(self) -> None:  # noqa: B027 -- optional
         """Release connections."""

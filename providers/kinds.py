@@ -34,6 +34,7 @@ GROUP = "tulving.providers"
 
 # The value types an option may have, as the reference names them.
 BOOL, INT, NUMBER, STRING, STRINGS, TABLE = "bool", "int", "number", "string", "list of strings", "table of strings"
+AUTO_BOOL = 'bool or "auto"'  # true, false, or "auto": Tulving finds out (the batch option)
 
 
 class OptionError(ValueError):
@@ -45,7 +46,7 @@ class Option:
     """One endpoint option of a kind: `options.<name>` in the config."""
 
     name: str
-    type: str                       # BOOL | INT | NUMBER | STRING | STRINGS | TABLE
+    type: str                       # BOOL | AUTO_BOOL | INT | NUMBER | STRING | STRINGS | TABLE
     doc: str                        # one line, for the configuration reference
     default: object = None          # None: unset (the consumer's own behaviour)
     minimum: float | None = None    # numbers: lowest allowed value
@@ -89,6 +90,8 @@ class Option:
 def _type_problem(kind: str, value: object) -> str | None:
     if kind == BOOL:
         ok = isinstance(value, bool)
+    elif kind == AUTO_BOOL:
+        ok = isinstance(value, bool) or value == "auto"
     elif kind == INT:
         ok = type(value) is int
     elif kind == NUMBER:
@@ -101,7 +104,7 @@ def _type_problem(kind: str, value: object) -> str | None:
         ok = isinstance(value, Mapping)
     if ok:
         return None
-    return {BOOL: "must be true or false", INT: "must be a whole number", NUMBER: "must be a finite number",
+    return {BOOL: "must be true or false", AUTO_BOOL: 'must be true, false or "auto"', INT: "must be a whole number", NUMBER: "must be a finite number",
             STRING: "must be a string", STRINGS: "must be a list of strings",
             TABLE: "must be a table of strings"}[kind]
 
@@ -235,8 +238,20 @@ def make_provider(spec: EndpointSpec, api_key: str | None) -> Provider:
 
 def batch_capable(spec: EndpointSpec) -> bool:
     """Whether `--batch` sends this endpoint's chat calls by batch: its kind has
-    a batch API and the endpoint does not set `options.batch = false`."""
-    return kind_of(spec).can_batch and opt_bool(spec, "batch")
+    a batch API and the endpoint does not set `options.batch = false`
+    ("auto": by batch when its server answers the batch API, which the run
+    checks at start: engine.batching_mode.check_batch_apis)."""
+    if not kind_of(spec).can_batch:
+        return False
+    value = _value(spec, "batch")
+    if value not in (True, False, "auto"):
+        raise _wrong(spec, "batch", value, 'true, false or "auto"')
+    return value is not False
+
+
+def batch_auto(spec: EndpointSpec) -> bool:
+    """`options.batch = "auto"`: direct calls when the server has no batch API."""
+    return _value(spec, "batch") == "auto"
 
 
 def batch_api_for(spec: EndpointSpec, api_key: str | None) -> BatchApi | None:

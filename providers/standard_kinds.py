@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from providers.http_pool import TIMEOUT_OPTIONS
 from providers.kinds import (
+    AUTO_BOOL,
     BOOL,
     INT,
     NUMBER,
@@ -68,8 +69,8 @@ HTTP_OPTIONS = (
 )
 
 BATCH_OPTIONS = (
-    Option("batch", BOOL, "`--batch` sends chat calls through the batch API (false: a server without one)",
-           default=True),
+    Option("batch", AUTO_BOOL, "`--batch` sends chat calls through the batch API (false: a server without one; "
+           '"auto": direct calls when the server answers 404/405 on its batch list)', default=True),
     Option("batch_poll", NUMBER, "wait before the first poll of a batch", default=10.0, minimum=0,
            above_minimum=True, unit="seconds"),
     Option("batch_poll_max", NUMBER, "longest wait between polls of a batch", default=300.0, minimum=0,

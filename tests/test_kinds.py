@@ -174,7 +174,7 @@ def test_config_check_reports_a_bad_batch_poll_in_one_line(tmp_path, value, need
     ("local", {"n_gpu_layers": -2}, "options.n_gpu_layers must be a whole number >= -1, got -2"),
     ("openai", {"batch_queue_tokens": 2.5}, "options.batch_queue_tokens must be a whole number, got 2.5"),
     ("anthropic", {"batch_max_bytes": 0}, "options.batch_max_bytes must be a whole number >= 1, got 0"),
-    ("openai", {"batch": "no"}, "options.batch must be true or false"),
+    ("openai", {"batch": "no"}, 'options.batch must be true, false or "auto"'),
     ("openai", {"http_client": "curl"}, "options.http_client must be one of pool, aiohttp"),
     ("local-embed", {"model_dir": 3}, "options.model_dir must be a string, got 3"),
 ])

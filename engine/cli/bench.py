@@ -36,7 +36,7 @@ from engine.benchmark.latency.prompts import BOOK_MODES, PromptSet, book_questio
 from engine.benchmark.latency.report import BenchRun, console, slo_text, to_csv, to_json
 from engine.benchmark.latency.runner import run_point
 from engine.cli import lifecycle
-from engine.cli.common import load_config
+from engine.cli.common import add_allow_unpriced, check_models, load_config
 from engine.config import Config
 from engine.errors import printable
 from engine.requests import ChatRequest, EmbedRequest, Request
@@ -73,6 +73,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", "--model", dest="models", metavar="M1,M2",
                    help="model aliases (see `tulving models`), compared in one table")
+    add_allow_unpriced(p)
     load = p.add_argument_group("load")
     load.add_argument("-n", "--requests", dest="n", metavar="N", help="requests per load point (default 100)")
     load.add_argument("--duration", metavar="S", help="send for S seconds per load point instead of -n")
@@ -260,6 +261,7 @@ async def _bench(args: argparse.Namespace, plan: BenchPlan, config: Config, prom
 def _cmd_bench(args: argparse.Namespace) -> int:
     plan = _plan(args)
     config = load_config(args)
+    check_models(config, args, plan["models"])  # retired, unpriced: one line before any call
     _check_models(config, plan["models"], getattr(args, "max_cost", None))
     prompts: PromptSet | None = None
     if not args.embed:

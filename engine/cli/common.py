@@ -16,7 +16,7 @@ from typing import Any
 
 from cache.backend import ResponseStore, is_postgres_url, open_cache
 from engine.batching_mode import batch_endpoint
-from engine.config import Config
+from engine.config import Config, ConfigError
 from engine.estimate import ESTIMATE_NOTE, Estimator
 from engine.requests import Request
 from engine.resolve import resolve
@@ -56,10 +56,16 @@ def cache_exists(location: str | os.PathLike[str] | None) -> bool:
     return location is not None and (is_postgres_url(location) or os.path.exists(location))
 
 
+LOCAL_CONFIG = "tulving.toml"  # a project's config, read from the working directory
+
+
 def config_path(args: argparse.Namespace) -> str | os.PathLike[str] | None:
-    """The config file named by --config / TULVING_CONFIG, else the user's
+    """The config file named by --config / TULVING_CONFIG, else ./tulving.toml
+    (the project's, in the working directory), else the user's
     (`default_config()`) when there is one, else None (the built-in defaults)."""
     path: str | os.PathLike[str] | None = getattr(args, "config", None)
+    if path is None and Path(LOCAL_CONFIG).is_file():
+        path = LOCAL_CONFIG
     if path is None and default_config().is_file():
         path = default_config()
     return path
@@ -106,33 +112,51 @@ def cache_notes(args: argparse.Namespace) -> list[str]:
 
 
 def check_models(config: Config, args: argparse.Namespace, names: Iterable[str]) -> None:
-    """Before any work: unknown aliases stop the command; so do retired models
-    and, under --max-cost, unpriced ones (one line). A dry run calls nothing:
-    it prices retired models too, and says they are retired."""
+    """Before any work: unknown aliases stop the command; so do retired models,
+    unpriced ones under --max-cost, and unpriced ones without --allow-unpriced
+    (one line: nothing would count or bound what they cost). A dry run calls
+    nothing: it prices retired models too, and says they are retired.
+    `args.unpriced` keeps the unpriced names for the summary."""
     names = [n for n in dict.fromkeys(names) if n]
-    for name in names:
-        alias = config.alias(name)
-        if not alias.priced and not config.is_free(alias):
-            print(f"note: {name} has no known price: its calls are counted as $0 (give it price_in and price_out "
-                  f"under [models.NAME] of your config)", file=sys.stderr)
+    unpriced = [n for n in names if not config.alias(n).priced and not config.is_free(config.alias(n))]
     if getattr(args, "dry_run", False):
         for name in names:
             line = config.retirement(config.alias(name))
             if line is not None:
                 print(f"note: {line}", file=sys.stderr)
-        return
-    config.check_callable(names, max_cost=getattr(args, "max_cost", None))
+    else:
+        config.check_callable(names, max_cost=getattr(args, "max_cost", None))
+    if unpriced and not getattr(args, "allow_unpriced", False):
+        raise ConfigError(f"{unpriced[0]} has no known price, so nothing would count or bound what it costs: give "
+                          f"it price_in and price_out (USD per million tokens) under [models.NAME] of your config, "
+                          f"or pass --allow-unpriced to count its calls as $0")
+    for name in unpriced:
+        print(f"note: {name} has no known price (--allow-unpriced): its calls are counted as $0", file=sys.stderr)
+    args.unpriced = unpriced
 
 
-def open_engine(args: argparse.Namespace, **kwargs: Any) -> Engine:
-    """An engine from the global options (use as `async with open_engine(args) as engine`).
+def unpriced_line(args: argparse.Namespace) -> str | None:
+    """The summary's reminder of the models counted as $0 (--allow-unpriced)."""
+    names = getattr(args, "unpriced", None)
+    return f"unpriced, counted as $0 (--allow-unpriced): {', '.join(names)}" if names else None
+
+
+def add_allow_unpriced(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-unpriced", action="store_true",
+                        help="call models without a known price (counted as $0; the estimate and summary name "
+                             "them) instead of stopping")
+
+
+def open_engine(args: argparse.Namespace, config: Config | None = None, **kwargs: Any) -> Engine:
+    """An engine from the global options (use as `async with open_engine(args) as engine`),
+    on `config` when the command has already loaded (and adjusted) it.
     A PostgreSQL cache keeps results the database could not take in a spill
     file next to the run's output (--out), unless $TULVING_SPILL_DIR says where."""
     cache = getattr(args, "cache", None)
     out = getattr(args, "out", None)
     if isinstance(cache, str) and is_postgres_url(cache) and isinstance(out, str) and out:
         os.environ.setdefault("TULVING_SPILL_DIR", out)
-    return Engine(load_config(args), cache_path=getattr(args, "cache", None) or None,
+    return Engine(config or load_config(args), cache_path=getattr(args, "cache", None) or None,
                   progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
                   batch=bool(getattr(args, "batch", False)), **kwargs)
 

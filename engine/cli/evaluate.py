@@ -54,12 +54,14 @@ from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
 from engine.cli.argtypes import csv_list, non_negative_float, positive_int
 from engine.cli.common import (
+    add_allow_unpriced,
     check_models,
     dry_run_estimate,
     dry_run_report,
     load_config,
     open_engine,
     print_estimate,
+    unpriced_line,
 )
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
@@ -86,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_run(subparsers)
     p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
     p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
-    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl)")
+    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl; -: standard output)")
     p.set_defaults(func=cmd_questions)
     _register_finetune(subparsers)
     _register_reports(subparsers)
@@ -129,6 +131,10 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
                    help="ask every answer N times as independent draws (cached apart), each judged and scored: "
                         "the report gives the run-to-run spread (default %(default)s)")
+    add_allow_unpriced(p)
+    p.add_argument("--max-cost-scope", choices=["run", "invocation"], default="run",
+                   help="what --max-cost bounds: the run's whole spending, earlier invocations in the same --out "
+                        "included (default), or this invocation's alone")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run --out holds even when it is of another configuration")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
@@ -180,15 +186,24 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "compare", help="test whether run A scores higher than run B (paired or unpaired, picked from the runs)",
         description="Same questions on both sides: Wilcoxon signed-rank (pratt) and a paired bootstrap CI of the "
                     "mean F1 difference (Gardner-Altman figure with --out). Different books: one-sided "
-                    "Mann-Whitney U (A higher than B). The command says which test it used.")
+                    "Mann-Whitney U (A higher than B). The command says which test it used. When the book's "
+                    "chapters are rated (--realism, or realism.json in its folder), each side's realistic and "
+                    "non-realistic questions are compared too, as the paper's realism ablation; with RUN_A alone, "
+                    "only that.")
     p.add_argument("run_a", help="run folder A (several shards: separate with commas)")
-    p.add_argument("run_b", help="run folder B (several shards: separate with commas)")
+    p.add_argument("run_b", nargs="?",
+                   help="run folder B (several shards: separate with commas); without it, the realism ablation "
+                        "of RUN_A's configurations")
     p.add_argument("--a", metavar="MODEL/MODE", help="configuration of A when its run holds several")
     p.add_argument("--b", metavar="MODEL/MODE", help="configuration of B when its run holds several")
     p.add_argument("--get", default="all", choices=["all", "latest", "chronological", "any"],
                    help="questions compared (default %(default)s: simple recall)")
     p.add_argument("--resamples", type=positive_int, default=10_000, help="bootstrap resamples (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    p.add_argument("--realism", metavar="FILE",
+                   help="realism.json of the book (`tulving book realism`): split the questions into realistic "
+                        "and non-realistic chapters and test the difference (default: the book folder's "
+                        "realism.json when there is one)")
     p.add_argument("--out", metavar="DIR", help="write compare.md, compare.json and the figure here")
     p.set_defaults(func=cmd_compare)
 
@@ -268,6 +283,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
         args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
     return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+
+
+async def _before_the_engine(args: argparse.Namespace, config: Config, models: list[str]) -> float:
+    """Under --batch, ask each endpoint whether its server has a batch API (a
+    vLLM or llama.cpp server has none: stop, or go direct if it says "auto");
+    then what --max-cost counts as spent already (earlier invocations of the
+    run, unless --max-cost-scope invocation)."""
+    if args.batch:
+        from engine.batching_mode import check_batch_apis
+
+        for note in await check_batch_apis(config, [*models, args.judge]):
+            _note(note)
+    return spent_before(args.previous) if args.max_cost_scope == "run" else 0.0
 
 
 def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
@@ -356,7 +384,8 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
             jobs = _plan(args, questions, models, modes)
         jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
-    async with open_engine(args, spent_before=spent_before(args.previous)) as engine:
+    before = await _before_the_engine(args, config, models)
+    async with open_engine(args, config, spent_before=before) as engine:
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
@@ -387,6 +416,8 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     if not getattr(args, "quiet", False):
         for line in spending_lines(run["spending_this_invocation"]):
             print(line, file=sys.stderr)
+    if unpriced_line(args):
+        print(unpriced_line(args), file=sys.stderr)
     print(leaderboard_text(summary))
     for name, spread in run.get("repeats", {}).items():
         sr, ca = spread["simple_recall"], spread["chronological_awareness"]
@@ -556,6 +587,8 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    if unpriced_line(args):
+        print(unpriced_line(args))
     if args.repeats > 1:
         print(f"--repeats {args.repeats}: the answer and judge calls above are for one repeat; each further "
               f"repeat draws its answers anew (about {args.repeats} times the calls and cost in all)")
@@ -627,9 +660,15 @@ def cmd_questions(args: argparse.Namespace) -> int:
 
     book = _load_book(args.book)
     questions = build_questions(book)
-    path = write_questions(args.out, questions)
+    if args.out == "-":  # JSON Lines on stdout, the summary on stderr (a pipe gets the questions only)
+        for q in questions:
+            sys.stdout.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
+        path: Path | str = "standard output"
+    else:
+        path = write_questions(args.out, questions)
     counts = {g: sum(1 for q in questions if q.get == g) for g in ("all", "latest", "chronological")}
-    print(f"{len(questions)} questions ({', '.join(f'{n} {g}' for g, n in counts.items())}) -> {path}")
+    print(f"{len(questions)} questions ({', '.join(f'{n} {g}' for g, n in counts.items())}) -> {path}",
+          file=sys.stderr if args.out == "-" else sys.stdout)
     return 0
 
 
@@ -643,8 +682,12 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     examples = finetune.training_examples(book, single_event_questions(book))
     finetune.write_training_file(data_path, examples)
     print(f"{len(examples)} training examples -> {data_path}")
+    training = _training_estimate(args, finetune.training_tokens(examples))
     if args.data_only:
         return 0
+    spec = config.endpoints.get(args.endpoint)
+    if spec is not None and "//api.openai.com" in (spec.base_url or ""):  # OpenAI's own API
+        _note(finetune.FINETUNING_WIND_DOWN)
     started = time.perf_counter()
     job = lifecycle.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
                                             training_file=data_path, suffix=args.suffix,
@@ -660,7 +703,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base, base_model=base.model if base else args.model)
     record_path = Path(args.record or data_path.with_suffix(".model.json"))
     record = {"book": str(book.name), "base_model": args.model, "endpoint": args.endpoint, "alias": alias,
-              "training_data": str(data_path), "examples": len(examples), **job,
+              "training_data": str(data_path), "examples": len(examples), "training_estimate": training, **job,
               "seconds": round(time.perf_counter() - started, 1), "config_snippet": snippet}
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
@@ -668,6 +711,30 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     print("Add to your config to evaluate it (tulving run --models "
           f"{alias} --modes finetuned):\n\n{snippet}")
     return 0
+
+
+def _training_estimate(args: argparse.Namespace, tokens_per_epoch: int) -> dict[str, Any]:
+    """The training's tokens and estimated price (printed, and recorded with
+    the job); one line refusing it when it would exceed --max-cost."""
+    from engine.benchmark.evaluation import finetune
+
+    usd = finetune.training_cost(args.model, tokens_per_epoch, args.epochs)
+    tokens = tokens_per_epoch * args.epochs
+    if usd is None:
+        print(f"training: {tokens_per_epoch:,} tokens x {args.epochs} epochs = {tokens:,} tokens; the training "
+              f"price of {args.model} is not known to Tulving")
+        if args.max_cost is not None and not args.data_only:
+            raise TulvingError(f"--max-cost cannot bound fine-tuning {args.model}: its training price is not "
+                               f"known (known: {', '.join(finetune.TRAINING_PRICES)})")
+    else:
+        print(f"training: {tokens_per_epoch:,} tokens x {args.epochs} epochs = {tokens:,} tokens, about "
+              f"${usd:,.2f} at ${finetune.TRAINING_PRICES[args.model]:.2f} per million (OpenAI, checked "
+              f"{finetune.FINETUNED_PRICES_CHECKED})")
+        if args.max_cost is not None and usd > args.max_cost and not args.data_only:
+            raise TulvingError(f"--max-cost {args.max_cost:g}: fine-tuning {args.model} would cost about "
+                               f"${usd:,.2f}; nothing was submitted")
+    return {"tokens_per_epoch": tokens_per_epoch, "epochs": args.epochs, "tokens": tokens,
+            "usd": None if usd is None else round(usd, 4), "prices_checked": finetune.FINETUNED_PRICES_CHECKED}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -699,14 +766,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _add_realism(summary: Scores, records: Sequence[ResultRecord], realism: str | None,
                  run: dict[str, Any] | None) -> None:
     """The realism split when ratings are given (--realism) or lie in the run's book folder."""
-    from engine.benchmark.evaluation.realism import REALISM_FILE, load_ratings
+    from engine.benchmark.evaluation.realism import find_ratings
 
-    path = Path(realism) if realism else None
-    if path is None and run and run.get("book_path"):
-        found = Path(run["book_path"]) / REALISM_FILE
-        path = found if found.is_file() else None
-    if path is not None:
-        add_realism(summary, records, load_ratings(path))
+    ratings = find_ratings(realism or None, run)
+    if ratings is not None:
+        add_realism(summary, records, ratings)
 
 
 def cmd_report_folder(args: argparse.Namespace) -> int:
@@ -723,10 +787,14 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from engine.benchmark.evaluation.compare import compare
+    from engine.benchmark.evaluation.compare import Comparison, RealismComparison, compare, compare_realism
 
-    result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
-                     resamples=args.resamples, seed=args.seed, out=args.out)
+    result: Comparison | RealismComparison
+    if args.run_b is None:
+        result = compare_realism(args.run_a.split(","), a=args.a, get=args.get, realism=args.realism, out=args.out)
+    else:
+        result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
+                         resamples=args.resamples, seed=args.seed, out=args.out, realism=args.realism)
     print(result.text())
     if args.out:
         print(f"\nwritten: {Path(args.out) / 'compare.md'}")

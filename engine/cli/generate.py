@@ -28,12 +28,20 @@ from engine.benchmark.generation.stats import write_stats
 from engine.benchmark.generation.universe import N_UNIVERSE, PUBLISHED_UNIVERSES, Universe, load_universe
 from engine.cli import lifecycle
 from engine.cli.argtypes import non_negative_int, positive_int
-from engine.cli.common import check_models, dry_run_estimate, load_config, open_engine, print_estimate
+from engine.cli.common import (
+    add_allow_unpriced,
+    check_models,
+    dry_run_estimate,
+    load_config,
+    open_engine,
+    print_estimate,
+)
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
 from engine.estimate import Estimator
 from providers.base import TulvingError
 
 if TYPE_CHECKING:
+    from engine.config import Config
     from engine.scheduler import Engine
 
 # Events a universe can hold: the filter keeps one event per (date, entity) pair.
@@ -66,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--batch", action="store_true",
                    help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
                         "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
+    add_allow_unpriced(p)
     p.set_defaults(func=generate_handler)
 
     book = subparsers.add_parser("book", help="inspect or derive books")
@@ -82,6 +91,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r.add_argument("book", help="published book name or book folder")
     r.add_argument("--model", required=True, help="judge model alias")
     r.add_argument("--out", help="file to write (default: <book folder>/realism.json)")
+    add_allow_unpriced(r)
     r.set_defaults(func=realism_handler)
 
     def book_usage(args: argparse.Namespace) -> int:
@@ -153,6 +163,19 @@ def generate_handler(args: argparse.Namespace) -> int:
     return lifecycle.run(_generate(args, universe, events, metas, distribution, out))
 
 
+async def _checked_config(args: argparse.Namespace) -> Config:
+    """The config, its endpoints asked first under --batch whether they have a
+    batch API (a vLLM or llama.cpp server has none: stop, or go direct when the
+    endpoint says batch = "auto")."""
+    config = load_config(args)
+    if getattr(args, "batch", False):
+        from engine.batching_mode import check_batch_apis
+
+        for note in await check_batch_apis(config, [args.model]):
+            print(f"note: {note}", file=sys.stderr)
+    return config
+
+
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
                     metas: list[MetaEvent], distribution: str, out: Path) -> int:
     from tqdm import tqdm
@@ -171,7 +194,8 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
                                 refresh=False)
             bar.update(delta)
 
-    engine = Engine(load_config(args), cache_path=getattr(args, "cache", None) or None, progress=False,
+    config = await _checked_config(args)
+    engine = Engine(config, cache_path=getattr(args, "cache", None) or None, progress=False,
                     max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
     try:
         async with engine:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import sys
@@ -72,13 +73,39 @@ def _cmd_models(args: argparse.Namespace) -> int:
         for ep_name in alias.endpoints:
             ep = config.endpoints[ep_name]
             key = "-" if not ep.key_env else ("yes" if os.environ.get(ep.key_env) else f"no ({ep.key_env})")
-            row = (name, ep_name, alias.model, ep.kind, key, _prices(config, name), alias.status(),
-                   alias.checked or "-")
+            row = (name, ep_name, alias.model, ep.kind, key, _prices(config, name),
+                   _not_installed(ep.kind, alias.model) or alias.status(), alias.checked or "-")
             rows.append(row + ((availability(config, name, listed),) if args.remote else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for cells in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip())
     return asyncio.run(probe.probe_all(config)) if args.probe else 0
+
+
+def _not_installed(kind: str, model: str) -> str | None:
+    """What an offline alias lacks on this machine (its runtime or its weights), or None."""
+    from providers.local_models import (
+        MINILM_INSTALL,
+        MINILM_NAMES,
+        MINILM_PACKAGE,
+        SMOLLM2_INSTALL,
+        SMOLLM2_NAME,
+        SMOLLM2_PACKAGE,
+        package_dir,
+    )
+
+    if kind == "local":
+        try:
+            runtime = importlib.util.find_spec("llama_cpp") is not None
+        except (ImportError, ValueError):
+            runtime = False
+        if not runtime:
+            return "not installed: pip install 'tulving-bench[local]'"
+        if model.lower() == SMOLLM2_NAME and package_dir(SMOLLM2_PACKAGE) is None:
+            return f"not installed: {SMOLLM2_INSTALL}"
+    if kind == "local-embed" and model.lower() in MINILM_NAMES and package_dir(MINILM_PACKAGE) is None:
+        return f"not installed: {MINILM_INSTALL}"
+    return None
 
 
 def _prices(config: Config, name: str) -> str:
@@ -234,7 +261,7 @@ def _kind_section(kind: ProviderKind) -> list[str]:
 
 
 def _cmd_serve_loopback(args: argparse.Namespace) -> int:
-    return loopback_cli.main(args.server_args)
+    return loopback_cli.main(args.server_args, prog="tulving serve-loopback")
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

@@ -120,6 +120,8 @@ class BatchKnobs:
     # answers 404 (a file that cannot be read must not lose the output file's lines).
     empty_file_ids: bool = False
     error_file_lost: bool = False
+    # False: no batch routes, as an OpenAI-compatible vLLM or llama.cpp server (404 on /v1/batches).
+    served: bool = True
 
     def __post_init__(self) -> None:
         if self.polls < 1:
@@ -159,6 +161,8 @@ class Batches:
         self.anthropic: dict[str, dict[str, Any]] = {}
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
+        if not self.knobs.served:
+            return
         control = self.server._control
         router.add_post("/v1/batches", control(self._openai_create))
         router.add_get("/v1/batches", control(self._openai_list))

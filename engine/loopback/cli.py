@@ -21,8 +21,8 @@ from engine.loopback.limits import WINDOW_KINDS
 from engine.loopback.server import FAULT_KINDS, Faults, LatencyFn, LoopbackServer, constant, lognormal, uniform
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m engine.loopback",
+def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="Serve the OpenAI and Anthropic HTTP APIs on loopback "
                                                  "(tests and benchmarks).")
     parser.add_argument("--host", default="127.0.0.1")
@@ -136,12 +136,13 @@ async def _serve_forever(server: LoopbackServer) -> None:
               f"max in flight {stats.max_in_flight}", flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m engine.loopback") -> int:
+    """`prog`: the command the usage names (`tulving serve-loopback` from the CLI)."""
     try:
-        args = _parse_args(argv)
+        args = _parse_args(argv, prog)
         server = _server_from_args(args)
     except ValueError as exc:
-        print(f"loopback_server: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     if args.uvloop:
         import uvloop

@@ -13,6 +13,13 @@ The test is picked from what the two runs share:
 
 Only the 'all' (simple recall) questions are compared by default (`get`);
 judge failures are left out on both sides (and, paired, the question with them).
+
+The realism ablation (realism.py, the paper's appendix table): when the
+chapters are rated (`--realism FILE`, or realism.json in a run's book
+folder), each side's questions are split into realistic and non-realistic
+ones, with the F1 of each class and the Mann-Whitney U test of the
+difference. `compare_realism` does it for one run alone (`tulving compare
+RUN`): every configuration of it side by side, as the paper's table.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.benchmark.evaluation import figures as F
+from engine.benchmark.evaluation.realism import RealismSplit, find_ratings, realism_markdown, realism_split
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
 from engine.benchmark.evaluation.statistics import mann_whitney_greater, p_is, paired_bootstrap, wilcoxon_p
@@ -46,8 +54,9 @@ class Comparison:
     bootstrap: dict[str, float] | None = None  # BootstrapResult but its distribution
     figure: str | None = None
     notes: list[str] = field(default_factory=list)
+    realism: dict[str, RealismSplit] | None = None  # "A: model / mode" -> its realism split
 
-    def text(self) -> str:
+    def text(self, *, realism: bool = True) -> str:
         lines = [f"A: {self.a}  (n={self.n_a}, mean F1 {self.mean_a:.3f})",
                  f"B: {self.b}  (n={self.n_b}, mean F1 {self.mean_b:.3f})",
                  f"questions: '{self.get}'; test: {self.test} -- {self.why}"]
@@ -62,7 +71,20 @@ class Comparison:
             lines.append(f"Mann-Whitney U, one-sided, H1 'A scores higher than B': {p_is(self.p_value)} "
                          f"(reverse, 'B higher than A': {p_is(self.p_reverse or 0.0)})")
         lines += [f"note: {n}" for n in self.notes]
+        if self.realism and realism:
+            lines += ["", realism_markdown(self.realism, self.get)]
         return "\n".join(lines)
+
+
+@dataclass(slots=True)
+class RealismComparison:
+    """One run's realistic against non-realistic questions, per configuration."""
+
+    get: str
+    realism: dict[str, RealismSplit]
+
+    def text(self) -> str:
+        return realism_markdown(self.realism, self.get)
 
 
 def _pick(runset: RunSet, selector: str | None, side: str) -> RunKey:
@@ -81,7 +103,7 @@ def _pick(runset: RunSet, selector: str | None, side: str) -> RunKey:
 
 def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str | None = None,
             b: str | None = None, get: str = "all", resamples: int = 10_000, seed: int = 0,
-            out: str | Path | None = None) -> Comparison:
+            out: str | Path | None = None, realism: str | Path | None = None) -> Comparison:
     set_a, set_b = load_runs(run_a), load_runs(run_b)
     key_a, key_b = _pick(set_a, a, "a"), _pick(set_b, b, "b")
     recs_a = [r for r in set_a.groups[key_a] if get == "any" or r.get == get]
@@ -104,8 +126,48 @@ def compare(run_a: Sequence[str | Path], run_b: Sequence[str | Path], *, a: str 
         result = Comparison(label_a, label_b, "unpaired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
                             why + ": the questions cannot be paired", mann_whitney_greater(x, y),
                             p_reverse=mann_whitney_greater(y, x), notes=notes)
+    result.realism = _side_splits(((set_a, key_a, recs_a), (set_b, key_b, recs_b)), get, realism)
     if out is not None:
         _write(result, Path(out))
+    return result
+
+
+def _side_splits(sides: Sequence[tuple[RunSet, RunKey, list[ResultRecord]]], get: str,
+                 realism: str | Path | None) -> dict[str, RealismSplit] | None:
+    """Each side's realism split ("A: model / mode"), when its chapters are rated."""
+    if realism is not None and len({key.book for _, key, _ in sides}) > 1:
+        raise TulvingError("--realism rates the chapters of one book, and A and B are on different books: "
+                           "compare each run alone (tulving compare RUN --realism FILE)")
+    splits = {}
+    for side, (runset, key, recs) in zip("AB", sides):
+        ratings = find_ratings(realism, runset.runs.get((key.book, key.judge)))
+        if ratings is not None:
+            splits[f"{side}: {key.model} / {key.mode}"] = realism_split(recs, ratings, get)
+    return splits or None
+
+
+def compare_realism(run: Sequence[str | Path], *, a: str | None = None, get: str = "all",
+                    realism: str | Path | None = None, out: str | Path | None = None) -> RealismComparison:
+    """The realism ablation of one run (every configuration, or the one `a`
+    picks): the ratings of `realism`, else of the run's book folder."""
+    runset = load_runs(run)
+    keys = [_pick(runset, a, "a")] if a else runset.keys
+    if realism is not None and len({k.book for k in keys}) > 1:
+        raise TulvingError("--realism rates the chapters of one book, and the run holds several: pick one "
+                           "configuration with --a MODEL/MODE")
+    splits = {}
+    for key in keys:
+        ratings = find_ratings(realism, runset.runs.get((key.book, key.judge)))
+        if ratings is None:
+            raise TulvingError(f"{key.book}: its chapters are not rated: pass --realism FILE (`tulving book "
+                               f"realism` writes it), or give RUN_B to compare two runs")
+        splits[runset.label(key)] = realism_split(runset.groups[key], ratings, get)
+    result = RealismComparison(get, splits)
+    if out is not None:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "compare.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
+        (folder / "compare.md").write_text("# Comparison\n\n" + result.text() + "\n")
     return result
 
 
@@ -141,7 +203,9 @@ def _write(result: Comparison, folder: Path) -> None:
     """compare.json and compare.md (with the figure's link) into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "compare.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
-    md = "# Comparison\n\n```\n" + result.text() + "\n```\n"
+    md = "# Comparison\n\n```\n" + result.text(realism=False) + "\n```\n"
     if result.figure:
         md += f"\n![paired bootstrap]({result.figure})\n"
+    if result.realism:  # Markdown of its own, out of the code block
+        md += "\n" + realism_markdown(result.realism, result.get) + "\n"
     (folder / "compare.md").write_text(md)

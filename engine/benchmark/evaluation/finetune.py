@@ -30,6 +30,7 @@ from engine.config import Config, ModelAlias
 from providers.base import TulvingError
 from providers.kinds import kind_of
 from providers.openai_finetune import submit_finetune
+from providers.tokens import count_chat_tokens
 
 
 def format_items(items: list[str]) -> str:
@@ -69,10 +70,16 @@ def write_training_file(path: str | os.PathLike[str], examples: Iterable[ChatExa
     return path
 
 
-# Inference prices of OpenAI *fine-tuned* models, USD per million tokens (in,
-# cached in, out), by base model: OpenAI's pricing page, fine-tuning section,
-# as known on 2026-11-24 (a fine-tuned model costs more than its base: these,
-# not the base model's prices, are what calls to it are billed).
+# OpenAI's fine-tuning prices by base model, USD per million tokens: the
+# pricing page's "Fine-tuning" table (Standard), checked 2026-11-26 (a stored
+# copy of developers.openai.com/api/docs/pricing, found through the search
+# index, not fetched live). A fine-tuned model is billed more than its base:
+# these inference prices (in, cached in, out), not the base model's, are what
+# calls to it cost. Training is billed per training token (the file's tokens
+# times the epochs). The same page says OpenAI is winding the fine-tuning
+# platform down: closed to new users, existing users may create jobs "for the
+# coming months", and fine-tuned models stay callable until their base model
+# is deprecated.
 FINETUNED_PRICES: dict[str, tuple[float, float, float]] = {
     "gpt-4o-mini-2024-07-18": (0.30, 0.15, 1.20),
     "gpt-4o-2024-08-06": (3.75, 1.875, 15.00),
@@ -80,7 +87,29 @@ FINETUNED_PRICES: dict[str, tuple[float, float, float]] = {
     "gpt-4.1-mini-2025-04-14": (0.80, 0.20, 3.20),
     "gpt-4.1-nano-2025-04-14": (0.20, 0.05, 0.80),
 }
-FINETUNED_PRICES_CHECKED = "2026-11-24"
+TRAINING_PRICES: dict[str, float] = {  # USD per million training tokens
+    "gpt-4o-mini-2024-07-18": 3.00,
+    "gpt-4o-2024-08-06": 25.00,
+    "gpt-4.1-2025-04-14": 25.00,
+    "gpt-4.1-mini-2025-04-14": 5.00,
+    "gpt-4.1-nano-2025-04-14": 1.50,
+}
+FINETUNED_PRICES_CHECKED = "2026-11-26"
+FINETUNING_WIND_DOWN = ("OpenAI is winding its fine-tuning platform down (pricing page, checked 2026-11-26): it "
+                        "no longer takes new users; fine-tuned models stay callable until their base model is "
+                        "deprecated")
+
+
+def training_tokens(examples: Iterable[ChatExample]) -> int:
+    """Tokens of one pass over the training file (cl100k_base, what the
+    estimate can count locally; OpenAI's own count may differ a little)."""
+    return sum(count_chat_tokens(example["messages"]) for example in examples)
+
+
+def training_cost(base_model: str, tokens_per_epoch: int, epochs: int) -> float | None:
+    """Estimated USD of training `base_model` (None when its price is not known)."""
+    price = TRAINING_PRICES.get(base_model)
+    return None if price is None else tokens_per_epoch * epochs * price / 1e6
 
 
 def alias_snippet(alias_name: str, endpoint: str, model_id: str, base_alias: ModelAlias | None = None,

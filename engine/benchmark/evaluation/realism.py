@@ -60,6 +60,17 @@ def load_ratings(path: str | Path) -> dict[int, int]:
             if isinstance(r, dict) and isinstance(r.get("realism"), int) and "chapter" in r}
 
 
+def find_ratings(explicit: str | Path | None, run: Mapping[str, object] | None) -> dict[int, int] | None:
+    """The chapter ratings of `explicit` (--realism FILE), else of the
+    realism.json in the run's book folder (run.json's `book_path`), else None."""
+    if explicit is not None:
+        return load_ratings(explicit)
+    book_path = run.get("book_path") if run else None
+    if isinstance(book_path, str) and (Path(book_path) / REALISM_FILE).is_file():
+        return load_ratings(Path(book_path) / REALISM_FILE)
+    return None
+
+
 def question_class(chapters: Sequence[int], ratings: Mapping[int, int]) -> str | None:
     """"realistic", "non-realistic", or None (empty, mixed, or a chapter unrated)."""
     if not chapters or any(c not in ratings for c in chapters):
@@ -74,12 +85,13 @@ def _cell(values: list[float]) -> RealismCell:
             "sd": round(float(arr.std(ddof=1)), 2) if len(arr) > 1 else (0.0 if len(arr) else None)}
 
 
-def realism_split(records: Sequence[ResultRecord], ratings: Mapping[int, int]) -> RealismSplit:
+def realism_split(records: Sequence[ResultRecord], ratings: Mapping[int, int], get: str = "all") -> RealismSplit:
+    """The split of the `get` questions ('all' as the paper; "any": every kind)."""
     by_class: dict[str, list[float]] = {c: [] for c in CLASSES}
     by_bin: dict[str, dict[str, list[float]]] = {b: {c: [] for c in CLASSES} for b in TABLE_BINS}
     for r in records:
         cls = question_class(r.chapters, ratings)
-        if r.get != "all" or r.f1 is None or cls is None or r.bin not in by_bin:
+        if (get != "any" and r.get != get) or r.f1 is None or cls is None or r.bin not in by_bin:
             continue
         by_class[cls].append(r.f1)
         by_bin[r.bin][cls].append(r.f1)
@@ -94,20 +106,26 @@ def realism_split(records: Sequence[ResultRecord], ratings: Mapping[int, int]) -
             if testable else None}
 
 
-def realism_markdown(splits: Mapping[str, RealismSplit]) -> str:
-    """The paper's table (bin x class: count, mean±sd per configuration) and the tests."""
+def _cells(splits: Mapping[str, RealismSplit], b: str, c: str) -> list[RealismCell | None]:
+    return [splits[name]["bins"].get(b, {}).get(c) for name in splits]
+
+
+def realism_markdown(splits: Mapping[str, RealismSplit], get: str = "all") -> str:
+    """The paper's table (bin x class: count, mean±sd per configuration) and the tests.
+    Configurations on different question sets (two books) give each cell its own count."""
     names = list(splits)
-    head = ["Bin", "Realism", "Count", *names]
-    first = next(iter(splits.values()))
+    counts = {tuple((cell or {"count": 0})["count"] for cell in _cells(splits, b, c))
+              for b in TABLE_BINS for c in CLASSES}
+    shared = all(len(set(row)) == 1 for row in counts)
+    head = ["Bin", "Realism", *(["Count"] if shared else []), *names]
     rows = []
     for b in TABLE_BINS:
         for c in CLASSES:
-            cells = [splits[name]["bins"].get(b, {}).get(c) for name in names]
+            cells = _cells(splits, b, c)
             if not any(cell and cell["count"] for cell in cells):
                 continue
-            count = (first["bins"].get(b, {}).get(c) or {"count": 0})["count"]
-            rows.append([b, c, str(count), *(f"{cell['mean']:.2f}±{cell['sd']:.2f}" if cell and cell["mean"]
-                                             is not None else "-" for cell in cells)])
+            shown = [_mean_sd(cell, with_count=not shared) for cell in cells]
+            rows.append([b, c, *([str((cells[0] or {"count": 0})["count"])] if shared else []), *shown])
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
     tests = []
     for name, s in splits.items():
@@ -117,8 +135,15 @@ def realism_markdown(splits: Mapping[str, RealismSplit]) -> str:
         tests.append(f"- {name}: non-realistic {s['mean']['non-realistic']:.3f} (n={s['n']['non-realistic']}) vs "
                      f"realistic {s['mean']['realistic']:.3f} (n={s['n']['realistic']}); Mann-Whitney U "
                      f"two-sided {p_is(s['p_two_sided'])}, one-sided 'non-realistic higher' "
-                     f"{p_is(s['p_non_realistic_higher'] or 1.0)}")
+                     f"{p_is(s['p_non_realistic_higher'] if s['p_non_realistic_higher'] is not None else 1.0)}")
     return ("## Realistic vs non-realistic events (the paper's realism ablation)\n\n"
             "Questions on chapters rated 4-5 only (realistic) or 1-3 only (non-realistic) in realism.json; "
-            "questions on both classes or on no chapter are left out. F1 of 'all' questions, mean±sd.\n\n"
+            f"questions on both classes or on no chapter are left out. F1 of '{get}' questions, mean±sd.\n\n"
             + "\n".join(table) + "\n\n" + "\n".join(tests))
+
+
+def _mean_sd(cell: RealismCell | None, *, with_count: bool) -> str:
+    if not cell or cell["mean"] is None:
+        return "-"
+    text = f"{cell['mean']:.2f}±{cell['sd'] or 0.0:.2f}"
+    return f"{text} (n={cell['count']})" if with_count else text

@@ -117,6 +117,7 @@ class Scores(TypedDict):
     intervals: NotRequired[str]                   # how the intervals were computed
     realism: NotRequired[dict[str, RealismSplit]]  # "model / mode" -> the realism ablation (realism.py)
     repeats: NotRequired[dict[str, RepeatSpread]]  # "model / mode" -> run-to-run spread (--repeats, repeats.py)
+    partial: NotRequired[str]                     # why these scores cover part of the run (a shard's, "1/3")
 
 
 BASELINE_NOTES = {
@@ -250,6 +251,22 @@ def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
         out["provenance"] = dict(run["provenance"])
     if run.get("repeats"):
         out["repeats"] = dict(run["repeats"])
+    partial = _partial(run)
+    if partial:
+        out["partial"] = partial
+
+
+def _partial(run: Mapping[str, Any]) -> str | None:
+    """The shards missing from a sharded run's scores (one shard, or some merged), or None."""
+    shards = [run["shard"]] if run.get("shard") else list(run.get("shards") or [])
+    if not shards:
+        return None
+    total = str(shards[0]).partition("/")[2]
+    if not total.isdigit() or len(set(shards)) >= int(total):
+        return None
+    mine = sorted({str(s).partition("/")[0] for s in shards}, key=lambda i: int(i) if i.isdigit() else 0)
+    return (f"PARTIAL: shard{'s' if len(mine) > 1 else ''} {', '.join(mine)} of {total} only; report the "
+            f"{total} shards' folders together (tulving report DIR... --out REPORT) for the run's scores")
 
 
 SPENDING_HEAD = ["model", "role", "calls", "cached", "tokens in", "prompt cache read", "prompt cache written",
@@ -386,7 +403,8 @@ def _title(summary: Scores) -> str:
 
 
 def leaderboard_text(summary: Scores) -> str:
-    return f"Leaderboard ({_title(summary)})\n" + _plain_table(_LEADER_HEAD, leaderboard_rows(summary))
+    partial = f"{summary['partial']}\n" if summary.get("partial") else ""
+    return f"Leaderboard ({_title(summary)})\n{partial}" + _plain_table(_LEADER_HEAD, leaderboard_rows(summary))
 
 
 def _bins_present(summary: Scores) -> list[str]:
@@ -415,6 +433,8 @@ def bin_table_rows(summary: Scores) -> tuple[list[str], list[list[str]]]:
 
 def render_markdown(summary: Scores) -> str:
     parts = [f"# Episodic Memory Benchmark report\n\n{_title(summary)}."]
+    if summary.get("partial"):
+        parts.append(f"**{summary['partial']}.**")
     if summary.get("embed_model"):
         parts.append(f"RAG embeddings: {summary['embed_model']}.")
     parts.append("## Leaderboard\n\nSimple Recall: mean over bins of the mean lenient F1 of 'all' questions. "

@@ -103,7 +103,7 @@ def _figures(runset: RunSet, summaries: Sequence[Scores], folder: Path, notes: l
     try:
         F._plt()
     except ImportError:
-        notes.append("figures left out: matplotlib is not installed (pip install 'tulving[plots]')")
+        notes.append("figures left out: matplotlib is not installed (pip install 'tulving-bench[plots]')")
         return {}
     labels = {k: runset.label(k) for k in runset.groups}
     present = [b for b in BINS if any(r.bin == b and r.get == "all" for r in runset.records)]

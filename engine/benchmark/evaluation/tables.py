@@ -282,7 +282,7 @@ def leaderboard_table(runset: RunSet) -> Table:
         ca = chronological_awareness(recs)[0] if any_chrono else None
         entries.append((k.book, runset.samples.get(k) is not None, "this report", _label_cells(runset, k),
                         None if math.isnan(sr) else sr, ca, f"{sum(r.f1 is not None for r in recs)}/{len(recs)}",
-                        str(_failures(recs)), _notes(runset, k, recs)))
+                        str(_failures(recs)), _notes(runset, k, recs), k.judge))
     published_note = ""
     if LEADERBOARD_BOOK in {k.book for k in runset.groups}:
         board = _load_published("leaderboard.json")
@@ -292,14 +292,30 @@ def leaderboard_table(runset: RunSet) -> Table:
                 cells = [row["model"], board.get("memory", "in-context")] + \
                     ([LEADERBOARD_BOOK] if books else []) + (["published"] if judges else [])
                 entries.append((LEADERBOARD_BOOK, False, "published", cells, row.get("simple_recall"),
-                                row.get("chronological_awareness"), "", "", ""))
-    # By book; samples last; then by Simple Recall, Chronological Awareness.
-    entries.sort(key=lambda e: (e[0], e[1], -(e[4] if e[4] is not None else -1), -_sortable(e[5])))
-    rows = [[str(i), e[2], *e[3], "-" if e[4] is None else f"{e[4]:.3f}", _score_cell(e[5]),
-             e[6], e[7], e[8]] for i, e in enumerate(entries, 1)]
+                                row.get("chronological_awareness"), "", "", "", str(board.get("judge"))))
+    # By book and judge, each ranked on its own; samples last; then by Simple Recall, Chronological Awareness.
+    entries.sort(key=lambda e: (e[0], e[9], e[1], -(e[4] if e[4] is not None else -1), -_sortable(e[5])))
+    rows = [[rank, e[2], *e[3], "-" if e[4] is None else f"{e[4]:.3f}", _score_cell(e[5]),
+             e[6], e[7], e[8]] for rank, e in zip(_ranks(entries), entries)]
     return Table(key="leaderboard", title="Leaderboard", head=head, rows=rows, label_columns=2 + len(_label_head(runset)),
                  note="Simple Recall: mean over bins of the mean F1 of 'all' questions. Chronological Awareness: "
-                      "mean of Latest and Order. By book; sampled jobs are listed last." + published_note)
+                      "mean of Latest and Order. Ranked within each book and judge (rows of different books or judges "
+                      "are not comparable); sampled jobs are listed last." + published_note)
+
+
+def _ranks(entries: Sequence[tuple[Any, ...]]) -> list[str]:
+    """1, 2, ... within each (book, judge) of the sorted entries (e[0], e[9]): rows
+    of different books or judges are not comparable; a row without a score has no rank."""
+    ranks, group, n = [], None, 0
+    for e in entries:
+        if (e[0], e[9]) != group:
+            group, n = (e[0], e[9]), 0
+        if e[4] is None:
+            ranks.append("-")
+            continue
+        n += 1
+        ranks.append(str(n))
+    return ranks
 
 
 def _score_cell(x: float | None) -> str:

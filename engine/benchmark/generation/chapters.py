@@ -49,7 +49,7 @@ _Work = tuple[Any, ...]
 MIN_BATCH = 8
 BATCH_DELAY = 0.05
 # Errors that no further candidate can fix: stop the run instead of burning draws.
-_FATAL_KINDS = frozenset({"auth", "config", "bad_request", "budget"})
+_FATAL_KINDS = frozenset({"auth", "config", "bad_request", "budget", "cancelled"})
 
 VALID, FAILED_EXACT, FAILED_LLM, ERROR = "valid", "failed_exact", "failed_llm", "error"
 
