@@ -118,3 +118,30 @@ def test_finetuned_prompt_without_context_knows_nothing():
 def test_knows_no_universe_list():
     source = open(builtin_reader.__file__).read()
     assert "universe" not in source.split('"""', 2)[2].lower()  # code after the docstring
+
+
+def test_events_kept_for_every_question_are_those_matching_each_event_alone(long_book):
+    """The reader splits a context once and reuses it for the next questions
+    (by its text): the events it keeps for each question of the book, in
+    context and over retrieved paragraphs, are exactly those the per-event
+    test `matches` accepts on a fresh split of that context."""
+    from engine.benchmark.evaluation.questions import build_questions
+    from engine.benchmark.generation.published import load_book
+
+    book_text, _ = long_book
+    paragraphs = paragraph_chunks(book_text)
+    questions = build_questions(load_book("synaptic-echoes"))[::7]
+    assert len(questions) > 50
+    for n, q in enumerate(questions):
+        prompt = in_context_prompt(book_text, q.question) if n % 2 else rag_prompt(paragraphs[n:n + 60], q.question)
+        context, question = builtin_reader.split_prompt(prompt)
+        assert question == q.question and context is not None
+        parsed = parse_question(question)
+        assert parsed is not None
+        fresh = [e for e in builtin_reader.split_events(context) if builtin_reader.matches(e, parsed.cue)]
+        assert builtin_reader._parsed(context).matching(parsed.cue) == fresh, q.question
+
+
+def test_a_prompt_without_question_heading_has_no_context():
+    context, question = builtin_reader.split_prompt("## The Text to Memorize:\n\nsome text")
+    assert (context, question) == ("", "some text")

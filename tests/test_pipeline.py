@@ -153,3 +153,37 @@ def test_sample_is_spread_over_the_set(questions):
     assert len(sample) == 7 and sample[0] is questions[0]
     assert len({q.template for q in sample}) == 7
     assert pipeline.sample_questions(questions, 10_000) == list(questions)
+
+
+class IndexWatchingEngine(RecordingEngine):
+    """Also notes when the RAG index's embeddings are asked for and answered."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.config = engine.config
+
+    async def run(self, requests, **kw):
+        self.pulled.append("embed asked")
+        outcomes = await self.engine.run(requests, **kw)
+        self.pulled.append("embed answered")
+        return outcomes
+
+
+async def test_in_context_answers_go_out_while_the_rag_index_is_embedded(tmp_path, book, questions):
+    from engine.loopback.server import constant
+
+    async with LoopbackServer(embed_dim=64, latency=constant(0.2), models=["text-embedding-3-small"]) as server:
+        path = tmp_path / "tulving.toml"
+        path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+                        '[models.loop-embed]\nendpoint = "loop"\nmodel = "text-embedding-3-small"\n')
+        config = Config.load(path)
+        jobs = pipeline.plan_jobs(questions, ["builtin:reader"], [A.IN_CONTEXT, A.RAG_PARAGRAPH])
+        async with Engine(config, cache_path=str(tmp_path / "cache.sqlite")) as engine:
+            watched = IndexWatchingEngine(engine)
+            ev = await pipeline.evaluate(watched, config, book, questions, jobs, judge="builtin:judge",
+                                         embed_model="loop-embed")
+    first_answer = watched.pulled.index("answer")
+    last_embedding = len(watched.pulled) - 1 - watched.pulled[::-1].index("embed answered")
+    assert first_answer < last_embedding  # the in-context job did not wait for the index
+    assert {(r.mode, r.q_idx) for r in ev.records} == {(m, q.q_idx) for m in (A.IN_CONTEXT, A.RAG_PARAGRAPH) for q in questions}
+    assert ev.retrieval_calls > 0 and all(r.answer for r in ev.records)

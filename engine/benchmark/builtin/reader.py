@@ -24,6 +24,7 @@ Its reply depends only on the messages, so it caches like any model's.
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,14 +100,23 @@ def parse_question(question: str) -> ParsedQuestion | None:
 
 # -- context ----------------------------------------------------------------------
 
+_CONTEXT_STARTS = ("## The Text to Memorize:\n\n", "## Retrieved Relevant Chunks from the Book:\n\n")
+_QUESTION_HEAD = "\n\n## Question:\n\n"
+
+
 def split_prompt(prompt: str) -> tuple[str | None, str]:
-    """(context, question) from an answering prompt of engine/benchmark/evaluation/answers.py."""
-    for start in ("## The Text to Memorize:\n\n", "## Retrieved Relevant Chunks from the Book:\n\n"):
-        head, sep, rest = prompt.partition(start)
-        if sep:
-            context, _, tail = rest.rpartition("\n\n## Question:\n\n")
+    """(context, question) from an answering prompt of engine/benchmark/evaluation/answers.py.
+
+    Found by position and cut once: a book-sized context is copied only once."""
+    for start in _CONTEXT_STARTS:
+        begin = prompt.find(start)
+        if begin >= 0:
+            begin += len(start)
+            end = prompt.rfind(_QUESTION_HEAD, begin)
+            # No question heading: no context, the rest is the question.
+            tail = prompt[begin:] if end < 0 else prompt[end + len(_QUESTION_HEAD):]
             question = tail.split("\n\nPlease answer the question", 1)[0]
-            return context, question
+            return ("" if end < 0 else prompt[begin:end]), question
     _, sep, question = prompt.rpartition("Question:")
     return None, (question if sep else prompt).strip()
 
@@ -134,14 +144,25 @@ def split_events(context: str) -> list[Event]:
 
 # -- matching and extraction ----------------------------------------------------
 
+def _content_words(content: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(content) if len(w) >= 3]
+
+
+def _words_start_with(words: str, content_words: Sequence[str]) -> bool:
+    """`words`: an event's distinct lower-case words, each after a space."""
+    return all(" " + w[:max(4, len(w) - 2)] in words for w in content_words)
+
+
+def _word_index(text_lower: str) -> str:
+    """The distinct words of a text, each after a space (a compact set for prefix tests)."""
+    return "".join(" " + w for w in dict.fromkeys(_WORD.findall(text_lower)))
+
+
 def _content_matches(content: str, text_lower: str) -> bool:
     if content.lower() in text_lower:
         return True
-    words = [w.lower() for w in _WORD.findall(content) if len(w) >= 3]
-    if not words:
-        return False
-    present = set(w.lower() for w in _WORD.findall(text_lower))
-    return all(any(p.startswith(w[:max(4, len(w) - 2)]) for p in present) for w in words)
+    words = _content_words(content)
+    return bool(words) and _words_start_with(_word_index(text_lower), words)
 
 
 def matches(event: Event, cue: Mapping[str, str]) -> bool:
@@ -153,6 +174,50 @@ def matches(event: Event, cue: Mapping[str, str]) -> bool:
         elif value.lower() not in lower:
             return False
     return True
+
+
+class _ParsedContext:
+    """A context split into events once, with their lower-case texts and (built
+    when first needed) their word indexes: every question over the same book
+    reuses it instead of splitting and lower-casing the whole book again."""
+
+    __slots__ = ("events", "lowers", "_words", "_lock")
+
+    def __init__(self, context: str):
+        self.events = split_events(context)
+        self.lowers = [e.text.lower() for e in self.events]
+        self._words: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def words(self, i: int) -> str:
+        found = self._words.get(i)
+        if found is None:
+            found = _word_index(self.lowers[i])
+            with self._lock:
+                self._words[i] = found
+        return found
+
+    def matching(self, cue: Mapping[str, str]) -> list[Event]:
+        fixed = [v.lower() for k, v in cue.items() if k != "content"]
+        content = cue.get("content")
+        content_lower = content.lower() if content is not None else ""
+        content_words = _content_words(content) if content is not None else []
+        out = []
+        for i, lower in enumerate(self.lowers):
+            if not all(v in lower for v in fixed):
+                continue
+            if content is not None and content_lower not in lower and not (
+                    content_words and _words_start_with(self.words(i), content_words)):
+                continue
+            out.append(self.events[i])
+        return out
+
+
+# A few contexts (the book in context, or recent RAG chunks); the key is the
+# context text itself, so a hit is exact.
+@lru_cache(maxsize=2)
+def _parsed(context: str) -> _ParsedContext:
+    return _ParsedContext(context)
 
 
 def dates(text: str) -> list[str]:
@@ -310,7 +375,7 @@ def answer(context: str | None, question: str) -> str:
     parsed = parse_question(question)
     if context is None or parsed is None:
         return "I don't know." if parsed is None else NO_MATCH
-    events = [e for e in split_events(context) if matches(e, parsed.cue)]
+    events = _parsed(context).matching(parsed.cue)
     if not events:
         return NO_MATCH
     if parsed.get in ("latest", "chronological"):

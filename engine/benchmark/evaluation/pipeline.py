@@ -433,13 +433,30 @@ async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequen
     comes from the full question set, also for jobs run on a sample."""
     check_jobs(config, book, jobs, judge, embed_model)
     spending = Spending()
-    retrievals, retrieval_stats = await build_retrievals(engine, book, questions, [j.mode for j in jobs],
-                                                         embed_model, spending)
-    runners = [JobRunner(engine, config, book, job, judge, retrievals.get(job.mode), spending) for job in jobs]
-    per_job = await asyncio.gather(*(r.run() for r in runners))
+    # The index is built beside the jobs that do not need it (in-context,
+    # finetuned): their first calls go out at once, not after the embeddings.
+    index = asyncio.ensure_future(build_retrievals(engine, book, questions, [j.mode for j in jobs],
+                                                   embed_model, spending))
+    runners: dict[int, JobRunner] = {}
+
+    async def run_job(n: int, job: Job) -> list[ResultRecord]:
+        retrieval = (await index)[0].get(job.mode) if job.mode in A.RAG_MODES else None
+        runners[n] = JobRunner(engine, config, book, job, judge, retrieval, spending)
+        return await runners[n].run()
+
+    tasks = [asyncio.ensure_future(run_job(n, job)) for n, job in enumerate(jobs)]
+    try:
+        per_job = await asyncio.gather(*tasks)
+        retrievals, retrieval_stats = await index
+    except BaseException:  # one job (or the index) failed: stop the others before raising
+        for task in [*tasks, index]:
+            task.cancel()
+        await asyncio.gather(*tasks, index, return_exceptions=True)
+        raise
     records = [rec for recs in per_job for rec in recs]
     records.sort(key=lambda r: (r.model, r.mode, r.q_idx))
-    return Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in runners},
+    ordered = [runners[n] for n in range(len(jobs))]
+    return Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in ordered},
                       jobs=list(jobs), judge=judge, embed_model=embed_model if retrievals else None,
                       retrieval_calls=retrieval_stats.calls, retrieval_cache_hits=retrieval_stats.cache_hits,
                       retrieval_seconds=retrieval_stats.wall, spending=spending)

@@ -75,10 +75,18 @@ def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
         raise BookError(f"book {source}: {len(events)} events but {len(metas)} meta-events")
     if verify:
         verify_chapters(source, chapter_texts, chapters, events, metas)
-    n_tokens = book_tokens(text)
+    n_tokens = _stated_tokens(metadata) or book_tokens(text)
     return Book(name=name, text=text, chapters=chapters, events=events, meta_events=metas,
                 universe=metadata.get("universe", "default"), n_tokens=n_tokens, metadata=metadata,
                 path=path, chapter_texts=chapter_texts)
+
+
+def _stated_tokens(metadata: dict[str, Any]) -> int | None:
+    """The token count book.json states (written by `tulving generate` from the
+    same text): counting a 1M-token book again loads the tokenizer's tables
+    (~90 MB resident) for a number already known."""
+    n = metadata.get("n_tokens")
+    return n if type(n) is int and n > 0 else None
 
 
 def verify_chapters(source: str, chapter_texts: list[str], chapters: list[ChapterRecord], events: list[dict[str, str]],
