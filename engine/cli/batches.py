@@ -17,6 +17,7 @@ from typing import Any
 
 from cache.backend import BatchLedgerStore, is_postgres_url, open_ledger
 from cache.batches import LedgerBatch
+from engine.cli.commands import command_help
 from engine.cli.common import load_config
 from engine.errors import printable
 from providers.base import ProviderError, TulvingError
@@ -24,7 +25,7 @@ from providers.kinds import open_batch_api
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("batches", help="provider batches submitted by --batch runs: list, cancel",
+    p = subparsers.add_parser("batches", help=command_help("batches"),
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--all", action="store_true", help="also batches whose results are all in the cache")
     p.add_argument("--refresh", action="store_true",

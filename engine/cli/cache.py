@@ -16,6 +16,7 @@ import orjson
 
 from cache import admin
 from cache.location import is_postgres_url, redact
+from engine.cli.commands import command_help
 from providers.base import TulvingError
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ _EMBED_FIELDS = {"model", "texts"}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("cache", help="inspect and maintain the response cache",
+    parser = subparsers.add_parser("cache", help=command_help("cache"),
                                    description="Inspect and maintain the response cache (--cache PATH).")
     commands = parser.add_subparsers(dest="cache_command", metavar="COMMAND", required=True)
 

@@ -53,6 +53,7 @@ from engine.benchmark.evaluation.run_record import carried_spending, check_out_f
 from engine.benchmark.generation.bookdir import Book, check_output_folder
 from engine.cli import lifecycle
 from engine.cli.argtypes import csv_list, non_negative_float, positive_int
+from engine.cli.commands import command_help
 from engine.cli.common import (
     check_models,
     dry_run_estimate,
@@ -84,7 +85,7 @@ DEFAULT_LOCAL_SAMPLE = 1
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _register_run(subparsers)
-    p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
+    p = subparsers.add_parser("questions", help=command_help("questions"))
     p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
     p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl)")
     p.set_defaults(func=cmd_questions)
@@ -94,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
-        "run", help="evaluate models on a book: answers, judgments, scores, report",
+        "run", help=command_help("run"),
         description="Answer every question of a book with each model and memory mode, judge the answers, "
                     "score them and write results.jsonl, scores.json, report.md and run.json to --out. "
                     "Without --models/--modes: the offline built-in default (builtin:reader, builtin:judge, "
@@ -139,7 +140,7 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
 
 def _register_finetune(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
-        "finetune", help="write a book's fine-tuning data and fine-tune a model on it (OpenAI API)",
+        "finetune", help=command_help("finetune"),
         description="Write the single-event question/answer pairs as chat JSONL, submit an OpenAI "
                     "fine-tuning job, wait for it, record the fine-tuned model id and print the config "
                     "snippet that declares it as a model alias (use it with --modes finetuned).")
@@ -164,7 +165,7 @@ def _register_finetune(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """report, compare, agreement: commands that read finished runs."""
     p = subparsers.add_parser(
-        "report", help="re-render a run folder's scores and report, or write the HTML report of runs (--out)",
+        "report", help=command_help("report"),
         description="With one RUN_DIR and no --out: re-render its scores.json and report.md. With --out DIR: "
                     "write the report of one or more runs (different models, modes, books, judges, or the "
                     "shards of one run) to DIR: index.html (self-contained), report.md, tables/ (Markdown "
@@ -177,7 +178,7 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(
-        "compare", help="test whether run A scores higher than run B (paired or unpaired, picked from the runs)",
+        "compare", help=command_help("compare"),
         description="Same questions on both sides: Wilcoxon signed-rank (pratt) and a paired bootstrap CI of the "
                     "mean F1 difference (Gardner-Altman figure with --out). Different books: one-sided "
                     "Mann-Whitney U (A higher than B). The command says which test it used.")
@@ -193,7 +194,7 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.set_defaults(func=cmd_compare)
 
     p = subparsers.add_parser(
-        "agreement", help="agreement of two judges on the same answers (runs differing only by --judge)",
+        "agreement", help=command_help("agreement"),
         description="Pairs the questions of configurations present under two judges: Pearson, Spearman, mean "
                     "absolute F1 difference, share of identical item sets, the largest disagreements; with "
                     "--out the tables (Markdown, CSV) and a scatter plot.")

@@ -13,9 +13,11 @@ handler, so the SIGTERM was swallowed and the run went on to exit 0.
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # asyncio is imported by `run`: `tulving --help` and the SIGTERM handler need none of it
+    import asyncio
 
 T = TypeVar("T")
 
@@ -58,6 +60,7 @@ def terminate() -> bool:
 def run(main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(main)`, stoppable by `terminate()`: raises `Terminated`
     once the main task has unwound (its `finally` and `async with` blocks ran)."""
+    import asyncio
 
     async def tracked() -> T:
         task = asyncio.current_task()

@@ -3,10 +3,13 @@
     tulving [--config PATH] [--cache PATH] [--quiet] [--max-cost USD] COMMAND ...
 
 This module builds the parser (the global options) and runs a command. The
-command modules (engine/cli/: tools, bench, cache, generate, evaluate) each
-expose `register(subparsers)`, adding subcommands whose handler is
+command modules (engine/cli/: tools, bench, cache, generate, evaluate, batches,
+data) each expose `register(subparsers)`, adding subcommands whose handler is
 `handler(args) -> int`; handlers build engines with
-`engine.cli.common.open_engine(args)`.
+`engine.cli.common.open_engine(args)`. Only the named command's module is
+imported: `tulving --help` lists the commands from the table of
+engine/cli/commands.py, so that it, --version and a usage error answer without
+loading numpy, scipy, aiohttp or the SDKs (tests/test_startup.py).
 
 User errors (a bad config, an unknown model, a missing key or file) print one
 line, `tulving: error: ...`, and exit 2; other fatal provider errors exit 1;
@@ -18,8 +21,8 @@ whether or not SIGINT is ignored (engine/cli/lifecycle.py).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
+import importlib
 import os
 import signal
 import sys
@@ -29,10 +32,10 @@ from types import FrameType
 
 from cache.location import split_password
 from engine import __version__
-from engine.cli import batches, bench, data, evaluate, generate, lifecycle, tools
-from engine.cli import cache as cache_commands
+from engine.cli import lifecycle
 from engine.cli.argtypes import non_negative_float
-from engine.cli.common import cache_notes, default_cache, default_config
+from engine.cli.commands import COMMANDS, module_of
+from engine.cli.config_file import cache_notes, default_cache, default_config
 from engine.cli.lifecycle import Terminated
 from engine.errors import (
     EXIT_FAILED,
@@ -45,12 +48,12 @@ from engine.errors import (
 )
 from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
-COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate, batches, data)
-
-
 # -- parser and entry point ---------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of the global options and every command. `command`'s module
+    registers its commands in full; every other command is a placeholder
+    (its name and help, for `tulving --help` and the list of choices)."""
     parser = argparse.ArgumentParser(
         prog="tulving",
         description="Episodic Memory Benchmark for LLMs: generate books, evaluate models, at high throughput.",
@@ -69,10 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-cost", metavar="USD", type=non_negative_float,
                         help="send no new call once the run's spending would exceed this")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    chosen = module_of(command)
+    for entry in COMMANDS:
+        if entry.module != chosen:
+            sub.add_parser(entry.name, help=entry.help, add_help=False)
+        elif entry.name not in sub.choices:  # the module's first command: it registers all of its own
+            importlib.import_module(entry.module).register(sub)
     return parser
+
+
+def parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str]]:
+    """(parser, args, unparsed) of `argv`. A first pass over the placeholders
+    finds the command (and answers --help, --version and usage errors of the
+    global options); then the command's module parses its options."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    command = getattr(args, "command", None)
+    if command is not None:
+        parser = build_parser(command)
+        args, extra = parser.parse_known_args(argv)
+    return parser, args, extra
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -81,6 +100,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _install_uvloop() -> None:
+    import asyncio
+
     try:
         import uvloop
     except ImportError:
@@ -196,8 +217,7 @@ def _password_apart(args: argparse.Namespace) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    parser, args, extra = parse(argv)
     if getattr(args, "command", None) == "serve-loopback":  # its options belong to the server
         args.server_args = extra + args.server_args
     elif extra:

@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from engine.cli import probe
+from engine.cli.commands import command_help
 from engine.cli.common import default_config, load_config
 from engine.cli.models_table import models_markdown
 from engine.cli.remote_models import availability, remote_models
@@ -22,7 +23,7 @@ from providers.kinds import ProviderKind, registry
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("models", help="list model aliases, their endpoints and whether keys are set")
+    p = sub.add_parser("models", help=command_help("models"))
     p.add_argument("--probe", action="store_true",
                    help="send one minimal request per remote endpoint whose key is set (or none needed) and "
                         "show the rate limits its reply reports (without it, nothing is sent)")
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="print the table of the built-in OpenAI and Anthropic aliases as Markdown (docs/models.md)")
     p.set_defaults(func=_cmd_models)
 
-    p = sub.add_parser("config", help="configuration tools")
+    p = sub.add_parser("config", help=command_help("config"))
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION")
     check = config_sub.add_parser("check", help="validate the config and print it merged (no secrets)")
     check.set_defaults(func=_cmd_config_check)
@@ -48,8 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=lambda args: _usage(p))
 
     p = sub.add_parser("serve-loopback", add_help=False,
-                       help="serve the OpenAI/Anthropic APIs on loopback, to try the engine without keys "
-                            "(options: see `tulving serve-loopback --help`)")
+                       help=command_help("serve-loopback"))
     p.add_argument("server_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_serve_loopback)
 
