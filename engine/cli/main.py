@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from types import FrameType
 
 from cache.location import split_password
-from engine import __version__
 from engine.cli import lifecycle
 from engine.cli.argtypes import non_negative_float
 from engine.cli.commands import COMMANDS, module_of
@@ -50,6 +49,20 @@ from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
 # -- parser and entry point ---------------------------------------------------------------
 
+class _VersionAction(argparse.Action):
+    """--version: the installed version, read only when asked for (engine.__version__)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[object] | None, option_string: str | None = None) -> None:
+        from engine import __version__
+
+        print(f"tulving {__version__}")
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of the global options and every command. `command`'s module
     registers its commands in full; every other command is a placeholder
@@ -67,8 +80,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                         help="response cache: a SQLite file, or a postgresql://user@host/db URL shared by "
                              "processes and machines (default: $TULVING_CACHE, else %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    parser.add_argument("--version", action="version", version=f"tulving {__version__}",
-                        help="print the installed version and exit")
+    parser.add_argument("--version", action=_VersionAction, help="print the installed version and exit")
     parser.add_argument("--max-cost", metavar="USD", type=non_negative_float,
                         help="send no new call once the run's spending would exceed this")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -97,16 +109,6 @@ def parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace,
 def _usage(parser: argparse.ArgumentParser) -> int:
     parser.print_help(sys.stderr)
     return 2
-
-
-def _install_uvloop() -> None:
-    import asyncio
-
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 def _fail(message: str, code: int) -> int:
@@ -225,7 +227,6 @@ def _main(argv: list[str]) -> int:
     if getattr(args, "func", None) is None:
         return _usage(parser)
     _password_apart(args)
-    _install_uvloop()
     args.cache_from_env = bool(os.environ.get("TULVING_CACHE"))
     notes = cache_notes(args) if getattr(args, "command", None) in _CALLING_COMMANDS else []
     try:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 
-from engine.cli import probe
+from engine.cli import lifecycle, probe
 from engine.cli.commands import command_help
 from engine.cli.common import default_config, load_config
 from engine.cli.models_table import models_markdown
@@ -61,7 +60,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     config = load_config(args)
     listed: dict[str, set[str]] = {}
     if args.remote:
-        listed, failures = asyncio.run(remote_models(config))
+        listed, failures = lifecycle.run_briefly(remote_models(config))
         for line in failures:
             print(f"note: {line}", file=sys.stderr)
     header = ("alias", "endpoint", "model", "kind", "key set", "$/M in/out", "status", "checked")
@@ -77,7 +76,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for cells in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip())
-    return asyncio.run(probe.probe_all(config)) if args.probe else 0
+    return lifecycle.run_briefly(probe.probe_all(config)) if args.probe else 0
 
 
 def _prices(config: Config, name: str) -> str:
@@ -211,6 +210,7 @@ def _kind_section(kind: ProviderKind) -> list[str]:
 
 
 def _cmd_serve_loopback(args: argparse.Namespace) -> int:
+    lifecycle.install_uvloop()  # the server's loop unless --uvloop asks for it explicitly, as before
     return loopback_cli.main(args.server_args)
 
 
