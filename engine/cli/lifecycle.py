@@ -74,8 +74,8 @@ def install_uvloop() -> None:
 
 def run_briefly(main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(main)` on the CLI's event loop, for the short commands
-    (cache copy, batches, models --probe): SIGTERM stops them as Ctrl-C does,
-    without the cancellation `run` gives a long one."""
+    (cache copy, batches, models --probe/--remote): SIGTERM interrupts them
+    as Ctrl-C does (engine/cli/main.py), without `run`'s orderly cancellation."""
     import asyncio
 
     install_uvloop()
