@@ -36,16 +36,9 @@ from engine.cli.argtypes import non_negative_float
 from engine.cli.commands import COMMANDS, module_of
 from engine.cli.config_file import cache_notes, default_cache, default_config
 from engine.cli.lifecycle import Terminated
-from engine.errors import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_PIPE,
-    EXIT_STORAGE,
-    EXIT_TERMINATED,
-    EXIT_USAGE,
-    printable,
-)
-from providers.base import AUTH, CONFIG, ProviderError, TulvingError
+
+# engine.errors and providers.base are imported where an error is handled:
+# --help and --version need neither (nor the providers package they load).
 
 # -- parser and entry point ---------------------------------------------------------------
 
@@ -114,6 +107,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def _fail(message: str, code: int) -> int:
     """Print one error line (control characters escaped: it may quote a
     server, a file name or model output) and return `code`."""
+    from engine.errors import printable
+
     _print_err(f"tulving: error: {' '.join(printable(message).split())}")
     return code
 
@@ -175,6 +170,8 @@ def _os_error(exc: OSError) -> int:
     name = exc.filename or ""
     what = exc.strerror or str(exc)
     where = f"{name}: " if name else ""
+    from engine.errors import EXIT_STORAGE, EXIT_USAGE
+
     code = EXIT_STORAGE if exc.errno in _STORAGE_ERRNOS else EXIT_USAGE
     return _fail(f"{where}{what}", code)
 
@@ -188,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         terminated = lifecycle.terminating()
         _print_err("tulving: terminated" if terminated else "tulving: interrupted")
+        from engine.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:  # `tulving ... | head`: the reader left; exit quietly
         try:
@@ -195,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         except (OSError, ValueError):
             pass
+        from engine.errors import EXIT_PIPE
+
         return EXIT_PIPE
     finally:
         if previous is not None:
@@ -223,6 +224,8 @@ def _main(argv: list[str]) -> int:
     if getattr(args, "command", None) == "serve-loopback":  # its options belong to the server
         args.server_args = extra + args.server_args
     elif extra:
+        from engine.errors import printable
+
         parser.error(f"unrecognized arguments: {' '.join(printable(x) for x in extra)}")
     if getattr(args, "func", None) is None:
         return _usage(parser)
@@ -239,6 +242,9 @@ def _main(argv: list[str]) -> int:
 
 def _run_command(args: argparse.Namespace) -> int:
     """The command's exit code, its errors as one line and the code that tells them apart."""
+    from engine.errors import EXIT_FAILED, EXIT_USAGE
+    from providers.base import AUTH, CONFIG, ProviderError, TulvingError
+
     try:
         return int(args.func(args) or 0)
     except TulvingError as exc:
