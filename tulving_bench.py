@@ -12,7 +12,6 @@ Standard library only: this module must work whatever else is broken.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import sys
 from pathlib import Path
@@ -24,6 +23,8 @@ HOME = Path(__file__).resolve().parent
 
 def _owner(origin: Path) -> str | None:
     """The installed distribution whose files include `origin`, if any."""
+    import importlib.metadata  # only when something is wrong: it is slow to import
+
     for dist in importlib.metadata.distributions():
         for file in dist.files or ():
             if file.name == origin.name and file.parent.name == origin.parent.name:

@@ -240,12 +240,13 @@ class Config:
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None) -> Config:
         """Built-in defaults, with the TOML file at `path` merged over them."""
+        # The file first: a malformed one is told before the provider kinds' modules load.
+        data = _read_toml(Path(path)) if path is not None else None
         raw_endpoints, raw_models = default_tables()
         source = "built-in defaults"
         cache = CacheSettings()
-        if path is not None:
+        if path is not None and data is not None:
             path = Path(path)
-            data = _read_toml(path)
             unknown = set(data) - {"endpoints", "models", "cache"}
             if unknown:
                 raise ConfigError(f"{path}: unknown top-level section(s) {sorted(unknown)} "

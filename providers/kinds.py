@@ -22,12 +22,13 @@ import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
 from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from providers.batch_api import BatchApi
 
 GROUP = "tulving.providers"
@@ -215,6 +216,8 @@ def registry() -> KindRegistry:
     """The kinds installed (entry point group `tulving.providers`), read once."""
     global _registry
     if _registry is None:
+        from importlib.metadata import entry_points  # here: `tulving --help` reads no distribution metadata
+
         _registry = KindRegistry.from_entry_points(entry_points(group=GROUP))
     return _registry
 

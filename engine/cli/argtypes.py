@@ -1,5 +1,5 @@
-"""argparse value types shared by the command modules: a bad value is a one-line
-usage error naming the option."""
+"""argparse value types shared by the command modules (a bad value is a one-line
+usage error naming the option), and the options several commands share."""
 from __future__ import annotations
 
 import argparse
@@ -38,3 +38,9 @@ def csv_list(text: str) -> list[str]:
     if not items:
         raise argparse.ArgumentTypeError("expected a comma-separated list")
     return items
+
+
+def add_allow_unpriced(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-unpriced", action="store_true",
+                        help="call models without a known price (counted as $0; the estimate and summary name "
+                             "them) instead of stopping")

@@ -8,7 +8,6 @@ A batch is listed while it still owes keys (results not yet in the cache);
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
@@ -17,6 +16,8 @@ from typing import Any
 
 from cache.backend import BatchLedgerStore, is_postgres_url, open_ledger
 from cache.batches import LedgerBatch
+from engine.cli import lifecycle
+from engine.cli.commands import command_help
 from engine.cli.common import load_config
 from engine.errors import printable
 from providers.base import ProviderError, TulvingError
@@ -24,7 +25,7 @@ from providers.kinds import open_batch_api
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("batches", help="provider batches submitted by --batch runs: list, cancel",
+    p = subparsers.add_parser("batches", help=command_help("batches"),
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--all", action="store_true", help="also batches whose results are all in the cache")
     p.add_argument("--refresh", action="store_true",
@@ -94,7 +95,7 @@ async def _list(args: argparse.Namespace) -> list[LedgerBatch]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    batches = asyncio.run(_list(args))
+    batches = lifecycle.run_briefly(_list(args))
     if not batches:
         print("no pending batches" if not args.all else "no batches recorded")
         return 0
@@ -137,5 +138,5 @@ async def _cancel(args: argparse.Namespace) -> str:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    print(printable(asyncio.run(_cancel(args))))
+    print(printable(lifecycle.run_briefly(_cancel(args))))
     return 0

@@ -36,7 +36,9 @@ from engine.benchmark.latency.prompts import BOOK_MODES, PromptSet, book_questio
 from engine.benchmark.latency.report import BenchRun, console, slo_text, to_csv, to_json
 from engine.benchmark.latency.runner import run_point
 from engine.cli import lifecycle
-from engine.cli.common import add_allow_unpriced, check_models, load_config
+from engine.cli.argtypes import add_allow_unpriced
+from engine.cli.commands import command_help
+from engine.cli.common import check_models, load_config
 from engine.config import Config
 from engine.errors import printable
 from engine.requests import ChatRequest, EmbedRequest, Request
@@ -62,11 +64,10 @@ DEFAULTS = {  # (bench, bench-latency)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="latency and throughput under load: TTFT, TPOT, ITL, E2E, goodput, sweeps",
+    p = sub.add_parser("bench", help=command_help("bench"),
                        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _options(p)
-    p = sub.add_parser("bench-latency", help="alias of `tulving bench` (defaults: -n 50, one call at a time, "
-                                             "16 output tokens)")
+    p = sub.add_parser("bench-latency", help=command_help("bench-latency"))
     _options(p)
 
 

@@ -6,7 +6,6 @@ read SQLite files (copy the database into one first)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,8 @@ import orjson
 
 from cache import admin
 from cache.location import is_postgres_url, redact
+from engine.cli import lifecycle
+from engine.cli.commands import command_help
 from providers.base import TulvingError
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ _EMBED_FIELDS = {"model", "texts"}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("cache", help="inspect and maintain the response cache",
+    parser = subparsers.add_parser("cache", help=command_help("cache"),
                                    description="Inspect and maintain the response cache (--cache PATH).")
     commands = parser.add_subparsers(dest="cache_command", metavar="COMMAND", required=True)
 
@@ -110,7 +111,7 @@ def _cache(args: argparse.Namespace) -> str:
 def _copy(args: argparse.Namespace) -> int:
     from cache.copy import copy_cache
 
-    report = asyncio.run(copy_cache(args.source, args.target))
+    report = lifecycle.run_briefly(copy_cache(args.source, args.target))
     print(report.format())
     return 0
 
@@ -125,10 +126,10 @@ def _through_sqlite(args: argparse.Namespace, work: Callable[[str], int]) -> int
     with tempfile.TemporaryDirectory(prefix="tulving-cache-") as folder:
         local = str(Path(folder) / "cache.sqlite")
         if args.cache_command == "export":
-            asyncio.run(copy_cache(url, local))
+            lifecycle.run_briefly(copy_cache(url, local))
             return work(local)
         code = work(local)
-        asyncio.run(copy_cache(local, url))
+        lifecycle.run_briefly(copy_cache(local, url))
         return code
 
 

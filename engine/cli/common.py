@@ -11,41 +11,22 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from cache.backend import ResponseStore, is_postgres_url, open_cache
 from engine.batching_mode import batch_endpoint
+from engine.cli.config_file import LOCAL_CONFIG as LOCAL_CONFIG
+from engine.cli.config_file import cache_notes as cache_notes
+from engine.cli.config_file import choose_cache as choose_cache
+from engine.cli.config_file import config_path as config_path
+from engine.cli.config_file import default_cache as default_cache
+from engine.cli.config_file import default_config as default_config
+from engine.cli.config_file import load_config as load_config
 from engine.config import Config, ConfigError
 from engine.estimate import ESTIMATE_NOTE, Estimator
 from engine.requests import Request
 from engine.resolve import resolve
 from engine.scheduler import Engine
-
-# Where the response cache lived before it moved to the user's cache directory:
-# an existing one in the working directory is still used, so nobody loses it.
-LEGACY_CACHE = os.path.join("runs", "cache.sqlite")
-
-
-def _xdg(variable: str, fallback: str) -> Path:
-    value = os.environ.get(variable)
-    return Path(value) if value and os.path.isabs(value) else Path.home() / fallback
-
-
-def default_cache() -> str:
-    """The response cache without --cache / TULVING_CACHE: ./runs/cache.sqlite when
-    it exists (the old default), else $XDG_CACHE_HOME/tulving/cache.sqlite
-    (~/.cache/tulving/cache.sqlite), shared by every working directory."""
-    if os.path.exists(LEGACY_CACHE):
-        return LEGACY_CACHE
-    return str(_xdg("XDG_CACHE_HOME", ".cache") / "tulving" / "cache.sqlite")
-
-
-def default_config() -> Path:
-    """Where `tulving config init` writes, and the config read without
-    --config / TULVING_CONFIG when it exists: $XDG_CONFIG_HOME/tulving/config.toml."""
-    return _xdg("XDG_CONFIG_HOME", ".config") / "tulving" / "config.toml"
-
 
 DEFAULT_CACHE = default_cache()  # as the process started; `default_cache()` reads the environment again
 
@@ -54,61 +35,6 @@ def cache_exists(location: str | os.PathLike[str] | None) -> bool:
     """Whether there is a cache to read at `location`: a SQLite file that
     exists, or any PostgreSQL URL (its database is checked when opened)."""
     return location is not None and (is_postgres_url(location) or os.path.exists(location))
-
-
-LOCAL_CONFIG = "tulving.toml"  # a project's config, read from the working directory
-
-
-def config_path(args: argparse.Namespace) -> str | os.PathLike[str] | None:
-    """The config file named by --config / TULVING_CONFIG, else ./tulving.toml
-    (the project's, in the working directory), else the user's
-    (`default_config()`) when there is one, else None (the built-in defaults)."""
-    path: str | os.PathLike[str] | None = getattr(args, "config", None)
-    if path is None and Path(LOCAL_CONFIG).is_file():
-        path = LOCAL_CONFIG
-    if path is None and default_config().is_file():
-        path = default_config()
-    return path
-
-
-def load_config(args: argparse.Namespace) -> Config:
-    """The config of `config_path`, merged over the built-in defaults."""
-    return Config.load(config_path(args))
-
-
-def choose_cache(args: argparse.Namespace) -> None:
-    """Set `args.cache`: --cache, else $TULVING_CACHE, else the config file's
-    [cache] url, else `default_cache()`. A config URL's password comes from
-    the variable its `password_env` names, moved to $PGPASSWORD (where the
-    driver reads it, with ~/.pgpass or $PGPASSFILE as the fallback)."""
-    if getattr(args, "cache", None):
-        return
-    args.cache = os.environ.get("TULVING_CACHE") or ""
-    if args.cache:
-        return
-    path = config_path(args)
-    section = Config.cache_section(path) if path is not None else None
-    if section is None or section.url is None:
-        args.cache = default_cache()
-        return
-    args.cache = section.url
-    password = section.password() if is_postgres_url(section.url) else None
-    if password is not None:
-        os.environ["PGPASSWORD"] = password
-
-
-def cache_notes(args: argparse.Namespace) -> list[str]:
-    """What to tell the user of the default cache: where a new one goes (once:
-    until it exists), or that the old ./runs/cache.sqlite is still used."""
-    cache = getattr(args, "cache", None)
-    if not cache or cache != default_cache() or getattr(args, "cache_from_env", False):
-        return []
-    if cache == LEGACY_CACHE:
-        return [f"using {LEGACY_CACHE} (found in this folder) as the response cache; new runs elsewhere use "
-                f"{_xdg('XDG_CACHE_HOME', '.cache') / 'tulving' / 'cache.sqlite'}: move it there to share it"]
-    if not os.path.exists(cache):
-        return [f"the response cache is {cache} (shared by every folder; --cache or TULVING_CACHE to change it)"]
-    return []
 
 
 def check_models(config: Config, args: argparse.Namespace, names: Iterable[str]) -> None:
@@ -139,12 +65,6 @@ def unpriced_line(args: argparse.Namespace) -> str | None:
     """The summary's reminder of the models counted as $0 (--allow-unpriced)."""
     names = getattr(args, "unpriced", None)
     return f"unpriced, counted as $0 (--allow-unpriced): {', '.join(names)}" if names else None
-
-
-def add_allow_unpriced(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allow-unpriced", action="store_true",
-                        help="call models without a known price (counted as $0; the estimate and summary name "
-                             "them) instead of stopping")
 
 
 def open_engine(args: argparse.Namespace, config: Config | None = None, **kwargs: Any) -> Engine:

@@ -20,10 +20,11 @@ from engine.benchmark.datadir import data_home, published_names, user_data_dir
 from engine.benchmark.release import fetch as release_fetch
 from engine.benchmark.release.importer import ImportSummary, import_release
 from engine.benchmark.release.layout import CATALOGUE, DOI_URL
+from engine.cli.commands import command_help
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("data", help="fetch and import the published release (all 11 books and the paper's runs)")
+    p = sub.add_parser("data", help=command_help("data"))
     data_sub = p.add_subparsers(dest="data_command", metavar="ACTION")
     f = data_sub.add_parser("fetch", help=f"download the release ({DOI_URL}) into the data folder and import it")
     f.add_argument("--url", help="download from this URL instead (a mirror, or a local server)")
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i.set_defaults(func=_cmd_import)
     p.set_defaults(func=lambda args: _usage(p))
 
-    b = sub.add_parser("books", help="list the books installed and the ones `tulving data fetch` adds")
+    b = sub.add_parser("books", help=command_help("books"))
     b.set_defaults(func=_cmd_books)
 
 

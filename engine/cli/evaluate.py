@@ -27,66 +27,33 @@ A run folder holds:
   failures, calls, cache hits and cost (see report.py);
 - report.md: the leaderboard and the paper's F1-by-bin table;
 - run.json: what is specific to this execution (wall time, calls made, cache hits).
+
+This module only parses: the work is in engine/cli/evaluate_handlers.py,
+imported once the options (and, for `run` and `finetune`, the config) are
+read, so that `tulving run --help` and a bad config answer at once.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib.util
-import itertools
-import json
-import sys
-import time
-from collections import Counter
-from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
 
 from engine.benchmark.evaluation import answers as A
-from engine.benchmark.evaluation import pipeline, rag
-from engine.benchmark.evaluation.provenance import command_line, provenance, utc_now
-from engine.benchmark.evaluation.questions import Question
-from engine.benchmark.evaluation.repeats import repeat_file, repeat_spread
-from engine.benchmark.evaluation.report import Scores, add_realism, leaderboard_text, render_markdown, summarize
-from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
-from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, spent_before
-from engine.benchmark.generation.bookdir import Book, check_output_folder
-from engine.cli import lifecycle
-from engine.cli.argtypes import csv_list, non_negative_float, positive_int
-from engine.cli.common import (
-    add_allow_unpriced,
-    check_models,
-    dry_run_estimate,
-    dry_run_report,
-    load_config,
-    open_engine,
-    print_estimate,
-    unpriced_line,
+from engine.cli.argtypes import add_allow_unpriced, csv_list, non_negative_float, positive_int
+from engine.cli.commands import command_help
+from engine.cli.config_file import load_config
+from engine.cli.evaluate_defaults import (
+    DEFAULT_BOOK,
+    DEFAULT_EMBED,
+    DEFAULT_JUDGE,
+    DEFAULT_LOCAL_SAMPLE,
+    LOCAL_LLM,
+    OFFLINE_EMBED,
 )
-from engine.config import Config
-from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
-from engine.estimate import Estimator
-from engine.requests import ChatRequest
-from engine.scheduler import Engine
-from engine.spending import spending_lines
-from providers.base import BUDGET, Result, TulvingError
-from providers.kinds import batch_capable, kind_of
-
-DEFAULT_BOOK = "synaptic-echoes-short"
-DEFAULT_JUDGE = "builtin:judge"
-DEFAULT_EMBED = "text-embedding-3-small"  # the paper's
-OFFLINE_EMBED = "local:minilm"
-DEFAULT_READER = "builtin:reader"
-LOCAL_LLM = "local:smollm2"
-# Questions the local LLM answers in the default run: it took 10 s (idle) to
-# 40 s (loaded) a question on 2 cores, and the default run must finish within
-# a minute.
-DEFAULT_LOCAL_SAMPLE = 1
+from providers.base import TulvingError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _register_run(subparsers)
-    p = subparsers.add_parser("questions", help="write the question set of a book (JSON Lines)")
+    p = subparsers.add_parser("questions", help=command_help("questions"))
     p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
     p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl; -: standard output)")
     p.set_defaults(func=cmd_questions)
@@ -96,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
-        "run", help="evaluate models on a book: answers, judgments, scores, report",
+        "run", help=command_help("run"),
         description="Answer every question of a book with each model and memory mode, judge the answers, "
                     "score them and write results.jsonl, scores.json, report.md and run.json to --out. "
                     "Without --models/--modes: the offline built-in default (builtin:reader, builtin:judge, "
@@ -145,7 +112,7 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
 
 def _register_finetune(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
-        "finetune", help="write a book's fine-tuning data and fine-tune a model on it (OpenAI API)",
+        "finetune", help=command_help("finetune"),
         description="Write the single-event question/answer pairs as chat JSONL, submit an OpenAI "
                     "fine-tuning job, wait for it, record the fine-tuned model id and print the config "
                     "snippet that declares it as a model alias (use it with --modes finetuned).")
@@ -170,7 +137,7 @@ def _register_finetune(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """report, compare, agreement: commands that read finished runs."""
     p = subparsers.add_parser(
-        "report", help="re-render a run folder's scores and report, or write the HTML report of runs (--out)",
+        "report", help=command_help("report"),
         description="With one RUN_DIR and no --out: re-render its scores.json and report.md. With --out DIR: "
                     "write the report of one or more runs (different models, modes, books, judges, or the "
                     "shards of one run) to DIR: index.html (self-contained), report.md, tables/ (Markdown "
@@ -183,7 +150,7 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(
-        "compare", help="test whether run A scores higher than run B (paired or unpaired, picked from the runs)",
+        "compare", help=command_help("compare"),
         description="Same questions on both sides: Wilcoxon signed-rank (pratt) and a paired bootstrap CI of the "
                     "mean F1 difference (Gardner-Altman figure with --out). Different books: one-sided "
                     "Mann-Whitney U (A higher than B). The command says which test it used. When the book's "
@@ -208,7 +175,7 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.set_defaults(func=cmd_compare)
 
     p = subparsers.add_parser(
-        "agreement", help="agreement of two judges on the same answers (runs differing only by --judge)",
+        "agreement", help=command_help("agreement"),
         description="Pairs the questions of configurations present under two judges: Pearson, Spearman, mean "
                     "absolute F1 difference, share of identical item sets, the largest disagreements; with "
                     "--out the tables (Markdown, CSV) and a scatter plot.")
@@ -217,8 +184,6 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.add_argument("--out", metavar="DIR", help="write the tables and the scatter plot here")
     p.set_defaults(func=cmd_agreement)
 
-
-# -- helpers -------------------------------------------------------------------------------
 
 def _shard_arg(text: str) -> tuple[int, int]:
     from engine.benchmark.evaluation.shard import parse_shard
@@ -229,596 +194,41 @@ def _shard_arg(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.Job]:
-    if not getattr(args, "shard", None):
-        return jobs
-    from engine.benchmark.evaluation.shard import shard_jobs
-
-    return shard_jobs(jobs, *args.shard)
-
-
-def _load_book(name: str) -> Book:
-    from engine.benchmark.generation.published import load_book
-
-    return load_book(name)
-
-
-def _questions(args: argparse.Namespace, book: Book) -> list[Question]:
-    from engine.benchmark.evaluation.questions import build_questions, read_questions
-
-    if getattr(args, "questions", None):
-        return read_questions(args.questions)
-    return build_questions(book)
-
-
-def _config(args: argparse.Namespace) -> Config:
-    return load_config(args)
-
-
-def _note(message: str) -> None:
-    print(f"note: {message}", file=sys.stderr)
-
-
-# -- run ----------------------------------------------------------------------------------
+# -- handlers: the config first, then the modules that do the work ---------------------------
 
 def cmd_run(args: argparse.Namespace) -> int:
-    config = _config(args)
-    default_run = args.models is None and args.modes is None
-    models = args.models or [DEFAULT_READER]
-    modes = args.modes or [A.IN_CONTEXT]
-    for mode in modes:
-        A.check_mode(mode)
-    # Unknown, retired or (under --max-cost) unpriced models: one line before any work.
-    check_models(config, args, [*models, args.judge, args.embed_model or ""])
-    if args.batch and args.models:
-        _refuse_batch_without_api(config, args.models)
-    _override_params(config, models, args)
-    book = _load_book(args.book)
-    questions = _questions(args, book)
-    out = Path(args.out or Path("runs") / str(book.name))
-    args.started = utc_now()
-    args.configuration = _configuration(args, config, book, default_run)
-    args.previous = None
-    if not args.dry_run:
-        check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
-        args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
-    return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+    config = load_config(args)  # a bad config is told before numpy, scipy and aiohttp load
+    from engine.cli.evaluate_handlers import cmd_run as run
 
-
-async def _before_the_engine(args: argparse.Namespace, config: Config, models: list[str]) -> float:
-    """Under --batch, ask each endpoint whether its server has a batch API (a
-    vLLM or llama.cpp server has none: stop, or go direct if it says "auto");
-    then what --max-cost counts as spent already (earlier invocations of the
-    run, unless --max-cost-scope invocation)."""
-    if args.batch:
-        from engine.batching_mode import check_batch_apis
-
-        for note in await check_batch_apis(config, [*models, args.judge]):
-            _note(note)
-    return spent_before(args.previous) if args.max_cost_scope == "run" else 0.0
-
-
-def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
-    """`--batch` for a model whose endpoints' kind has no batch API (xai,
-    deepseek, openrouter, ...): one line before any work, rather than a run
-    that silently goes direct at the full price."""
-    for model in models:
-        endpoints = config.endpoints_of(config.alias(model))
-        if not any(kind_of(spec).can_batch for spec in endpoints):
-            first = endpoints[0]
-            raise TulvingError(f"--batch: {model} is served by endpoint {first.name!r} of kind {first.kind!r}, "
-                               f"which has no batch API: run it without --batch")
-
-
-def _override_params(config: Config, models: list[str], args: argparse.Namespace) -> None:
-    """--temperature / --max-tokens: the answering models' aliases carry them
-    (so they reach the cache key, the estimate and the provenance)."""
-    override = {k: v for k, v in (("temperature", args.temperature), ("max_tokens", args.max_tokens))
-                if v is not None}
-    if not override:
-        return
-    for name in models:
-        alias = config.alias(name)
-        config.models[name] = dataclasses.replace(alias, params={**alias.params, **override})
-
-
-def _configuration(args: argparse.Namespace, config: Config, book: Book, default_run: bool) -> dict[str, Any]:
-    return configuration(
-        config, book=str(Path(book.path).resolve()) if book.path is not None else str(book.name),
-        questions_file=args.questions, models=None if default_run else args.models,
-        modes=None if default_run else args.modes, judge=args.judge, embed_model=args.embed_model,
-        settings={"sample": args.sample, "local_sample": args.local_sample,
-                  "shard": "{}/{}".format(*args.shard) if args.shard else None,
-                  "temperature": args.temperature, "max_tokens": args.max_tokens,
-                  "repeats": args.repeats if args.repeats > 1 else None})
-
-
-def _minilm_installed() -> bool:
-    from providers.local_models import MINILM_PACKAGE, package_dir
-
-    return package_dir(MINILM_PACKAGE) is not None
-
-
-async def _embedder_works(engine: Engine, model: str) -> str | None:
-    """None if `model` embeds a probe text, else why not."""
-    from engine.requests import EmbedRequest
-
-    try:
-        [outcome] = await engine.run([EmbedRequest(model=model, texts=["probe"])], label=f"probe {model}")
-    except TulvingError as exc:
-        return str(exc)
-    return None if outcome.ok else str(outcome.error)
-
-
-def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
-    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
-    if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
-        n = args.local_sample or DEFAULT_LOCAL_SAMPLE
-        jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
-    elif rag_ok:
-        _note(f"llama-cpp-python is not installed: {LOCAL_LLM} is left out (pip install 'tulving-bench[local]')")
-    return jobs
-
-
-def _plan(args: argparse.Namespace, questions: list[Question], models: list[str], modes: list[str]
-          ) -> list[pipeline.Job]:
-    samples: dict[tuple[str, str], int] = {}
-    for model in models:
-        for mode in modes:
-            if args.sample:
-                samples[(model, mode)] = args.sample
-            if args.local_sample and model.startswith("local:"):
-                samples[(model, mode)] = args.local_sample
-    return pipeline.plan_jobs(questions, models, modes, samples)
-
-
-async def _run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question], models: list[str],
-               modes: list[str], default_run: bool, out: Path) -> int:
-
-    started = time.perf_counter()
-    embed_model = args.embed_model or (OFFLINE_EMBED if default_run else DEFAULT_EMBED)
-    if args.dry_run:
-        if default_run:
-            jobs = _default_plan(args, questions, rag_ok=_minilm_installed())
-        else:
-            jobs = _plan(args, questions, models, modes)
-        jobs = _shard(args, jobs)
-        return await _dry_run(args, config, book, questions, jobs, embed_model)
-    before = await _before_the_engine(args, config, models)
-    async with open_engine(args, config, spent_before=before) as engine:
-        if default_run:
-            problem = await _embedder_works(engine, embed_model)
-            if problem:
-                _note(f"{embed_model} is unavailable ({problem}): running in-context only")
-            jobs = _default_plan(args, questions, rag_ok=problem is None)
-        else:
-            jobs = _plan(args, questions, models, modes)
-        jobs = _shard(args, jobs)
-        evaluation, extra = await _evaluate_repeats(engine, args, config, book, questions, jobs, embed_model)
-    # After closing: the cache's last writes (and their failures) are counted by then.
-    engine_stats = engine.stats.as_dict() if hasattr(engine.stats, "as_dict") else {}
-    engine_stats.pop("notices", None)
-    wall = time.perf_counter() - started
-    run = _run_record(book, questions, evaluation, wall, engine_stats)
-    if getattr(args, "shard", None):
-        run["shard"] = "{}/{}".format(*args.shard)
-    _add_history(run, args, config, jobs)
-    if extra:
-        run["repeats"] = repeat_spread([evaluation.records, *extra])
-    try:
-        summary = write_run(out, evaluation.records, run, extra)
-    except OSError as exc:
-        lost = int(engine_stats.get("cache_write_errors", 0))
-        then = (f"and {lost} replies could not be stored in the cache {getattr(args, 'cache', '')} either: a rerun "
-                f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
-                                                          "without new calls")
-        raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
-    if not getattr(args, "quiet", False):
-        for line in spending_lines(run["spending_this_invocation"]):
-            print(line, file=sys.stderr)
-    if unpriced_line(args):
-        print(unpriced_line(args), file=sys.stderr)
-    print(leaderboard_text(summary))
-    for name, spread in run.get("repeats", {}).items():
-        sr, ca = spread["simple_recall"], spread["chronological_awareness"]
-        print(f"run-to-run spread over {spread['repeats']} repeats, {name}: Simple Recall {sr['mean']} "
-              f"(sd {sr['sd']}), Chronological Awareness {ca['mean']} (sd {ca['sd']})")
-    print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
-    return run_exit_code([*evaluation.records, *(r for rs in extra for r in rs)], engine_stats, args)
-
-
-async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Config, book: Book,
-                            questions: list[Question], jobs: list[pipeline.Job], embed_model: str
-                            ) -> tuple[pipeline.Evaluation, list[list[ResultRecord]]]:
-    """The run, then its repeats 2..N (--repeats): the same jobs with answers
-    drawn anew (draw k), judged anew; their spending joins the run's."""
-    embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
-    evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed)
-    extra = []
-    for k in range(1, args.repeats):
-        again = await pipeline.evaluate(engine, config, book, questions,
-                                        [dataclasses.replace(j, draw=k) for j in jobs],
-                                        judge=args.judge, embed_model=embed)
-        for row in again.spending.rows():
-            evaluation.spending.row(row["model"], row["role"]).add(row)
-        extra.append(again.records)
-    return evaluation, extra
-
-
-def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any], args: argparse.Namespace) -> int:
-    """0 only when every planned answer and judgment exists; else say what is
-    missing and why on stderr, and return the exit code that tells it apart
-    (engine/errors.py): --max-cost (4), storage (5), calls that failed (3),
-    or a configuration without a single valid judgment (3: nothing to score)."""
-    missing = incomplete_records(records)
-    errors = engine_stats.get("errors") or {}
-    budget = int(errors.get(BUDGET, 0))
-    failed = sum(n for kind, n in errors.items() if kind != BUDGET)
-    stored_badly = int(engine_stats.get("cache_write_errors", 0))
-    if stored_badly:
-        _error(f"{stored_badly} replies could not be stored in the cache {getattr(args, 'cache', '')}: the results "
-               f"of this run are written, but a rerun would pay for those calls again (check the disk, "
-               f"`tulving cache check`, or use --cache elsewhere)")
-        return EXIT_STORAGE
-    if budget:
-        _error(f"stopped by --max-cost {args.max_cost:g}: {budget} calls not sent, {missing} results missing; "
-               f"rerun with a higher --max-cost to continue (finished calls are cached)")
-        return EXIT_BUDGET
-    if missing or failed:
-        _error(f"incomplete: {missing} results missing, {failed} calls failed ({_kinds(errors)}); rerun the same "
-               f"command to retry them (finished calls are cached)")
-        return EXIT_INCOMPLETE
-    unjudged = no_valid_judgments(records)
-    if unjudged:
-        _error(f"no valid judgments for {', '.join(unjudged)}: every judgment failed (see judge_error in "
-               f"results.jsonl; check the --judge model), so these are not scored nor ranked")
-        return EXIT_INCOMPLETE
-    return 0
-
-
-def no_valid_judgments(records: Sequence[ResultRecord]) -> list[str]:
-    """The configurations ("model / mode") none of whose questions got a valid judgment."""
-    judged: dict[str, bool] = {}
-    for r in records:
-        name = f"{r.model} / {r.mode}"
-        judged[name] = judged.get(name, False) or r.f1 is not None
-    return [name for name, ok in judged.items() if not ok]
-
-
-def incomplete_records(records: Sequence[ResultRecord]) -> int:
-    """Records whose answer or judgment is missing because a call failed
-    (an unparsable judge reply is a result, counted apart)."""
-    return sum(1 for r in records if r.answer_error or (r.judge_failed and "call failed" in (r.judge_error or "")))
-
-
-def _kinds(errors: dict[str, int]) -> str:
-    return ", ".join(f"{n} {kind}" for kind, n in sorted(errors.items())) or "none final"
-
-
-def _cached_text(result: Result | None) -> str | None:
-    """The reply text of a cached chat result, or None."""
-    text = getattr(result, "text", None)
-    return text if isinstance(text, str) else None
-
-
-def _error(message: str) -> None:
-    print(f"tulving: {printable(message)}", file=sys.stderr)
-
-
-def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, wall: float,
-                engine_stats: dict[str, Any]) -> dict[str, Any]:
-    jobs = []
-    for job in ev.jobs:
-        st = ev.stats[(job.model, job.mode)]
-        jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
-                     "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
-                     "wall_seconds": round(st.wall, 3), "cached_answers": sorted(st.cached_answers)})
-    return {"book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if book.path is not None
-                                       else {}),
-            "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
-            "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
-                          "wall_seconds": round(ev.retrieval_seconds, 3)},
-            "wall_seconds": round(wall, 3), "spending": ev.spending.rows(), "engine": engine_stats}
-
-
-def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, jobs: list[pipeline.Job]) -> None:
-    """run.json's configuration, provenance and spending over every invocation of the run."""
-    run["configuration"] = args.configuration
-    models = [*(j.model for j in jobs), args.judge, *([run["embed_model"]] if run.get("embed_model") else [])]
-    run["provenance"] = provenance(config, models, argv=command_line(), started=args.started, ended=utc_now(),
-                                   cache=getattr(args, "cache", None))
-    previous = args.previous or {}
-    run["invocations"] = int(previous.get("invocations", 1)) + 1 if args.previous else 1
-    run["spending_this_invocation"] = run["spending"]
-    run["spending"] = carried_spending(args.previous, run["spending"])
-
-
-def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any],
-              repeats: Sequence[Sequence[ResultRecord]] = ()) -> Scores:
-    out.mkdir(parents=True, exist_ok=True)
-    write_results(out / RESULTS_FILE, records)
-    for k, again in enumerate(repeats, start=2):
-        write_results(out / repeat_file(k), again)
-    summary = summarize(records, run)
-    _add_realism(summary, records, None, run)
-    (out / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (out / "report.md").write_text(render_markdown(summary))
-    (out / "run.json").write_text(json.dumps(run, indent=1, default=str) + "\n")
-    return summary
-
-
-async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
-                   jobs: list[pipeline.Job], embed_model: str) -> int:
-    from engine.requests import EmbedRequest
-    from engine.tokens import count_tokens
-
-    unset = pipeline.check_jobs(config, book, jobs, args.judge, embed_model, require_keys=False)
-    for variable in unset:  # an estimate needs no key; the run will
-        _note(f"{variable} is not set: the run itself will need it (this estimate does not)")
-    rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
-    texts = list(dict.fromkeys(q.question for q in questions))
-
-    def embed_requests() -> Iterator[EmbedRequest]:
-        for mode in rag_modes:
-            for batch in (rag.chunks_for_mode(book.text, mode), texts):
-                for i in range(0, len(batch), rag.EMBED_BATCH):
-                    yield EmbedRequest(model=embed_model, texts=batch[i:i + rag.EMBED_BATCH])
-
-    n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES)
-
-    async def fill(estimator: Estimator) -> None:
-        await estimator.add("embed", embed_requests())
-        for job in jobs:
-            alias = config.alias(job.model)
-            answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
-            if job.mode in A.RAG_MODES:  # prompts known after retrieval: the template with top-K chunks of the book
-                chunks = rag.chunks_for_mode(book.text, job.mode)[:rag.top_k(questions, job.mode)]
-                sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
-                first = config.endpoints_of(alias)[0]
-                estimator.add_unknown("answer", alias, len(job.questions),
-                                      count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
-                                      batchable=batch_capable(first))
-                answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
-            else:
-                requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
-                found = await estimator.add("answer", requests)
-                answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
-            await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
-
-    estimator = await dry_run_estimate(config, args.cache, fill)
-    uncached = _print_dry_run(estimator, jobs, n_rag)
-    if unpriced_line(args):
-        print(unpriced_line(args))
-    if args.repeats > 1:
-        print(f"--repeats {args.repeats}: the answer and judge calls above are for one repeat; each further "
-              f"repeat draws its answers anew (about {args.repeats} times the calls and cost in all)")
-    if args.batch:
-        def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
-            for job in jobs:
-                if job.mode not in A.RAG_MODES:
-                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
-
-        by_batch: Counter[str] = Counter()
-        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
-                             by_batch=by_batch)
-        _print_batch_plan(config, jobs, args.judge, by_batch, uncached)
-    return 0
-
-
-async def _add_judge_calls(estimator: Estimator, job: pipeline.Job, answers: dict[int, str | None], book: Book,
-                           judge: str, answer_max: int) -> None:
-    """Judge prompts hold the answer: exact where it is cached, else up to its max_tokens."""
-    from engine.benchmark.evaluation.judge import chrono_judge_request, judge_request
-    from engine.benchmark.evaluation.scores import distinct
-
-    for known in (True, False):
-        picked = [q for q in job.questions if (answers[q.q_idx] is not None) == known]
-        judge_requests = [judge_request(q, answers[q.q_idx] or "", book=book, model=judge) for q in picked]
-        judge_requests += [chrono_judge_request(q, answers[q.q_idx] or "", distinct(q.correct_answer), model=judge)
-                           for q in picked if q.get == "chronological" and q.correct_answer]
-        await estimator.add("judge", judge_requests, extra_input_tokens=0 if known else answer_max)
-
-
-def _print_dry_run(estimator: Estimator, jobs: list[pipeline.Job], n_rag: int) -> int:
-    """Print the calls a run needs and what they cost; return the known calls the cache lacks."""
-    known = [r for r in estimator.rows() if r.role == "embed" or r.role == "answer"]
-    total, cached = sum(r.calls for r in known) - n_rag, sum(r.cached for r in known)
-    n_answers = sum(len(j.questions) for j in jobs)
-    n_chrono = sum(1 for j in jobs for q in j.questions if q.get == "chronological" and q.correct_answer)
-    print(f"jobs: {', '.join(j.name + (f' (sample {j.sample})' if j.sample else '') for j in jobs)}")
-    print(f"embedding and answering calls known now: {total}, of which the cache holds {cached}")
-    if n_rag:
-        print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
-    print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
-          f"made for answers not already judged in the cache")
-    print_estimate(estimator)
-    return total - cached
-
-
-def _print_batch_plan(config: Config, jobs: list[pipeline.Job], judge: str, by_batch: Counter[str],
-                      uncached: int) -> None:
-    """Where --batch sends the calls: through which endpoints' batch APIs, and what stays direct."""
-    def route(model: str) -> str:
-        names = [s.name for s in config.endpoints_of(config.alias(model)) if batch_capable(s)]
-        return f"by batch through {names[0]}" if names else "direct"
-
-    known = sum(by_batch.values())
-    where = ", ".join(f"{name}: {n}" for name, n in sorted(by_batch.items()))
-    print(f"--batch: {known} of the {uncached} uncached calls known now go by batch" + (f" ({where})" if where else "")
-          + f", {uncached - known} direct")
-    for model in dict.fromkeys(j.model for j in jobs if j.mode in A.RAG_MODES):
-        print(f"--batch: RAG answers of {model}: {route(model)}")
-    judging = route(judge)
-    print(f"--batch: judge calls ({judge}): {judging}"
-          + (", one batch per round (judgments, then re-draws)" if judging != "direct" else ""))
-
-
-# -- questions, finetune, report ------------------------------------------------------------
-
-def cmd_questions(args: argparse.Namespace) -> int:
-    from engine.benchmark.evaluation.questions import build_questions, write_questions
-
-    book = _load_book(args.book)
-    questions = build_questions(book)
-    if args.out == "-":  # JSON Lines on stdout, the summary on stderr (a pipe gets the questions only)
-        for q in questions:
-            sys.stdout.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
-        path: Path | str = "standard output"
-    else:
-        path = write_questions(args.out, questions)
-    counts = {g: sum(1 for q in questions if q.get == g) for g in ("all", "latest", "chronological")}
-    print(f"{len(questions)} questions ({', '.join(f'{n} {g}' for g, n in counts.items())}) -> {path}",
-          file=sys.stderr if args.out == "-" else sys.stdout)
-    return 0
+    return run(args, config)
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from engine.benchmark.evaluation import finetune
-    from engine.benchmark.evaluation.questions import single_event_questions
+    config = load_config(args)
+    from engine.cli.evaluate_handlers import cmd_finetune as finetune
 
-    config = _config(args)
-    book = _load_book(args.book)
-    data_path = Path(args.data_out or Path("runs") / "finetune" / f"{book.name}.jsonl")
-    examples = finetune.training_examples(book, single_event_questions(book))
-    finetune.write_training_file(data_path, examples)
-    print(f"{len(examples)} training examples -> {data_path}")
-    training = _training_estimate(args, finetune.training_tokens(examples))
-    if args.data_only:
-        return 0
-    spec = config.endpoints.get(args.endpoint)
-    if spec is not None and "//api.openai.com" in (spec.base_url or ""):  # OpenAI's own API
-        _note(finetune.FINETUNING_WIND_DOWN)
-    started = time.perf_counter()
-    job = lifecycle.run(finetune.run_finetune(config, endpoint=args.endpoint, model=args.model,
-                                            training_file=data_path, suffix=args.suffix,
-                                            poll_interval=args.poll_interval, timeout=args.timeout,
-                                            hyperparameters={"n_epochs": args.epochs, "batch_size": args.batch_size,
-                                                             "learning_rate_multiplier": args.lr_multiplier}))
-    model_id = job.get("fine_tuned_model")
-    if not model_id:
-        raise TulvingError(f"fine-tuning job {job.get('job_id')} ended {job.get('status')} without a model")
-    alias = args.alias or f"ft:{book.name}"
-    base = config.models.get(args.model) or next((m for m in config.models.values() if m.model == args.model),
-                                                 None)
-    snippet = finetune.alias_snippet(alias, args.endpoint, model_id, base, base_model=base.model if base else args.model)
-    record_path = Path(args.record or data_path.with_suffix(".model.json"))
-    record = {"book": str(book.name), "base_model": args.model, "endpoint": args.endpoint, "alias": alias,
-              "training_data": str(data_path), "examples": len(examples), "training_estimate": training, **job,
-              "seconds": round(time.perf_counter() - started, 1), "config_snippet": snippet}
-    record_path.parent.mkdir(parents=True, exist_ok=True)
-    record_path.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"fine-tuned model {model_id} (job {job.get('job_id')}) -> {record_path}")
-    print("Add to your config to evaluate it (tulving run --models "
-          f"{alias} --modes finetuned):\n\n{snippet}")
-    return 0
+    return finetune(args, config)
 
 
-def _training_estimate(args: argparse.Namespace, tokens_per_epoch: int) -> dict[str, Any]:
-    """The training's tokens and estimated price (printed, and recorded with
-    the job); one line refusing it when it would exceed --max-cost."""
-    from engine.benchmark.evaluation import finetune
+def cmd_questions(args: argparse.Namespace) -> int:
+    from engine.cli.evaluate_handlers import cmd_questions as questions
 
-    usd = finetune.training_cost(args.model, tokens_per_epoch, args.epochs)
-    tokens = tokens_per_epoch * args.epochs
-    if usd is None:
-        print(f"training: {tokens_per_epoch:,} tokens x {args.epochs} epochs = {tokens:,} tokens; the training "
-              f"price of {args.model} is not known to Tulving")
-        if args.max_cost is not None and not args.data_only:
-            raise TulvingError(f"--max-cost cannot bound fine-tuning {args.model}: its training price is not "
-                               f"known (known: {', '.join(finetune.TRAINING_PRICES)})")
-    else:
-        print(f"training: {tokens_per_epoch:,} tokens x {args.epochs} epochs = {tokens:,} tokens, about "
-              f"${usd:,.2f} at ${finetune.TRAINING_PRICES[args.model]:.2f} per million (OpenAI, checked "
-              f"{finetune.FINETUNED_PRICES_CHECKED})")
-        if args.max_cost is not None and usd > args.max_cost and not args.data_only:
-            raise TulvingError(f"--max-cost {args.max_cost:g}: fine-tuning {args.model} would cost about "
-                               f"${usd:,.2f}; nothing was submitted")
-    return {"tokens_per_epoch": tokens_per_epoch, "epochs": args.epochs, "tokens": tokens,
-            "usd": None if usd is None else round(usd, 4), "prices_checked": finetune.FINETUNED_PRICES_CHECKED}
+    return questions(args)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.realism and (args.out or len(args.run_dir) > 1):
-        raise TulvingError("--realism applies to one RUN_DIR re-rendered in place (without --out)")
-    if args.out or len(args.run_dir) > 1:
-        return cmd_report_folder(args)
-    run_dir = Path(args.run_dir[0])
-    records = load_results(run_dir)
-    run_path = run_dir / "run.json"
-    run = None
-    if run_path.is_file():
-        try:
-            run = json.loads(run_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise TulvingError(f"{run_path}: not a readable run record ({exc})") from None
-        if not isinstance(run, dict) or not isinstance(run.get("jobs", []), list) or not all(
-                isinstance(j, dict) and isinstance(j.get("model"), str) and isinstance(j.get("mode"), str)
-                for j in run.get("jobs", [])):
-            raise TulvingError(f"{run_path}: not a run record (expected an object with a list of jobs)")
-    summary = summarize(records, run)
-    _add_realism(summary, records, args.realism, run)
-    (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (run_dir / "report.md").write_text(render_markdown(summary))
-    print(leaderboard_text(summary))
-    return 0
+    from engine.cli.evaluate_handlers import cmd_report as report
 
-
-def _add_realism(summary: Scores, records: Sequence[ResultRecord], realism: str | None,
-                 run: dict[str, Any] | None) -> None:
-    """The realism split when ratings are given (--realism) or lie in the run's book folder."""
-    from engine.benchmark.evaluation.realism import find_ratings
-
-    ratings = find_ratings(realism or None, run)
-    if ratings is not None:
-        add_realism(summary, records, ratings)
-
-
-def cmd_report_folder(args: argparse.Namespace) -> int:
-    from engine.benchmark.evaluation.report_folder import write_report
-
-    if not args.out:
-        raise TulvingError("several run folders: pass --out DIR for their report")
-    files = write_report(args.run_dir, args.out)
-    for note in files.notes:
-        _note(note)
-    print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
-          f"{files.questions} questions, {files.seconds:.1f} s)")
-    return 0
+    return report(args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from engine.benchmark.evaluation.compare import Comparison, RealismComparison, compare, compare_realism
+    from engine.cli.evaluate_handlers import cmd_compare as compare
 
-    result: Comparison | RealismComparison
-    if args.run_b is None:
-        result = compare_realism(args.run_a.split(","), a=args.a, get=args.get, realism=args.realism, out=args.out)
-    else:
-        result = compare(args.run_a.split(","), args.run_b.split(","), a=args.a, b=args.b, get=args.get,
-                         resamples=args.resamples, seed=args.seed, out=args.out, realism=args.realism)
-    print(result.text())
-    if args.out:
-        print(f"\nwritten: {Path(args.out) / 'compare.md'}")
-    return 0
+    return compare(args)
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
-    from engine.benchmark.evaluation import agreement as AG
-    from engine.benchmark.evaluation.runset import load_runs
-    from engine.benchmark.evaluation.tables import to_csv, to_markdown
+    from engine.cli.evaluate_handlers import cmd_agreement as agreement
 
-    results = AG.agreement_results(load_runs(args.run_dir))
-    if not results:
-        raise TulvingError("no configuration of these runs was judged by two judges (run the same models and "
-                           "modes with another --judge, same cache)")
-    tables = [AG.summary_table(results), AG.disagreement_table(results, args.top)]
-    print(to_markdown(tables[0]))
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for t in tables:
-            (out / f"{t.key}.md").write_text(to_markdown(t))
-            (out / f"{t.key}.csv").write_text(to_csv(t))
-        figures = AG.agreement_figures(results, out)
-        print(f"written: {', '.join(t.key for t in tables)} (.md, .csv), "
-              f"{', '.join(f.name + '.png' for f in figures)} in {out}")
-    return 0
+    return agreement(args)

@@ -27,15 +27,9 @@ from engine.benchmark.generation.secondary import secondary_names
 from engine.benchmark.generation.stats import write_stats
 from engine.benchmark.generation.universe import N_UNIVERSE, PUBLISHED_UNIVERSES, Universe, load_universe
 from engine.cli import lifecycle
-from engine.cli.argtypes import non_negative_int, positive_int
-from engine.cli.common import (
-    add_allow_unpriced,
-    check_models,
-    dry_run_estimate,
-    load_config,
-    open_engine,
-    print_estimate,
-)
+from engine.cli.argtypes import add_allow_unpriced, non_negative_int, positive_int
+from engine.cli.commands import command_help
+from engine.cli.common import check_models, dry_run_estimate, load_config, open_engine, print_estimate
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
 from engine.estimate import Estimator
 from providers.base import TulvingError
@@ -55,7 +49,7 @@ class GenerationIncomplete(TulvingError):
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("generate", help="generate a benchmark book (events, chapters, ground truth)",
+    p = subparsers.add_parser("generate", help=command_help("generate"),
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--universe", default="default",
                    help="default, news, scifi, or a universe JSON file (default %(default)s)")
@@ -77,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_allow_unpriced(p)
     p.set_defaults(func=generate_handler)
 
-    book = subparsers.add_parser("book", help="inspect or derive books")
+    book = subparsers.add_parser("book", help=command_help("book"))
     book_sub = book.add_subparsers(dest="book_command", metavar="ACTION")
     s = book_sub.add_parser("stats", help="generation statistics of a book (printed, saved as stats.json)")
     s.add_argument("book", help="published book name or book folder")

@@ -13,9 +13,11 @@ handler, so the SIGTERM was swallowed and the run went on to exit 0.
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # asyncio is imported by `run`: `tulving --help` and the SIGTERM handler need none of it
+    import asyncio
 
 T = TypeVar("T")
 
@@ -55,9 +57,37 @@ def terminate() -> bool:
     return True
 
 
+def install_uvloop() -> None:
+    """Run the command's coroutines on uvloop's event loop when uvloop is
+    installed. Called when a command starts its first coroutine, not before:
+    asyncio alone costs more than the rest of `tulving --help` or of a config
+    error (tests/test_startup.py)."""
+    import asyncio
+
+    try:
+        import uvloop
+    except ImportError:
+        return
+    if not isinstance(asyncio.get_event_loop_policy(), uvloop.EventLoopPolicy):
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def run_briefly(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)` on the CLI's event loop, for the short commands
+    (cache copy, batches, models --probe/--remote): SIGTERM interrupts them
+    as Ctrl-C does (engine/cli/main.py), without `run`'s orderly cancellation."""
+    import asyncio
+
+    install_uvloop()
+    return asyncio.run(main)
+
+
 def run(main: Coroutine[Any, Any, T]) -> T:
     """`asyncio.run(main)`, stoppable by `terminate()`: raises `Terminated`
     once the main task has unwound (its `finally` and `async with` blocks ran)."""
+    import asyncio
+
+    install_uvloop()
 
     async def tracked() -> T:
         task = asyncio.current_task()

@@ -3,10 +3,13 @@
     tulving [--config PATH] [--cache PATH] [--quiet] [--max-cost USD] COMMAND ...
 
 This module builds the parser (the global options) and runs a command. The
-command modules (engine/cli/: tools, bench, cache, generate, evaluate) each
-expose `register(subparsers)`, adding subcommands whose handler is
+command modules (engine/cli/: tools, bench, cache, generate, evaluate, batches,
+data) each expose `register(subparsers)`, adding subcommands whose handler is
 `handler(args) -> int`; handlers build engines with
-`engine.cli.common.open_engine(args)`.
+`engine.cli.common.open_engine(args)`. Only the named command's module is
+imported: `tulving --help` lists the commands from the table of
+engine/cli/commands.py, so that it, --version and a usage error answer without
+loading numpy, scipy, aiohttp or the SDKs (tests/test_startup.py).
 
 User errors (a bad config, an unknown model, a missing key or file) print one
 line, `tulving: error: ...`, and exit 2; other fatal provider errors exit 1;
@@ -18,8 +21,8 @@ whether or not SIGINT is ignored (engine/cli/lifecycle.py).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import errno
+import importlib
 import os
 import signal
 import sys
@@ -28,29 +31,35 @@ from collections.abc import Sequence
 from types import FrameType
 
 from cache.location import split_password
-from engine import __version__
-from engine.cli import batches, bench, data, evaluate, generate, lifecycle, tools
-from engine.cli import cache as cache_commands
+from engine.cli import lifecycle
 from engine.cli.argtypes import non_negative_float
-from engine.cli.common import cache_notes, choose_cache, default_cache, default_config
+from engine.cli.commands import COMMANDS, module_of
+from engine.cli.config_file import cache_notes, choose_cache, default_cache, default_config
 from engine.cli.lifecycle import Terminated
-from engine.errors import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_PIPE,
-    EXIT_STORAGE,
-    EXIT_TERMINATED,
-    EXIT_USAGE,
-    printable,
-)
-from providers.base import AUTH, CONFIG, ProviderError, TulvingError
 
-COMMAND_MODULES = (tools, bench, cache_commands, generate, evaluate, batches, data)
-
+# engine.errors and providers.base are imported where an error is handled:
+# --help and --version need neither (nor the providers package they load).
 
 # -- parser and entry point ---------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """--version: the installed version, read only when asked for (engine.__version__)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[object] | None, option_string: str | None = None) -> None:
+        from engine import __version__
+
+        print(f"tulving {__version__}")
+        parser.exit()
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of the global options and every command. `command`'s module
+    registers its commands in full; every other command is a placeholder
+    (its name and help, for `tulving --help` and the list of choices)."""
     parser = argparse.ArgumentParser(
         prog="tulving",
         description="Episodic Memory Benchmark for LLMs: generate books, evaluate models, at high throughput.",
@@ -58,22 +67,37 @@ def build_parser() -> argparse.ArgumentParser:
                "(see `tulving config check`). API keys are read from the environment variables the "
                "endpoints name.")
     parser.add_argument("--config", metavar="PATH", default=os.environ.get("TULVING_CONFIG"),
-                        help=f"TOML config (default: $TULVING_CONFIG, else {default_config()} when it exists, "
-                             "else built-in defaults; `tulving config init` writes a starter)")
+                        help=f"TOML config (default: $TULVING_CONFIG, else ./tulving.toml, else {default_config()} "
+                             "when it exists, else built-in defaults; `tulving config init` writes a starter)")
     parser.add_argument("--cache", metavar="PATH",
                         help="response cache: a SQLite file, or a postgresql://user@host/db URL shared by "
                              "processes and machines (default: $TULVING_CACHE, else the config's [cache] url, "
                              f"else {default_cache()})")
     parser.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    parser.add_argument("--version", action="version", version=f"tulving {__version__}",
-                        help="print the installed version and exit")
+    parser.add_argument("--version", action=_VersionAction, help="print the installed version and exit")
     parser.add_argument("--max-cost", metavar="USD", type=non_negative_float,
                         help="send no new call once the run's spending would exceed this")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    chosen = module_of(command)
+    for entry in COMMANDS:
+        if entry.module != chosen:
+            sub.add_parser(entry.name, help=entry.help, add_help=False)
+        elif entry.name not in sub.choices:  # the module's first command: it registers all of its own
+            importlib.import_module(entry.module).register(sub)
     return parser
+
+
+def parse(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str]]:
+    """(parser, args, unparsed) of `argv`. A first pass over the placeholders
+    finds the command (and answers --help, --version and usage errors of the
+    global options); then the command's module parses its options."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    command = getattr(args, "command", None)
+    if command is not None:
+        parser = build_parser(command)
+        args, extra = parser.parse_known_args(argv)
+    return parser, args, extra
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -81,17 +105,11 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _install_uvloop() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 def _fail(message: str, code: int) -> int:
     """Print one error line (control characters escaped: it may quote a
     server, a file name or model output) and return `code`."""
+    from engine.errors import printable
+
     _print_err(f"tulving: error: {' '.join(printable(message).split())}")
     return code
 
@@ -153,6 +171,8 @@ def _os_error(exc: OSError) -> int:
     name = exc.filename or ""
     what = exc.strerror or str(exc)
     where = f"{name}: " if name else ""
+    from engine.errors import EXIT_STORAGE, EXIT_USAGE
+
     code = EXIT_STORAGE if exc.errno in _STORAGE_ERRNOS else EXIT_USAGE
     return _fail(f"{where}{what}", code)
 
@@ -166,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         terminated = lifecycle.terminating()
         _print_err("tulving: terminated" if terminated else "tulving: interrupted")
+        from engine.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:  # `tulving ... | head`: the reader left; exit quietly
         try:
@@ -173,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         except (OSError, ValueError):
             pass
+        from engine.errors import EXIT_PIPE
+
         return EXIT_PIPE
     finally:
         if previous is not None:
@@ -197,20 +221,23 @@ def _password_apart(args: argparse.Namespace) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    parser, args, extra = parse(argv)
     if getattr(args, "command", None) == "serve-loopback":  # its options belong to the server
         args.server_args = extra + args.server_args
     elif extra:
+        from engine.errors import printable
+
         parser.error(f"unrecognized arguments: {' '.join(printable(x) for x in extra)}")
     if getattr(args, "func", None) is None:
         return _usage(parser)
+    from engine.errors import EXIT_USAGE
+    from providers.base import TulvingError
+
     try:
         choose_cache(args)
-    except TulvingError as exc:  # a bad config file's [cache] section: one line
+    except TulvingError as exc:  # a bad config file or [cache] section: one line
         return _fail(str(exc), getattr(exc, "exit_code", EXIT_USAGE))
     _password_apart(args)
-    _install_uvloop()
     args.cache_from_env = bool(os.environ.get("TULVING_CACHE"))
     notes = cache_notes(args) if getattr(args, "command", None) in _CALLING_COMMANDS else []
     try:
@@ -223,6 +250,9 @@ def _main(argv: list[str]) -> int:
 
 def _run_command(args: argparse.Namespace) -> int:
     """The command's exit code, its errors as one line and the code that tells them apart."""
+    from engine.errors import EXIT_FAILED, EXIT_USAGE
+    from providers.base import AUTH, CONFIG, ProviderError, TulvingError
+
     try:
         return int(args.func(args) or 0)
     except TulvingError as exc:

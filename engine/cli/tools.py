@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import json
 import os
@@ -12,7 +11,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from engine.cache_section import CACHE_KEYS
-from engine.cli import probe
+from engine.cli import lifecycle, probe
+from engine.cli.commands import command_help
 from engine.cli.common import default_config, load_config
 from engine.cli.models_table import models_markdown
 from engine.cli.remote_models import availability, remote_models
@@ -24,7 +24,7 @@ from providers.kinds import ProviderKind, registry
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("models", help="list model aliases, their endpoints and whether keys are set")
+    p = sub.add_parser("models", help=command_help("models"))
     p.add_argument("--probe", action="store_true",
                    help="send one minimal request per remote endpoint whose key is set (or none needed) and "
                         "show the rate limits its reply reports (without it, nothing is sent)")
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="print the table of the built-in OpenAI and Anthropic aliases as Markdown (docs/models.md)")
     p.set_defaults(func=_cmd_models)
 
-    p = sub.add_parser("config", help="configuration tools")
+    p = sub.add_parser("config", help=command_help("config"))
     config_sub = p.add_subparsers(dest="config_command", metavar="ACTION")
     check = config_sub.add_parser("check", help="validate the config and print it merged (no secrets)")
     check.set_defaults(func=_cmd_config_check)
@@ -50,8 +50,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=lambda args: _usage(p))
 
     p = sub.add_parser("serve-loopback", add_help=False,
-                       help="serve the OpenAI/Anthropic APIs on loopback, to try the engine without keys "
-                            "(options: see `tulving serve-loopback --help`)")
+                       help=command_help("serve-loopback"))
     p.add_argument("server_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_serve_loopback)
 
@@ -63,7 +62,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     config = load_config(args)
     listed: dict[str, set[str]] = {}
     if args.remote:
-        listed, failures = asyncio.run(remote_models(config))
+        listed, failures = lifecycle.run_briefly(remote_models(config))
         for line in failures:
             print(f"note: {line}", file=sys.stderr)
     header = ("alias", "endpoint", "model", "kind", "key set", "$/M in/out", "status", "checked")
@@ -79,7 +78,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for cells in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip())
-    return asyncio.run(probe.probe_all(config)) if args.probe else 0
+    return lifecycle.run_briefly(probe.probe_all(config)) if args.probe else 0
 
 
 def _not_installed(kind: str, model: str) -> str | None:
@@ -261,6 +260,7 @@ def _kind_section(kind: ProviderKind) -> list[str]:
 
 
 def _cmd_serve_loopback(args: argparse.Namespace) -> int:
+    lifecycle.install_uvloop()  # the server's loop unless --uvloop asks for it explicitly, as before
     return loopback_cli.main(args.server_args, prog="tulving serve-loopback")
 
 

@@ -19,11 +19,14 @@ most the engine's in-flight window of them exists at any time.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from engine.benchmark.evaluation.questions import Question
-from engine.benchmark.generation.bookdir import Book
 from engine.requests import ChatRequest
 from providers.base import TulvingError
+
+if TYPE_CHECKING:  # annotations only: `tulving run --help` lists MODES without loading books
+    from engine.benchmark.evaluation.questions import Question
+    from engine.benchmark.generation.bookdir import Book
 
 SYSTEM_PROMPT = "You are an expert in memory tests."
 

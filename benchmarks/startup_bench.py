@@ -1,0 +1,97 @@
+"""Start-up of the `tulving` command (issue 23): wall time from exec to exit
+of the installed console script against bare interpreters.
+
+    python benchmarks/startup_bench.py [--rounds 15] [--also TREE]
+
+Cases, timed in interleaved rounds (each round runs every case once, in a
+shuffled order, so machine load falls on all of them alike); prints the
+median and range of each, and the median of the differences to `python -c
+pass` in the same round:
+
+- `python -c pass` and `python -c "import json"`: the floor and a light import;
+- `tulving --version`, `tulving --help`;
+- `tulving run --config BAD.toml`: a malformed config, its one-line error.
+
+--also TREE adds the same three commands run as `python TREE/tulving_bench.py`
+(another checkout, e.g. `git worktree add /tmp/before <commit>`), the
+before/after comparison. The console script is the one beside the Python
+running this script (the virtualenv's `bin/tulving`).
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GOAL = 0.25  # seconds before the first line (issue 23)
+
+
+def cases(bad: Path, also: Path | None) -> dict[str, list[str]]:
+    python = sys.executable
+    script = str(Path(python).with_name("tulving"))
+    found: dict[str, list[str]] = {
+        "python -c pass": [python, "-c", "pass"],
+        "python -c 'import json'": [python, "-c", "import json"],
+        "tulving --version": [script, "--version"],
+        "tulving --help": [script, "--help"],
+        "tulving run --config bad.toml": [script, "run", "--config", str(bad)],
+    }
+    if also is not None:
+        entry = str(also / "tulving_bench.py")
+        found.update({
+            f"{also.name}: --version": [python, entry, "--version"],
+            f"{also.name}: --help": [python, entry, "--help"],
+            f"{also.name}: run --config bad.toml": [python, entry, "run", "--config", str(bad)],
+        })
+    return found
+
+
+def timed(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - started
+
+
+def measure(commands: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
+    for command in commands.values():  # warm-up: .pyc files written, pages cached
+        timed(command)
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    order = list(commands)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            times[name].append(timed(commands[name]))
+    return times
+
+
+def report(times: dict[str, list[float]]) -> None:
+    floor = times["python -c pass"]
+    print(f"{'case':40} {'median s':>9} {'range s':>15} {'- pass (median)':>16}")
+    for name, values in times.items():
+        extra = statistics.median(v - f for v, f in zip(values, floor, strict=True))
+        print(f"{name:40} {statistics.median(values):9.3f} {min(values):7.3f}-{max(values):<7.3f} {extra:16.3f}")
+    slowest = max(statistics.median(v) for n, v in times.items() if n.startswith("tulving "))
+    verdict = "within" if slowest <= GOAL else "over"
+    print(f"\nslowest tulving case: {slowest:.3f} s median, {verdict} the {GOAL} s goal")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--also", type=Path, metavar="TREE", help="another checkout to time the same way")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        bad = Path(folder) / "bad.toml"
+        bad.write_text("[endpoints.x\n")
+        times = measure(cases(bad, args.also), args.rounds)
+    print(f"{args.rounds} interleaved rounds, load average {open('/proc/loadavg').read().split()[0]} at the end\n")
+    report(times)
+
+
+if __name__ == "__main__":
+    main()
