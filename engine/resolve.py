@@ -25,7 +25,10 @@ _KEEP_CANONICAL_BYTES = 64 * 1024
 _REASONING_DROPPED = ("temperature", "max_tokens")
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through
+# object.__setattr__, which tripled the cost of building one (once per request).
+# Nothing changes a Resolved after _resolve builds it.
+@dataclass(slots=True)
 class Resolved:
     request: Request
     alias: ModelAlias
@@ -146,40 +149,52 @@ class _Target:
 
 def _resolve(target: _Target, request: Request) -> Resolved:
     alias, first = target.alias, target.first
-    identity: dict[str, object] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model}
+    end = None
     if isinstance(request, EmbedRequest):
         params: dict[str, Any] = {}
         messages = None
-        identity.update(op="embed", texts=list(request.texts))
+        identity: dict[str, object] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model,
+                                       "op": "embed", "texts": list(request.texts)}
         normalized = normalize(identity)
     else:
-        if (request.temperature is None and request.max_tokens is None and request.seed is None
-                and request.stop is None and not request.extra):
-            # The alias's defaults, shared by the requests of this batch (read
-            # only), normalised once for all of them.
-            if target.default_params is None:
-                target.default_params = chat_params(alias, request)
-                target.default_params_normalized = normalize(target.default_params)
-            params = target.default_params
-            params_normalized = target.default_params_normalized
-        else:
-            params = chat_params(alias, request)
-            params_normalized = normalize(params)
+        params, params_normalized = _chat_params_of(target, request)
         messages = chat_messages(alias, request)
-        identity.update(op="chat", params=params, messages=messages, draw=request.draw)
+        draw = request.draw
+        identity = {"kind": first.kind, "base_url": first.base_url, "model": alias.model, "op": "chat",
+                    "params": params, "messages": messages, "draw": draw}
         # Normalising only what may need it: the parameters (done above) and
         # the draw; messages of str roles and contents are canonical already.
         # (keys.canonical_bytes(identity) gives the same bytes: a test checks.)
-        draw = request.draw
-        if type(draw) is int and 0 <= draw < 2 ** 63 and all(
-                type(m["role"]) is str and type(m["content"]) is str for m in messages):
+        if type(draw) is int and 0 <= draw < 2 ** 63 and _plain_strings(messages):
             normalized = identity if params_normalized is params else {**identity, "params": params_normalized}
         else:
             normalized = normalize(identity)
+        if request.prefix_end is not None:
+            end = prefix_end(alias, request)
     canonical = dumps_normalized(normalized)
     key = key_of_canonical(canonical)
     if len(canonical) > _KEEP_CANONICAL_BYTES:
         canonical = b""  # a book-sized prompt: the cache's writer serialises it again rather than hold a copy
-    end = prefix_end(alias, request) if isinstance(request, ChatRequest) else None
-    return Resolved(request=request, alias=alias, endpoints=target.endpoints, params=params, messages=messages,
-                    identity=identity, key=key, canonical=canonical, prefix_end=end)
+    return Resolved(request, alias, target.endpoints, params, messages, identity, key, canonical, end)
+
+
+def _chat_params_of(target: _Target, request: ChatRequest) -> tuple[dict[str, Any], object]:
+    """(wire parameters, their canonical form). A request that sets none
+    shares the alias's defaults with the other requests of its batch (read
+    only), normalised once for all of them."""
+    if (request.temperature is None and request.max_tokens is None and request.seed is None
+            and request.stop is None and not request.extra):
+        if target.default_params is None:
+            target.default_params = chat_params(target.alias, request)
+            target.default_params_normalized = normalize(target.default_params)
+        return target.default_params, target.default_params_normalized
+    params = chat_params(target.alias, request)
+    return params, normalize(params)
+
+
+def _plain_strings(messages: list[dict[str, str]]) -> bool:
+    """Every role and content a str (not a subclass): canonical as they are."""
+    for m in messages:
+        if type(m["role"]) is not str or type(m["content"]) is not str:
+            return False
+    return True
