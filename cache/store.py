@@ -294,7 +294,10 @@ def iso_utc(timestamp: float) -> str:
 def _identity_chars(identity: Identity) -> int:
     messages = identity.get("messages")
     if messages:
-        return sum(len(m.get("content") or "") for m in cast(list[dict[str, str]], messages))
+        chars = 0
+        for m in cast(list[dict[str, str]], messages):  # a loop, not a generator: once per reply put
+            chars += len(m.get("content") or "")
+        return chars
     texts = identity.get("texts")
     return sum(map(len, cast(list[str], texts))) if texts else 0
 
