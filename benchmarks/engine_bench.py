@@ -170,6 +170,60 @@ async def bench_throughput(n: int, concurrency: int, cache_path: str, rounds: in
           f" CPU per call {cpu}x   [target <= 1.0x]")
 
 
+# -- where the CPU goes (--profile) --------------------------------------------------------
+
+async def profile_engine(n: int, concurrency: int, cache_path: str, top: int = 25) -> None:
+    """One more engine run (cache writes on) under cProfile, the event-loop
+    thread's top frames by own time; then the cache threads' CPU per call by
+    job (lookups on the reader thread, claims, the writer's commits), timed
+    around the cache's own functions. cProfile slows the traced thread ~2x:
+    the shares matter, not the absolute times."""
+    import cProfile
+    import io
+    import pstats
+
+    from cache import store
+
+    spent: dict[str, float] = {}
+
+    def timed(name: str, fn):  # noqa: ANN001, ANN202 -- any of the cache's functions
+        def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            start = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.thread_time() - start
+        return run
+
+    saved = {name: getattr(store.ResponseCache, name) for name in ("_claim_rows", "_commit")}
+    saved_read = store.read_results
+    for name, fn in saved.items():
+        setattr(store.ResponseCache, name, timed(name, fn))
+    store.read_results = timed("read_results", saved_read)
+    profiler = cProfile.Profile()
+    try:
+        with ServerProcess() as server:
+            config = config_for(server.base_url, concurrency)
+            await engine_run(config, f"{cache_path}.warm", requests(n, offset=90 * n), n)  # warm up: imports, connections
+            spent.clear()
+            profiler.enable()
+            wall, cpu, _engine, errors = await engine_run(config, f"{cache_path}.profile", requests(n, offset=91 * n), n)
+            profiler.disable()
+            assert not errors, errors[:3]
+    finally:
+        for name, fn in saved.items():
+            setattr(store.ResponseCache, name, fn)
+        store.read_results = saved_read
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    print(f"profile: one engine run of {n:,} zero-latency calls (cache writes on) under cProfile:"
+          f" {cpu / n * 1e6:.0f} us CPU a call in all")
+    print("   cache threads, CPU a call: " + ", ".join(f"{name} {seconds / n * 1e6:.1f} us"
+                                                      for name, seconds in sorted(spent.items())))
+    print("   event-loop thread, top frames by own time:")
+    print("\n".join("   " + line for line in out.getvalue().splitlines() if line.strip())[:6000])
+
+
 # -- 2. limit utilisation ------------------------------------------------------------------
 
 async def bench_limits(n: int) -> None:
@@ -257,6 +311,8 @@ async def main(args: argparse.Namespace) -> None:
                 await engine_run(config_for(server.base_url, args.concurrency), rerun_path,
                                  requests(n_cached), n_cached)
             await bench_cached(n_cached, rerun_path, server.base_url, args.rounds)
+        if args.profile:
+            await profile_engine(n_calls, args.concurrency, cache_path)
         if "2" in args.parts:
             await bench_limits(n_limits)
 
@@ -269,6 +325,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=None,
                         help="interleaved rounds of benchmarks 1 and 3 (default 5, 1 with --quick)")
     parser.add_argument("--parts", default="123", help="which benchmarks to run, e.g. 13")
+    parser.add_argument("--profile", action="store_true",
+                        help="then profile one engine run of benchmark 1 (cProfile; the cache threads' CPU by job)")
     args = parser.parse_args()
     if args.rounds is None:
         args.rounds = 1 if args.quick else 5
