@@ -68,9 +68,10 @@ def _name_token_limit(token_param: str, params: dict[str, Any], asked: int | Non
         params[token_param] = limit
 
 
-def chat_messages(alias: ModelAlias, request: ChatRequest) -> list[dict[str, str]]:
+def chat_messages(alias: ModelAlias, request: ChatRequest, sends_system: bool | None = None) -> list[dict[str, str]]:
+    """The messages sent (`sends_system`: alias.sends_system, when the caller has it)."""
     messages = [{"role": m["role"], "content": m["content"]} for m in request.messages]
-    if not alias.sends_system:
+    if not (alias.sends_system if sends_system is None else sends_system):
         messages = [m for m in messages if m["role"] != "system"]
     return messages
 
@@ -137,12 +138,13 @@ def _long_prompt_route(config: Config, target: _Target, request: Request, target
 class _Target:
     """What every request for one alias shares."""
 
-    __slots__ = ("alias", "endpoints", "first", "default_params", "default_params_normalized")
+    __slots__ = ("alias", "endpoints", "first", "sends_system", "default_params", "default_params_normalized")
 
     def __init__(self, config: Config, model: str):
         self.alias = config.alias(model)  # ConfigError: unknown alias
         self.endpoints = config.endpoints_of(self.alias)
         self.first = self.endpoints[0]
+        self.sends_system = self.alias.sends_system  # read once, not once a request
         self.default_params: dict[str, Any] | None = None  # chat params of a request that sets none
         self.default_params_normalized: object = None  # and their canonical form (keys.normalize)
 
@@ -158,7 +160,7 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         normalized = normalize(identity)
     else:
         params, params_normalized = _chat_params_of(target, request)
-        messages = chat_messages(alias, request)
+        messages = chat_messages(alias, request, target.sends_system)
         draw = request.draw
         identity = {"kind": first.kind, "base_url": first.base_url, "model": alias.model, "op": "chat",
                     "params": params, "messages": messages, "draw": draw}

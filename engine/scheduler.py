@@ -418,30 +418,33 @@ class Engine:
         cache = self._cache
         if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
             await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
-        chunk, chars, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars)
-        hits = await self._submit(chunk, sink) if chunk else []
-        if hits:
-            chars -= sum(_request_chars(outcome.request) for outcome in hits)
-        return len(chunk) - len(hits), chars, exhausted, hits
+        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars)
+        hits, hit_chars = await self._submit(chunk, sizes, sink) if chunk else ([], 0)
+        return len(chunk) - len(hits), sum(sizes) - hit_chars, exhausted, hits
 
     async def _pull(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, limit: int, char_budget: int
-                    ) -> tuple[list[Request], int, bool]:
+                    ) -> tuple[list[Request], list[int], bool]:
         """Up to `limit` requests holding up to `char_budget` prompt characters
-        (at least one); returns (requests, their characters, exhausted)."""
+        (at least one); returns (requests, the characters of each, exhausted)."""
         chunk: list[Request] = []
+        sizes: list[int] = []
         chars = 0
         try:
             while len(chunk) < limit and (chars < char_budget or not chunk):
                 r = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr,arg-type]  # is_async says which
                 chunk.append(r)
-                chars += _request_chars(r)
+                size = _request_chars(r)
+                sizes.append(size)
+                chars += size
         except (StopIteration, StopAsyncIteration):
-            return chunk, chars, True
-        return chunk, chars, False
+            return chunk, sizes, True
+        return chunk, sizes, False
 
-    async def _submit(self, chunk: list[Request], sink: asyncio.Queue[Outcome]) -> list[Outcome]:
-        """Queue, join or wait for each request of a pulled chunk; returns the
-        outcomes of those the cache answered (the caller yields them)."""
+    async def _submit(self, chunk: list[Request], sizes: list[int], sink: asyncio.Queue[Outcome]
+                      ) -> tuple[list[Outcome], int]:
+        """Queue, join or wait for each request of a pulled chunk (`sizes`: the
+        characters of each); returns the outcomes of those the cache answered
+        (the caller yields them) and their characters."""
         config = self.config
         taken = time.monotonic()  # the engine has the requests: their time queued starts
         resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
@@ -459,13 +462,15 @@ class Engine:
                 held = await self._claim(self._cache, [k for k in lookup if k not in hits])
         new_waits = held - self._claimed_elsewhere.keys()
         answered: list[Outcome] = []
-        for r in resolved:
+        answered_chars = 0
+        for r, size in zip(resolved, sizes):
             if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
                 self._queue_new(r, sink, taken)
                 continue
             hit = hits.get(r.key)
             if hit is not None:
                 answered.append(Outcome(request=r.request, result=hit, cached=True, key=r.key))
+                answered_chars += size
                 continue
             job = inflight.get(r.key)
             if job is not None:
@@ -480,7 +485,7 @@ class Engine:
             self._queue_new(r, sink, taken)
         if new_waits:
             self._start_claim_wait(new_waits)
-        return answered
+        return answered, answered_chars
 
     # -- claims: calls another process sharing the cache is paying for -----------------
     async def _claim(self, cache: ResponseStore, misses: list[str]) -> set[str]:
