@@ -172,19 +172,15 @@ async def bench_throughput(n: int, concurrency: int, cache_path: str, rounds: in
 
 # -- where the CPU goes (--profile) --------------------------------------------------------
 
-async def profile_engine(n: int, concurrency: int, cache_path: str, top: int = 25) -> None:
-    """One more engine run (cache writes on) under cProfile, the event-loop
-    thread's top frames by own time; then the cache threads' CPU per call by
-    job (lookups on the reader thread, claims, the writer's commits), timed
-    around the cache's own functions. cProfile slows the traced thread ~2x:
-    the shares matter, not the absolute times."""
+@contextlib.contextmanager
+def profiled(spent: dict[str, float]):  # noqa: ANN201 -- yields the cProfile.Profile
+    """cProfile on the event-loop thread, and the cache threads' CPU by job
+    (`spent`: lookups on the reader thread, claims, the writer's commits),
+    timed around the cache's own functions. cProfile slows the traced thread
+    ~2x: the shares matter, not the absolute times."""
     import cProfile
-    import io
-    import pstats
 
     from cache import store
-
-    spent: dict[str, float] = {}
 
     def timed(name: str, fn):  # noqa: ANN001, ANN202 -- any of the cache's functions
         def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -200,28 +196,57 @@ async def profile_engine(n: int, concurrency: int, cache_path: str, top: int = 2
     for name, fn in saved.items():
         setattr(store.ResponseCache, name, timed(name, fn))
     store.read_results = timed("read_results", saved_read)
-    profiler = cProfile.Profile()
     try:
-        with ServerProcess() as server:
-            config = config_for(server.base_url, concurrency)
-            await engine_run(config, f"{cache_path}.warm", requests(n, offset=90 * n), n)  # warm up: imports, connections
-            spent.clear()
-            profiler.enable()
-            wall, cpu, _engine, errors = await engine_run(config, f"{cache_path}.profile", requests(n, offset=91 * n), n)
-            profiler.disable()
-            assert not errors, errors[:3]
+        yield cProfile.Profile()
     finally:
         for name, fn in saved.items():
             setattr(store.ResponseCache, name, fn)
         store.read_results = saved_read
+
+
+def print_profile(title: str, profiler, spent: dict[str, float], n: int, top: int = 25) -> None:  # noqa: ANN001
+    import io
+    import pstats
+
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
-    print(f"profile: one engine run of {n:,} zero-latency calls (cache writes on) under cProfile:"
-          f" {cpu / n * 1e6:.0f} us CPU a call in all")
-    print("   cache threads, CPU a call: " + ", ".join(f"{name} {seconds / n * 1e6:.1f} us"
-                                                      for name, seconds in sorted(spent.items())))
+    print(title)
+    print("   cache threads, CPU a request: " + (", ".join(f"{name} {seconds / n * 1e6:.1f} us"
+                                                         for name, seconds in sorted(spent.items())) or "none"))
     print("   event-loop thread, top frames by own time:")
-    print("\n".join("   " + line for line in out.getvalue().splitlines() if line.strip())[:6000])
+    print("\n".join("   " + line.strip() for line in out.getvalue().splitlines() if line.strip()))
+
+
+async def profile_engine(n: int, concurrency: int, cache_path: str) -> None:
+    """One more engine run of benchmark 1 (cache writes on), profiled."""
+    spent: dict[str, float] = {}
+    with profiled(spent) as profiler, ServerProcess() as server:
+        config = config_for(server.base_url, concurrency)
+        await engine_run(config, f"{cache_path}.warm", requests(n, offset=90 * n), n)  # warm up: imports, connections
+        spent.clear()
+        profiler.enable()
+        _wall, cpu, _engine, errors = await engine_run(config, f"{cache_path}.profile", requests(n, offset=91 * n), n)
+        profiler.disable()
+        assert not errors, errors[:3]
+    print_profile(f"profile 1: one engine run of {n:,} zero-latency calls (cache writes on) under cProfile:"
+                  f" {cpu / n * 1e6:.0f} us CPU a call in all", profiler, spent, n)
+
+
+async def profile_rerun(n: int, cache_path: str, base_url: str) -> None:
+    """One more cached rerun of benchmark 3, profiled."""
+    config = config_for(base_url, 64, max_attempts=1)
+    reqs = list(requests(n))
+    spent: dict[str, float] = {}
+    with profiled(spent) as profiler:
+        async with Engine(config, cache_path=cache_path) as engine:
+            cpu = time.process_time()
+            profiler.enable()
+            await engine.run(reqs)
+            profiler.disable()
+            cpu = time.process_time() - cpu
+            assert engine.stats.cache_hits == n
+    print_profile(f"profile 3: one cached rerun of {n:,} requests under cProfile: {cpu / n * 1e6:.1f} us CPU a "
+                  f"request in all", profiler, spent, n)
 
 
 # -- 2. limit utilisation ------------------------------------------------------------------
@@ -305,14 +330,16 @@ async def main(args: argparse.Namespace) -> None:
         cache_path = os.path.join(tmp, "cache.sqlite")
         if "1" in args.parts:
             await bench_throughput(n_calls, args.concurrency, cache_path, args.rounds)
+            if args.profile:
+                await profile_engine(n_calls, args.concurrency, cache_path)
         if "3" in args.parts:
             rerun_path = os.path.join(tmp, "rerun.sqlite")
             with ServerProcess() as server:  # fill a cache of its own with the requests to replay
                 await engine_run(config_for(server.base_url, args.concurrency), rerun_path,
                                  requests(n_cached), n_cached)
             await bench_cached(n_cached, rerun_path, server.base_url, args.rounds)
-        if args.profile:
-            await profile_engine(n_calls, args.concurrency, cache_path)
+            if args.profile:
+                await profile_rerun(n_cached, rerun_path, server.base_url)
         if "2" in args.parts:
             await bench_limits(n_limits)
 
@@ -326,7 +353,7 @@ if __name__ == "__main__":
                         help="interleaved rounds of benchmarks 1 and 3 (default 5, 1 with --quick)")
     parser.add_argument("--parts", default="123", help="which benchmarks to run, e.g. 13")
     parser.add_argument("--profile", action="store_true",
-                        help="then profile one engine run of benchmark 1 (cProfile; the cache threads' CPU by job)")
+                        help="then profile one more run of benchmarks 1 and 3 (cProfile; the cache threads' CPU by job)")
     args = parser.parse_args()
     if args.rounds is None:
         args.rounds = 1 if args.quick else 5
