@@ -184,10 +184,7 @@ def result_from_record(record: Record) -> Result:
         record = cast(EmbedRecord, record)
         return EmbedResult(vectors=record["vectors"], input_tokens=record.get("input_tokens", 0),
                            latency=record.get("latency", 0.0), request_id=record.get("request_id"))
-    return ChatResult(text=record["text"], finish_reason=record.get("finish_reason", "stop"),
-                      input_tokens=record.get("input_tokens", 0), output_tokens=record.get("output_tokens", 0),
-                      latency=record.get("latency", 0.0), request_id=record.get("request_id"),
-                      cache_read_tokens=record.get("cache_read_tokens", 0),
-                      cache_write_tokens=record.get("cache_write_tokens", 0),
-                      cache_write_1h_tokens=record.get("cache_write_1h_tokens", 0),
-                      reasoning=record.get("reasoning"))
+    r = record  # read for every cache hit: positional, in ChatResult's field order
+    return ChatResult(r["text"], r.get("finish_reason", "stop"), r.get("input_tokens", 0), r.get("output_tokens", 0),
+                      r.get("latency", 0.0), r.get("request_id"), r.get("cache_read_tokens", 0),
+                      r.get("cache_write_tokens", 0), r.get("cache_write_1h_tokens", 0), reasoning=r.get("reasoning"))

@@ -170,9 +170,9 @@ def damaged(path: Path | str, exc: BaseException) -> CacheError:
 def entry_checksum(key: str, response: str, vectors: bytes | None) -> str:
     """What the `checksum` column holds: sha256 over the key, the response
     JSON and the vectors, 32 hex digits."""
-    h = hashlib.sha256(key.encode())
-    h.update(b"\0")
-    h.update(response.encode("utf-8", "surrogatepass"))
+    # One encode and one update for the key and response together (the key is
+    # ASCII hex: the same bytes as encoding it alone); read for every hit.
+    h = hashlib.sha256(f"{key}\0{response}".encode("utf-8", "surrogatepass"))
     if vectors:
         h.update(b"\0")
         h.update(vectors)
@@ -294,7 +294,10 @@ def iso_utc(timestamp: float) -> str:
 def _identity_chars(identity: Identity) -> int:
     messages = identity.get("messages")
     if messages:
-        return sum(len(m.get("content") or "") for m in cast(list[dict[str, str]], messages))
+        chars = 0
+        for m in cast(list[dict[str, str]], messages):  # a loop, not a generator: once per reply put
+            chars += len(m.get("content") or "")
+        return chars
     texts = identity.get("texts")
     return sum(map(len, cast(list[str], texts))) if texts else 0
 
@@ -344,13 +347,23 @@ def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
 
 
 def read_results(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str]) -> dict[str, Result]:
-    """{key: result} for the keys present (`read_entries`, decoded on the reader thread)."""
+    """{key: result} for the keys present, decoded on the reader thread in one
+    pass over the rows (what `read_entries` then `result_from_record` give: a
+    damaged row or a record without its fields is a miss, its key in `corrupt`)."""
     found: dict[str, Result] = {}
-    for key, record in read_entries(conn, keys, corrupt).items():
-        try:
-            found[key] = result_from_record(record)
-        except Exception:  # noqa: BLE001 -- a record without its fields is a miss, never a wrong answer
-            corrupt.append(key)
+    checksum_of, loads = entry_checksum, orjson.loads
+    for i in range(0, len(keys), READ_BATCH):
+        batch = keys[i:i + READ_BATCH]
+        sql = ("SELECT key, response, vectors, vector_dtype, vector_count, checksum FROM entries "
+               f"WHERE key IN ({','.join('?' * len(batch))})")
+        for key, text, vectors, dtype, count, checksum in conn.execute(sql, batch):
+            try:
+                if checksum is not None and checksum != checksum_of(key, text, vectors):
+                    raise ValueError("checksum mismatch")
+                record = loads(text) if vectors is None else decode_response(text, vectors, dtype, count)
+                found[key] = result_from_record(record)
+            except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
+                corrupt.append(key)
     return found
 
 

@@ -438,8 +438,10 @@ class EndpointState:
     def _launch(self, job: Job, held: bool = False) -> None:
         task = asyncio.get_running_loop().create_task(self._attempt(job, held))
         job.task = task
-        job.cost_reserved = self.budget.reserve(job.resolved.alias, job.input_estimate, job.output_estimate,
-                                                batch=held)
+        budget = self.budget
+        if budget.max_cost is not None:  # without a cap nothing reads the reservations: not priced twice a call
+            job.cost_reserved = budget.reserve(job.resolved.alias, job.input_estimate, job.output_estimate,
+                                               batch=held)
         task.add_done_callback(lambda t: self._after_attempt(t, job))
 
     def _call(self, r: Resolved, timeout: float) -> Awaitable[Result]:

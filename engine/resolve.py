@@ -25,7 +25,10 @@ _KEEP_CANONICAL_BYTES = 64 * 1024
 _REASONING_DROPPED = ("temperature", "max_tokens")
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through
+# object.__setattr__, which tripled the cost of building one (once per request).
+# Nothing changes a Resolved after _resolve builds it.
+@dataclass(slots=True)
 class Resolved:
     request: Request
     alias: ModelAlias
@@ -65,9 +68,10 @@ def _name_token_limit(token_param: str, params: dict[str, Any], asked: int | Non
         params[token_param] = limit
 
 
-def chat_messages(alias: ModelAlias, request: ChatRequest) -> list[dict[str, str]]:
+def chat_messages(alias: ModelAlias, request: ChatRequest, sends_system: bool | None = None) -> list[dict[str, str]]:
+    """The messages sent (`sends_system`: alias.sends_system, when the caller has it)."""
     messages = [{"role": m["role"], "content": m["content"]} for m in request.messages]
-    if not alias.sends_system:
+    if not (alias.sends_system if sends_system is None else sends_system):
         messages = [m for m in messages if m["role"] != "system"]
     return messages
 
@@ -134,52 +138,65 @@ def _long_prompt_route(config: Config, target: _Target, request: Request, target
 class _Target:
     """What every request for one alias shares."""
 
-    __slots__ = ("alias", "endpoints", "first", "default_params", "default_params_normalized")
+    __slots__ = ("alias", "endpoints", "first", "sends_system", "default_params", "default_params_normalized")
 
     def __init__(self, config: Config, model: str):
         self.alias = config.alias(model)  # ConfigError: unknown alias
         self.endpoints = config.endpoints_of(self.alias)
         self.first = self.endpoints[0]
+        self.sends_system = self.alias.sends_system  # read once, not once a request
         self.default_params: dict[str, Any] | None = None  # chat params of a request that sets none
         self.default_params_normalized: object = None  # and their canonical form (keys.normalize)
 
 
 def _resolve(target: _Target, request: Request) -> Resolved:
     alias, first = target.alias, target.first
-    identity: dict[str, object] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model}
+    end = None
     if isinstance(request, EmbedRequest):
         params: dict[str, Any] = {}
         messages = None
-        identity.update(op="embed", texts=list(request.texts))
+        identity: dict[str, object] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model,
+                                       "op": "embed", "texts": list(request.texts)}
         normalized = normalize(identity)
     else:
-        if (request.temperature is None and request.max_tokens is None and request.seed is None
-                and request.stop is None and not request.extra):
-            # The alias's defaults, shared by the requests of this batch (read
-            # only), normalised once for all of them.
-            if target.default_params is None:
-                target.default_params = chat_params(alias, request)
-                target.default_params_normalized = normalize(target.default_params)
-            params = target.default_params
-            params_normalized = target.default_params_normalized
-        else:
-            params = chat_params(alias, request)
-            params_normalized = normalize(params)
-        messages = chat_messages(alias, request)
-        identity.update(op="chat", params=params, messages=messages, draw=request.draw)
+        params, params_normalized = _chat_params_of(target, request)
+        messages = chat_messages(alias, request, target.sends_system)
+        draw = request.draw
+        identity = {"kind": first.kind, "base_url": first.base_url, "model": alias.model, "op": "chat",
+                    "params": params, "messages": messages, "draw": draw}
         # Normalising only what may need it: the parameters (done above) and
         # the draw; messages of str roles and contents are canonical already.
         # (keys.canonical_bytes(identity) gives the same bytes: a test checks.)
-        draw = request.draw
-        if type(draw) is int and 0 <= draw < 2 ** 63 and all(
-                type(m["role"]) is str and type(m["content"]) is str for m in messages):
+        if type(draw) is int and 0 <= draw < 2 ** 63 and _plain_strings(messages):
             normalized = identity if params_normalized is params else {**identity, "params": params_normalized}
         else:
             normalized = normalize(identity)
+        if request.prefix_end is not None:
+            end = prefix_end(alias, request)
     canonical = dumps_normalized(normalized)
     key = key_of_canonical(canonical)
     if len(canonical) > _KEEP_CANONICAL_BYTES:
         canonical = b""  # a book-sized prompt: the cache's writer serialises it again rather than hold a copy
-    end = prefix_end(alias, request) if isinstance(request, ChatRequest) else None
-    return Resolved(request=request, alias=alias, endpoints=target.endpoints, params=params, messages=messages,
-                    identity=identity, key=key, canonical=canonical, prefix_end=end)
+    return Resolved(request, alias, target.endpoints, params, messages, identity, key, canonical, end)
+
+
+def _chat_params_of(target: _Target, request: ChatRequest) -> tuple[dict[str, Any], object]:
+    """(wire parameters, their canonical form). A request that sets none
+    shares the alias's defaults with the other requests of its batch (read
+    only), normalised once for all of them."""
+    if (request.temperature is None and request.max_tokens is None and request.seed is None
+            and request.stop is None and not request.extra):
+        if target.default_params is None:
+            target.default_params = chat_params(target.alias, request)
+            target.default_params_normalized = normalize(target.default_params)
+        return target.default_params, target.default_params_normalized
+    params = chat_params(target.alias, request)
+    return params, normalize(params)
+
+
+def _plain_strings(messages: list[dict[str, str]]) -> bool:
+    """Every role and content a str (not a subclass): canonical as they are."""
+    for m in messages:
+        if type(m["role"]) is not str or type(m["content"]) is not str:
+            return False
+    return True

@@ -52,7 +52,7 @@ import itertools
 import logging
 import operator
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, deque
 from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -310,7 +310,6 @@ class Engine:
         source = requests.__aiter__() if isinstance(requests, AsyncIterable) else iter(requests)
         sink: asyncio.Queue[Outcome] = asyncio.Queue()
         progress = Progress(enabled=self.progress, total=total, label=label, stats=self._stats)
-        stats = self._stats
         pending = 0
         pending_chars = 0
         exhausted = False
@@ -321,7 +320,15 @@ class Engine:
                     pulled = await self._refill(source, is_async, sink, pending, pending_chars)
                     if pulled is not None:
                         pending, pending_chars = pending + pulled[0], pending_chars + pulled[1]
-                        exhausted = pulled[2]
+                        exhausted, hits = pulled[2], pulled[3]
+                        # Calls that ended during the lookup came first, then the hits
+                        # (handed over here, not through the sink: no queue round trip).
+                        for _ in range(sink.qsize() if hits else 0):
+                            outcome = sink.get_nowait()
+                            pending, pending_chars = pending - 1, pending_chars - _request_chars(outcome.request)
+                            yield self._counted(outcome, progress)
+                        for outcome in hits:
+                            yield self._counted(outcome, progress)
                         continue
                 if pending == 0:
                     if exhausted:
@@ -337,53 +344,67 @@ class Engine:
                     outcome = sink.get_nowait()
                 pending -= 1
                 pending_chars -= _request_chars(outcome.request)
-                stats.requests += 1
-                if outcome.cached:
-                    stats.cache_hits += 1
-                elif outcome.error is not None:
-                    stats.errors[outcome.error.kind] += 1
-                progress.advance(outcome)
-                yield outcome
+                yield self._counted(outcome, progress)
         finally:
             self._streams_open -= 1
             progress.close()
             self._abandon(sink)
 
+    def _counted(self, outcome: Outcome, progress: Progress) -> Outcome:
+        """An outcome about to be yielded, counted in the stats and the progress line."""
+        stats = self._stats
+        stats.requests += 1
+        if outcome.cached:
+            stats.cache_hits += 1
+        elif outcome.error is not None:
+            stats.errors[outcome.error.kind] += 1
+        progress.advance(outcome)
+        return outcome
+
     async def run(self, requests: Iterable[Request] | AsyncIterable[Request], *,
                   total: int | None = None, label: str = "") -> list[Outcome]:
         """All outcomes, in input order."""
-        # Input positions by request object (the same object may come twice).
-        order: dict[int, deque[int]] = defaultdict(deque)
+        # Input position by request object: an int, or a deque of them for an
+        # object that comes more than once (no deque per request: run once each).
+        order: dict[int, int | deque[int]] = {}
         counter = itertools.count()
 
-        def numbered(items: Iterable[Request]) -> Iterator[Request]:
-            for r in items:
-                order[id(r)].append(next(counter))
-                yield r
+        def number(r: Request) -> Request:
+            index, seen = next(counter), order.get(id(r))
+            if seen is None:
+                order[id(r)] = index
+            elif isinstance(seen, int):
+                order[id(r)] = deque((seen, index))
+            else:
+                seen.append(index)
+            return r
 
         async def anumbered(items: AsyncIterable[Request]) -> AsyncIterator[Request]:
             async for r in items:
-                order[id(r)].append(next(counter))
-                yield r
+                yield number(r)
 
         if total is None and hasattr(requests, "__len__"):
             total = len(requests)  # type: ignore[arg-type]
-        source = anumbered(requests) if isinstance(requests, AsyncIterable) else numbered(requests)
+        source = anumbered(requests) if isinstance(requests, AsyncIterable) else map(number, requests)
         slots: list[Outcome | None] = []
         async for outcome in self.stream(source, total=total, label=label):
-            positions = order[id(outcome.request)]
-            index = positions.popleft()
-            if not positions:
-                del order[id(outcome.request)]
+            seen = order.pop(id(outcome.request))
+            if isinstance(seen, int):
+                index = seen
+            else:
+                index = seen.popleft()
+                if seen:
+                    order[id(outcome.request)] = seen
             if index >= len(slots):
                 slots.extend([None] * (index + 1 - len(slots)))
             slots[index] = outcome
         return slots  # type: ignore[return-value]
 
     async def _refill(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, sink: asyncio.Queue[Outcome], pending: int,
-                      pending_chars: int) -> tuple[int, int, bool] | None:
+                      pending_chars: int) -> tuple[int, int, bool, list[Outcome]] | None:
         """Pull the next requests and submit them when the window has room:
-        (requests, their characters, exhausted), or None when it has none."""
+        (requests pending, their characters, exhausted, the outcomes of those
+        the cache answered, which are not pending), or None when it has none."""
         window = self._window_size()
         # Calls sleeping before a retry do not hold the window: 30% of 429s
         # must not starve the endpoint of new calls; nor do calls their
@@ -397,27 +418,33 @@ class Engine:
         cache = self._cache
         if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
             await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
-        chunk, chars, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars)
-        if chunk:
-            await self._submit(chunk, sink)
-        return len(chunk), chars, exhausted
+        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars)
+        hits, hit_chars = await self._submit(chunk, sizes, sink) if chunk else ([], 0)
+        return len(chunk) - len(hits), sum(sizes) - hit_chars, exhausted, hits
 
     async def _pull(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, limit: int, char_budget: int
-                    ) -> tuple[list[Request], int, bool]:
+                    ) -> tuple[list[Request], list[int], bool]:
         """Up to `limit` requests holding up to `char_budget` prompt characters
-        (at least one); returns (requests, their characters, exhausted)."""
+        (at least one); returns (requests, the characters of each, exhausted)."""
         chunk: list[Request] = []
+        sizes: list[int] = []
         chars = 0
         try:
             while len(chunk) < limit and (chars < char_budget or not chunk):
                 r = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr,arg-type]  # is_async says which
                 chunk.append(r)
-                chars += _request_chars(r)
+                size = _request_chars(r)
+                sizes.append(size)
+                chars += size
         except (StopIteration, StopAsyncIteration):
-            return chunk, chars, True
-        return chunk, chars, False
+            return chunk, sizes, True
+        return chunk, sizes, False
 
-    async def _submit(self, chunk: list[Request], sink: asyncio.Queue[Outcome]) -> None:
+    async def _submit(self, chunk: list[Request], sizes: list[int], sink: asyncio.Queue[Outcome]
+                      ) -> tuple[list[Outcome], int]:
+        """Queue, join or wait for each request of a pulled chunk (`sizes`: the
+        characters of each); returns the outcomes of those the cache answered
+        (the caller yields them) and their characters."""
         config = self.config
         taken = time.monotonic()  # the engine has the requests: their time queued starts
         resolved = resolve_many(config, chunk)  # ConfigError: unknown alias
@@ -434,14 +461,16 @@ class Engine:
                 hits = await self._cache.get_many(lookup)
                 held = await self._claim(self._cache, [k for k in lookup if k not in hits])
         new_waits = held - self._claimed_elsewhere.keys()
-        for r in resolved:
+        answered: list[Outcome] = []
+        answered_chars = 0
+        for r, size in zip(resolved, sizes):
             if not r.request.cache_read:  # its own call: no cache, no joining (and nobody joins it)
                 self._queue_new(r, sink, taken)
                 continue
             hit = hits.get(r.key)
             if hit is not None:
-                sink.put_nowait(Outcome(request=r.request, result=hit, cached=True,
-                                        key=r.key))
+                answered.append(Outcome(request=r.request, result=hit, cached=True, key=r.key))
+                answered_chars += size
                 continue
             job = inflight.get(r.key)
             if job is not None:
@@ -456,6 +485,7 @@ class Engine:
             self._queue_new(r, sink, taken)
         if new_waits:
             self._start_claim_wait(new_waits)
+        return answered, answered_chars
 
     # -- claims: calls another process sharing the cache is paying for -----------------
     async def _claim(self, cache: ResponseStore, misses: list[str]) -> set[str]:
