@@ -145,7 +145,7 @@ async def open_pool(url: str, *, max_size: int = 4) -> asyncpg.Pool:
     try:
         import asyncpg
     except ImportError:
-        raise CacheError("a postgresql:// cache needs the asyncpg driver: pip install 'tulving[postgres]'") from None
+        raise CacheError("a postgresql:// cache needs the asyncpg driver: pip install 'tulving-bench[postgres]'") from None
     try:
         first = await asyncpg.connect(url, timeout=10)
         try:
