@@ -41,7 +41,7 @@ class Resolved:
     prefix_end: tuple[int, int] | None = None  # the request's shared-prefix end, in `messages` (not in the key)
 
 
-def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, Any]:
+def chat_params(alias: ModelAlias, request: ChatRequest) -> dict[str, object]:
     params = dict(alias.params)
     if request.extra:
         params.update(request.extra)
@@ -145,7 +145,7 @@ class _Target:
         self.endpoints = config.endpoints_of(self.alias)
         self.first = self.endpoints[0]
         self.sends_system = self.alias.sends_system  # read once, not once a request
-        self.default_params: dict[str, Any] | None = None  # chat params of a request that sets none
+        self.default_params: dict[str, object] | None = None  # chat params of a request that sets none
         self.default_params_normalized: object = None  # and their canonical form (keys.normalize)
 
 
@@ -180,7 +180,7 @@ def _resolve(target: _Target, request: Request) -> Resolved:
     return Resolved(request, alias, target.endpoints, params, messages, identity, key, canonical, end)
 
 
-def _chat_params_of(target: _Target, request: ChatRequest) -> tuple[dict[str, Any], object]:
+def _chat_params_of(target: _Target, request: ChatRequest) -> tuple[dict[str, object], object]:
     """(wire parameters, their canonical form). A request that sets none
     shares the alias's defaults with the other requests of its batch (read
     only), normalised once for all of them."""
