@@ -73,7 +73,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -333,17 +333,27 @@ def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
     a time. A row whose checksum does not match (or whose response cannot be
     decoded) is left out, as a miss, and its key appended to `corrupt`."""
     found: dict[str, Record] = {}
+    for key, text, vectors, dtype, count, checksum in _entry_rows(conn, keys):
+        try:
+            found[key] = decode_entry(key, text, vectors, dtype, count, checksum)
+        except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
+            if corrupt is not None:
+                corrupt.append(key)
+    return found
+
+
+# key, response, vectors, vector_dtype, vector_count, checksum
+_EntryRow = tuple[str, str, bytes | None, str | None, int | None, str | None]
+
+
+def _entry_rows(conn: sqlite3.Connection, keys: Sequence[str]) -> Iterator[_EntryRow]:
+    """The entries rows (key, response, vectors, vector_dtype, vector_count,
+    checksum) of the keys present, `READ_BATCH` keys a query."""
     for i in range(0, len(keys), READ_BATCH):
         batch = keys[i:i + READ_BATCH]
         sql = ("SELECT key, response, vectors, vector_dtype, vector_count, checksum FROM entries "
                f"WHERE key IN ({','.join('?' * len(batch))})")
-        for key, text, vectors, dtype, count, checksum in conn.execute(sql, batch):
-            try:
-                found[key] = decode_entry(key, text, vectors, dtype, count, checksum)
-            except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
-                if corrupt is not None:
-                    corrupt.append(key)
-    return found
+        yield from conn.execute(sql, batch)
 
 
 def read_results(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str]) -> dict[str, Result]:
@@ -352,18 +362,14 @@ def read_results(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
     damaged row or a record without its fields is a miss, its key in `corrupt`)."""
     found: dict[str, Result] = {}
     checksum_of, loads = entry_checksum, orjson.loads
-    for i in range(0, len(keys), READ_BATCH):
-        batch = keys[i:i + READ_BATCH]
-        sql = ("SELECT key, response, vectors, vector_dtype, vector_count, checksum FROM entries "
-               f"WHERE key IN ({','.join('?' * len(batch))})")
-        for key, text, vectors, dtype, count, checksum in conn.execute(sql, batch):
-            try:
-                if checksum is not None and checksum != checksum_of(key, text, vectors):
-                    raise ValueError("checksum mismatch")
-                record = loads(text) if vectors is None else decode_response(text, vectors, dtype, count)
-                found[key] = result_from_record(record)
-            except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
-                corrupt.append(key)
+    for key, text, vectors, dtype, count, checksum in _entry_rows(conn, keys):
+        try:
+            if checksum is not None and checksum != checksum_of(key, text, vectors):
+                raise ValueError("checksum mismatch")
+            record = loads(text) if vectors is None else decode_response(text, vectors, dtype, count)
+            found[key] = result_from_record(record)
+        except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
+            corrupt.append(key)
     return found
 
 
