@@ -92,15 +92,19 @@ async def cold_and_two(folder: Path, cache: str) -> dict[str, float]:
                 "two_paid": server.stats.requests, "two_seconds": time.perf_counter() - start}
 
 
+def loop_requests(server: LoopbackServer, path: Path, prefix: str, n: int) -> tuple[Config, list[ChatRequest]]:
+    """A config for the loopback `server` written to `path`, and n distinct chat requests to it."""
+    path.write_text(config_text(server))
+    requests = [ChatRequest(model="loop-reader", messages=[{"role": "user", "content": f"{prefix} {i}"}],
+                            max_tokens=16) for i in range(n)]
+    return Config.load(str(path)), requests
+
+
 async def rerun(folder: Path, cache: str) -> dict[str, float]:
     """Cached rerun: wall time and this process's CPU time (the gap is time
     the process waited: for the database's answers, or for a core)."""
     async with LoopbackServer(models=["reader"]) as server:
-        path = folder / "rerun.toml"
-        path.write_text(config_text(server))
-        config = Config.load(str(path))
-        requests = [ChatRequest(model="loop-reader", messages=[{"role": "user", "content": f"question {i}"}],
-                                max_tokens=16) for i in range(RERUN)]
+        config, requests = loop_requests(server, folder / "rerun.toml", "question", RERUN)
         await reset(cache)
         async with Engine(config, cache_path=cache) as engine:
             await engine.run(requests)
@@ -142,11 +146,7 @@ async def cold_engine(folder: Path, cache: str, *, claims: bool) -> float:
     """Cold run through the engine (COLD distinct requests, an empty cache,
     the loopback answering at once): calls/s, with claims or without them."""
     async with LoopbackServer(models=["reader"]) as server:
-        path = folder / "cold.toml"
-        path.write_text(config_text(server))
-        config = Config.load(str(path))
-        requests = [ChatRequest(model="loop-reader", messages=[{"role": "user", "content": f"cold {i}"}],
-                                max_tokens=16) for i in range(COLD)]
+        config, requests = loop_requests(server, folder / "cold.toml", "cold", COLD)
         await reset(cache)
         async with Engine(config, cache_path=cache) as engine:
             store = engine._cache
