@@ -28,6 +28,7 @@ from providers.base import Result
 
 if TYPE_CHECKING:
     from cache.batches import LedgerBatch
+    from cache.spending_ledger import RunSpending
 
 @runtime_checkable
 class ResponseStore(Protocol):
@@ -111,3 +112,30 @@ def open_ledger(location: str | os.PathLike[str]) -> BatchLedgerStore:
     from cache.batches import BatchLedger
 
     return BatchLedger(location)
+
+
+class SpendingLedgerStore(Protocol):
+    """The spending ledger (cache/spending_ledger.py), on whichever backend:
+    what each invocation of a run paid, keyed by the run's key."""
+
+    async def record_spending(self, run: str, invocation: str, *, usd: float, calls: int, label: str = "") -> None:
+        """This invocation's totals so far (replacing what it recorded before)."""
+        ...
+
+    async def ledger_total(self, run: str) -> RunSpending:
+        """Every invocation of `run` added up (zeros when none is recorded)."""
+        ...
+
+    async def runs(self) -> list[RunSpending]: ...
+    def close(self) -> None: ...
+
+
+def open_spending_ledger(location: str | os.PathLike[str]) -> SpendingLedgerStore:
+    """The spending ledger of the cache at `location` (as `open_cache` chooses)."""
+    if is_postgres_url(location):
+        from cache.pg_spending import PostgresSpending
+
+        return PostgresSpending(os.fspath(location))
+    from cache.spending_ledger import SpendingLedger
+
+    return SpendingLedger(location)

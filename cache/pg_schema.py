@@ -61,7 +61,21 @@ CREATE TABLE IF NOT EXISTS batches (
 );
 CREATE TABLE IF NOT EXISTS batch_keys (batch_id TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (batch_id, key));
 CREATE INDEX IF NOT EXISTS batch_keys_by_key ON batch_keys (key);
+CREATE TABLE IF NOT EXISTS spending (
+    run TEXT NOT NULL,
+    invocation TEXT NOT NULL,
+    label TEXT NOT NULL,
+    spent_usd DOUBLE PRECISION NOT NULL,
+    calls INTEGER NOT NULL,
+    started_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run, invocation)
+);
 """
+# The newest table of DDL: a database of this version without it (made by a
+# Tulving before the spending ledger) gains it when opened; the version stays,
+# as older Tulvings ignore the table.
+NEWEST_TABLE = "spending"
 
 INSERT_ENTRIES = (
     "INSERT INTO entries (key, op, model, kind, base_url, created_at, response, vectors, vector_dtype, vector_count, "
@@ -134,7 +148,8 @@ async def check_schema(conn: asyncpg.Connection, url: str) -> None:
         if version is not None and version > SCHEMA_VERSION:
             raise CacheError(f"the cache database {redact(url)} was written by a newer Tulving (schema version "
                              f"{version}, this one reads {SCHEMA_VERSION}): upgrade Tulving")
-        if version == SCHEMA_VERSION:
+        newest = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f"{SCHEMA_NAME}.{NEWEST_TABLE}")
+        if version == SCHEMA_VERSION and newest:
             return
     await ensure_schema(conn, url)
 

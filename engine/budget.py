@@ -5,6 +5,7 @@
     reserved = budget.reserve(alias, input_estimate, output_estimate)
     cost = budget.settle(reserved, alias, result)                    # what it cost (a result that came by
                                                                      # batch, `result.batched`: discounted)
+    budget.paid()                                                    # (USD, calls) this invocation paid
 
 A call's worst case (its prompt estimate plus max_tokens, at the alias's
 prices) is reserved before it is sent and released when it ends, so calls in
@@ -53,12 +54,15 @@ def worst_case(alias: ModelAlias, input_tokens: int, output_tokens: int, *, batc
 class Budget:
     """Spending so far, spending reserved by calls in flight, and the cap."""
 
-    __slots__ = ("max_cost", "spent", "reserved", "_waiters")
+    __slots__ = ("max_cost", "spent", "spent_before", "paid_calls", "reserved", "_waiters")
 
     def __init__(self, max_cost: float | None = None, spent_before: float = 0.0) -> None:
         self.max_cost = max_cost
-        # What earlier invocations of the same run already spent (run.json): the cap holds across resumes.
+        # What earlier invocations of the same run already spent (the cache's spending
+        # ledger, or run.json): the cap holds across resumes and folders.
         self.spent = spent_before
+        self.spent_before = spent_before
+        self.paid_calls = 0  # calls of this invocation whose reply came (and was priced)
         self.reserved = 0.0
         self._waiters: set[Waiter] = set()
 
@@ -114,4 +118,9 @@ class Budget:
         else:
             cost = float(alias.cost(result.input_tokens, 0, batch=batch))
         self.spent += cost
+        self.paid_calls += 1
         return cost
+
+    def paid(self) -> tuple[float, int]:
+        """What this invocation paid so far: (USD, calls), earlier invocations apart."""
+        return max(0.0, self.spent - self.spent_before), self.paid_calls

@@ -57,7 +57,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, It
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cache.backend import ResponseStore, open_cache
+from cache.backend import ResponseStore, open_cache, open_spending_ledger
 from engine import gc_tuning
 from engine.batching_mode import Batching
 from engine.budget import Budget
@@ -68,6 +68,7 @@ from engine.progress import notice as progress_notice
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
+from engine.spending_feed import SpendingFeed
 from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key, prefix_parts
 from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, Provider, ProviderError, Result
 from providers.kinds import make_provider
@@ -159,7 +160,8 @@ def _request_chars(request: Request) -> int:
 class Engine:
     def __init__(self, config: Config, *, cache_path: str | None = None, progress: bool = False,
                  max_cost: float | None = None, window: int | None = None,
-                 retry_policy: RetryPolicy | None = None, batch: bool = False, spent_before: float = 0.0):
+                 retry_policy: RetryPolicy | None = None, batch: bool = False, spent_before: float = 0.0,
+                 spending_run: str | None = None, spending_label: str = ""):
         self.config = config
         self.cache_path = cache_path
         self.progress = progress
@@ -175,6 +177,9 @@ class Engine:
         self._inflight: dict[str, Job] = {}
         self._seq = itertools.count()
         self._budget = Budget(max_cost, spent_before)  # spent_before: earlier invocations of a resumed run
+        # `spending_run`: the run's key; what this invocation pays goes to the cache's spending ledger under it.
+        self._spending_run, self._spending_label = spending_run, spending_label
+        self._spending_feed: SpendingFeed | None = None
         self._stats = EngineStats()
         self._opened_at = time.monotonic()
         self._closed = False
@@ -212,6 +217,10 @@ class Engine:
                 self._untune_gc()
                 raise
             self._cache = cache
+        if self._spending_run is not None and self.cache_path is not None and self._spending_feed is None:
+            self._spending_feed = SpendingFeed(open_spending_ledger(self.cache_path), self._spending_run,
+                                               self._budget, label=self._spending_label)
+            self._spending_feed.start()
         if self.batch and self._batching is None:
             self._batching = Batching(self.cache_path if self._cache is not None else None, self)
 
@@ -242,6 +251,8 @@ class Engine:
         if self._batching is not None:
             self._batching.close()
         try:
+            if self._spending_feed is not None:  # every call settled by now: the invocation's last totals
+                await self._spending_feed.close()
             cache = self._cache
             if cache is not None:
                 try:

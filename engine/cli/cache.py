@@ -1,7 +1,8 @@
-"""`tulving cache stats | explain | prune | export | import | check | recover | copy`: the cache
-(global `--cache PATH`) seen from the command line. See cache/admin.py, and
-cache/copy.py for `copy` (any two backends: SQLite files, postgresql:// URLs).
-A PostgreSQL cache takes `copy`, `export` and `import`; the other commands
+"""`tulving cache stats | explain | prune | export | import | check | recover | copy | spending`: the
+cache (global `--cache PATH`) seen from the command line. See cache/admin.py,
+cache/copy.py for `copy` (any two backends: SQLite files, postgresql:// URLs)
+and cache/spending_ledger.py for `spending` (either backend). A PostgreSQL
+cache takes `copy`, `export`, `import` and `spending`; the other commands
 read SQLite files (copy the database into one first)."""
 from __future__ import annotations
 
@@ -72,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("source", metavar="SRC")
     p.add_argument("target", metavar="DST")
     p.set_defaults(func=_damage_is_one_line(_copy))
+
+    p = commands.add_parser("spending", help="the spending ledger: what each run cost, over all its invocations "
+                                             "(what --max-cost counts)")
+    p.set_defaults(func=_damage_is_one_line(_spending))
 
 
 def _damage_is_one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -248,4 +253,34 @@ def _import_file(path: str, args: argparse.Namespace) -> int:
     counts = admin.import_jsonl(path, args.path)
     print(f"imported {counts['imported']:,} entries ({counts['skipped']:,} already cached, skipped) "
           f"and {counts['blobs']:,} new chunks")
+    return 0
+
+
+def _spending(args: argparse.Namespace) -> int:
+    """Every run the ledger knows: its key, what it is, USD, calls, invocations, last update."""
+    from cache.backend import open_spending_ledger
+    from cache.spending_ledger import RunSpending
+    from engine.errors import printable
+
+    location = _location(args)
+    if not is_postgres_url(location) and not Path(location).is_file():
+        raise TulvingError(f"no cache file at {location}")
+    async def read() -> list[RunSpending]:
+        ledger = open_spending_ledger(location)
+        try:
+            return await ledger.runs()
+        finally:
+            ledger.close()  # in the loop: a PostgreSQL pool ends with its loop
+
+    runs = lifecycle.run_briefly(read())
+    if not runs:
+        print("no spending recorded in this cache")
+        return 0
+    rows = [("run", "spent", "calls", "invocations", "last", "what")]
+    rows += [(r.run[:12], f"${r.spent_usd:.4f}", str(r.calls), str(r.invocations), r.updated_at[:19], r.label)
+             for r in runs]
+    widths = [max(len(printable(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(printable(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    print(f"total: ${sum(r.spent_usd for r in runs):.4f} over {len(runs)} run{'s' if len(runs) != 1 else ''}")
     return 0

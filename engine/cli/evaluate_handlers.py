@@ -23,9 +23,9 @@ from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.repeats import repeat_file, repeat_spread
 from engine.benchmark.evaluation.report import Scores, add_realism, leaderboard_text, render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
-from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, spent_before
+from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, run_key
 from engine.benchmark.generation.bookdir import Book, check_output_folder
-from engine.cli import lifecycle
+from engine.cli import lifecycle, run_spending
 from engine.cli.common import (
     check_models,
     dry_run_estimate,
@@ -96,6 +96,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     out = Path(args.out or Path("runs") / str(book.name))
     args.started = utc_now()
     args.configuration = _configuration(args, config, book, default_run)
+    args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
     args.previous = None
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
@@ -107,13 +108,13 @@ async def _before_the_engine(args: argparse.Namespace, config: Config, models: l
     """Under --batch, ask each endpoint whether its server has a batch API (a
     vLLM or llama.cpp server has none: stop, or go direct if it says "auto");
     then what --max-cost counts as spent already (earlier invocations of the
-    run, unless --max-cost-scope invocation)."""
+    run, in any folder, by the cache's spending ledger; unless --max-cost-scope invocation)."""
     if args.batch:
         from engine.batching_mode import check_batch_apis
 
         for note in await check_batch_apis(config, [*models, args.judge]):
             _note(note)
-    return spent_before(args.previous) if args.max_cost_scope == "run" else 0.0
+    return await run_spending.spending_before(args)
 
 
 def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
@@ -203,7 +204,8 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
         jobs = _shard(args, jobs)
         return await _dry_run(args, config, book, questions, jobs, embed_model)
     before = await _before_the_engine(args, config, models)
-    async with open_engine(args, config, spent_before=before) as engine:
+    async with open_engine(args, config, spent_before=before, spending_run=args.run_key,
+                           spending_label=run_spending.label(str(book.name), args.models)) as engine:
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
@@ -405,6 +407,7 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    print(await run_spending.dry_run_line(args))
     if unpriced_line(args):
         print(unpriced_line(args))
     if args.repeats > 1:

@@ -11,6 +11,10 @@ configuration, so a rerun resumes it:
 - `carried_spending(previous, rows)`: the spending rows of every invocation
   added up, so a cached rerun keeps the paid figure (this invocation's rows
   are kept apart, in `spending_this_invocation`).
+
+`run_key(configuration, book_text)` names the run in the cache's spending
+ledger (cache/spending_ledger.py): the same configuration is the same run
+whatever its --out folder or machine (the book by its text, not its path).
 """
 from __future__ import annotations
 
@@ -47,6 +51,14 @@ def configuration(config: Config, *, book: str, questions_file: str | None, mode
             "resolved": {m: resolved(m) for m in [*(models or []), judge]},
             "modes": list(modes) if modes else "default", "judge": judge, "embed_model": embed_model,
             **{k: v for k, v in settings.items() if v is not None}}
+
+
+def run_key(wanted: Mapping[str, object], book_text: str) -> str:
+    """The run's key in the spending ledger: a digest of its configuration,
+    the book named by a digest of its text (a book folder's path differs
+    from machine to machine; its text does not)."""
+    record = {**wanted, "book": hashlib.sha256(book_text.encode("utf-8")).hexdigest()}
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:32]
 
 
 def _read(path: Path) -> Json | None:
