@@ -42,6 +42,10 @@ ledger: which provider batches still owe which keys; see cache/batches.py),
 created when first used; they leave `entries` as it is, so the format version
 stays 1.
 
+The spending ledger adds a `spending` table (what each invocation of a run
+paid; see cache/spending_ledger.py), created when first written, format
+version unchanged.
+
 Claims (cache/backend.py): a `claims` table, created when first used
 (format version unchanged), holds the keys a process is paying for now:
 

@@ -100,8 +100,9 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
                         "the report gives the run-to-run spread (default %(default)s)")
     add_allow_unpriced(p)
     p.add_argument("--max-cost-scope", choices=["run", "invocation"], default="run",
-                   help="what --max-cost bounds: the run's whole spending, earlier invocations in the same --out "
-                        "included (default), or this invocation's alone")
+                   help="what --max-cost bounds: the run's whole spending, what earlier invocations of the same "
+                        "configuration paid through this cache included, from any --out (default; `tulving cache "
+                        "spending` lists it), or this invocation's alone")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run --out holds even when it is of another configuration")
     p.add_argument("--shard", type=_shard_arg, metavar="I/N",
