@@ -251,12 +251,14 @@ async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Co
     """The run, then its repeats 2..N (--repeats): the same jobs with answers
     drawn anew (draw k), judged anew; their spending joins the run's."""
     embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
-    evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed)
+    engine.expect(args.repeats * pipeline.expected_calls(jobs))  # the progress line's total, every repeat known up front
+    evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed,
+                                         expected=True)
     extra = []
     for k in range(1, args.repeats):
         again = await pipeline.evaluate(engine, config, book, questions,
                                         [dataclasses.replace(j, draw=k) for j in jobs],
-                                        judge=args.judge, embed_model=embed)
+                                        judge=args.judge, embed_model=embed, expected=True)
         for row in again.spending.rows():
             evaluation.spending.row(row["model"], row["role"]).add(row)
         extra.append(again.records)
