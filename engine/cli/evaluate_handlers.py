@@ -557,8 +557,6 @@ def _training_estimate(args: argparse.Namespace, tokens_per_epoch: int) -> dict[
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.realism and (args.out or len(args.run_dir) > 1):
-        raise TulvingError("--realism applies to one RUN_DIR re-rendered in place (without --out)")
     if args.out or len(args.run_dir) > 1:
         return cmd_report_folder(args)
     run_dir = Path(args.run_dir[0])
@@ -597,7 +595,7 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise TulvingError("several run folders: pass --out DIR for their report")
-    files = write_report(args.run_dir, args.out)
+    files = write_report(args.run_dir, args.out, realism=args.realism)
     for note in files.notes:
         _note(note)
     print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
