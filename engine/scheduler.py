@@ -198,6 +198,8 @@ class Engine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if exc[0] is not None:  # an error ends the run: it, not a final progress line, is what is printed last
+            self._progress.abandon()
         await self.close()
 
     async def open(self) -> None:

@@ -189,3 +189,9 @@ async def test_without_a_terminal_plain_lines_and_no_carriage_return(tmp_path):
     assert final is not None and final["label"] == "total"
     assert (_n(final["calls"]), _n(final["cached"]), final["spent"]) == (calls, cached, usd(spent))
     assert not any(LINE.match(line) for line in quiet.splitlines()) and "\r" not in quiet
+    # A cadence that is not a number of seconds: one line, before any call.
+    code, _, err = await run_piped(tmp_path, "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
+                                   "--models", "builtin:reader", "--sample", "3", "--out", "bad",
+                                   environ=env(tmp_path, **{EVERY_ENV: "soon"}))
+    assert code == 2 and err.count("\n") == 1 and EVERY_ENV in err and "'soon'" in err, err
+    assert not (tmp_path / "bad" / "results.jsonl").exists()
