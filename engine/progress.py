@@ -314,6 +314,8 @@ class _StderrGuard:
         self._progress = progress
 
     def write(self, text: str) -> int:
+        if not text:
+            return 0
         progress = self._progress
         progress.clear()
         written = self.real.write(text)

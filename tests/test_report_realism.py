@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import json
 
-from engine.benchmark.evaluation.statistics import p_is
+from engine.benchmark.evaluation.statistics import format_p
 from tests.test_trust import env, run_cli
 
 IN_CONTEXT, RAG = "builtin:reader / in-context", "builtin:reader / rag-paragraph"
@@ -40,10 +40,15 @@ async def test_the_report_of_several_runs_splits_each_configuration_by_realism(t
     assert f"| Bin | Realism | Count | {IN_CONTEXT} | {RAG} |" in md
     count = split["bins"]["1"]["realistic"]["count"]
     assert f"| 1 | realistic | {count} |" in md
-    test_line = f"{IN_CONTEXT}: non-realistic {split['mean']['non-realistic']:.3f}"
-    assert test_line in md and f"Mann-Whitney U two-sided {p_is(split['p_two_sided'])}" in md
+    # The test of the difference, per configuration.
+    test_row = (f"| {IN_CONTEXT} | {split['n']['non-realistic']} | {split['mean']['non-realistic']:.3f} | "
+                f"{split['n']['realistic']} | {split['mean']['realistic']:.3f} | {format_p(split['p_two_sided'])} | "
+                f"{format_p(split['p_non_realistic_higher'])} |")
+    assert test_row in md
     html = (tmp_path / "both" / "index.html").read_text()
-    assert 'id="t-realism"' in html and test_line in html
+    assert 'id="t-realism"' in html and 'id="t-realism_tests"' in html
+    tests = list(csv.reader((tmp_path / "both" / "tables" / "realism_tests.csv").open()))
+    assert [r[0] for r in tests[1:]] == [IN_CONTEXT, RAG]
     rows = list(csv.reader((tmp_path / "both" / "tables" / "realism.csv").open()))
     assert rows[0][:3] == ["Bin", "Realism", "Count"] and ["1", "realistic", str(count)] in [r[:3] for r in rows]
 

@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 from engine.benchmark.evaluation.results import ResultRecord
-from engine.benchmark.evaluation.statistics import p_is
+from engine.benchmark.evaluation.statistics import format_p, p_is
 from providers.base import TulvingError
 
 REALISM_FILE = "realism.json"
@@ -142,6 +142,23 @@ def realism_tests(splits: Mapping[str, RealismSplit]) -> list[str]:
                      f"two-sided {p_is(s['p_two_sided'])}, one-sided 'non-realistic higher' "
                      f"{p_is(s['p_non_realistic_higher'] if s['p_non_realistic_higher'] is not None else 1.0)}")
     return tests
+
+
+TEST_HEAD = ["Configuration", "non-realistic: n", "non-realistic: mean F1", "realistic: n", "realistic: mean F1",
+             "Mann-Whitney U p (two-sided)", "p (one-sided, non-realistic higher)"]
+
+
+def realism_test_rows(splits: Mapping[str, RealismSplit]) -> list[list[str]]:
+    """The tests of `realism_tests` as table rows (TEST_HEAD); "-" where a class has no scored question."""
+    def p(value: float | None) -> str:
+        return "-" if value is None else format_p(value)
+
+    def mean(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    return [[name, str(s["n"]["non-realistic"]), mean(s["mean"]["non-realistic"]), str(s["n"]["realistic"]),
+             mean(s["mean"]["realistic"]), p(s["p_two_sided"]), p(s["p_non_realistic_higher"])]
+            for name, s in splits.items()]
 
 
 REALISM_TITLE = "Realistic vs non-realistic events (the paper's realism ablation)"
