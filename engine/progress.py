@@ -1,147 +1,347 @@
-"""Progress on stderr: done/total, cache hits, errors, tokens, rate, elapsed
-and ETA.
+"""One run-wide progress line on stderr for everything an engine does.
 
-An evaluation runs several streams of one engine at once (one per model and
-memory mode), so every stream of an engine feeds one shared display rather
-than drawing bars over each other:
+Every stream of an engine (each model x mode, its judge rounds, the
+embeddings, the repeats, the batches of `tulving generate`) feeds the
+engine's one `RunProgress`, so the counts run across rounds and phases and
+never restart; only the label in front (the open streams) changes in place.
 
-- on a terminal, one live line (tqdm) summing the engine's open streams,
-  redrawn at most ~10 times a second;
-- elsewhere (a log file, CI), no live line: one summary line per stream when
-  it ends.
+- The total is the work declared up front (`expect`: the answer calls of
+  every model x mode and their judge calls; two calls per event for
+  `generate`) plus the requests of streams that know their length (the
+  embeddings). Re-draws and retries come on top: the total grows with them.
+- Cached hits (and requests answered by an identical call in flight) are
+  counted apart from calls, as are calls --max-cost kept unsent; the ETA comes from the rate of
+  the last ~30 s; the spend is what this invocation's calls cost, with what
+  is left under --max-cost when there is a cap.
+- On a terminal the line is redrawn in place (`\\r`, then the rest of the
+  line cleared; padded with spaces instead on TERM=dumb), cut to the
+  terminal's width so it never wraps, at most 10 times a second. A line
+  anything else writes to stderr meanwhile (a notice, a warning, a log
+  record) clears it first and redraws it after. `close` leaves the final
+  line and one newline; `abandon` (the run ends with an error) takes the
+  line off and prints none, so the error is the one line left.
+- Off a terminal (CI, a log file): a plain line every 10 s at most
+  ($TULVING_PROGRESS_EVERY seconds), and the final line; never a `\\r`.
 
 The engine calls `advance()` once per outcome (tens of thousands of times a
-second on a cached rerun), so it only counts.
+second on a cached rerun), so it counts and draws only when it is time.
+No colour is used (NO_COLOR has nothing to turn off).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
-from typing import Any, TextIO
+from collections import deque
+from typing import Protocol, TextIO
 
+from engine.errors import printable
 from engine.requests import Outcome
+from providers.base import BUDGET, TulvingError
 
-_REFRESH_SECONDS = 0.1
-
-
-class _Display:
-    """What all open streams of one engine share."""
-
-    def __init__(self, file: TextIO, stats: Any):
-        self.file = file
-        self.stats = stats
-        self.live = bool(getattr(file, "isatty", lambda: False)())
-        self.streams: list[Progress] = []
-        self.bar = None
-        self.next_draw = 0.0
-
-    def attach(self, stream: Progress) -> None:
-        self.streams.append(stream)
-        if self.live and self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=None, desc="calls", file=self.file, unit="req",
-                            mininterval=_REFRESH_SECONDS, dynamic_ncols=True, leave=True)
-        self.draw(force=True)
-
-    def detach(self, stream: Progress) -> None:
-        self.draw(force=True)
-        self.streams.remove(stream)
-        if not self.live:
-            self.file.write(stream.summary() + "\n")
-            self.file.flush()
-        elif not self.streams and self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-    def draw(self, force: bool = False) -> None:
-        if self.bar is None:
-            return
-        now = time.monotonic()
-        if not force and now < self.next_draw:
-            return
-        self.next_draw = now + _REFRESH_SECONDS
-        streams = self.streams
-        done = sum(s.done for s in streams)
-        totals = [s.total for s in streams]
-        bar = self.bar
-        bar.total = sum(totals) if streams and None not in totals else None
-        bar.n = done
-        labels = [s.label for s in streams if s.label]
-        bar.set_description_str(labels[0] if len(labels) == 1 else f"{len(streams)} streams", refresh=False)
-        tokens = ""
-        if self.stats is not None:
-            tokens = f" tok_in={self.stats.tokens_in:,} tok_out={self.stats.tokens_out:,}"
-        cached = sum(s.cached for s in streams)
-        errors = sum(s.errors for s in streams)
-        bar.set_postfix_str(f"cached={cached} errors={errors}{tokens}", refresh=False)
-        bar.refresh()
+EVERY_ENV = "TULVING_PROGRESS_EVERY"
+PLAIN_EVERY = 10.0       # seconds between plain lines off a terminal
+_REDRAW_EVERY = 0.1      # seconds between redraws on a terminal
+_RATE_WINDOW = 30.0      # the ETA's rate: completions over the last 30 s
+_SAMPLE_EVERY = 0.5
+_FAST_SKIP = 100
+CLEAR_TO_EOL = "\x1b[K"
 
 
-# One display per engine, found through the engine's stats object (which every
-# stream of that engine is given).
-_DISPLAYS: dict[int, _Display] = {}
+class Cap(Protocol):
+    """What the line reads of the run's budget (engine/budget.py)."""
+
+    max_cost: float | None
+    spent: float
 
 
-class Progress:
-    """The progress of one `Engine.stream` call."""
+def plain_every() -> float:
+    """Seconds between plain lines off a terminal: $TULVING_PROGRESS_EVERY, else 10.
+    Raises TulvingError (one line) for a value that is not a number of seconds."""
+    raw = os.environ.get(EVERY_ENV, "").strip()
+    if not raw:
+        return PLAIN_EVERY
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise TulvingError(f"${EVERY_ENV} must be a number of seconds (0 or more), not {printable(raw)!r}")
+    return value
 
-    def __init__(self, *, enabled: bool, total: int | None = None, label: str = "",
-                 file: TextIO | None = None, stats: Any = None):
+
+def duration(seconds: float) -> str:
+    """`45s`, `3m05s`, `2h07m`."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def usd(amount: float) -> str:
+    return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
+
+
+class RunProgress:
+    """The progress of everything one engine runs (see the module docstring)."""
+
+    def __init__(self, *, enabled: bool, budget: Cap | None = None, file: TextIO | None = None) -> None:
         self.enabled = enabled
-        self.total = total
-        self.label = label
-        self.done = 0
-        self.cached = 0
-        self.errors = 0
-        self._started = time.monotonic()
-        self._display: _Display | None = None
-        if enabled:
-            key = id(stats)
-            display = _DISPLAYS.get(key)
-            if display is None:
-                display = _DISPLAYS[key] = _Display(file or sys.stderr, stats)
-            display.attach(self)
-            self._display = display
+        self.file = file or sys.stderr
+        self.live = enabled and _isatty(self.file)
+        self.dumb = os.environ.get("TERM", "") == "dumb"
+        self.every = plain_every() if enabled else PLAIN_EVERY
+        self.budget = budget
+        self.expected = 0
+        self.done = self.cached = self.failed = self.not_sent = 0
+        self.spent = 0.0
+        self.labels: list[str] = []
+        self.started: float | None = None
+        self._samples: deque[tuple[float, int]] = deque()
+        self._next_draw = self._next_plain = self._next_sample = 0.0
+        self._shown = 0          # characters of the live line on screen (0: none)
+        self._held = False       # someone else's partial line is on screen: no redraw until its newline
+        self._guard: _StderrGuard | None = None
+        self._skip = 0           # outcomes to count before the clock is read again
+        self._last_tick = 0.0
+
+    # -- what the engine and its callers tell ---------------------------------------------
+    def expect(self, calls: int) -> None:
+        """`calls` more are planned (declared up front, before their streams open)."""
+        self._start()
+        self.expected += max(0, calls)
+
+    def stream_opened(self, label: str, total: int | None) -> None:
+        self._start()
+        self.labels.append(label)
+        self.expected += total or 0
+        self._tick(force=True)
+
+    def stream_closed(self, label: str) -> None:
+        if label in self.labels:
+            self.labels.remove(label)
 
     def advance(self, outcome: Outcome) -> None:
         self.done += 1
-        if outcome.cached:
+        if outcome.cached or outcome.joined:  # no call of its own (as engine/spending.py counts it)
             self.cached += 1
-        elif outcome.error is not None:
-            self.errors += 1
-        if self._display is not None and self._display.bar is not None:
-            self._display.draw()
+        elif outcome.error is None:
+            self.spent += outcome.cost
+        elif outcome.error.kind == BUDGET:
+            self.not_sent += 1
+        else:
+            self.spent += outcome.cost
+            self.failed += 1
+        self._skip -= 1
+        if self._skip < 0 and self.enabled:
+            self._tick()
 
-    def summary(self) -> str:
-        elapsed = time.monotonic() - self._started
-        return (f"{self.label or 'calls'}: {self.done} done ({self.cached} cached, {self.errors} errors) "
-                f"in {elapsed:.1f} s")
+    def notice(self, message: str) -> None:
+        """`tulving: MESSAGE` on its own line, above the live line (control characters escaped)."""
+        if self.enabled:
+            self.write_line(f"tulving: {printable(message)}")
+
+    def write_line(self, text: str) -> None:
+        """A line of text on the progress line's file; the live line is cleared and redrawn around it."""
+        try:
+            self.clear()
+            self.file.write(text + "\n")
+            self.file.flush()
+            self.redraw()
+        except (OSError, ValueError):  # stderr closed or gone: not worth a crash
+            pass
 
     def close(self) -> None:
-        display, self._display = self._display, None
-        if display is None:
+        """The final line (and, on a terminal, its newline); stderr given back."""
+        if not self.enabled or self.started is None:
             return
-        display.detach(self)
-        if not display.streams:
-            _DISPLAYS.pop(id(display.stats), None)
+        self.labels.clear()
+        try:
+            if self.live:
+                self._draw(final=True)
+                self.file.write("\n")
+                self._shown = 0
+            else:
+                self.file.write(self.line(final=True) + "\n")
+            self.file.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._stop()
+
+    def abandon(self) -> None:
+        """The run ends with an error: the live line is taken off, no final
+        line is printed, so the error is the one line the user reads."""
+        try:
+            self.clear()
+            self.file.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        self.started = None
+        if self._guard is not None and sys.stderr is self._guard:
+            sys.stderr = self._guard.real
+        self._guard = None
+
+    # -- the line -------------------------------------------------------------------------
+    def line(self, *, final: bool = False, width: int = 0) -> str:
+        """The line; within `width` columns when given (0: any length): the
+        elapsed time goes first, then the label, then the end is cut."""
+        now = time.monotonic()
+        parts = [self._done(final), self._counts(), self._money()]
+        rate = None if final else self._rate(now)
+        if rate is not None:
+            remaining = max(self.expected, self.done) - self.done
+            parts.append(f"{rate:,.1f}/s" + (f" ETA {duration(remaining / rate)}" if rate > 0 and remaining else ""))
+        body = " | ".join(parts)
+        head = "total" if final else self._label()
+        elapsed = duration(now - (self.started or now))
+        for candidate in (f"{head}: {body} | {elapsed}", f"{head}: {body}", body):
+            if not width or len(candidate) < width:
+                return candidate
+        return body[:width - 1]
+
+    def _done(self, final: bool) -> str:
+        # The final count alone: the total was an upper bound (a chronological judgment is
+        # asked only of answers that name items), and what is missing the run says itself.
+        if final:
+            return f"{self.done:,} done"
+        total = max(self.expected, self.done)
+        return f"{self.done:,}/{total:,} done" + (f" ({100 * self.done // total}%)" if total else "")
+
+    def _counts(self) -> str:
+        called = self.done - self.cached - self.not_sent
+        text = f"{called:,} calls, {self.cached:,} cached"
+        if self.failed:
+            text += f", {self.failed:,} failed"
+        if self.not_sent:
+            text += f", {self.not_sent:,} not sent (--max-cost)"
+        return text
+
+    def _label(self) -> str:
+        labels = [label for label in self.labels if label] or ["run"]
+        return printable(labels[0]) + (f" +{len(labels) - 1}" if len(labels) > 1 else "")
+
+    def _money(self) -> str:
+        text = f"{usd(self.spent)} spent"
+        cap = self.budget.max_cost if self.budget is not None else None
+        if cap is not None and self.budget is not None:
+            text += f", cap {usd(cap)} ({usd(max(0.0, cap - self.budget.spent))} left)"
+        return text
+
+    def _rate(self, now: float) -> float | None:
+        """Completions per second over the last ~30 s; None before there is a second to measure."""
+        if not self._samples:
+            return None
+        then, done_then = self._samples[0]
+        return (self.done - done_then) / (now - then) if now - then >= 1.0 else None
+
+    # -- drawing --------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self.started is None:
+            self.started = now = time.monotonic()
+            self._next_plain = now + self.every
+            self._samples.clear()
+            self._samples.append((now, self.done))
+            if self.live and self._guard is None and sys.stderr is self.file:
+                self._guard = _StderrGuard(self.file, self)
+                sys.stderr = self._guard
+
+    def _tick(self, force: bool = False) -> None:
+        now = time.monotonic()
+        # Outcomes less than 1 ms apart (a cached rerun): the clock is read once per 100 of them.
+        self._skip = _FAST_SKIP if now - self._last_tick < 0.001 else 0
+        self._last_tick = now
+        if now >= self._next_sample:
+            self._next_sample = now + _SAMPLE_EVERY
+            self._samples.append((now, self.done))
+            while len(self._samples) > 2 and now - self._samples[1][0] >= _RATE_WINDOW:
+                self._samples.popleft()
+        if not self.enabled or self.started is None:
+            return
+        if self.live:
+            if (force or now >= self._next_draw) and not self._held:
+                self._next_draw = now + _REDRAW_EVERY
+                self._write_live()
+        elif now >= self._next_plain:
+            self._next_plain = now + self.every
+            self._write_plain(self.line())
+
+    def redraw(self) -> None:
+        if self.live and self.started is not None and not self._held:
+            self._write_live()
+
+    def clear(self) -> None:
+        """Take the live line off the screen (the cursor back at column 0)."""
+        if self._shown:
+            self.file.write("\r" + (" " * self._shown + "\r" if self.dumb else CLEAR_TO_EOL))
+            self._shown = 0
+
+    def _draw(self, final: bool = False) -> None:
+        # Within the terminal's width: a wrapped line could not be redrawn in place.
+        line = self.line(final=final, width=_columns(self.file))
+        pad = " " * max(0, self._shown - len(line)) if self.dumb else CLEAR_TO_EOL
+        self.file.write("\r" + line + pad)
+        self._shown = len(line)
+
+    def _write_live(self) -> None:
+        try:
+            self._draw()
+            self.file.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _write_plain(self, line: str) -> None:
+        try:
+            self.file.write(line + "\n")
+            self.file.flush()
+        except (OSError, ValueError):
+            pass
 
 
-def notice(message: str, file: TextIO | None = None) -> None:
-    """One line on stderr (`tulving: MESSAGE`), printed above a live progress
-    line rather than through it. Control characters in the message are escaped."""
-    from engine.errors import printable
+class _StderrGuard:
+    """sys.stderr while a live line is drawn: whatever else writes there
+    (print, warnings, logging) clears the line first; it is redrawn after the
+    newline that ends what was written."""
 
-    file = file or sys.stderr
-    line = f"tulving: {printable(message)}"
-    bars = [d.bar for d in _DISPLAYS.values() if d.bar is not None and d.file is file]
+    def __init__(self, real: TextIO, progress: RunProgress) -> None:
+        self.real = real
+        self._progress = progress
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        progress = self._progress
+        progress.clear()
+        written = self.real.write(text)
+        progress._held = not text.endswith("\n")
+        if not progress._held:
+            self.real.flush()
+            progress.redraw()
+        return written
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def __getattr__(self, name: str) -> object:  # fileno, isatty, encoding, ...
+        return getattr(self.real, name)
+
+
+def _isatty(file: TextIO) -> bool:
     try:
-        if bars:
-            from tqdm import tqdm
+        return bool(file.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
-            tqdm.write(line, file=file)
-        else:
-            file.write(line + "\n")
-            file.flush()
-    except (OSError, ValueError):  # stderr closed or gone: the notice is not worth a crash
-        pass
+
+def _columns(file: TextIO) -> int:
+    """The terminal's width (0: unknown)."""
+    try:
+        return os.get_terminal_size(file.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return 0

@@ -63,8 +63,7 @@ from engine.batching_mode import Batching
 from engine.budget import Budget
 from engine.config import Config
 from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
-from engine.progress import Progress
-from engine.progress import notice as progress_notice
+from engine.progress import RunProgress
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
@@ -181,6 +180,7 @@ class Engine:
         self._spending_run, self._spending_label = spending_run, spending_label
         self._spending_feed: SpendingFeed | None = None
         self._stats = EngineStats()
+        self._progress = RunProgress(enabled=progress, budget=self._budget)  # one line for the whole run
         self._opened_at = time.monotonic()
         self._closed = False
         self._timers: set[asyncio.TimerHandle] = set()
@@ -203,6 +203,8 @@ class Engine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if exc[0] is not None:  # an error ends the run: it, not a final progress line, is what is printed last
+            self._progress.abandon()
         await self.close()
 
     async def open(self) -> None:
@@ -264,6 +266,7 @@ class Engine:
                     # run must say so, or a rerun pays for them again unawares.
                     self._stats.cache_write_errors += cache.write_errors
         finally:
+            self._progress.close()  # the final line: total calls, cached hits and spend
             self._untune_gc()
 
     def _untune_gc(self) -> None:
@@ -282,6 +285,11 @@ class Engine:
         stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
                                 for name, ep in self._endpoints.items() if ep.learned_limits}
         return stats
+
+    def expect(self, calls: int) -> None:
+        """Tell the progress line that `calls` more requests are planned (the
+        run-wide total, known up front: streams that carry them pass no total)."""
+        self._progress.expect(calls)
 
     # -- endpoints -------------------------------------------------------------------
     def _endpoint(self, spec: EndpointSpec) -> EndpointState:
@@ -320,7 +328,8 @@ class Engine:
         is_async = isinstance(requests, AsyncIterable)
         source = requests.__aiter__() if isinstance(requests, AsyncIterable) else iter(requests)
         sink: asyncio.Queue[Outcome] = asyncio.Queue()
-        progress = Progress(enabled=self.progress, total=total, label=label, stats=self._stats)
+        progress = self._progress
+        progress.stream_opened(label, total)
         pending = 0
         pending_chars = 0
         exhausted = False
@@ -358,10 +367,10 @@ class Engine:
                 yield self._counted(outcome, progress)
         finally:
             self._streams_open -= 1
-            progress.close()
+            progress.stream_closed(label)
             self._abandon(sink)
 
-    def _counted(self, outcome: Outcome, progress: Progress) -> Outcome:
+    def _counted(self, outcome: Outcome, progress: RunProgress) -> Outcome:
         """An outcome about to be yielded, counted in the stats and the progress line."""
         stats = self._stats
         stats.requests += 1
@@ -750,7 +759,7 @@ class Engine:
         if len(self._stats.notices) > 100:
             del self._stats.notices[:50]
         if self.progress:
-            progress_notice(message)
+            self._progress.notice(message)
 
     def _settle(self, job: Job, *, result: Result | None = None, error: ProviderError | None = None,
                 cost: float = 0.0, endpoint: str | None = None) -> None:

@@ -81,6 +81,9 @@ class RecordingEngine:
     async def run(self, requests, **kw):
         return await self.engine.run(requests, **kw)
 
+    def expect(self, calls):
+        self.engine.expect(calls)
+
 
 async def test_judgments_stream_while_answers_are_still_coming(tmp_path, book):
     questions = build_questions(book)  # 456: many more than the engine's window

@@ -1,11 +1,12 @@
-"""Progress display: concurrent streams of one engine share one display; off a
-terminal, each stream ends with one plain summary line (no carriage returns)."""
+"""Progress display: every stream of one engine counts on one run-wide line;
+off a terminal the engine ends with one plain final line (no carriage
+returns). The terminal drawing is tested through the CLI under a
+pseudo-terminal in tests/test_progress_cli.py."""
 import asyncio
-import io
 
 from engine.config import Config
-from engine.progress import Progress
-from engine.requests import ChatRequest, Outcome
+from engine.progress import RunProgress, duration
+from engine.requests import ChatRequest
 from engine.scheduler import Engine
 
 
@@ -14,42 +15,33 @@ def _requests(n: int, prefix: str):
             for i in range(n)]
 
 
-async def test_concurrent_streams_print_one_summary_line_each_off_a_terminal(tmp_path, capsys):
-    async with Engine(Config.load(), cache_path=str(tmp_path / "c.sqlite"), progress=True) as engine:
+async def test_concurrent_streams_and_rounds_count_on_one_line_that_never_restarts(tmp_path, capsys):
+    path = str(tmp_path / "c.sqlite")
+    async with Engine(Config.load(), cache_path=path, progress=True) as engine:
         async def drain(n, label):
             return [o async for o in engine.stream(_requests(n, label), label=label)]
 
         first, second = await asyncio.gather(drain(7, "alpha"), drain(5, "beta"))
-    assert len(first) == 7 and len(second) == 5
+        again = await drain(7, "alpha")  # a second round: the same requests, from the cache
+        assert engine._progress.expected == 19 and engine._progress.done == 19
+    assert len(first) == 7 and len(second) == 5 and all(o.cached for o in again)
     err = capsys.readouterr().err
     assert "\r" not in err
-    lines = [line for line in err.splitlines() if line]
-    assert any(line.startswith("alpha: 7 done (0 cached, 0 errors)") for line in lines), err
-    assert any(line.startswith("beta: 5 done (0 cached, 0 errors)") for line in lines), err
+    assert [line for line in err.splitlines() if " done | " in line] == [
+        "total: 19 done | 12 calls, 7 cached | $0.0000 spent | 0s"]
 
 
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
+def test_a_narrow_line_drops_the_elapsed_time_then_the_label_then_is_cut():
+    progress = RunProgress(enabled=False)
+    progress.stream_opened("a rather long label", 10)
+    full = progress.line()
+    assert full.startswith("a rather long label: 0/10 done (0%) | 0 calls, 0 cached | $0.0000 spent | ")
+    assert progress.line(width=len(full)) == full.rsplit(" | ", 1)[0]
+    assert progress.line(width=51) == "0/10 done (0%) | 0 calls, 0 cached | $0.0000 spent"
+    assert progress.line(width=20) == "0/10 done (0%) | 0 "
+    assert progress.line(width=len(full) + 1) == full
 
 
-def test_streams_of_one_engine_share_one_live_line():
-    class Stats:
-        tokens_in, tokens_out = 1200, 34
-
-    stats, term = Stats(), _Terminal()
-    a = Progress(enabled=True, total=3, label="a", file=term, stats=stats)
-    b = Progress(enabled=True, total=2, label="b", file=term, stats=stats)
-    assert a._display is b._display  # one display for the engine's streams
-    request = ChatRequest("m", [])
-    for _ in range(3):
-        a.advance(Outcome(request=request, cached=True))
-    b.advance(Outcome(request=request))
-    a._display.draw(force=True)
-    shown = term.getvalue()
-    assert "4/5" in shown and "cached=3" in shown and "tok_in=1,200" in shown
-    a.close()
-    b.close()
-    other = Progress(enabled=True, total=1, label="c", file=term, stats=stats)
-    assert other._display is not a._display  # closed displays are not reused
-    other.close()
+def test_durations_read_as_a_clock():
+    assert [duration(s) for s in (0, 59.9, 61, 3599, 3600, 7322)] == ["0s", "59s", "1m01s", "59m59s", "1h00m",
+                                                                       "2h02m"]

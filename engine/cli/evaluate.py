@@ -147,7 +147,8 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.add_argument("--out", metavar="DIR", help="report folder to write (index.html, tables, figures)")
     p.add_argument("--realism", metavar="FILE",
                    help="realism.json of the book (`tulving book realism`): adds the realistic vs non-realistic "
-                        "split and its test (default: the book folder's realism.json when there is one)")
+                        "split and its test, per configuration (default: the realism.json of each run's book folder, when there "
+                        "is one)")
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(

@@ -253,12 +253,14 @@ async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Co
     """The run, then its repeats 2..N (--repeats): the same jobs with answers
     drawn anew (draw k), judged anew; their spending joins the run's."""
     embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
-    evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed)
+    engine.expect(args.repeats * pipeline.expected_calls(jobs))  # the progress line's total, every repeat known up front
+    evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed,
+                                         expected=True)
     extra = []
     for k in range(1, args.repeats):
         again = await pipeline.evaluate(engine, config, book, questions,
                                         [dataclasses.replace(j, draw=k) for j in jobs],
-                                        judge=args.judge, embed_model=embed)
+                                        judge=args.judge, embed_model=embed, expected=True)
         for row in again.spending.rows():
             evaluation.spending.row(row["model"], row["role"]).add(row)
         extra.append(again.records)
@@ -558,8 +560,6 @@ def _training_estimate(args: argparse.Namespace, tokens_per_epoch: int) -> dict[
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if args.realism and (args.out or len(args.run_dir) > 1):
-        raise TulvingError("--realism applies to one RUN_DIR re-rendered in place (without --out)")
     if args.out or len(args.run_dir) > 1:
         return cmd_report_folder(args)
     run_dir = Path(args.run_dir[0])
@@ -598,7 +598,7 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise TulvingError("several run folders: pass --out DIR for their report")
-    files = write_report(args.run_dir, args.out)
+    files = write_report(args.run_dir, args.out, realism=args.realism)
     for note in files.notes:
         _note(note)
     print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "

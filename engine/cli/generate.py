@@ -172,32 +172,17 @@ async def _checked_config(args: argparse.Namespace) -> Config:
 
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
                     metas: list[MetaEvent], distribution: str, out: Path) -> int:
-    from tqdm import tqdm
-
     from engine.scheduler import Engine
 
     start = time.perf_counter()
-    # One progress bar over events (the engine's per-stream bars would be one per batch).
-    bar = tqdm(total=len(events), desc="events", unit="ev", file=sys.stderr, disable=args.quiet,
-               dynamic_ncols=True)
-
-    def progress(run: ChapterRun) -> None:
-        delta = run.done_events - bar.n
-        if delta:
-            bar.set_postfix_str(f"calls={run.calls} cached={run.cache_hits} dropped={len(run.failed_events)}",
-                                refresh=False)
-            bar.update(delta)
-
     config = await _checked_config(args)
-    engine = Engine(config, cache_path=getattr(args, "cache", None) or None, progress=False,
+    # The engine's run-wide progress line: every round of draws counted on one line (off with --quiet).
+    engine = Engine(config, cache_path=getattr(args, "cache", None) or None, progress=not args.quiet,
                     max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
-    try:
-        async with engine:
-            generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,
-                                         universe=universe.name, itermax=args.itermax)
-            run = await generator.run(progress)
-    finally:
-        bar.close()
+    async with engine:
+        generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,
+                                     universe=universe.name, itermax=args.itermax)
+        run = await generator.run()
     if not run.valid and run.call_errors:
         raise GenerationIncomplete(
             f"no chapter written: {args.model} could not be reached or failed on every call "

@@ -249,11 +249,8 @@ class JobRunner:
         while rounds == 0 or followups:
             rounds += 1
             label = f"{self.job.name}" + (f" (round {rounds})" if rounds > 1 else "")
-            # Expected calls, for the progress ETA: an answer and a judgment per
-            # question, plus the chronological judgments (re-draws come on top).
-            expected = None if rounds > 1 else 2 * len(self.job.questions) + sum(
-                q.get == "chronological" and bool(q.correct_answer) for q in self.job.questions)
-            async for outcome in self.engine.stream(feed(followups, initial), total=expected, label=label):
+            # No total: evaluate() told the engine every job's calls up front (expected_calls).
+            async for outcome in self.engine.stream(feed(followups, initial), label=label):
                 self._count(outcome)
                 kind, q_idx, draw = outcome.tag
                 item = self.pending[q_idx]
@@ -426,12 +423,25 @@ class _CountingEngine:
         return outcomes
 
 
+def expected_calls(jobs: Sequence[Job]) -> int:
+    """The calls `evaluate` makes, as far as they are known before it starts
+    (for the run-wide progress line): an answer and a judgment per question of
+    every job, plus the chronological judgments. Re-draws of unparsable
+    judge replies come on top; embeddings are counted when their stream opens."""
+    return sum(2 * len(job.questions) + sum(q.get == "chronological" and bool(q.correct_answer)
+                                            for q in job.questions) for job in jobs)
+
+
 async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequence[Question], jobs: Sequence[Job], *,
-                   judge: str, embed_model: str | None = None) -> Evaluation:
+                   judge: str, embed_model: str | None = None, expected: bool = False) -> Evaluation:
     """Answer and judge every job's questions (jobs from `plan_jobs`); the
     records come back sorted as results.jsonl stores them. Retrieval top-K
-    comes from the full question set, also for jobs run on a sample."""
+    comes from the full question set, also for jobs run on a sample.
+    `expected`: the caller has already told the engine these calls
+    (`engine.expect(expected_calls(jobs))`, e.g. for every repeat at once)."""
     check_jobs(config, book, jobs, judge, embed_model)
+    if not expected:
+        engine.expect(expected_calls(jobs))
     spending = Spending()
     # The index is built beside the jobs that do not need it (in-context,
     # finetuned): their first calls go out at once, not after the embeddings.

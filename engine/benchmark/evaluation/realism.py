@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 from engine.benchmark.evaluation.results import ResultRecord
-from engine.benchmark.evaluation.statistics import p_is
+from engine.benchmark.evaluation.statistics import format_p, p_is
 from providers.base import TulvingError
 
 REALISM_FILE = "realism.json"
@@ -110,9 +110,10 @@ def _cells(splits: Mapping[str, RealismSplit], b: str, c: str) -> list[RealismCe
     return [splits[name]["bins"].get(b, {}).get(c) for name in splits]
 
 
-def realism_markdown(splits: Mapping[str, RealismSplit], get: str = "all") -> str:
-    """The paper's table (bin x class: count, mean±sd per configuration) and the tests.
-    Configurations on different question sets (two books) give each cell its own count."""
+def realism_rows(splits: Mapping[str, RealismSplit]) -> tuple[list[str], list[list[str]]]:
+    """The paper's table (bin x class: count, mean±sd per configuration) as
+    (head, rows). Configurations on different question sets (two books) give
+    each cell its own count."""
     names = list(splits)
     counts = {tuple((cell or {"count": 0})["count"] for cell in _cells(splits, b, c))
               for b in TABLE_BINS for c in CLASSES}
@@ -126,19 +127,54 @@ def realism_markdown(splits: Mapping[str, RealismSplit], get: str = "all") -> st
                 continue
             shown = [_mean_sd(cell, with_count=not shared) for cell in cells]
             rows.append([b, c, *([str((cells[0] or {"count": 0})["count"])] if shared else []), *shown])
-    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return head, rows
+
+
+def realism_tests(splits: Mapping[str, RealismSplit]) -> list[str]:
+    """One sentence per configuration: the class means and the Mann-Whitney U tests."""
     tests = []
     for name, s in splits.items():
         if s["p_two_sided"] is None:
-            tests.append(f"- {name}: not testable (a class without scored questions)")
+            tests.append(f"{name}: not testable (a class without scored questions)")
             continue
-        tests.append(f"- {name}: non-realistic {s['mean']['non-realistic']:.3f} (n={s['n']['non-realistic']}) vs "
+        tests.append(f"{name}: non-realistic {s['mean']['non-realistic']:.3f} (n={s['n']['non-realistic']}) vs "
                      f"realistic {s['mean']['realistic']:.3f} (n={s['n']['realistic']}); Mann-Whitney U "
                      f"two-sided {p_is(s['p_two_sided'])}, one-sided 'non-realistic higher' "
                      f"{p_is(s['p_non_realistic_higher'] if s['p_non_realistic_higher'] is not None else 1.0)}")
-    return ("## Realistic vs non-realistic events (the paper's realism ablation)\n\n"
-            "Questions on chapters rated 4-5 only (realistic) or 1-3 only (non-realistic) in realism.json; "
-            f"questions on both classes or on no chapter are left out. F1 of '{get}' questions, mean±sd.\n\n"
+    return tests
+
+
+TEST_HEAD = ["Configuration", "non-realistic: n", "non-realistic: mean F1", "realistic: n", "realistic: mean F1",
+             "Mann-Whitney U p (two-sided)", "p (one-sided, non-realistic higher)"]
+
+
+def realism_test_rows(splits: Mapping[str, RealismSplit]) -> list[list[str]]:
+    """The tests of `realism_tests` as table rows (TEST_HEAD); "-" where a class has no scored question."""
+    def p(value: float | None) -> str:
+        return "-" if value is None else format_p(value)
+
+    def mean(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    return [[name, str(s["n"]["non-realistic"]), mean(s["mean"]["non-realistic"]), str(s["n"]["realistic"]),
+             mean(s["mean"]["realistic"]), p(s["p_two_sided"]), p(s["p_non_realistic_higher"])]
+            for name, s in splits.items()]
+
+
+REALISM_TITLE = "Realistic vs non-realistic events (the paper's realism ablation)"
+
+
+def realism_intro(get: str = "all") -> str:
+    return ("Questions on chapters rated 4-5 only (realistic) or 1-3 only (non-realistic) in realism.json; "
+            f"questions on both classes or on no chapter are left out. F1 of '{get}' questions, mean±sd.")
+
+
+def realism_markdown(splits: Mapping[str, RealismSplit], get: str = "all") -> str:
+    """The paper's table and the tests, as a Markdown section."""
+    head, rows = realism_rows(splits)
+    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    tests = [f"- {line}" for line in realism_tests(splits)]
+    return (f"## {REALISM_TITLE}\n\n{realism_intro(get)}\n\n"
             + "\n".join(table) + "\n\n" + "\n".join(tests))
 
 

@@ -8,6 +8,9 @@ side by side), and writes into `out`:
 - figures/      each figure as <name>.png and <name>.svg (figures.py);
 - a judge agreement section when the runs hold a configuration under two
   judges (agreement.py);
+- the realism ablation (realism.py) of each book whose chapters are rated
+  (`realism`, the --realism FILE of a one-book report, else realism.json in
+  the book folder a run recorded), as in the single-run report;
 - scores.json   report.summarize over the merged records: for one book and
                 judge the same content as an unsplit run's scores.json, else
                 {"groups": [one summary per (book, judge)]}.
@@ -31,6 +34,16 @@ from engine.benchmark.evaluation.agreement import (
     summary_table,
 )
 from engine.benchmark.evaluation.html_report import DrillRow, Section, render_html
+from engine.benchmark.evaluation.realism import (
+    REALISM_TITLE,
+    TEST_HEAD,
+    RealismSplit,
+    find_ratings,
+    realism_intro,
+    realism_rows,
+    realism_split,
+    realism_test_rows,
+)
 from engine.benchmark.evaluation.report import Scores
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
@@ -46,6 +59,7 @@ from engine.benchmark.evaluation.tables import (
     to_markdown,
 )
 from engine.benchmark.generation.published import load_book
+from providers.base import TulvingError
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,8 +282,42 @@ def _ranking_text(summaries: Sequence[Scores]) -> str:
     return "\n\n".join(parts) or "Fewer than two full runs of the same book and judge: no ranking."
 
 
-def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_sections: Sequence[Section] = ()
-                 ) -> ReportFiles:
+def realism_splits(runset: RunSet, realism: str | Path | None = None
+                    ) -> dict[tuple[str, str], dict[str, RealismSplit]]:
+    """(book, judge) -> run label -> its realism split, for the groups whose
+    chapters are rated (`realism`, else the book folder's realism.json)."""
+    if realism is not None and len({k.book for k in runset.groups}) > 1:
+        raise TulvingError("--realism rates the chapters of one book, and these runs are on several: report "
+                           "each book alone, or put realism.json in each book folder")
+    out = {}
+    for (book, judge), run in runset.runs.items():
+        ratings = find_ratings(realism, run)
+        if ratings is not None:
+            out[(book, judge)] = {runset.label(k): realism_split(recs, ratings) for k, recs in runset.groups.items()
+                                  if (k.book, k.judge) == (book, judge)}
+    return out
+
+
+def _realism_section(splits: dict[tuple[str, str], dict[str, RealismSplit]]) -> Section | None:
+    """The paper's table per rated (book, judge), then the test of every configuration."""
+    several = len(splits) > 1
+    tables, tests = [], []
+    for i, ((book, judge), group) in enumerate(splits.items()):
+        head, rows = realism_rows(group)
+        where = f" ({book}, judge {judge})" if several else ""
+        tables.append(Table(key=f"realism_{i + 1}" if several else "realism", title=f"F1 by realism class{where}",
+                            head=head, rows=rows, label_columns=2))
+        tests += realism_test_rows(group)
+    if not tables:
+        return None
+    tables.append(Table(key="realism_tests", title="Non-realistic vs realistic: Mann-Whitney U", head=TEST_HEAD,
+                        rows=tests, note="Over every bin, on the questions of each class; one-sided: the "
+                                         "paper's finding on its long book (non-realistic higher)."))
+    return Section("realism", REALISM_TITLE, text=realism_intro(), tables=tables)
+
+
+def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_sections: Sequence[Section] = (),
+                 realism: str | Path | None = None) -> ReportFiles:
     started = time.perf_counter()
     out = Path(out)
     runset = load_runs(run_dirs)
@@ -279,6 +327,14 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
                      "the first folder's were kept")
     tables = build_tables(runset)
     summaries = runset.summaries()
+    realism_split_of = realism_splits(runset, realism)
+    for group, summary in zip(runset.runs, summaries, strict=True):
+        if group in realism_split_of:
+            summary["realism"] = realism_split_of[group]
+    realism_section = _realism_section(realism_split_of)
+    if realism_section is not None:
+        extra_sections = [realism_section, *extra_sections]
+        tables = tables + realism_section.tables
     ranking_tables = [t for t in (_ranking_table(summaries), _bootstrap_table(bootstrap_vs_best(runset)))
                       if t is not None]
     judged = agreement_results(runset)

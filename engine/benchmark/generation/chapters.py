@@ -149,6 +149,8 @@ class ChapterGenerator:
     async def run(self, progress: Callable[[ChapterRun], None] | None = None) -> ChapterRun:
         """Generate; `progress(result)` is called after every outcome."""
         result = ChapterRun()
+        # The progress line's total: a chapter call and its LLM check per event (retries come on top).
+        self.engine.expect(2 * len(self.events))
         self._ready: list[_Work] = [("write", i, 0) for i in range(len(self.events))]
         self._enough = asyncio.Event()
         batch_size = max(MIN_BATCH, len(self.events) // 20)
@@ -185,7 +187,9 @@ class ChapterGenerator:
     async def _consume(self, batch: list[_Work], result: ChapterRun, batch_size: int,
                        progress: Callable[[ChapterRun], None] | None) -> None:
         candidates = {(item[1], item[2]): item[3] for item in batch if item[0] == "check"}
-        async for outcome in self.engine.stream(self._requests(batch), total=len(batch)):
+        # A label, not a total: run() told the engine the work up front. Round n: the n-th draw of an event.
+        label = f"chapters ({self.model}), round {max(item[2] for item in batch) + 1}"
+        async for outcome in self.engine.stream(self._requests(batch), label=label):
             self._count(outcome, result)
             tag: _Tag = outcome.tag
             if outcome.error is not None:
