@@ -54,7 +54,7 @@ import logging
 import operator
 import time
 from collections import Counter, deque
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -385,6 +385,24 @@ class Engine:
     async def run(self, requests: Iterable[Request] | AsyncIterable[Request], *,
                   total: int | None = None, label: str = "") -> list[Outcome]:
         """All outcomes, in input order."""
+        if total is None and hasattr(requests, "__len__"):
+            total = len(requests)  # type: ignore[arg-type]
+        if isinstance(requests, Sequence):
+            # A list of distinct request objects (the usual case): each outcome
+            # goes to its request's position, known before anything is pulled.
+            position = {id(r): i for i, r in enumerate(requests)}
+            if len(position) == len(requests):
+                placed: list[Outcome | None] = [None] * len(requests)
+                async with contextlib.aclosing(self._counted_batches(requests, total, label)) as batches:
+                    async for batch in batches:
+                        for outcome in batch:
+                            placed[position[id(outcome.request)]] = outcome
+                return placed  # type: ignore[return-value]
+        return await self._run_numbered(requests, total, label)
+
+    async def _run_numbered(self, requests: Iterable[Request] | AsyncIterable[Request], total: int | None,
+                            label: str) -> list[Outcome]:
+        """`run` for any iterable: each request numbered as it is pulled."""
         # Input position by request object: an int, or a deque of them for an
         # object that comes more than once (no deque per request: run once each).
         order: dict[int, int | deque[int]] = {}
@@ -404,30 +422,36 @@ class Engine:
             async for r in items:
                 yield number(r)
 
-        if total is None and hasattr(requests, "__len__"):
-            total = len(requests)  # type: ignore[arg-type]
         source = anumbered(requests) if isinstance(requests, AsyncIterable) else map(number, requests)
         slots: list[Outcome | None] = []
+        async with contextlib.aclosing(self._counted_batches(source, total, label)) as batches:
+            async for batch in batches:
+                for outcome in batch:
+                    seen = order.pop(id(outcome.request))
+                    if isinstance(seen, int):
+                        index = seen
+                    else:
+                        index = seen.popleft()
+                        if seen:
+                            order[id(outcome.request)] = seen
+                    if index >= len(slots):
+                        slots.extend([None] * (index + 1 - len(slots)))
+                    slots[index] = outcome
+        return slots  # type: ignore[return-value]
+
+    async def _counted_batches(self, requests: Iterable[Request] | AsyncIterable[Request], total: int | None,
+                               label: str) -> AsyncGenerator[list[Outcome], None]:
+        """`_outcome_batches`, each outcome counted (what `stream` does, a batch at a time)."""
         progress = Progress(enabled=self.progress, total=total, label=label, stats=self._stats)
         counted = self._counted
-        try:  # what `stream` does, taking the outcomes a batch at a time
-            async with contextlib.aclosing(self._outcome_batches(source)) as batches:
+        try:
+            async with contextlib.aclosing(self._outcome_batches(requests)) as batches:
                 async for batch in batches:
                     for outcome in batch:
                         counted(outcome, progress)
-                        seen = order.pop(id(outcome.request))
-                        if isinstance(seen, int):
-                            index = seen
-                        else:
-                            index = seen.popleft()
-                            if seen:
-                                order[id(outcome.request)] = seen
-                        if index >= len(slots):
-                            slots.extend([None] * (index + 1 - len(slots)))
-                        slots[index] = outcome
+                    yield batch
         finally:
             progress.close()
-        return slots  # type: ignore[return-value]
 
     async def _refill(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, sink: asyncio.Queue[Outcome], pending: int,
                       pending_chars: int) -> tuple[int, int, bool, list[Outcome]] | None:
