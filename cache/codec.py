@@ -179,7 +179,17 @@ def result_to_record(result: Result) -> Record:
             "latency": result.latency, "request_id": result.request_id}
 
 
+# The keys a chat record may hold (ChatRecord's): a record of only these is
+# passed to ChatResult as keywords, in one call (read for every cache hit).
+_CHAT_RECORD_KEYS = frozenset(ChatRecord.__annotations__)
+
+
 def result_from_record(record: Record) -> Result:
+    if record.keys() <= _CHAT_RECORD_KEYS:
+        try:
+            return ChatResult(**record)
+        except TypeError:  # no "text": the lookups below say so (KeyError)
+            pass
     if "vectors" in record:
         record = cast(EmbedRecord, record)
         return EmbedResult(vectors=record["vectors"], input_tokens=record.get("input_tokens", 0),

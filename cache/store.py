@@ -95,6 +95,7 @@ log = logging.getLogger("tulving.cache")
 FORMAT = "tulving-cache"
 VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
+READ_MMAP_BYTES = 256 * 1024 * 1024  # of the file the reader maps (PRAGMA mmap_size)
 READ_BATCH = 500  # keys per `WHERE key IN (...)`; under SQLite's oldest variable limit (999)
 
 SCHEMA = """
@@ -547,6 +548,10 @@ class ResponseCache:
         conn = connect(self.path, create=False)
         conn.execute("PRAGMA query_only = 1")
         conn.execute("PRAGMA cache_size = -65536")  # 64 MiB of pages for lookups
+        # Lookups read the file's pages through a memory map rather than a
+        # pread() call a page (a fifth of a cached rerun's SELECT time); the
+        # connection only reads (query_only), and pages past the map are read as before.
+        conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
         return conn
 
     async def __aenter__(self) -> ResponseCache:

@@ -8,7 +8,7 @@ Credentials, timeouts and retry settings are not part of it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -106,7 +106,9 @@ def resolve_many(config: Config, requests: Iterable[Request]) -> list[Resolved]:
         target = targets.get(request.model)
         if target is None:
             target = targets[request.model] = _Target(config, request.model)
-        out.append(_resolve(_long_prompt_route(config, target, request, targets), request))
+        if target.routes_long_prompts:
+            target = _long_prompt_route(config, target, request, targets)
+        out.append(_resolve(target, request))
     return out
 
 
@@ -138,7 +140,8 @@ def _long_prompt_route(config: Config, target: _Target, request: Request, target
 class _Target:
     """What every request for one alias shares."""
 
-    __slots__ = ("alias", "endpoints", "first", "sends_system", "default_params", "default_params_normalized")
+    __slots__ = ("alias", "endpoints", "first", "sends_system", "default_params", "default_params_normalized",
+                 "routes_long_prompts")
 
     def __init__(self, config: Config, model: str):
         self.alias = config.alias(model)  # ConfigError: unknown alias
@@ -147,6 +150,8 @@ class _Target:
         self.sends_system = self.alias.sends_system  # read once, not once a request
         self.default_params: dict[str, object] | None = None  # chat params of a request that sets none
         self.default_params_normalized: object = None  # and their canonical form (keys.normalize)
+        # Whether long prompts go to another alias (_long_prompt_route), read once, not once a request.
+        self.routes_long_prompts = self.alias.long_prompt_tokens is not None and self.alias.long_prompt_model is not None
 
 
 def _resolve(target: _Target, request: Request) -> Resolved:
@@ -160,14 +165,14 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         normalized = normalize(identity)
     else:
         params, params_normalized = _chat_params_of(target, request)
-        messages = chat_messages(alias, request, target.sends_system)
+        messages, plain = _sent_messages(request.messages, target.sends_system)
         draw = request.draw
         identity = {"kind": first.kind, "base_url": first.base_url, "model": alias.model, "op": "chat",
                     "params": params, "messages": messages, "draw": draw}
         # Normalising only what may need it: the parameters (done above) and
         # the draw; messages of str roles and contents are canonical already.
         # (keys.canonical_bytes(identity) gives the same bytes: a test checks.)
-        if type(draw) is int and 0 <= draw < 2 ** 63 and _plain_strings(messages):
+        if plain and type(draw) is int and 0 <= draw < 2 ** 63:
             normalized = identity if params_normalized is params else {**identity, "params": params_normalized}
         else:
             normalized = normalize(identity)
@@ -194,9 +199,16 @@ def _chat_params_of(target: _Target, request: ChatRequest) -> tuple[dict[str, ob
     return params, normalize(params)
 
 
-def _plain_strings(messages: list[dict[str, str]]) -> bool:
-    """Every role and content a str (not a subclass): canonical as they are."""
+def _sent_messages(messages: Sequence[Mapping[str, str]], sends_system: bool) -> tuple[list[dict[str, str]], bool]:
+    """`chat_messages` in one pass, and whether every role and content sent is
+    a str (not a subclass): canonical as they are."""
+    sent = []
+    plain = True
     for m in messages:
-        if type(m["role"]) is not str or type(m["content"]) is not str:
-            return False
-    return True
+        role, content = m["role"], m["content"]
+        if role == "system" and not sends_system:
+            continue
+        if type(role) is not str or type(content) is not str:
+            plain = False
+        sent.append({"role": role, "content": content})
+    return sent, plain

@@ -47,13 +47,14 @@ calls in flight past it; cached requests still yield.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import logging
 import operator
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -154,6 +155,15 @@ def _request_chars(request: Request) -> int:
     if isinstance(request, ChatRequest):
         return sum(map(len, map(_content, request.messages)))
     return sum(map(len, request.texts))
+
+
+def _chars_of(outcomes: list[Outcome]) -> int:
+    return sum(_request_chars(outcome.request) for outcome in outcomes)
+
+
+def _drain(sink: asyncio.Queue[Outcome]) -> list[Outcome]:
+    """Every outcome in `sink` now, in order."""
+    return [sink.get_nowait() for _ in range(sink.qsize())]
 
 
 class Engine:
@@ -321,15 +331,29 @@ class Engine:
     async def stream(self, requests: Iterable[Request] | AsyncIterable[Request], *,
                      total: int | None = None, label: str = "") -> AsyncIterator[Outcome]:
         """Outcomes in completion order; pulls `requests` lazily."""
-        if self._closed:
-            raise RuntimeError("engine is closed")
         if total is None and hasattr(requests, "__len__"):
             total = len(requests)  # type: ignore[arg-type]
+        progress = self._progress
+        progress.stream_opened(label, total)
+        try:
+            async with contextlib.aclosing(self._outcome_batches(requests)) as batches:
+                async for batch in batches:
+                    for outcome in batch:
+                        yield self._counted(outcome, progress)
+        finally:
+            progress.stream_closed(label)
+
+    async def _outcome_batches(self, requests: Iterable[Request] | AsyncIterable[Request]
+                               ) -> AsyncGenerator[list[Outcome], None]:
+        """What `stream` yields, a batch at a time (the outcomes of the calls
+        ended so far, or of one lookup's hits), not counted yet: a cached
+        rerun resumes this generator once per lookup, not once per request.
+        No request is pulled until the caller has taken the batch before."""
+        if self._closed:
+            raise RuntimeError("engine is closed")
         is_async = isinstance(requests, AsyncIterable)
         source = requests.__aiter__() if isinstance(requests, AsyncIterable) else iter(requests)
         sink: asyncio.Queue[Outcome] = asyncio.Queue()
-        progress = self._progress
-        progress.stream_opened(label, total)
         pending = 0
         pending_chars = 0
         exhausted = False
@@ -343,12 +367,10 @@ class Engine:
                         exhausted, hits = pulled[2], pulled[3]
                         # Calls that ended during the lookup came first, then the hits
                         # (handed over here, not through the sink: no queue round trip).
-                        for _ in range(sink.qsize() if hits else 0):
-                            outcome = sink.get_nowait()
-                            pending, pending_chars = pending - 1, pending_chars - _request_chars(outcome.request)
-                            yield self._counted(outcome, progress)
-                        for outcome in hits:
-                            yield self._counted(outcome, progress)
+                        if hits:
+                            ended = _drain(sink)
+                            pending, pending_chars = pending - len(ended), pending_chars - _chars_of(ended)
+                            yield ended + hits if ended else hits
                         continue
                 if pending == 0:
                     if exhausted:
@@ -357,17 +379,16 @@ class Engine:
                 if sink.empty():
                     self._streams_waiting += 1
                     try:
-                        outcome = await sink.get()
+                        first = await sink.get()
                     finally:
                         self._streams_waiting -= 1
+                    ended = [first, *_drain(sink)]
                 else:
-                    outcome = sink.get_nowait()
-                pending -= 1
-                pending_chars -= _request_chars(outcome.request)
-                yield self._counted(outcome, progress)
+                    ended = _drain(sink)
+                pending, pending_chars = pending - len(ended), pending_chars - _chars_of(ended)
+                yield ended
         finally:
             self._streams_open -= 1
-            progress.stream_closed(label)
             self._abandon(sink)
 
     def _counted(self, outcome: Outcome, progress: RunProgress) -> Outcome:
@@ -384,6 +405,24 @@ class Engine:
     async def run(self, requests: Iterable[Request] | AsyncIterable[Request], *,
                   total: int | None = None, label: str = "") -> list[Outcome]:
         """All outcomes, in input order."""
+        if total is None and hasattr(requests, "__len__"):
+            total = len(requests)  # type: ignore[arg-type]
+        if isinstance(requests, Sequence):
+            # A list of distinct request objects (the usual case): each outcome
+            # goes to its request's position, known before anything is pulled.
+            position = {id(r): i for i, r in enumerate(requests)}
+            if len(position) == len(requests):
+                placed: list[Outcome | None] = [None] * len(requests)
+                async with contextlib.aclosing(self._counted_batches(requests, total, label)) as batches:
+                    async for batch in batches:
+                        for outcome in batch:
+                            placed[position[id(outcome.request)]] = outcome
+                return placed  # type: ignore[return-value]
+        return await self._run_numbered(requests, total, label)
+
+    async def _run_numbered(self, requests: Iterable[Request] | AsyncIterable[Request], total: int | None,
+                            label: str) -> list[Outcome]:
+        """`run` for any iterable: each request numbered as it is pulled."""
         # Input position by request object: an int, or a deque of them for an
         # object that comes more than once (no deque per request: run once each).
         order: dict[int, int | deque[int]] = {}
@@ -403,22 +442,37 @@ class Engine:
             async for r in items:
                 yield number(r)
 
-        if total is None and hasattr(requests, "__len__"):
-            total = len(requests)  # type: ignore[arg-type]
         source = anumbered(requests) if isinstance(requests, AsyncIterable) else map(number, requests)
         slots: list[Outcome | None] = []
-        async for outcome in self.stream(source, total=total, label=label):
-            seen = order.pop(id(outcome.request))
-            if isinstance(seen, int):
-                index = seen
-            else:
-                index = seen.popleft()
-                if seen:
-                    order[id(outcome.request)] = seen
-            if index >= len(slots):
-                slots.extend([None] * (index + 1 - len(slots)))
-            slots[index] = outcome
+        async with contextlib.aclosing(self._counted_batches(source, total, label)) as batches:
+            async for batch in batches:
+                for outcome in batch:
+                    seen = order.pop(id(outcome.request))
+                    if isinstance(seen, int):
+                        index = seen
+                    else:
+                        index = seen.popleft()
+                        if seen:
+                            order[id(outcome.request)] = seen
+                    if index >= len(slots):
+                        slots.extend([None] * (index + 1 - len(slots)))
+                    slots[index] = outcome
         return slots  # type: ignore[return-value]
+
+    async def _counted_batches(self, requests: Iterable[Request] | AsyncIterable[Request], total: int | None,
+                               label: str) -> AsyncGenerator[list[Outcome], None]:
+        """`_outcome_batches`, each outcome counted (what `stream` does, a batch at a time)."""
+        progress = self._progress
+        progress.stream_opened(label, total)
+        counted = self._counted
+        try:
+            async with contextlib.aclosing(self._outcome_batches(requests)) as batches:
+                async for batch in batches:
+                    for outcome in batch:
+                        counted(outcome, progress)
+                    yield batch
+        finally:
+            progress.stream_closed(label)
 
     async def _refill(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, sink: asyncio.Queue[Outcome], pending: int,
                       pending_chars: int) -> tuple[int, int, bool, list[Outcome]] | None:

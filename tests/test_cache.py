@@ -16,7 +16,7 @@ import pytest
 from cache import admin
 from cache.chunks import split_text
 from cache.keys import canonical_bytes, request_key
-from cache.store import CacheError, ResponseCache
+from cache.store import CacheError, ResponseCache, entry_checksum
 from engine.cli import cache as command
 from engine.config import Config
 from engine.errors import TulvingError
@@ -159,6 +159,28 @@ async def test_put_is_visible_before_the_commit_and_flush_commits(tmp_path):
         await cache.flush()
         with sqlite3.connect(path) as conn:
             assert conn.execute("SELECT json_extract(response, '$.text') FROM entries").fetchone()[0] == "hello"
+
+
+async def test_a_stored_record_sets_only_the_fields_the_cache_keeps(tmp_path):
+    """Records as another version may have written them: a key this one does
+    not know is ignored, and a ChatResult field the cache never keeps
+    (`batched`, which prices a reply at the batch discount) is not set from one."""
+    path = tmp_path / "cache.sqlite"
+    records = [{"text": "hello", "input_tokens": 3, "batched": True}, {"text": "hello", "input_tokens": 3, "from_later": 1}]
+    keys = [request_key(chat_identity(draw=i)) for i in range(len(records))]
+    async with ResponseCache(path) as cache:
+        for i, key in enumerate(keys):
+            cache.put(key, chat_identity(draw=i), ChatResult(text="hello", input_tokens=3))
+        await cache.flush()
+    with sqlite3.connect(path) as conn:
+        for key, record in zip(keys, records):
+            response = orjson.dumps(record).decode()
+            conn.execute("UPDATE entries SET response = ?, checksum = ? WHERE key = ?",
+                         (response, entry_checksum(key, response, None), key))
+    async with ResponseCache(path) as cache:
+        found = await cache.get_many(keys)
+    assert [found[key] for key in keys] == [ChatResult(text="hello", input_tokens=3)] * 2
+    assert not any(result.batched for result in found.values())
 
 
 async def test_embedding_vectors_round_trip_exactly_and_compactly(tmp_path):
