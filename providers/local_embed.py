@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from providers import embed_table
 from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, ChatResult, EmbedResult, EndpointSpec, Provider, ProviderError
+from providers.embed_table import EmbedTable
 from providers.local_models import MINILM_INSTALL, minilm_dir
 
 BATCH_TOKENS = 2048  # padded tokens per forward batch (measured best of 1k-8k on 2 cores)
@@ -268,7 +270,26 @@ class LocalEmbedProvider(Provider):
 
     def _run(self, model: str, texts: list[str], deadline: float) -> tuple[np.ndarray, int]:
         with self._thread_lock:
-            return self._encoder(model).encode(texts, deadline=deadline)
+            table = self._table(model) if texts else None
+            rows = table.find(texts) if table is not None else [None] * len(texts)
+            missing = [i for i, row in enumerate(rows) if row is None]
+            if table is None or len(missing) == len(texts):
+                return self._encoder(model).encode(texts, deadline=deadline)
+            found = [(i, row) for i, row in enumerate(rows) if row is not None]
+            vectors = np.zeros((len(texts), table.vectors.shape[1]), dtype=np.float32)
+            vectors[[i for i, _ in found]] = table.vectors[[row for _, row in found]]
+            tokens = int(table.tokens[[row for _, row in found]].sum())
+            if missing:
+                computed, more = self._encoder(model).encode([texts[i] for i in missing], deadline=deadline)
+                vectors[missing] = computed
+                tokens += more
+            return vectors, tokens
+
+    def _table(self, model: str) -> EmbedTable | None:
+        """The shipped vectors, if on and computed with this endpoint's model."""
+        if not self.spec.options.get("precomputed", True):
+            return None
+        return embed_table.for_folder(minilm_dir(model, self.spec.options))
 
     async def embed(self, model: str, texts: Sequence[str], *, timeout: float) -> EmbedResult:
         texts = list(texts)
