@@ -11,8 +11,8 @@ checks it against reference vectors computed once with sentence-transformers).
 Texts are sorted by token length and batched so that padding stays small; the
 batches run on one worker thread per core, each with a single BLAS thread
 (threadpoolctl): the attention's many small matmuls with OpenBLAS's own
-threads ran 10-40x slower on a busy 2-core machine, each one waiting for the
-other core (docs/measured.md, "Issue 23: the first call of a cold RAG run").
+threads ran up to 40x slower on a busy 2-core machine, each one waiting for
+the other core (docs/measured.md, "The first call of a cold RAG run").
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float)
 
 # erf(z) for z >= 0 as 1 - poly(t) * exp(-z^2), t = 1 / (1 + P z): Abramowitz &
 # Stegun 7.1.26, absolute error <= 1.5e-7, below float32's own rounding of the
-# GELU (both within 5e-7 of a float64 erf-GELU); ~2x faster than scipy's erf.
+# GELU (both within 5e-7 of a float64 erf-GELU); ~1.7x faster than scipy's erf.
 _ERF_P = np.float32(0.3275911)
 _ERF_A = tuple(np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
 
