@@ -135,7 +135,10 @@ LOCAL_EMBED = ProviderKind(
     provider="providers.local_embed:LocalEmbedProvider",
     doc="sentence embeddings computed in-process (all-MiniLM-L6-v2)",
     capabilities=Capabilities(chat=False, embeddings=True),
-    options=(Option("model_dir", STRING, "a sentence-transformers BERT folder used instead of all-MiniLM-L6-v2"),),
+    options=(Option("model_dir", STRING, "a sentence-transformers BERT folder used instead of all-MiniLM-L6-v2"),
+             Option("precomputed", BOOL, "read the shipped vectors of the default book's chunks and questions "
+                                         "instead of computing them (used only with the model they came from)",
+                    default=True)),
 )
 
 # -- Google Gemini (checked 2026-11-26 through the search index of ai.google.dev:

@@ -78,6 +78,16 @@ def test_the_wheel_carries_code_and_data_and_nothing_comes_from_the_checkout(ins
         assert not Path(line).is_relative_to(REPO), line
 
 
+def test_the_wheel_carries_the_shipped_embedding_vectors(installed):
+    tulving, work = installed
+    probe = _run([str(tulving.parent / "python"), "-c",
+                  "from providers import embed_table as t; print(t.TABLE_PATH); print(len(t.load().rows))"],
+                 cwd=work, env=_clean_env())
+    assert probe.returncode == 0, probe.stderr
+    path, rows = probe.stdout.split()
+    assert Path(path).is_relative_to(tulving.parents[1]) and int(rows) > 0
+
+
 def test_questions_from_the_installed_package(installed):
     tulving, work = installed
     done = _run([str(tulving), "questions", "--book", "synaptic-echoes", "--out", "q.jsonl"], cwd=work,

@@ -12,6 +12,7 @@ import pytest
 from engine.config import Config, ConfigError
 from engine.requests import EmbedRequest
 from engine.scheduler import Engine
+from providers import embed_table
 from providers.base import CONFIG, EndpointSpec, ProviderError
 from providers.local_embed import LocalEmbedProvider, MiniLMEncoder
 from providers.local_models import minilm_dir
@@ -90,5 +91,55 @@ async def test_incomplete_model_folder_and_bad_input_are_clear_errors(tmp_path):
         await provider().embed("all-MiniLM-L6-v2", ["fine", 3], timeout=60)
     assert err.value.kind == "bad_request"
     # Options are checked against the kind's schema when the config loads.
-    with pytest.raises(ConfigError, match=r"unknown option options.pooling for local-embed endpoints \(known: model_dir\)"):
+    with pytest.raises(ConfigError, match=r"unknown option options.pooling for local-embed endpoints \(known: model_dir, precomputed\)"):
         Config.from_dicts({"e": {"kind": "local-embed", "options": {"pooling": "max"}}}, {})
+
+
+# -- the shipped vectors of the default book (providers/embed_table.py) ---------
+
+def _short_book_texts() -> list[str]:
+    from engine.benchmark.evaluation.rag import index_texts
+    from engine.benchmark.generation.published import SHORT, load_book
+
+    return index_texts(load_book(SHORT))
+
+
+def test_shipped_table_is_the_default_books_texts_as_the_encoder_embeds_them():
+    folder = minilm_dir("all-MiniLM-L6-v2", {})
+    table = embed_table.load()
+    assert table is not None
+    assert table.model_digest == embed_table.model_digest(folder)  # computed with the installed model
+    texts = _short_book_texts()
+    # Exactly the book's current chunks and questions: a change of the book,
+    # the chunking or the questions needs `python benchmarks/build_embed_table.py`.
+    assert set(table.rows) == {embed_table.text_key(t) for t in texts}
+    sample = texts[::25]  # chapters, paragraphs and questions, 24 texts
+    fresh, _ = MiniLMEncoder(folder).encode(sample)
+    rows = table.find(sample)
+    assert np.abs(table.vectors[rows] - fresh).max() < 1e-5
+    assert [int(table.tokens[r]) for r in rows] == [len(ids) for ids in MiniLMEncoder(folder).token_ids(sample)]
+
+
+async def test_provider_reads_shipped_vectors_and_computes_the_others():
+    book_texts = _short_book_texts()
+    texts = [book_texts[3], "A sentence that is in no book.", book_texts[-1]]
+    on, off = provider(), provider(precomputed=False)
+    shipped = await on.embed("all-MiniLM-L6-v2", [book_texts[3], book_texts[-1]], timeout=120)
+    assert not on._encoders  # all found: the model was not even loaded
+    mixed = await on.embed("all-MiniLM-L6-v2", texts, timeout=120)
+    computed = await off.embed("all-MiniLM-L6-v2", texts, timeout=120)
+    assert np.abs(np.array(mixed.vectors) - np.array(computed.vectors)).max() < 1e-5
+    assert np.abs(np.array(shipped.vectors) - np.array(computed.vectors)[[0, 2]]).max() < 1e-5
+    assert mixed.input_tokens == computed.input_tokens
+    assert (await on.embed("all-MiniLM-L6-v2", [], timeout=60)).vectors == []
+
+
+def test_table_of_another_model_is_not_used(tmp_path):
+    folder = minilm_dir("all-MiniLM-L6-v2", {})
+    table = embed_table.load()
+    assert table is not None
+    assert embed_table.for_folder(folder) is not None
+    other = tmp_path / "other.npz"
+    embed_table.EmbedTable("0" * 64, table.rows, table.vectors, table.tokens).save(other)
+    assert embed_table.for_folder(folder, other) is None
+    assert embed_table.for_folder(folder, tmp_path / "absent.npz") is None

@@ -27,7 +27,8 @@ from typing import Protocol
 import numpy as np
 
 from engine.benchmark.evaluation.answers import RAG_CHAPTER, RAG_PARAGRAPH, format_chunks, rag_prompt
-from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.questions import Question, build_questions
+from engine.benchmark.generation.bookdir import Book
 from engine.config import ModelAlias
 from engine.requests import EmbedRequest, Outcome
 from engine.tokens import count_tokens
@@ -66,6 +67,14 @@ def chunks_for_mode(book_text: str, mode: str) -> list[str]:
     if mode == RAG_PARAGRAPH:
         return paragraph_chunks(book_text)
     raise ValueError(f"{mode} is not a RAG mode")
+
+
+def index_texts(book: Book) -> list[str]:
+    """Every text a RAG run on `book` may embed, once each: its chunks in both
+    RAG modes and its question set's texts (providers/embed_table.py ships
+    the vectors of the default book's)."""
+    chunks = chapter_chunks(book.text) + paragraph_chunks(book.text)
+    return list(dict.fromkeys(chunks + [q.question for q in build_questions(book)]))
 
 
 def top_k(questions: Iterable[Question], mode: str) -> int:
