@@ -175,3 +175,15 @@ def test_statistics_are_saved_with_the_positions_plot(tmp_path, long_book):
     assert saved["positions_plot"] == "positions.png" and "positions plot: positions.png" in text
     png = (tmp_path / "positions.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+
+
+def test_the_stated_token_counts_are_the_shipped_texts_counted():
+    """load_book takes a published book's token count from PUBLISHED_TOKENS
+    (no tokenizer load); counting the shipped text must give the same figure."""
+    from engine.benchmark.generation.assemble import book_tokens
+    from engine.benchmark.generation.published import PUBLISHED, PUBLISHED_TOKENS
+
+    assert sorted(PUBLISHED_TOKENS) == sorted(PUBLISHED)
+    for name, stated in PUBLISHED_TOKENS.items():
+        text = (published_book_dir(name) / "book.txt").read_text(encoding="utf-8")
+        assert book_tokens(text) == stated, name

@@ -35,6 +35,11 @@ from engine.benchmark.generation.checks import check_assembled_chapter
 LONG = "synaptic-echoes"
 SHORT = "synaptic-echoes-short"
 PUBLISHED = published_names("books")
+# The published books' cl100k token counts (the figure in the authors' folder
+# names, nbtokens_102870 / nbtokens_10397), so loading one does not import the
+# tokenizer's tables (1.6-1.8 s) to count them again; tests/test_published.py
+# counts them again against the shipped text.
+PUBLISHED_TOKENS: dict[str, int] = {"synaptic-echoes": 102_870, "synaptic-echoes-short": 10_397}
 PUBLISHED_META: dict[str, object] = {"universe": "default", "universe_seed": 0, "seed": 0, "model": "claude-3-5-sonnet-20240620", "itermax": 10,
                   "distribution": "geometric"}
 
@@ -55,6 +60,8 @@ def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
     if key in PUBLISHED:
         raw = read_book_dir(published_book_dir(key))
         metadata: dict[str, Any] = {"name": key, "n_events": len(raw["events"]), **PUBLISHED_META}
+        if key in PUBLISHED_TOKENS:
+            metadata["n_tokens"] = PUBLISHED_TOKENS[key]
         name, path = key, None
     else:
         folder = book_dir(key)
