@@ -229,6 +229,30 @@ async def test_dollar_keys_in_a_request_are_stored_literally(tmp_path):
         conn.close()
 
 
+async def test_a_book_sized_identity_is_stored_as_its_serialisation_parsed_back_would_be(tmp_path):
+    # The writer encodes a big identity from the identity itself (no copy of
+    # its serialisation): the rows must be the ones the parsed-back path wrote
+    # (the same identity text, the same chunks), so older caches stay alike.
+    identity = chat_identity(params={"temperature": 1.0, "response_format": {"$chunks": ["x"], "b": 2.0, "a": [1.5]}},
+                             messages=[SYSTEM, {"role": "user", "content": make_book(seed=2) + "\n\nWhen?"}])
+    key = request_key(identity)
+    rows = []
+    for name, canonical in (("parsed.sqlite", canonical_bytes(identity)), ("direct.sqlite", None)):
+        async with ResponseCache(tmp_path / name) as cache:
+            cache.put(key, identity, ChatResult(text="ok"), canonical=canonical)
+            cache.put(request_key({**identity, "draw": 1}), {**identity, "draw": 1}, ChatResult(text="again"))
+        with sqlite3.connect(tmp_path / name) as conn:
+            rows.append((conn.execute("SELECT key, identity FROM entries ORDER BY key").fetchall(),
+                         conn.execute("SELECT digest, size, text FROM blobs ORDER BY digest").fetchall()))
+    assert rows[0] == rows[1]
+    assert len(rows[0][1]) > 10 and '"$literal"' in rows[0][0][0][1]
+    conn = admin.open_existing(tmp_path / "direct.sqlite")
+    try:
+        assert admin.load_entry(conn, key).identity == identity
+    finally:
+        conn.close()
+
+
 async def test_unopened_or_closed_cache_refuses_use(tmp_path):
     cache = ResponseCache(tmp_path / "c.sqlite")
     with pytest.raises(RuntimeError):
