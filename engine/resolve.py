@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from cache.keys import dumps_normalized, key_of_canonical, normalize
+from cache.keys import dumps_normalized, key_and_canonical, key_of_canonical, normalize
 from engine.config import Config, ModelAlias
 from engine.requests import ChatRequest, EmbedRequest, Request
 from providers.base import EndpointSpec
@@ -158,6 +158,7 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         identity: dict[str, object] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model,
                                        "op": "embed", "texts": list(request.texts)}
         normalized = normalize(identity)
+        longest = max(map(len, request.texts), default=0)
     else:
         params, params_normalized = _chat_params_of(target, request)
         messages = chat_messages(alias, request, target.sends_system)
@@ -167,16 +168,22 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         # Normalising only what may need it: the parameters (done above) and
         # the draw; messages of str roles and contents are canonical already.
         # (keys.canonical_bytes(identity) gives the same bytes: a test checks.)
-        if type(draw) is int and 0 <= draw < 2 ** 63 and _plain_strings(messages):
+        longest = _plain_longest(messages)
+        if type(draw) is int and 0 <= draw < 2 ** 63 and longest >= 0:
             normalized = identity if params_normalized is params else {**identity, "params": params_normalized}
         else:
             normalized = normalize(identity)
         if request.prefix_end is not None:
             end = prefix_end(alias, request)
-    canonical = dumps_normalized(normalized)
-    key = key_of_canonical(canonical)
-    if len(canonical) > _KEEP_CANONICAL_BYTES:
-        canonical = b""  # a book-sized prompt: the cache's writer serialises it again rather than hold a copy
+    if longest > _KEEP_CANONICAL_BYTES or longest < 0:
+        # A book-sized prompt: hashed piece by piece (no UTF-8 copy left in the
+        # prompt); the cache's writer encodes it again rather than hold a copy.
+        key, canonical = key_and_canonical(normalized, _KEEP_CANONICAL_BYTES)
+    else:
+        canonical = dumps_normalized(normalized)
+        key = key_of_canonical(canonical)
+        if len(canonical) > _KEEP_CANONICAL_BYTES:
+            canonical = b""  # long in sum: the cache's writer serialises it again rather than hold a copy
     return Resolved(request, alias, target.endpoints, params, messages, identity, key, canonical, end)
 
 
@@ -194,9 +201,14 @@ def _chat_params_of(target: _Target, request: ChatRequest) -> tuple[dict[str, ob
     return params, normalize(params)
 
 
-def _plain_strings(messages: list[dict[str, str]]) -> bool:
-    """Every role and content a str (not a subclass): canonical as they are."""
+def _plain_longest(messages: list[dict[str, str]]) -> int:
+    """Characters of the longest content when every role and content is a
+    str (not a subclass): canonical as they are; -1 when one is not."""
+    longest = 0
     for m in messages:
-        if type(m["role"]) is not str or type(m["content"]) is not str:
-            return False
-    return True
+        content = m["content"]
+        if type(m["role"]) is not str or type(content) is not str:
+            return -1
+        if len(content) > longest:
+            longest = len(content)
+    return longest

@@ -124,6 +124,46 @@ def test_resolve_keys_equal_the_keys_of_their_identities():
     assert resolve(config, requests[2]).key == resolve(config, ChatRequest(model="plain", messages=[user], draw=3)).key
 
 
+def test_keys_of_long_texts_hashed_in_pieces_equal_the_keys_of_their_identities():
+    # Texts over 64 KB are hashed a piece at a time (cache.keys.key_and_canonical):
+    # the key must be the one of the whole serialisation, whatever they hold.
+    rng = random.Random(7)
+    alphabet = "abc \n\n\"\\\x00\x1f\u2028é—’\U0001f600"
+    def text(n):
+        return "".join(rng.choice(alphabet) for _ in range(n))
+    spelled_hole = "\x00tulving-long-0\x00"  # a request that spells the skeleton's hole
+    requests = [
+        ChatRequest(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": make_book(seed=3) + "\n\nWhen?"}]),
+        ChatRequest(model="gpt-4o", messages=[{"role": "user", "content": text(70_000)}, {"role": "user", "content": text(150_000)}]),
+        ChatRequest(model="gpt-4o", messages=[{"role": "user", "content": text(70_000)}], extra={"stop": [spelled_hole]}),
+        ChatRequest(model="gpt-4o", messages=[{"role": "user", "content": spelled_hole + text(70_000)}], draw=2),
+        EmbedRequest(model="gpt-4o", texts=("short", text(80_000))),
+    ]
+    for request in requests:
+        resolved = resolve(CONFIG, request)
+        assert resolved.key == request_key(resolved.identity)
+        assert resolved.canonical == b""
+
+
+def test_resolving_a_book_prompt_leaves_no_copy_of_it_behind():
+    # Serialising a non-ASCII str whole caches a UTF-8 copy inside it for its
+    # life: every prompt pulled ahead would hold the book twice.
+    import tracemalloc
+
+    book = make_book(seed=4).replace("storm", "tempête")
+    assert len(book) > 400_000
+    tracemalloc.start()
+    try:
+        prompt = book + "\n\nWhere was Jackson Ramos?"
+        before = tracemalloc.get_traced_memory()[0]
+        resolved = resolve(CONFIG, ChatRequest(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": prompt}]))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert resolved.messages[1]["content"] is prompt
+    assert held < len(prompt) // 4, held
+
+
 # -- store ------------------------------------------------------------------------
 async def test_hits_and_misses_persist_across_instances(tmp_path):
     path = tmp_path / "deep" / "dir" / "cache.sqlite"
