@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -137,60 +136,32 @@ _KEY_PREFIX = hashlib.sha256(KEY_FORMAT)
 
 
 # -- keys of identities holding long texts -----------------------------------------
-# A long string stands in the serialised skeleton as "\u0000tulving-long-N\u0000".
-_HOLE = "\x00tulving-long-{}\x00"
-_HOLE_BYTES = re.compile(rb'"\\u0000tulving-long-(\d+)\\u0000"')
-_PIECE_CHARS = 64 * 1024
-
-
 def key_and_canonical(identity: object, keep_bytes: int) -> tuple[str, bytes]:
     """(`key_of_canonical(dumps_normalized(identity))`, those canonical bytes
     when they hold at most `keep_bytes`, else b""), for an identity already in
     canonical form.
 
     Strings longer than `keep_bytes` characters (a book in a prompt) are
-    serialised and hashed a piece at a time, never whole: serialising a
-    non-ASCII string whole makes CPython cache a UTF-8 copy of it inside the
-    string (orjson reads it through PyUnicode_AsUTF8AndSize), which then lives
-    as long as the prompt does -- a second copy of the book for every request
-    pulled ahead or waiting for the cache's writer."""
-    longs: list[str] = []
-    skeleton = _with_holes(identity, keep_bytes, longs)
-    if longs:
-        serialised = dumps_normalized(skeleton)
-        holes = [int(m.group(1)) for m in _HOLE_BYTES.finditer(serialised)]
-        if sorted(holes) == list(range(len(longs))):  # else a text of the request spells a hole: the plain way
-            return _key_with_holes(serialised, longs), b""
-    canonical = dumps_normalized(identity)
+    serialised from a copy, dropped at once: serialising a non-ASCII string
+    makes CPython cache a UTF-8 copy of it inside the string (orjson reads it
+    through PyUnicode_AsUTF8AndSize), which would then live as long as the
+    prompt does -- a second copy of the book for every request pulled ahead or
+    waiting for the cache's writer. (A memcpy costs next to nothing beside
+    the encoding and the hash; serialising and hashing in pieces cost ~30%.)"""
+    canonical = dumps_normalized(_with_copies(identity, keep_bytes))
     return key_of_canonical(canonical), (canonical if len(canonical) <= keep_bytes else b"")
 
 
-def _with_holes(value: object, min_chars: int, longs: list[str]) -> object:
-    """`value` with each string longer than `min_chars` replaced by a hole
-    numbered by its place in `longs` (where it is appended)."""
+def _with_copies(value: object, min_chars: int) -> object:
+    """`value` with each string longer than `min_chars` replaced by an equal
+    new string (the containers on their way copied, the rest shared)."""
     if type(value) is str:
         if len(value) <= min_chars:
             return value
-        longs.append(value)
-        return _HOLE.format(len(longs) - 1)
+        half = len(value) // 2
+        return value[:half] + value[half:]  # a new object: slicing or joining whole would give back `value`
     if type(value) is dict:
-        return {k: _with_holes(v, min_chars, longs) for k, v in value.items()}
+        return {k: _with_copies(v, min_chars) for k, v in value.items()}
     if type(value) is list:
-        return [_with_holes(v, min_chars, longs) for v in value]
+        return [_with_copies(v, min_chars) for v in value]
     return value
-
-
-def _key_with_holes(serialised: bytes, longs: list[str]) -> str:
-    digest = _KEY_PREFIX.copy()
-    view = memoryview(serialised)
-    position = 0
-    for hole in _HOLE_BYTES.finditer(serialised):
-        digest.update(view[position:hole.start()])
-        text = longs[int(hole.group(1))]
-        digest.update(b'"')
-        for start in range(0, len(text), _PIECE_CHARS):  # a slice's own UTF-8 copy dies with it
-            digest.update(orjson.dumps(text[start:start + _PIECE_CHARS])[1:-1])
-        digest.update(b'"')
-        position = hole.end()
-    digest.update(view[position:])
-    return digest.hexdigest()

@@ -176,7 +176,7 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         if request.prefix_end is not None:
             end = prefix_end(alias, request)
     if longest > _KEEP_CANONICAL_BYTES or longest < 0:
-        # A book-sized prompt: hashed piece by piece (no UTF-8 copy left in the
+        # A book-sized prompt: serialised from a copy (no UTF-8 copy left in the
         # prompt); the cache's writer encodes it again rather than hold a copy.
         key, canonical = key_and_canonical(normalized, _KEEP_CANONICAL_BYTES)
     else:
