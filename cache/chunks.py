@@ -20,6 +20,7 @@ Concatenating the chunks gives back the text exactly.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 CHUNK_MIN = 16 * 1024
 CHUNK_MAX = 64 * 1024
@@ -31,21 +32,26 @@ _BREAK = re.compile(r"\n\n+")
 
 def split_text(text: str) -> list[str]:
     """The chunks of `text`, in order; `"".join(split_text(t)) == t`."""
+    return [text[start:end] for start, end in chunk_bounds(text)]
+
+
+def chunk_bounds(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each chunk of `text`, in order, found lazily: the cache's
+    writer slices, hashes and drops one chunk at a time instead of holding a
+    book-sized list of them."""
     n = len(text)
-    chunks: list[str] = []
     start = 0
     tail_start = n - TAIL
     while start < tail_start:
         end = _cut(text, start, CHUNK_MIN)
         if end > tail_start:
             break  # this chunk would reach into the tail: the tail starts here
-        chunks.append(text[start:end])
+        yield start, end
         start = end
     while start < n:
         end = _cut(text, start, TAIL_MIN)
-        chunks.append(text[start:end])
+        yield start, end
         start = end
-    return chunks
 
 
 def _cut(text: str, start: int, min_len: int) -> int:

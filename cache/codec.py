@@ -18,13 +18,13 @@ floats always equal the stored ones, at 4 (or 8) bytes a number instead of
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import Required, TypedDict, cast
 
 import numpy as np
 import orjson
 
-from cache.chunks import split_text
+from cache.chunks import chunk_bounds
 from providers.base import ChatResult, EmbedResult, Result
 
 CHUNKS = "$chunks"
@@ -60,9 +60,12 @@ Record = ChatRecord | EmbedRecord
 
 # -- identity -------------------------------------------------------------------
 # An identity's values as orjson reads them back: exact dicts, lists and scalars.
-def encode_identity(identity: object, blob_min_chars: int) -> tuple[object, dict[str, tuple[str, int]]]:
+def encode_identity(identity: object, blob_min_chars: int, known: Container[str] = frozenset()
+                    ) -> tuple[object, dict[str, tuple[str, int]]]:
     """(encoded identity, {digest: (chunk text, size in UTF-8 bytes)}).
-    `identity` must already be canonical (keys.normalize)."""
+    `identity` must already be canonical (keys.normalize). Chunks whose digest
+    is in `known` (already stored) are referred to but not returned: each is
+    sliced, hashed and dropped, so a book-sized text costs one chunk at a time."""
     blobs: dict[str, tuple[str, int]] = {}
 
     def encode(value: object) -> object:
@@ -70,10 +73,12 @@ def encode_identity(identity: object, blob_min_chars: int) -> tuple[object, dict
             if len(value) <= blob_min_chars:
                 return value
             digests = []
-            for piece in split_text(value):
+            for start, end in chunk_bounds(value):
+                piece = value[start:end]
                 raw = piece.encode("utf-8")
                 digest = hashlib.sha256(raw).hexdigest()
-                blobs[digest] = (piece, len(raw))
+                if digest not in known:
+                    blobs[digest] = (piece, len(raw))
                 digests.append(digest)
             return {CHUNKS: digests}
         if type(value) is dict:

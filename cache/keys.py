@@ -133,3 +133,35 @@ def key_of_canonical(canonical: bytes) -> str:
 
 
 _KEY_PREFIX = hashlib.sha256(KEY_FORMAT)
+
+
+# -- keys of identities holding long texts -----------------------------------------
+def key_and_canonical(identity: object, keep_bytes: int) -> tuple[str, bytes]:
+    """(`key_of_canonical(dumps_normalized(identity))`, those canonical bytes
+    when they hold at most `keep_bytes`, else b""), for an identity already in
+    canonical form.
+
+    Strings longer than `keep_bytes` characters (a book in a prompt) are
+    serialised from a copy, dropped at once: serialising a non-ASCII string
+    makes CPython cache a UTF-8 copy of it inside the string (orjson reads it
+    through PyUnicode_AsUTF8AndSize), which would then live as long as the
+    prompt does -- a second copy of the book for every request pulled ahead or
+    waiting for the cache's writer. (A memcpy costs next to nothing beside
+    the encoding and the hash; serialising and hashing in pieces cost ~30%.)"""
+    canonical = dumps_normalized(_with_copies(identity, keep_bytes))
+    return key_of_canonical(canonical), (canonical if len(canonical) <= keep_bytes else b"")
+
+
+def _with_copies(value: object, min_chars: int) -> object:
+    """`value` with each string longer than `min_chars` replaced by an equal
+    new string (the containers on their way copied, the rest shared)."""
+    if type(value) is str:
+        if len(value) <= min_chars:
+            return value
+        half = len(value) // 2
+        return value[:half] + value[half:]  # a new object: slicing or joining whole would give back `value`
+    if type(value) is dict:
+        return {k: _with_copies(v, min_chars) for k, v in value.items()}
+    if type(value) is list:
+        return [_with_copies(v, min_chars) for v in value]
+    return value

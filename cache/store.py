@@ -77,7 +77,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -86,7 +86,7 @@ import orjson
 
 from cache.claims import LeaseRenewer, lease_seconds, owner_name, wait_claimed
 from cache.codec import Record, decode_response, encode_identity, encode_response, result_from_record, result_to_record
-from cache.keys import Identity, canonical_bytes
+from cache.keys import Identity, dumps_normalized, normalize
 from providers.base import Result, TulvingError
 
 T = TypeVar("T")
@@ -308,20 +308,38 @@ def _identity_chars(identity: Identity) -> int:
 
 
 def encode_row(key: str, identity: Identity, canonical: bytes | None, response: Record, created: float,
-               blob_min_chars: int) -> tuple[_Entry, dict[str, tuple[str, int]]]:
+               blob_min_chars: int, known: Container[str] = frozenset()) -> tuple[_Entry, dict[str, tuple[str, int]]]:
     """The `entries` row of a result (ENTRY_COLUMNS order) and the chunks
-    {digest: (text, bytes)} its long texts were cut into (both backends)."""
-    if not canonical:  # not handed over (None, or b"" for a large request)
-        canonical = canonical_bytes(identity)
-    stored = canonical
+    {digest: (text, bytes)} its long texts were cut into, but those whose
+    digest is in `known` (both backends)."""
     chunks: dict[str, tuple[str, int]] = {}
-    if len(stored) > blob_min_chars or b'"$' in stored:  # else: no long text, no "$" key
-        encoded, chunks = encode_identity(orjson.loads(stored), blob_min_chars)
+    if not canonical:  # not handed over (None, or b"" for a book-sized request)
+        # Encoded from the identity itself, not from its serialisation parsed
+        # back: a book-sized prompt is hashed chunk by chunk, never copied whole.
+        encoded, chunks = encode_identity(normalize(identity), blob_min_chars, known)
+        stored = dumps_normalized(encoded)  # sorted keys: the bytes the old path stored
+    elif len(canonical) > blob_min_chars or b'"$' in canonical:  # else: no long text, no "$" key
+        encoded, chunks = encode_identity(orjson.loads(canonical), blob_min_chars, known)
         stored = orjson.dumps(encoded)
+    else:
+        stored = canonical
     text, vectors, dtype, count = encode_response(response)
     get = identity.get
     return (key, str(get("op", "chat")), str(get("model", "")), get("kind"), get("base_url"), iso_utc(created),
             text, vectors, dtype, count, stored.decode(), entry_checksum(key, text, vectors)), chunks
+
+
+class EitherOf:
+    """Digests in either of two containers (the writer's stored ones and its
+    batch's new ones), without merging them into a third."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: Container[str], second: Container[str]):
+        self.first, self.second = first, second
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self.first or digest in self.second
 
 
 def decode_entry(key: str, text: str, vectors: bytes | None, dtype: str | None, count: int | None,
@@ -761,22 +779,21 @@ class ResponseCache:
         writer; a row that cannot be encoded is counted and logged."""
         entries: list[_Entry] = []
         blobs: dict[str, tuple[str, int]] = {}
+        known = EitherOf(self._known_blobs, blobs)  # stored, or already in this batch
         for key, identity, canonical, response, created, _size in rows:
             try:
-                entry, chunks = self._encode_row(key, identity, canonical, response, created)
+                entry, chunks = self._encode_row(key, identity, canonical, response, created, known)
             except Exception as exc:  # a value JSON cannot hold, a non-dict identity, ...
                 self.write_errors += 1
                 log.error("cache: cannot store the response for key %s: %s", key, exc)
                 continue
             entries.append(entry)
-            for digest, chunk in chunks.items():
-                if digest not in self._known_blobs:
-                    blobs[digest] = chunk
+            blobs.update(chunks)
         return entries, blobs
 
     def _encode_row(self, key: str, identity: Identity, canonical: bytes | None, response: Record,
-                    created: float) -> tuple[_Entry, dict[str, tuple[str, int]]]:
-        return encode_row(key, identity, canonical, response, created, self.blob_min_chars)
+                    created: float, known: Container[str]) -> tuple[_Entry, dict[str, tuple[str, int]]]:
+        return encode_row(key, identity, canonical, response, created, self.blob_min_chars, known)
 
     def _insert(self, conn: sqlite3.Connection, entries: list[_Entry], blobs: dict[str, tuple[str, int]]) -> bool:
         """One transaction, tried again twice while another process holds the

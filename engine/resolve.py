@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from cache.keys import dumps_normalized, key_of_canonical, normalize
+from cache.keys import dumps_normalized, key_and_canonical, key_of_canonical, normalize
 from engine.config import Config, ModelAlias
 from engine.requests import ChatRequest, EmbedRequest, Request
 from providers.base import EndpointSpec
@@ -163,25 +163,31 @@ def _resolve(target: _Target, request: Request) -> Resolved:
         identity: dict[str, object] = {"kind": first.kind, "base_url": first.base_url, "model": alias.model,
                                        "op": "embed", "texts": list(request.texts)}
         normalized = normalize(identity)
+        longest = max(map(len, request.texts), default=0)
     else:
         params, params_normalized = _chat_params_of(target, request)
-        messages, plain = _sent_messages(request.messages, target.sends_system)
+        messages, longest = _sent_messages(request.messages, target.sends_system)
         draw = request.draw
         identity = {"kind": first.kind, "base_url": first.base_url, "model": alias.model, "op": "chat",
                     "params": params, "messages": messages, "draw": draw}
         # Normalising only what may need it: the parameters (done above) and
         # the draw; messages of str roles and contents are canonical already.
         # (keys.canonical_bytes(identity) gives the same bytes: a test checks.)
-        if plain and type(draw) is int and 0 <= draw < 2 ** 63:
+        if longest >= 0 and type(draw) is int and 0 <= draw < 2 ** 63:
             normalized = identity if params_normalized is params else {**identity, "params": params_normalized}
         else:
             normalized = normalize(identity)
         if request.prefix_end is not None:
             end = prefix_end(alias, request)
-    canonical = dumps_normalized(normalized)
-    key = key_of_canonical(canonical)
-    if len(canonical) > _KEEP_CANONICAL_BYTES:
-        canonical = b""  # a book-sized prompt: the cache's writer serialises it again rather than hold a copy
+    if longest > _KEEP_CANONICAL_BYTES or longest < 0:
+        # A book-sized prompt: serialised from a copy (no UTF-8 copy left in the
+        # prompt); the cache's writer encodes it again rather than hold a copy.
+        key, canonical = key_and_canonical(normalized, _KEEP_CANONICAL_BYTES)
+    else:
+        canonical = dumps_normalized(normalized)
+        key = key_of_canonical(canonical)
+        if len(canonical) > _KEEP_CANONICAL_BYTES:
+            canonical = b""  # long in sum: the cache's writer serialises it again rather than hold a copy
     return Resolved(request, alias, target.endpoints, params, messages, identity, key, canonical, end)
 
 
@@ -199,16 +205,19 @@ def _chat_params_of(target: _Target, request: ChatRequest) -> tuple[dict[str, ob
     return params, normalize(params)
 
 
-def _sent_messages(messages: Sequence[Mapping[str, str]], sends_system: bool) -> tuple[list[dict[str, str]], bool]:
-    """`chat_messages` in one pass, and whether every role and content sent is
-    a str (not a subclass): canonical as they are."""
+def _sent_messages(messages: Sequence[Mapping[str, str]], sends_system: bool) -> tuple[list[dict[str, str]], int]:
+    """`chat_messages` in one pass, and the characters of the longest content
+    when every role and content sent is a str (not a subclass): canonical as
+    they are; -1 when one is not."""
     sent = []
-    plain = True
+    longest = 0
     for m in messages:
         role, content = m["role"], m["content"]
         if role == "system" and not sends_system:
             continue
         if type(role) is not str or type(content) is not str:
-            plain = False
+            longest = -1
+        elif longest >= 0 and len(content) > longest:
+            longest = len(content)
         sent.append({"role": role, "content": content})
-    return sent, plain
+    return sent, longest

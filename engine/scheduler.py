@@ -37,8 +37,9 @@ once rather than when the generator is collected.
 
 Memory stays bounded whatever the number of requests: at most `window`
 requests (default 2 x the concurrency of the endpoints in use, 16..4096) and
-MAX_PENDING_CHARS prompt characters are pulled ahead of the outcomes yielded,
-and no more are pulled while the cache's writer still holds more than
+MAX_PENDING_CHARS prompt characters are held: pulled ahead of the outcomes
+yielded, or waiting for the cache's writer (its backlog counts against the
+same budget); and no more are pulled while the writer still holds more than
 MAX_CACHE_BACKLOG_CHARS of request text to store.
 Costs: `max_cost` (USD) refuses, with a "budget" error, any uncached call whose
 worst-case cost (prompt estimate + max_tokens) would take spending plus the
@@ -83,8 +84,11 @@ _PER_MESSAGE_TOKENS = 4
 # within these bounds.
 MIN_WINDOW = 16
 MAX_WINDOW = 4096
-# Prompt characters held by pulled-but-not-yielded requests (a book in context
-# is ~4 MB per request): pulling pauses above this, down to one request.
+# Prompt characters held by pulled-but-not-yielded requests and by the cache
+# writer's backlog (a book in context is ~4 MB per request): pulling pauses
+# above this, down to one request. With a writer that keeps up (any real
+# provider's latency) it all goes to requests pulled ahead, which bounds how
+# many book-sized prompts are in flight at once.
 MAX_PENDING_CHARS = 64_000_000
 # Calls a provider holds in a queue of its own (Provider.holds_calls: a batch
 # API) do not count against the window (a whole round must reach one batch),
@@ -486,13 +490,19 @@ class Engine:
         held = min(self._parked, MAX_PARKED)
         max_chars = MAX_PENDING_CHARS + min(self._parked_chars, MAX_PARKED_CHARS)
         room = window + min(self._retry_waiting, window) + held - pending
-        # Pull in batches (one cache lookup each), not one by one.
-        if room < max(1, window // 4) or (pending_chars >= max_chars and pending != 0):
-            return None
+        # Prompts answered but not yet stored are held in memory as much as
+        # those pulled ahead: the writer's backlog takes its share of the budget.
         cache = self._cache
-        if cache is not None and cache.backlog_chars > MAX_CACHE_BACKLOG_CHARS:
-            await cache.wait_for_room(MAX_CACHE_BACKLOG_CHARS)
-        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars)
+        backlog = cache.backlog_chars if cache is not None else 0
+        # Pull in batches (one cache lookup each), not one by one.
+        if room < max(1, window // 4) or (pending_chars + backlog >= max_chars and pending != 0):
+            return None
+        # Nothing pending: wait for the writer when its backlog alone fills the budget.
+        room_for_backlog = min(MAX_CACHE_BACKLOG_CHARS, max_chars - pending_chars - 1)
+        if cache is not None and backlog > room_for_backlog:
+            await cache.wait_for_room(room_for_backlog)
+            backlog = cache.backlog_chars
+        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars - backlog)
         hits, hit_chars = await self._submit(chunk, sizes, sink) if chunk else ([], 0)
         return len(chunk) - len(hits), sum(sizes) - hit_chars, exhausted, hits
 

@@ -6,6 +6,7 @@ never from the reader itself.
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 import pytest
 
@@ -145,3 +146,34 @@ def test_events_kept_for_every_question_are_those_matching_each_event_alone(long
 def test_a_prompt_without_question_heading_has_no_context():
     context, question = builtin_reader.split_prompt("## The Text to Memorize:\n\nsome text")
     assert (context, question) == ("", "some text")
+
+
+def test_threads_asking_about_one_book_at_once_parse_it_once_and_answer_as_alone(long_book):
+    """The book in each prompt is compared in place with the latest contexts
+    (no copy per question), and parsed once however many threads ask at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine.benchmark.evaluation.questions import build_questions
+    from engine.benchmark.generation.published import load_book
+
+    book_text, _ = long_book
+    questions = [q.question for q in build_questions(load_book("synaptic-echoes"))[::31]][:8]
+    prompts = [in_context_prompt(book_text + "\n", q) for q in questions]  # a book no earlier test parsed
+    builtin_reader._parsed.cache_clear()
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(ask, prompts))
+    assert builtin_reader._parsed.cache_info().misses == 1
+    alone = [builtin_reader.answer(*builtin_reader.split_prompt(p)) for p in prompts]
+    assert replies == alone and len(set(replies)) > 1
+    tracemalloc.start()
+    try:
+        ask(in_context_prompt(book_text + "\n", questions[0]))  # (the prompt itself is built before the reset)
+        tracemalloc.reset_peak()
+        prompt = in_context_prompt(book_text + "\n", questions[1])
+        built = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        ask(prompt)
+        most = tracemalloc.get_traced_memory()[1] - built
+    finally:
+        tracemalloc.stop()
+    assert most < len(book_text) // 2, (most, len(book_text))

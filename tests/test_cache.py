@@ -124,6 +124,46 @@ def test_resolve_keys_equal_the_keys_of_their_identities():
     assert resolve(config, requests[2]).key == resolve(config, ChatRequest(model="plain", messages=[user], draw=3)).key
 
 
+def test_keys_of_long_texts_hashed_in_pieces_equal_the_keys_of_their_identities():
+    # Texts over 64 KB are serialised from a copy (cache.keys.key_and_canonical):
+    # the key must be the one of the identity itself, whatever they hold.
+    rng = random.Random(7)
+    alphabet = "abc \n\n\"\\\x00\x1f\u2028é—’\U0001f600"
+    def text(n):
+        return "".join(rng.choice(alphabet) for _ in range(n))
+    nul_text = "\x00stop\x00"
+    requests = [
+        ChatRequest(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": make_book(seed=3) + "\n\nWhen?"}]),
+        ChatRequest(model="gpt-4o", messages=[{"role": "user", "content": text(70_000)}, {"role": "user", "content": text(150_000)}]),
+        ChatRequest(model="gpt-4o", messages=[{"role": "user", "content": text(70_000)}], extra={"stop": [nul_text]}),
+        ChatRequest(model="gpt-4o", messages=[{"role": "user", "content": nul_text + text(70_000)}], draw=2),
+        EmbedRequest(model="gpt-4o", texts=("short", text(80_000))),
+    ]
+    for request in requests:
+        resolved = resolve(CONFIG, request)
+        assert resolved.key == request_key(resolved.identity)
+        assert resolved.canonical == b""
+
+
+def test_resolving_a_book_prompt_leaves_no_copy_of_it_behind():
+    # Serialising a non-ASCII str whole caches a UTF-8 copy inside it for its
+    # life: every prompt pulled ahead would hold the book twice.
+    import tracemalloc
+
+    book = make_book(seed=4).replace("storm", "tempête")
+    assert len(book) > 400_000
+    tracemalloc.start()
+    try:
+        prompt = book + "\n\nWhere was Jackson Ramos?"
+        before = tracemalloc.get_traced_memory()[0]
+        resolved = resolve(CONFIG, ChatRequest(model="gpt-4o", messages=[SYSTEM, {"role": "user", "content": prompt}]))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert resolved.messages[1]["content"] is prompt
+    assert held < len(prompt) // 4, held
+
+
 # -- store ------------------------------------------------------------------------
 async def test_hits_and_misses_persist_across_instances(tmp_path):
     path = tmp_path / "deep" / "dir" / "cache.sqlite"
@@ -245,6 +285,30 @@ async def test_dollar_keys_in_a_request_are_stored_literally(tmp_path):
     async with ResponseCache(tmp_path / "c.sqlite") as cache:
         cache.put(key, identity, ChatResult(text="ok"))
     conn = admin.open_existing(tmp_path / "c.sqlite")
+    try:
+        assert admin.load_entry(conn, key).identity == identity
+    finally:
+        conn.close()
+
+
+async def test_a_book_sized_identity_is_stored_as_its_serialisation_parsed_back_would_be(tmp_path):
+    # The writer encodes a big identity from the identity itself (no copy of
+    # its serialisation): the rows must be the ones the parsed-back path wrote
+    # (the same identity text, the same chunks), so older caches stay alike.
+    identity = chat_identity(params={"temperature": 1.0, "response_format": {"$chunks": ["x"], "b": 2.0, "a": [1.5]}},
+                             messages=[SYSTEM, {"role": "user", "content": make_book(seed=2) + "\n\nWhen?"}])
+    key = request_key(identity)
+    rows = []
+    for name, canonical in (("parsed.sqlite", canonical_bytes(identity)), ("direct.sqlite", None)):
+        async with ResponseCache(tmp_path / name) as cache:
+            cache.put(key, identity, ChatResult(text="ok"), canonical=canonical)
+            cache.put(request_key({**identity, "draw": 1}), {**identity, "draw": 1}, ChatResult(text="again"))
+        with sqlite3.connect(tmp_path / name) as conn:
+            rows.append((conn.execute("SELECT key, identity FROM entries ORDER BY key").fetchall(),
+                         conn.execute("SELECT digest, size, text FROM blobs ORDER BY digest").fetchall()))
+    assert rows[0] == rows[1]
+    assert len(rows[0][1]) > 10 and '"$literal"' in rows[0][0][0][1]
+    conn = admin.open_existing(tmp_path / "direct.sqlite")
     try:
         assert admin.load_entry(conn, key).identity == identity
     finally:

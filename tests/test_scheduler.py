@@ -389,6 +389,41 @@ async def test_pulling_waits_while_the_cache_writer_is_behind(tmp_path, monkeypa
     assert worst <= 20_000 + 16 * 5_100, worst
 
 
+async def test_prompts_waiting_for_the_cache_writer_share_the_pending_budget(tmp_path, monkeypatch):
+    """Book-sized prompts answered but not yet stored are held in memory as
+    much as those pulled ahead: with a writer that lags, the two together stay
+    within MAX_PENDING_CHARS (plus the one request a pull may go over by)."""
+    import cache.store as store
+    import engine.scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "MAX_PENDING_CHARS", 2_500_000)
+    real_commit = store.ResponseCache._commit
+
+    def slow_commit(self, conn, rows):  # a writer slower than the answers: 100 ms per batch
+        time.sleep(0.1)
+        return real_commit(self, conn, rows)
+
+    monkeypatch.setattr(store.ResponseCache, "_commit", slow_commit)
+    book = "lorem ipsum " * 83_334  # ~1M characters
+    pulled = yielded = 0
+    most_held = 0.0
+
+    def requests():
+        nonlocal pulled, most_held
+        for i in range(12):
+            held = pulled - yielded + engine._cache.backlog_chars / len(book)
+            most_held = max(most_held, held)
+            pulled += 1
+            yield ChatRequest("builtin:reader", [{"role": "user", "content": f"{book}\nQuestion {i}?"}], tag=i)
+
+    async with Engine(Config.load(), cache_path=str(tmp_path / "c.sqlite"), window=32) as engine:
+        async for outcome in engine.stream(requests()):
+            assert outcome.ok
+            yielded += 1
+    assert yielded == 12
+    assert most_held <= 3.01, most_held  # 2.5 prompts' budget, the last pull going over by one
+
+
 async def test_an_open_engine_raises_the_young_gc_threshold_and_closing_puts_it_back(tmp_path):
     import gc
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -108,6 +108,12 @@ def split_prompt(prompt: str) -> tuple[str | None, str]:
     """(context, question) from an answering prompt of engine/benchmark/evaluation/answers.py.
 
     Found by position and cut once: a book-sized context is copied only once."""
+    span, question = _split(prompt)
+    return (None if span is None else prompt[span[0]:span[1]]), question
+
+
+def _split(prompt: str) -> tuple[tuple[int, int] | None, str]:
+    """(where the context is in the prompt, or None when it has none; the question)."""
     for start in _CONTEXT_STARTS:
         begin = prompt.find(start)
         if begin >= 0:
@@ -116,7 +122,7 @@ def split_prompt(prompt: str) -> tuple[str | None, str]:
             # No question heading: no context, the rest is the question.
             tail = prompt[begin:] if end < 0 else prompt[end + len(_QUESTION_HEAD):]
             question = tail.split("\n\nPlease answer the question", 1)[0]
-            return ("" if end < 0 else prompt[begin:end]), question
+            return ((begin, begin) if end < 0 else (begin, end)), question
     _, sep, question = prompt.rpartition("Question:")
     return None, (question if sep else prompt).strip()
 
@@ -218,6 +224,27 @@ class _ParsedContext:
 @lru_cache(maxsize=2)
 def _parsed(context: str) -> _ParsedContext:
     return _ParsedContext(context)
+
+
+# The contexts of the latest prompts (the keys of `_parsed`'s entries): a
+# prompt holding one again is answered without cutting a copy of it.
+_recent: list[str] = []
+_recent_lock = threading.Lock()
+
+
+def _parsed_in(prompt: str, begin: int, end: int) -> _ParsedContext:
+    """`_parsed(prompt[begin:end])`, compared in place with the latest contexts
+    before cutting it out: the book in context is not copied for every
+    question. One thread at a time, so threads asking at once for a book not
+    parsed yet parse it once, not once each."""
+    with _recent_lock:
+        for context in _recent:
+            if len(context) == end - begin and prompt.startswith(context, begin):
+                return _parsed(context)
+        context = prompt[begin:end]
+        _recent.append(context)
+        del _recent[:-2]
+        return _parsed(context)
 
 
 def dates(text: str) -> list[str]:
@@ -372,10 +399,15 @@ def _in_time_order(events: list[Event]) -> list[Event]:
 
 
 def answer(context: str | None, question: str) -> str:
+    return _answer(question, None if context is None else lambda: _parsed(context))
+
+
+def _answer(question: str, parsed_context: Callable[[], _ParsedContext] | None) -> str:
+    """The reply to `question` over the context `parsed_context()` gives (parsed only when the question is)."""
     parsed = parse_question(question)
-    if context is None or parsed is None:
+    if parsed_context is None or parsed is None:
         return "I don't know." if parsed is None else NO_MATCH
-    events = _parsed(context).matching(parsed.cue)
+    events = parsed_context().matching(parsed.cue)
     if not events:
         return NO_MATCH
     if parsed.get in ("latest", "chronological"):
@@ -393,5 +425,5 @@ def answer(context: str | None, question: str) -> str:
 
 def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
     user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    context, question = split_prompt(user)
-    return answer(context, question)
+    span, question = _split(user)
+    return _answer(question, None if span is None else lambda: _parsed_in(user, *span))

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-from scipy import stats
 
 _H = TypeVar("_H", bound=Hashable)
 
@@ -79,10 +78,24 @@ def kendall_tau(kept: Sequence[int]) -> float | None:
     """Kendall's tau-b (scipy's default) between the order in which the
     answer gives the matched ground-truth indices and their true order;
     None with fewer than 2 indices."""
-    if len(kept) < 2:
+    # Computed here as scipy.stats.kendalltau does it, to the last bit (the
+    # answer order has no ties; `kept` may): scipy.stats costs ~40 MB of
+    # memory to import, during the run, for this one number.
+    n = len(kept)
+    if n < 2:
         return None
-    tau = stats.kendalltau(list(range(len(kept))), list(kept)).statistic
-    return None if math.isnan(tau) else float(tau)
+    discordant = ties = 0
+    for i, a in enumerate(kept):
+        for b in kept[i + 1:]:
+            if a > b:
+                discordant += 1
+            elif a == b:
+                ties += 1
+    pairs = n * (n - 1) // 2
+    if ties == pairs:
+        return None  # every index the same: undefined (scipy's NaN)
+    tau = (pairs - ties - 2 * discordant) / math.sqrt(pairs) / math.sqrt(pairs - ties)
+    return min(1.0, max(-1.0, tau))
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +287,8 @@ def agreement(verdicts_a: Verdicts, verdicts_b: Verdicts) -> dict[str, float | i
                **{"within_0.25": float((diff <= 0.25 + 1e-12).mean())},
                mean_a=float(x.mean()), mean_b=float(y.mean()))
     if len(keys) >= 2 and x.std() > 0 and y.std() > 0:
+        from scipy import stats  # here: a second's import and ~40 MB that a run itself does not need
+
         out["pearson"] = float(stats.pearsonr(x, y).statistic)
         out["spearman"] = float(stats.spearmanr(x, y).statistic)
     return out
