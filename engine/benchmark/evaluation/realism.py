@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TypedDict
 
 import numpy as np
-from scipy import stats
 
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.statistics import format_p, p_is
@@ -87,6 +86,7 @@ def _cell(values: list[float]) -> RealismCell:
 
 def realism_split(records: Sequence[ResultRecord], ratings: Mapping[int, int], get: str = "all") -> RealismSplit:
     """The split of the `get` questions ('all' as the paper; "any": every kind)."""
+    from scipy import stats  # here: scipy (~1.4 s, ~40 MB) is loaded only when a test is computed
     by_class: dict[str, list[float]] = {c: [] for c in CLASSES}
     by_bin: dict[str, dict[str, list[float]]] = {b: {c: [] for c in CLASSES} for b in TABLE_BINS}
     for r in records:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +57,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 def average_ranks(scores: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """Mean rank of each run over questions (higher F1 = better = lower rank)."""
+    from scipy import stats  # here: scipy (~1.4 s, ~40 MB) is loaded only when a test is computed
     names = list(scores)
     matrix = _matrix(scores)
     ranks = stats.rankdata(-matrix, axis=0)  # ties get the average rank
@@ -67,6 +67,7 @@ def average_ranks(scores: Mapping[str, Sequence[float]]) -> dict[str, float]:
 
 def wilcoxon_p(x: Sequence[float], y: Sequence[float]) -> float:
     """Two-sided Wilcoxon signed-rank p-value; 1.0 when the runs never differ."""
+    from scipy import stats  # here: scipy (~1.4 s, ~40 MB) is loaded only when a test is computed
     diff = np.asarray(x, float) - np.asarray(y, float)
     if not np.any(diff != 0):
         return 1.0
@@ -76,6 +77,7 @@ def wilcoxon_p(x: Sequence[float], y: Sequence[float]) -> float:
 def friedman_p(scores: Mapping[str, Sequence[float]]) -> float | None:
     """Friedman test p-value over runs scored on the same questions; None
     with fewer than 3 runs (the test needs 3) or when no run ever differs."""
+    from scipy import stats  # here: scipy (~1.4 s, ~40 MB) is loaded only when a test is computed
     matrix = _matrix(scores)
     if matrix.shape[0] < 3 or matrix.shape[1] < 2:
         return None
@@ -113,6 +115,7 @@ def rank_runs(scores: Mapping[str, Sequence[float]], alpha: float = 0.05) -> Ran
 
 def mann_whitney_greater(x: Sequence[float], y: Sequence[float]) -> float:
     """One-sided Mann-Whitney U p-value for "x tends to be greater than y"."""
+    from scipy import stats  # here: scipy (~1.4 s, ~40 MB) is loaded only when a test is computed
     if len(x) == 0 or len(y) == 0:
         raise ValueError("Mann-Whitney needs two non-empty samples")
     return float(stats.mannwhitneyu(x, y, alternative="greater").pvalue)
@@ -134,6 +137,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_resamples: int
                      confidence: float = 0.95) -> BootstrapResult:
     """Percentile bootstrap CI of mean(b - a) over paired questions (scipy's
     `bootstrap` with paired=True: questions are resampled, pairs kept)."""
+    from scipy import stats  # here: scipy (~1.4 s, ~40 MB) is loaded only when a test is computed
     x, y = np.asarray(a, float), np.asarray(b, float)
     if len(x) != len(y) or len(x) < 2:
         raise ValueError("the paired bootstrap needs two samples of the same length (>= 2)")
