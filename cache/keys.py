@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from providers.base import with_long_strings_copied
+
 KEY_FORMAT = b"tulving-cache/1\n"
 _EXACT_INT_LIMIT = 2 ** 53
 _INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 64 - 1  # what orjson can write
@@ -148,20 +150,5 @@ def key_and_canonical(identity: object, keep_bytes: int) -> tuple[str, bytes]:
     prompt does -- a second copy of the book for every request pulled ahead or
     waiting for the cache's writer. (A memcpy costs next to nothing beside
     the encoding and the hash; serialising and hashing in pieces cost ~30%.)"""
-    canonical = dumps_normalized(_with_copies(identity, keep_bytes))
+    canonical = dumps_normalized(with_long_strings_copied(identity, keep_bytes))
     return key_of_canonical(canonical), (canonical if len(canonical) <= keep_bytes else b"")
-
-
-def _with_copies(value: object, min_chars: int) -> object:
-    """`value` with each string longer than `min_chars` replaced by an equal
-    new string (the containers on their way copied, the rest shared)."""
-    if type(value) is str:
-        if len(value) <= min_chars:
-            return value
-        half = len(value) // 2
-        return value[:half] + value[half:]  # a new object: slicing or joining whole would give back `value`
-    if type(value) is dict:
-        return {k: _with_copies(v, min_chars) for k, v in value.items()}
-    if type(value) is list:
-        return [_with_copies(v, min_chars) for v in value]
-    return value

@@ -255,3 +255,25 @@ class Provider(abc.ABC):
     def count_tokens(self, text: str) -> int:
         """Cheap estimate used to reserve input tokens before a call."""
         return len(text) // 4 + 1
+
+
+def with_long_strings_copied(value: object, min_chars: int) -> object:
+    """`value` with each string longer than `min_chars` replaced by an equal
+    new string (the containers on their way copied, the rest shared).
+
+    For serialising a JSON body that holds a book: orjson reads a non-ASCII
+    str through PyUnicode_AsUTF8AndSize, which caches a UTF-8 copy inside the
+    string for its life -- a second copy of the book in every prompt still
+    held (pulled ahead, in flight, waiting for the cache's writer). Serialising
+    a throw-away copy leaves the prompt as it was (a memcpy, next to nothing
+    beside the encoding). Used by cache.keys and providers.http_client."""
+    if type(value) is str:
+        if len(value) <= min_chars:
+            return value
+        half = len(value) // 2
+        return value[:half] + value[half:]  # a new object: slicing or joining whole would give back `value`
+    if type(value) is dict:
+        return {k: with_long_strings_copied(v, min_chars) for k, v in value.items()}
+    if type(value) is list or type(value) is tuple:
+        return [with_long_strings_copied(v, min_chars) for v in value]  # (a tuple serialises as a list does)
+    return value

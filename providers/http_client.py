@@ -28,12 +28,13 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from providers.base import CONFIG, EndpointSpec, Provider, ProviderError
+from providers.base import CONFIG, EndpointSpec, Provider, ProviderError, with_long_strings_copied
 from providers.http_errors import bad_reply, exception_error, redact, status_error
 from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
 from providers.standard_kinds import HTTP_CLIENTS
 
 _USER_AGENT = "tulving/0.1"
+LONG_TEXT_CHARS = 65_536  # strings longer than this are serialised from a copy (see _body_bytes)
 
 
 class StatusClassifier(Protocol):
@@ -42,6 +43,12 @@ class StatusClassifier(Protocol):
 
     def __call__(self, status: int, body: bytes, headers: Mapping[str, str], *, endpoint: str,
                  secret: str | None, request_id: str | None = None) -> ProviderError: ...
+
+
+def _body_bytes(body: Mapping[str, object]) -> bytes:
+    """The JSON body to send. A book-sized prompt is serialised from a copy,
+    so the prompt itself keeps no UTF-8 copy of the book while it is held."""
+    return orjson.dumps(with_long_strings_copied(body, LONG_TEXT_CHARS), default=_plain)
 
 
 def _plain(value: object) -> object:
@@ -125,7 +132,7 @@ class JsonHttpClient:
                    ) -> tuple[dict[str, Any], Mapping[str, str], float]:
         """POST `body`; return (parsed JSON object, reply headers, latency in s).
         Header names are lower-case keys with the pool; look them up lower-case."""
-        payload = orjson.dumps(body, default=_plain)
+        payload = _body_bytes(body)
         start = perf_counter()
         try:
             if self.uses_aiohttp:
@@ -164,7 +171,7 @@ class JsonHttpClient:
         `timeout` bounds the whole call, the body's last byte included. On
         leaving the block the connection is released, or dropped when the
         body was not read to its end (an error, a cancel)."""
-        payload = orjson.dumps(body, default=_plain)
+        payload = _body_bytes(body)
         start = perf_counter()
         try:
             if self.uses_aiohttp:

@@ -526,3 +526,21 @@ class socket_port:
 
     def __exit__(self, *exc) -> None:
         self.sock.close()
+
+
+async def test_a_book_sized_non_ascii_prompt_keeps_no_utf8_copy_after_it_is_sent():
+    """Serialising a non-ASCII str caches a UTF-8 copy inside it for its life;
+    the body is serialised from a copy, so a prompt held while in flight (and
+    while the cache's writer stores it) holds the book once, not twice."""
+    recorder = Recorder()
+    prompt = "Chapter 1. Élodie met Zoë in Montréal.\n\n" * 5_000 + "Where did Élodie meet Zoë?"
+    size = sys.getsizeof(prompt)
+    async with LoopbackServer(models=SERVED, reply=recorder) as server:
+        for provider in (openai(server), anthropic(server)):
+            try:
+                await provider.chat("gpt-x" if provider.kind == "openai" else "claude-x",
+                                    ({"role": "user", "content": prompt},), params={"max_tokens": 5}, timeout=10)
+            finally:
+                await provider.aclose()
+    assert [b["messages"][0]["content"] for b in recorder.bodies] == [prompt, prompt]
+    assert sys.getsizeof(prompt) == size
