@@ -29,21 +29,16 @@ ignore them):
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TypeVar
 
 import orjson
 
+from cache.side_table import SideTableFile
 from cache.store import connect, damaged, iso_utc
-
-T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -83,17 +78,14 @@ class LedgerBatch:
     updated_at: str
 
 
-class BatchLedger:
+class BatchLedger(SideTableFile):
     """The ledger of one cache file. Every method commits before it returns
     (a write is durable once awaited); the work runs, in order, on one thread
     of its own (a caller cancelled mid-write does not leave the connection to
     another thread)."""
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tulving-batch-ledger")
-        self._closed = False
+        super().__init__(path, "tulving-batch-ledger")
 
     def _open(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -105,22 +97,6 @@ class BatchLedger:
                 raise damaged(self.path, exc) from None
             self._conn = conn
         return self._conn
-
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def close(self) -> None:
-        """Close the connection once the writes queued before have run (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._thread.submit(self._close)
-        self._thread.shutdown(wait=True)
 
     # -- writes ------------------------------------------------------------------------
     async def record(self, batch_id: str, *, endpoint: str, kind: str, base_url: str | None, model: str | None,

@@ -28,19 +28,14 @@ Tulvings ignore it):
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TypeVar
 
+from cache.side_table import SideTableFile
 from cache.store import connect, damaged, iso_utc
-
-T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS spending (
@@ -85,17 +80,14 @@ def run_rows(rows: Sequence[RunRow]) -> list[RunSpending]:
                         invocations=int(r[4]), started_at=r[5] or "", updated_at=r[6] or "") for r in rows]
 
 
-class SpendingLedger:
+class SpendingLedger(SideTableFile):
     """The ledger of one cache file. A write commits before it returns; the
     work runs in order on a thread of its own. Reading a file without the
     table (or no file at all) finds nothing, and creates nothing."""
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self._conn: sqlite3.Connection | None = None
+        super().__init__(path, "tulving-spending-ledger")
         self._has_table = False
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tulving-spending-ledger")
-        self._closed = False
 
     def _open(self, *, write: bool) -> sqlite3.Connection | None:
         if self._conn is None:
@@ -114,22 +106,6 @@ class SpendingLedger:
             if not self._has_table:
                 return None
         return self._conn
-
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def close(self) -> None:
-        """Close the connection once the writes queued before have run (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._thread.submit(self._close)
-        self._thread.shutdown(wait=True)
 
     async def record_spending(self, run: str, invocation: str, *, usd: float, calls: int, label: str = "") -> None:
         """This invocation's totals so far (they replace the ones recorded before)."""
