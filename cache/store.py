@@ -60,7 +60,9 @@ one writer thread per cache that commits batches (up to 512 rows or 20 ms) in
 `BEGIN IMMEDIATE` transactions with `INSERT OR IGNORE`, waiting up to 30 s
 for a lock (busy_timeout). A process killed mid-run loses at most its
 uncommitted batch; WAL keeps the file intact. Reads use their own
-connection on a dedicated thread and look keys up in batches of 500.
+connection and look keys up in batches of 500: on the event loop's thread
+while each lookup is fast (a batch of keys, under 5 ms), on a dedicated
+reader thread otherwise.
 """
 from __future__ import annotations
 
@@ -97,6 +99,10 @@ VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
 READ_MMAP_BYTES = 256 * 1024 * 1024  # of the file the reader maps (PRAGMA mmap_size)
 READ_BATCH = 500  # keys per `WHERE key IN (...)`; under SQLite's oldest variable limit (999)
+# Lookups of up to this many keys run on the event loop's own thread while
+# each takes under INLINE_READ_SECONDS (see ResponseCache.get_many).
+INLINE_READ_KEYS = 512
+INLINE_READ_SECONDS = 0.005
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -487,8 +493,11 @@ class ResponseCache:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, blob_min_chars: int = 4096,
-                 batch_rows: int = 512, batch_seconds: float = 0.02):
+                 batch_rows: int = 512, batch_seconds: float = 0.02,
+                 inline_read_seconds: float = INLINE_READ_SECONDS):
         self.path = Path(path)
+        # 0: every lookup goes to the reader thread (see get_many).
+        self.inline_read_seconds = inline_read_seconds
         self.blob_min_chars = blob_min_chars
         self.batch_rows = batch_rows
         self.batch_seconds = batch_seconds
@@ -512,6 +521,7 @@ class ResponseCache:
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._reader: _ReaderThread | None = None
+        self._thread_reads = 0  # lookups on the reader thread now (none inline meanwhile: one connection)
         self._get_waiters: dict[str, list[asyncio.Future[Result | None]]] = {}
         self._get_tasks: set[asyncio.Task[None]] = set()
         self._open = False
@@ -630,7 +640,14 @@ class ResponseCache:
             corrupt: list[str] = []
             assert self._reader is not None  # _check_open passed
             try:
-                found.update(await self._reader.run(read_results, self._read_conn, missing, corrupt))
+                if len(missing) <= INLINE_READ_KEYS and self.inline_read_seconds > 0 and not self._thread_reads:
+                    found.update(self._read_inline(missing, corrupt))
+                else:
+                    self._thread_reads += 1
+                    try:
+                        found.update(await self._reader.run(read_results, self._read_conn, missing, corrupt))
+                    finally:
+                        self._thread_reads -= 1
             except sqlite3.DatabaseError as exc:
                 raise damaged(self.path, exc) from None
             if corrupt:
@@ -638,6 +655,23 @@ class ResponseCache:
                 log.warning("cache: %d damaged entries in %s are treated as misses and will be rewritten "
                             "(`tulving cache check` lists them)", len(corrupt), self.path)
         return found
+
+    def _read_inline(self, keys: list[str], corrupt: list[str]) -> dict[str, Result]:
+        """`read_results` on the event loop's thread, blocking it for the read.
+        A lookup of a batch's keys in a file the OS has cached takes well under
+        a millisecond, and handing it to the reader thread and back cost more
+        than the read (a cached rerun ran 25-40% faster inline, measured with
+        benchmarks/engine_bench.py part 3). Slow storage (a cold disk, a
+        network file system) must not stall the loop's calls: after one read
+        over `inline_read_seconds`, every later lookup goes to the thread.
+        One thread uses the read connection at a time: a lookup goes inline
+        only when no lookup is running on the reader thread."""
+        start = time.perf_counter()
+        try:
+            return read_results(self._read_conn, keys, corrupt)
+        finally:
+            if time.perf_counter() - start > self.inline_read_seconds:
+                self.inline_read_seconds = 0.0
 
     async def get(self, key: str) -> Result | None:
         """The result for `key` or None. Concurrent calls are looked up together."""

@@ -560,3 +560,49 @@ async def test_writer_backlog_is_counted_and_waited_for(tmp_path):
         assert cache.backlog_chars == 0
         await cache.flush()
         assert cache.backlog_chars == 0
+
+
+async def test_lookups_run_on_the_loop_while_fast_and_on_the_reader_thread_after_a_slow_one(tmp_path, monkeypatch):
+    """cache/store.py get_many: a batch's lookup is read on the event loop's
+    thread; one over `inline_read_seconds` sends every later lookup to the
+    reader thread, as are lookups of many keys and those made while a read
+    runs on the thread (one connection, one thread at a time)."""
+    import threading
+
+    import cache.store as store
+
+    path = tmp_path / "cache.sqlite"
+    identities = [chat_identity(draw=i) for i in range(store.INLINE_READ_KEYS + 100)]
+    keys = [request_key(i) for i in identities]
+    async with ResponseCache(path) as cache:
+        for i, (key, identity) in enumerate(zip(keys, identities)):
+            cache.put(key, identity, ChatResult(text=f"reply {i}", input_tokens=i))
+    readers: list[str] = []
+    real_read = store.read_results
+
+    def read_results(*args):
+        readers.append(threading.current_thread().name)
+        return real_read(*args)
+
+    monkeypatch.setattr(store, "read_results", read_results)
+    loop_thread = threading.current_thread().name
+    expected = {k: ChatResult(text=f"reply {i}", input_tokens=i) for i, k in enumerate(keys)}
+    async with ResponseCache(path) as cache:
+        assert await cache.get_many(keys[:100]) == {k: expected[k] for k in keys[:100]}
+        assert readers == [loop_thread]
+        # Many keys at once: the thread, however fast the storage.
+        assert await cache.get_many(keys) == expected
+        assert readers[1:] == ["tulving-cache-read"]
+        # A small lookup made while the thread reads waits for the thread too.
+        big, small = await asyncio.gather(cache.get_many(keys), cache.get_many(keys[:5]))
+        assert big == expected and small == {k: expected[k] for k in keys[:5]}
+        assert readers[2:] == ["tulving-cache-read", "tulving-cache-read"]
+        # A slow read (every read is, against this limit) ends the inline reads for good.
+        cache.inline_read_seconds = 1e-9
+        assert await cache.get_many(keys[:3]) == {k: expected[k] for k in keys[:3]}
+        assert await cache.get(keys[7]) == expected[keys[7]]
+        assert readers[4:] == [loop_thread, "tulving-cache-read"]
+        assert cache.inline_read_seconds == 0
+    async with ResponseCache(path, inline_read_seconds=0) as cache:  # 0: every lookup on the thread
+        assert await cache.get_many(keys[:2]) == {k: expected[k] for k in keys[:2]}
+        assert readers[6:] == ["tulving-cache-read"]
