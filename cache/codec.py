@@ -141,7 +141,7 @@ def encode_response(response: Record) -> tuple[str, bytes | None, str | None, in
     return orjson.dumps(rest).decode(), blob, dtype, len(cast(list[object], vectors))  # packed: a list
 
 
-def decode_response(text: str, vectors: bytes | None, dtype: str | None, count: int | None) -> Record:
+def decode_response(text: str | bytes, vectors: bytes | None, dtype: str | None, count: int | None) -> Record:
     response: Record = orjson.loads(text)
     if vectors is not None:
         array = np.frombuffer(vectors, dtype=dtype).astype(np.float64)

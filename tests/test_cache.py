@@ -606,3 +606,34 @@ async def test_lookups_run_on_the_loop_while_fast_and_on_the_reader_thread_after
     async with ResponseCache(path, inline_read_seconds=0) as cache:  # 0: every lookup on the thread
         assert await cache.get_many(keys[:2]) == {k: expected[k] for k in keys[:2]}
         assert readers[6:] == ["tulving-cache-read"]
+
+
+async def test_a_hit_is_checksummed_over_its_stored_bytes_whatever_its_characters(tmp_path):
+    """read_results hashes the response's stored UTF-8 bytes, not the text
+    decoded: any reply (accents, astral characters, JSON escapes) still
+    matches `entry_checksum`; a changed byte, or bytes that are not UTF-8,
+    are a miss, never a wrong answer or a failed lookup."""
+    path = tmp_path / "cache.sqlite"
+    texts = ["plain", "Zoë à Tōkyō — 東京 \U0001f600", "quote \" backslash \\ nul \x00 line\u2028end"]
+    identities = [chat_identity(draw=i) for i in range(len(texts) + 2)]
+    keys = [request_key(i) for i in identities]
+    vectors = [[0.5, -1.25], [3.0, 0.125]]
+    async with ResponseCache(path) as cache:
+        for key, identity, text in zip(keys, identities, texts):
+            cache.put(key, identity, ChatResult(text=text, input_tokens=3))
+        cache.put(keys[3], identities[3], EmbedResult(vectors=vectors, input_tokens=2))
+        cache.put(keys[4], identities[4], ChatResult(text="to be damaged"))
+    with sqlite3.connect(path) as conn:
+        for key, response, stored in conn.execute("SELECT key, response, checksum FROM entries"):
+            assert stored == entry_checksum(key, response, None) or key == keys[3]
+        conn.execute("UPDATE entries SET response = replace(response, 'damaged', 'dameged') WHERE key = ?", (keys[4],))
+    async with ResponseCache(path) as cache:
+        found = await cache.get_many(keys)
+        assert [found[k].text for k in keys[:3]] == texts
+        assert found[keys[3]].vectors == vectors
+        assert keys[4] not in found and keys[4] in cache.corrupt_keys
+    with sqlite3.connect(path) as conn:  # not UTF-8 at all: a miss too
+        conn.execute("UPDATE entries SET response = CAST(X'7b2274657874223a22ff227d' AS TEXT) WHERE key = ?", (keys[0],))
+    async with ResponseCache(path) as cache:
+        found = await cache.get_many(keys[:2])
+        assert list(found) == [keys[1]] and keys[0] in cache.corrupt_keys
