@@ -98,3 +98,10 @@ class Outcome:
         if self.result is None:
             raise self.error or ProviderError(BAD_REPLY, "no result")
         return self.result.text  # type: ignore[union-attr]
+
+
+def cached_outcome(request: Request, result: Result, key: str) -> Outcome:
+    """`Outcome(request=request, result=result, cached=True, key=key)`, built
+    positionally: made for every cache hit, where the keywords cost twice the
+    call (0.63 -> 0.33 us). tests/test_engine.py checks the two are equal."""
+    return Outcome(request, result, None, True, False, 0, 0.0, None, key)

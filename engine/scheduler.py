@@ -66,7 +66,7 @@ from engine.budget import Budget
 from engine.config import Config
 from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
 from engine.progress import RunProgress
-from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
+from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, cached_outcome
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from engine.spending_feed import SpendingFeed
@@ -553,7 +553,7 @@ class Engine:
                 continue
             hit = hits.get(r.key)
             if hit is not None:
-                answered.append(Outcome(request=r.request, result=hit, cached=True, key=r.key))
+                answered.append(cached_outcome(r.request, hit, r.key))
                 answered_chars += size
                 continue
             job = inflight.get(r.key)

@@ -17,7 +17,8 @@ import pytest
 from engine.config import Config, ConfigError
 from engine.dispatch import shared_prefix
 from engine.loopback.server import Faults, LoopbackServer, constant
-from engine.requests import ChatRequest
+from engine.requests import ChatRequest, Outcome
+from engine.resolve import resolve
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import BAD_REPLY, BUDGET, OVERLOADED, PROMPT_TOO_LONG, ChatResult, Provider
@@ -62,6 +63,9 @@ async def test_run_returns_input_order_and_rerun_is_served_by_the_cache(tmp_path
         assert all(o.cached for o in again)
         assert [o.text for o in again] == [o.text for o in first]
         assert engine.stats.cache_hits == 200 and engine.stats.calls == 0
+        # A hit is built positionally (engine/requests.py cached_outcome): the same as by keywords.
+        assert again[3] == Outcome(request=again[3].request, result=first[3].result, cached=True, key=first[3].key)
+        assert again[3].key == resolve(config, again[3].request).key and again[3].attempts == 0
 
 
 async def test_concurrency_never_exceeds_the_endpoint_limit():
