@@ -373,6 +373,7 @@ def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
 
 # key, response, vectors, vector_dtype, vector_count, checksum
 _EntryRow = tuple[str, str, bytes | None, str | None, int | None, str | None]
+_BlobEntryRow = tuple[str, bytes, bytes | None, str | None, int | None, str | None]  # the response as its bytes
 
 
 def _entry_rows(conn: sqlite3.Connection, keys: Sequence[str], response: str = "response") -> Iterator[_EntryRow]:
@@ -398,7 +399,8 @@ def read_results(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
     (a miss), where decoding it would have failed the whole lookup."""
     found: dict[str, Result] = {}
     sha256, loads = hashlib.sha256, orjson.loads
-    for key, raw, vectors, dtype, count, checksum in _entry_rows(conn, keys, "CAST(response AS BLOB)"):
+    rows = cast(Iterator[_BlobEntryRow], _entry_rows(conn, keys, "CAST(response AS BLOB)"))
+    for key, raw, vectors, dtype, count, checksum in rows:
         try:
             if checksum is not None:
                 digest = sha256(b"%s\0%s" % (key.encode(), raw))
@@ -678,6 +680,7 @@ class ResponseCache:
         over `inline_read_seconds`, every later lookup goes to the thread.
         One thread uses the read connection at a time: a lookup goes inline
         only when no lookup is running on the reader thread."""
+        assert self._read_conn is not None  # open
         start = time.perf_counter()
         try:
             return read_results(self._read_conn, keys, corrupt)
