@@ -570,11 +570,19 @@ class CheckReport:
         return "\n".join(lines)
 
 
+def _matches(checksum: object, key: str, raw: object, vectors: object) -> bool:
+    """Whether a row's checksum matches its response and vectors (a row whose
+    columns hold the wrong types, e.g. edited by hand, does not)."""
+    from cache.store import stored_checksum
+
+    if not isinstance(raw, bytes) or not (vectors is None or isinstance(vectors, bytes)):
+        return False
+    return checksum == stored_checksum(key, raw, vectors)
+
+
 def check(path: str | os.PathLike[str]) -> CheckReport:
     """Read every entry of the cache and compare it with its checksum, plus
     SQLite's quick_check. Raises CacheError for a file that cannot be opened."""
-    from cache.store import entry_checksum
-
     conn = open_existing(path)
     report = CheckReport(path=str(path))
     try:
@@ -582,16 +590,18 @@ def check(path: str | os.PathLike[str]) -> CheckReport:
             report.integrity = [row[0] for row in conn.execute("PRAGMA quick_check(20)")]
             has_sum = "checksum" in {row[1] for row in conn.execute("PRAGMA table_info(entries)")}
             column = "checksum" if has_sum else "NULL"
-            for key, text, vectors, checksum in conn.execute(
-                    f"SELECT key, response, vectors, {column} FROM entries"):
+            # The response as its stored bytes: one that is not UTF-8 is a damaged
+            # entry, listed, not the end of the check.
+            for key, raw, vectors, checksum in conn.execute(
+                    f"SELECT key, CAST(response AS BLOB), vectors, {column} FROM entries"):
                 report.entries += 1
                 if checksum is None:
                     try:
-                        orjson.loads(text)
+                        orjson.loads(raw)
                         report.unverified += 1
                     except (orjson.JSONDecodeError, TypeError):
                         report.damaged.append(str(key))
-                elif checksum == entry_checksum(key, text, vectors):
+                elif _matches(checksum, str(key), raw, vectors):
                     report.verified += 1
                 else:
                     report.damaged.append(str(key))

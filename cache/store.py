@@ -191,6 +191,17 @@ def entry_checksum(key: str, response: str, vectors: bytes | None) -> str:
 
 
 # -- the file -------------------------------------------------------------------
+def stored_checksum(key: str, raw: bytes, vectors: bytes | None) -> str:
+    """`entry_checksum` of a response read as its stored UTF-8 bytes
+    (`CAST(response AS BLOB)`): the same digest, with no decode and encode;
+    bytes that are not UTF-8 simply do not match."""
+    h = hashlib.sha256(b"%s\0%s" % (key.encode(), raw))
+    if vectors:
+        h.update(b"\0")
+        h.update(vectors)
+    return h.hexdigest()[:32]
+
+
 def connect(path: str | os.PathLike[str], *, create: bool) -> sqlite3.Connection:
     """An autocommit connection to the cache at `path`, checked to be a Tulving
     cache. With `create`, a missing file (and its parent directories) is made
@@ -398,17 +409,12 @@ def read_results(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[st
     lookup's time). A response that is not UTF-8 is then a checksum mismatch
     (a miss), where decoding it would have failed the whole lookup."""
     found: dict[str, Result] = {}
-    sha256, loads = hashlib.sha256, orjson.loads
+    checksum_of, loads = stored_checksum, orjson.loads
     rows = cast(Iterator[_BlobEntryRow], _entry_rows(conn, keys, "CAST(response AS BLOB)"))
     for key, raw, vectors, dtype, count, checksum in rows:
         try:
-            if checksum is not None:
-                digest = sha256(b"%s\0%s" % (key.encode(), raw))
-                if vectors:
-                    digest.update(b"\0")
-                    digest.update(vectors)
-                if checksum != digest.hexdigest()[:32]:
-                    raise ValueError("checksum mismatch")
+            if checksum is not None and checksum != checksum_of(key, raw, vectors):
+                raise ValueError("checksum mismatch")
             record = loads(raw) if vectors is None else decode_response(raw, vectors, dtype, count)
             found[key] = result_from_record(record)
         except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer

@@ -63,6 +63,28 @@ def test_cache_check_names_a_damaged_entry(clean, capsys):
     assert "1 damaged entries" in out and "cache recover" in out
 
 
+def test_an_answer_whose_bytes_are_not_utf8_is_a_miss_and_named_by_cache_check(clean, tmp_path, capsys):
+    """A byte changed into one UTF-8 cannot hold (0xff): the run asks again and
+    gives the same answers, and `cache check` lists the entry as damaged and
+    goes on reading (it used to stop at the row with 0 entries counted)."""
+    cache, answers = clean
+    with sqlite3.connect(cache) as conn:
+        total = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+        key = conn.execute("SELECT key FROM entries WHERE json_extract(response, '$.text') != '' "
+                           "ORDER BY rowid LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE entries SET response = CAST(CAST(response AS BLOB) || X'ff' AS TEXT) WHERE key = ?",
+                     (key,))
+    assert main(["--cache", str(cache), "cache", "check"]) == 5
+    out, _ = capsys.readouterr()
+    assert f"cache {cache}: {total} entries, {total - 1} verified by checksum" in out
+    assert "1 damaged entries" in out and key[:16] in out and "reading stopped" not in out
+    code, err, again = run(cache, tmp_path / "again", capsys)
+    assert code == 0, err
+    assert again == answers  # asked again, not served damaged, not a failed lookup
+    assert main(["--cache", str(cache), "cache", "check"]) == 0  # the rerun rewrote the entry
+    capsys.readouterr()
+
+
 DAMAGE = {
     "not SQLite": lambda data: b"this is a text file, not a cache\n" * 100,
     "truncated to half": lambda data: data[:len(data) // 2],
