@@ -6,33 +6,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import orjson
 
 from cache.batches import LedgerBatch
-from cache.pg_schema import open_pool
+from cache.pg_side_table import PostgresSideTable
 from cache.store import iso_utc
 
-if TYPE_CHECKING:
-    import asyncpg
 
-
-class PostgresLedger:
+class PostgresLedger(PostgresSideTable):
     def __init__(self, url: str):
-        self.url = url
-        self._pool: asyncpg.Pool | None = None
-
-    async def _db(self) -> asyncpg.Pool:
-        if self._pool is None:
-            self._pool = await open_pool(self.url, max_size=2)
-        return self._pool
-
-    def close(self) -> None:
-        """Every write was committed when awaited: the connections just go."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.terminate()
+        super().__init__(url, max_size=2)
 
     async def record(self, batch_id: str, *, endpoint: str, kind: str, base_url: str | None, model: str | None,
                      state: str, keys: Sequence[str]) -> None:

@@ -5,35 +5,20 @@ before it returns."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
-from cache.pg_schema import open_pool
+from cache.pg_side_table import PostgresSideTable
 from cache.spending_ledger import RUNS, RunRow, RunSpending, run_rows
 from cache.store import iso_utc
-
-if TYPE_CHECKING:
-    import asyncpg
 
 UPSERT = ("INSERT INTO spending (run, invocation, label, spent_usd, calls, started_at, updated_at) "
           "VALUES ($1, $2, $3, $4, $5, $6, $6) ON CONFLICT (run, invocation) DO UPDATE SET "
           "spent_usd = excluded.spent_usd, calls = excluded.calls, updated_at = excluded.updated_at")
 
 
-class PostgresSpending:
+class PostgresSpending(PostgresSideTable):
     def __init__(self, url: str):
-        self.url = url
-        self._pool: asyncpg.Pool | None = None
-
-    async def _db(self) -> asyncpg.Pool:
-        if self._pool is None:
-            self._pool = await open_pool(self.url, max_size=1)
-        return self._pool
-
-    def close(self) -> None:
-        """Every write was committed when awaited: the connection just goes."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.terminate()
+        super().__init__(url, max_size=1)
 
     async def record_spending(self, run: str, invocation: str, *, usd: float, calls: int, label: str = "") -> None:
         await (await self._db()).execute(UPSERT, run, invocation, label, usd, calls, iso_utc(time.time()))
