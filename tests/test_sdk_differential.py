@@ -39,7 +39,7 @@ from providers.standard_kinds import ANTHROPIC_API_VERSION
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
-SERVED = ["gpt-4o-mini", "claude-sonnet-4-5"]
+SERVED = ["gpt-4o-mini", "claude-sonnet-5-5"]
 
 # The anthropic SDK's own API version (anthropic/_constants.py). Tulving pins
 # an older one by default (endpoint option `anthropic_version`): a known
@@ -50,7 +50,7 @@ KNOWN_VERSION_GAP = {"2023-06-01": "Tulving's default; anthropic 2.14 sends 2026
                                    "on the endpoint to follow it)"}
 
 KEY = "sk-differential-test-key-0123456789"
-GPT, CLAUDE = "gpt-4o-mini", "claude-sonnet-4-5"
+GPT, CLAUDE = "gpt-4o-mini", "claude-sonnet-5-5"
 SYSTEM = "You answer questions about the book. Be brief."
 BOOK = "Chapter 1. Maya met Sam at the harbour on March 3. " * 20
 QUESTION = "Where did Maya meet Sam?"
