@@ -613,6 +613,9 @@ async def test_a_hit_is_checksummed_over_its_stored_bytes_whatever_its_character
     decoded: any reply (accents, astral characters, JSON escapes) still
     matches `entry_checksum`; a changed byte, or bytes that are not UTF-8,
     are a miss, never a wrong answer or a failed lookup."""
+    # The checksum of caches written since checksums began, pinned (sha256 of key NUL response [NUL vectors]).
+    assert entry_checksum("0" * 64, '{"text":"Zoë 東京"}', None) == "f19f6016c17ab127d7574573f9c87c21"
+    assert entry_checksum("0" * 64, '{"text":"Zoë 東京"}', b"\x01\x02") == "17f5a02d4bc0ed747ca9f38281950b4a"
     path = tmp_path / "cache.sqlite"
     texts = ["plain", "Zoë à Tōkyō — 東京 \U0001f600", "quote \" backslash \\ nul \x00 line\u2028end"]
     identities = [chat_identity(draw=i) for i in range(len(texts) + 2)]
