@@ -99,10 +99,12 @@ VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
 READ_MMAP_BYTES = 256 * 1024 * 1024  # of the file the reader maps (PRAGMA mmap_size)
 READ_BATCH = 500  # keys per `WHERE key IN (...)`; under SQLite's oldest variable limit (999)
-# Lookups of up to this many keys run on the event loop's own thread while
-# each takes under INLINE_READ_SECONDS (see ResponseCache.get_many).
+# Lookups of up to this many keys run on the event loop's own thread until
+# INLINE_SLOW_READS of them in a row each took over INLINE_READ_SECONDS
+# (see ResponseCache._read_inline).
 INLINE_READ_KEYS = 512
 INLINE_READ_SECONDS = 0.005
+INLINE_SLOW_READS = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -535,6 +537,7 @@ class ResponseCache:
         self._read_conn: sqlite3.Connection | None = None
         self._reader: _ReaderThread | None = None
         self._thread_reads = 0  # lookups on the reader thread now (none inline meanwhile: one connection)
+        self._slow_inline_reads = 0  # inline reads in a row that took over inline_read_seconds
         self._get_waiters: dict[str, list[asyncio.Future[Result | None]]] = {}
         self._get_tasks: set[asyncio.Task[None]] = set()
         self._open = False
@@ -674,9 +677,17 @@ class ResponseCache:
         A lookup of a batch's keys in a file the OS has cached takes well under
         a millisecond, and handing it to the reader thread and back cost more
         than the read (a cached rerun of 10,000 requests: 30,209 -> 35,850
-        requests/s side by side, benchmarks/artifacts/issue23_rerun_inline.txt). Slow storage (a cold disk, a
-        network file system) must not stall the loop's calls: after one read
+        requests/s side by side, benchmarks/artifacts/issue23_rerun_inline.txt).
+        Slow storage (a cold disk, a network file system) must not stall the
+        loop's calls: after INLINE_SLOW_READS reads in a row that each took
         over `inline_read_seconds`, every later lookup goes to the thread.
+        In a row, because slow storage is slow on every read, while a garbage
+        collection that lands in a read or one moment of a busy host is not
+        (switching on the first slow read sent most reruns to the thread after
+        a few lookups: benchmarks/artifacts/issue23_inline_switch.txt). Wall
+        time only: on a busy host `time.thread_time` cost 0.6-0.8 ms a call
+        inside a rerun on this machine's VM (2-3 us when quiet), more than
+        the read.
         One thread uses the read connection at a time: a lookup goes inline
         only when no lookup is running on the reader thread."""
         assert self._read_conn is not None  # open
@@ -684,8 +695,12 @@ class ResponseCache:
         try:
             return read_results(self._read_conn, keys, corrupt)
         finally:
-            if time.perf_counter() - start > self.inline_read_seconds:
-                self.inline_read_seconds = 0.0
+            if time.perf_counter() - start <= self.inline_read_seconds:
+                self._slow_inline_reads = 0
+            else:
+                self._slow_inline_reads += 1
+                if self._slow_inline_reads >= INLINE_SLOW_READS:
+                    self.inline_read_seconds = 0.0
 
     async def get(self, key: str) -> Result | None:
         """The result for `key` or None. Concurrent calls are looked up together."""

@@ -562,11 +562,12 @@ async def test_writer_backlog_is_counted_and_waited_for(tmp_path):
         assert cache.backlog_chars == 0
 
 
-async def test_lookups_run_on_the_loop_while_fast_and_on_the_reader_thread_after_a_slow_one(tmp_path, monkeypatch):
+async def test_lookups_run_on_the_loop_while_fast_and_on_the_reader_thread_after_slow_ones_in_a_row(tmp_path, monkeypatch):
     """cache/store.py get_many: a batch's lookup is read on the event loop's
-    thread; one over `inline_read_seconds` sends every later lookup to the
-    reader thread, as are lookups of many keys and those made while a read
-    runs on the thread (one connection, one thread at a time)."""
+    thread; INLINE_SLOW_READS in a row over `inline_read_seconds` send every
+    later lookup to the reader thread (slow reads between fast ones do not),
+    as are lookups of many keys and those made while a read runs on the
+    thread (one connection, one thread at a time)."""
     import threading
 
     import cache.store as store
@@ -597,15 +598,27 @@ async def test_lookups_run_on_the_loop_while_fast_and_on_the_reader_thread_after
         big, small = await asyncio.gather(cache.get_many(keys), cache.get_many(keys[:5]))
         assert big == expected and small == {k: expected[k] for k in keys[:5]}
         assert readers[2:] == ["tulving-cache-read", "tulving-cache-read"]
-        # A slow read (every read is, against this limit) ends the inline reads for good.
+        # Slow reads (every read is, against this limit) not in a row: a
+        # moment of a busy host, still inline.
+        limit = cache.inline_read_seconds
+        for _ in range(store.INLINE_SLOW_READS - 1):
+            cache.inline_read_seconds = 1e-9
+            assert await cache.get_many(keys[:3]) == {k: expected[k] for k in keys[:3]}
+            cache.inline_read_seconds = limit
+            assert await cache.get_many(keys[3:5]) == {k: expected[k] for k in keys[3:5]}
+        assert readers[4:] == [loop_thread] * (2 * store.INLINE_SLOW_READS - 2)
+        # INLINE_SLOW_READS slow reads in a row end the inline reads for good.
+        del readers[:]
         cache.inline_read_seconds = 1e-9
-        assert await cache.get_many(keys[:3]) == {k: expected[k] for k in keys[:3]}
+        for _ in range(store.INLINE_SLOW_READS):
+            assert await cache.get_many(keys[:3]) == {k: expected[k] for k in keys[:3]}
         assert await cache.get(keys[7]) == expected[keys[7]]
-        assert readers[4:] == [loop_thread, "tulving-cache-read"]
+        assert readers == [loop_thread] * store.INLINE_SLOW_READS + ["tulving-cache-read"]
         assert cache.inline_read_seconds == 0
+    del readers[:]
     async with ResponseCache(path, inline_read_seconds=0) as cache:  # 0: every lookup on the thread
         assert await cache.get_many(keys[:2]) == {k: expected[k] for k in keys[:2]}
-        assert readers[6:] == ["tulving-cache-read"]
+        assert readers == ["tulving-cache-read"]
 
 
 async def test_a_hit_is_checksummed_over_its_stored_bytes_whatever_its_characters(tmp_path):
@@ -640,3 +653,24 @@ async def test_a_hit_is_checksummed_over_its_stored_bytes_whatever_its_character
     async with ResponseCache(path) as cache:
         found = await cache.get_many(keys[:2])
         assert list(found) == [keys[1]] and keys[0] in cache.corrupt_keys
+
+
+def test_a_record_becomes_the_same_result_whatever_its_key_order_and_fields():
+    """cache/codec.py result_from_record: the fast path for the six keys of a
+    plain reply picks each field by name (a record written in another key
+    order fills the right fields), and every record equals what ChatResult
+    built from its keywords gives."""
+    import itertools
+
+    from cache.codec import result_from_record, result_to_record
+
+    plain = {"text": "an answer", "finish_reason": "length", "input_tokens": 11, "output_tokens": 7,
+             "latency": 0.25, "request_id": "req_1"}
+    for order in itertools.permutations(plain):
+        record = {k: plain[k] for k in order}
+        assert result_from_record(record) == ChatResult(**plain)  # type: ignore[arg-type]
+    richer = ChatResult("t", "stop", 5, 3, 0.5, None, cache_read_tokens=4, cache_write_tokens=1, reasoning="r")
+    assert result_from_record(result_to_record(richer)) == richer
+    assert result_from_record({"text": "old"}) == ChatResult("old")  # type: ignore[typeddict-item]
+    with pytest.raises(KeyError):
+        result_from_record({"finish_reason": "stop"})  # type: ignore[typeddict-item]
