@@ -187,9 +187,17 @@ def result_to_record(result: Result) -> Record:
 # The keys a chat record may hold (ChatRecord's): a record of only these is
 # passed to ChatResult as keywords, in one call (read for every cache hit).
 _CHAT_RECORD_KEYS = frozenset(ChatRecord.__annotations__)
+# What result_to_record writes for a reply with no prompt-cache counts and no
+# reasoning: nearly every hit. Taken by name and passed positionally, in
+# ChatResult's field order (0.45 us, against 1.1 for ChatResult(**record)).
+_PLAIN_CHAT_KEYS = frozenset(("text", "finish_reason", "input_tokens", "output_tokens", "latency", "request_id"))
 
 
 def result_from_record(record: Record) -> Result:
+    if record.keys() == _PLAIN_CHAT_KEYS:  # a set comparison: any key order
+        r = cast(ChatRecord, record)
+        return ChatResult(r["text"], r["finish_reason"], r["input_tokens"], r["output_tokens"], r["latency"],
+                          r["request_id"])
     if record.keys() <= _CHAT_RECORD_KEYS:
         try:
             return ChatResult(**record)
