@@ -138,6 +138,14 @@ class RunProgress:
         if self._skip < 0 and self.enabled:
             self._tick()
 
+    def advance_cached(self, count: int) -> None:
+        """`advance` for `count` cache hits at once (a cached rerun's lookup)."""
+        self.done += count
+        self.cached += count
+        self._skip -= count
+        if self._skip < 0 and self.enabled:
+            self._tick()
+
     def notice(self, message: str) -> None:
         """`tulving: MESSAGE` on its own line, above the live line (control characters escaped)."""
         if self.enabled:

@@ -470,10 +470,19 @@ class Engine:
         progress.stream_opened(label, total)
         counted = self._counted
         try:
+            stats = self._stats
             async with contextlib.aclosing(self._outcome_batches(requests)) as batches:
                 async for batch in batches:
+                    hits = 0  # counted together: most of a cached rerun's outcomes
                     for outcome in batch:
-                        counted(outcome, progress)
+                        if outcome.cached:
+                            hits += 1
+                        else:
+                            counted(outcome, progress)
+                    if hits:
+                        stats.requests += hits
+                        stats.cache_hits += hits
+                        progress.advance_cached(hits)
                     yield batch
         finally:
             progress.stream_closed(label)
