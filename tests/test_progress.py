@@ -31,6 +31,21 @@ async def test_concurrent_streams_and_rounds_count_on_one_line_that_never_restar
         "total: 19 done | 12 calls, 7 cached | $0.0000 spent | 0s"]
 
 
+async def test_a_run_counts_its_cache_hits_with_its_calls(tmp_path, capsys):
+    """Engine.run counts a batch's hits together (scheduler._counted_batches):
+    the stats and the line say the same as outcome by outcome would."""
+    path = str(tmp_path / "c.sqlite")
+    async with Engine(Config.load(), cache_path=path, progress=True) as engine:
+        first = await engine.run(_requests(7, "alpha"), label="first")
+        mixed = await engine.run(_requests(9, "alpha"), label="mixed")  # 7 hits, 2 calls
+        assert engine._progress.done == 16 and engine._progress.cached == 7
+        assert engine.stats.requests == 16 and engine.stats.cache_hits == 7 and engine.stats.calls == 9
+    assert [o.cached for o in first] == [False] * 7 and [o.cached for o in mixed] == [True] * 7 + [False] * 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if " done | " in line] == [
+        "total: 16 done | 9 calls, 7 cached | $0.0000 spent | 0s"]
+
+
 def test_a_narrow_line_drops_the_elapsed_time_then_the_label_then_is_cut():
     progress = RunProgress(enabled=False)
     progress.stream_opened("a rather long label", 10)
