@@ -674,3 +674,66 @@ def test_a_record_becomes_the_same_result_whatever_its_key_order_and_fields():
     assert result_from_record({"text": "old"}) == ChatResult("old")  # type: ignore[typeddict-item]
     with pytest.raises(KeyError):
         result_from_record({"finish_reason": "stop"})  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize("by_json", [True, False], ids=["json-array", "row-by-row"])
+async def test_sqlite_claims_skip_stored_keys_take_damaged_ones_and_respect_live_owners(tmp_path, by_json):
+    """ResponseCache.claim (cache/store.py _claim_rows), both ways of
+    inserting (a JSON array of the chunk's keys; row by row where SQLite has
+    no JSON functions): a key already stored is not claimed (its reply is
+    there), a stored key read back damaged is (it is paid again), a key a
+    live process holds is not, and what one process stored or released ends
+    its claims."""
+    path = tmp_path / "cache.sqlite"
+    identities = [chat_identity(draw=i) for i in range(6)]
+    keys = [request_key(i) for i in identities]
+    async with ResponseCache(path) as cache:
+        cache.put(keys[0], identities[0], ChatResult(text="stored"))
+        cache.put(keys[1], identities[1], ChatResult(text="to be damaged"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE entries SET response = replace(response, 'damaged', 'DAMAGED') WHERE key = ?",
+                     (keys[1],))
+    async with ResponseCache(path) as first, ResponseCache(path) as second:
+        first._claims_by_json = second._claims_by_json = by_json  # noqa: SLF001 -- the path under test
+        assert await first.get_many(keys) == {keys[0]: ChatResult(text="stored")}
+        assert keys[1] in first.corrupt_keys
+        assert await first.claim(keys) == set(keys[1:])
+        assert await second.claim(keys) == set()  # stored, or held by a live owner
+        first.put(keys[2], identities[2], ChatResult(text="paid once"))
+        first.release(keys[3:5])
+        await first.flush()
+        await asyncio.sleep(0.05)  # the release runs on the claims thread
+        assert await second.claim(keys) == set(keys[3:5])
+        assert await second.get_many(keys[2:3]) == {keys[2]: ChatResult(text="paid once")}
+
+
+async def test_a_lookup_that_mostly_missed_sends_the_next_one_to_the_reader_thread(tmp_path, monkeypatch):
+    """cache/store.py get_many: inline reads pay on a rerun (every key a hit);
+    a lookup that found under half its keys is followed by calls, so the next
+    lookup reads on the thread, beside them, until one finds half again."""
+    import threading
+
+    import cache.store as store
+
+    path = tmp_path / "cache.sqlite"
+    identities = [chat_identity(draw=i) for i in range(40)]
+    keys = [request_key(i) for i in identities]
+    async with ResponseCache(path) as cache:
+        for i in range(20):
+            cache.put(keys[i], identities[i], ChatResult(text=f"reply {i}"))
+    readers: list[str] = []
+    real_read = store.read_results
+
+    def read_results(*args):
+        readers.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
+        return real_read(*args)
+
+    monkeypatch.setattr(store, "read_results", read_results)
+    async with ResponseCache(path) as cache:
+        assert len(await cache.get_many(keys[:10])) == 10       # all hits: inline
+        assert len(await cache.get_many(keys[20:30])) == 0      # all misses: inline, the next on the thread
+        assert len(await cache.get_many(keys[15:25])) == 5      # half: on the thread, the next inline
+        assert len(await cache.get_many(keys[14:30])) == 6      # under half: inline, the next on the thread
+        assert len(await cache.get_many(keys[:3])) == 3
+        assert len(await cache.get_many(keys[3:6])) == 3
+    assert readers == ["loop", "loop", "thread", "loop", "thread", "loop"]
