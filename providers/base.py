@@ -13,9 +13,10 @@ those (see engine/scheduler.py), so every provider module stays small.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import cast
 
 
 class TulvingError(Exception):
@@ -255,6 +256,29 @@ class Provider(abc.ABC):
     def count_tokens(self, text: str) -> int:
         """Cheap estimate used to reserve input tokens before a call."""
         return len(text) // 4 + 1
+
+
+def holds_long_string(value: object, min_chars: int) -> bool:
+    """Whether `value` (JSON-like) holds a string longer than `min_chars`:
+    a walk that allocates nothing (1.2 us for a chat body, against 2.5 for
+    `with_long_strings_copied`, which a body without one does not need)."""
+    kind = type(value)
+    if kind is str:
+        return len(cast(str, value)) > min_chars
+    items: Iterable[object]
+    if kind is dict:
+        items = cast(dict[str, object], value).values()
+    elif kind is list or kind is tuple:
+        items = cast(Sequence[object], value)
+    else:
+        return False
+    for item in items:
+        if type(item) is str:
+            if len(item) > min_chars:
+                return True
+        elif holds_long_string(item, min_chars):
+            return True
+    return False
 
 
 def with_long_strings_copied(value: object, min_chars: int) -> object:

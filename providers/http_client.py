@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import orjson
 
-from providers.base import CONFIG, EndpointSpec, Provider, ProviderError, with_long_strings_copied
+from providers.base import CONFIG, EndpointSpec, Provider, ProviderError, holds_long_string, with_long_strings_copied
 from providers.http_errors import bad_reply, exception_error, redact, status_error
 from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
 from providers.standard_kinds import HTTP_CLIENTS
@@ -48,6 +48,8 @@ class StatusClassifier(Protocol):
 def _body_bytes(body: Mapping[str, object]) -> bytes:
     """The JSON body to send. A book-sized prompt is serialised from a copy,
     so the prompt itself keeps no UTF-8 copy of the book while it is held."""
+    if not holds_long_string(body, LONG_TEXT_CHARS):
+        return orjson.dumps(body, default=_plain)
     return orjson.dumps(with_long_strings_copied(body, LONG_TEXT_CHARS), default=_plain)
 
 

@@ -528,6 +528,20 @@ class socket_port:
         self.sock.close()
 
 
+def test_a_body_is_walked_for_long_strings_before_it_is_serialised():
+    """providers/base.py holds_long_string: what decides whether a body is
+    serialised from a copy (http_client._body_bytes); a long string anywhere
+    in it is found, in a dict, a list or a tuple, and nothing else is."""
+    from providers.base import holds_long_string
+
+    long, short = "é" * 11, "é" * 10
+    for body in ({"messages": [{"role": "user", "content": long}]}, {"system": [("x", {"text": long})]}, long):
+        assert holds_long_string(body, 10)
+    for body in ({"messages": [{"role": "user", "content": short}], "max_tokens": 11, "stop": [short]},
+                 {"n": 12345678901, "x": None, "y": 1.5, "z": True}, short, 11, None):
+        assert not holds_long_string(body, 10)
+
+
 async def test_a_book_sized_non_ascii_prompt_keeps_no_utf8_copy_after_it_is_sent():
     """Serialising a non-ASCII str caches a UTF-8 copy inside it for its life;
     the body is serialised from a copy, so a prompt held while in flight (and
