@@ -940,8 +940,8 @@ class ResponseCache:
                 marks = ",".join("?" * len(part))
                 conn.execute(f"DELETE FROM claims WHERE lease_until < ? AND key IN ({marks})", [now, *part])
                 # One statement for the chunk's keys, passed as a JSON array (an
-                # executemany of a row a key cost 9.5-10 us a key, this 5.4-6.3:
-                # benchmarks/artifacts/issue23_cold_run.txt); a key whose stored row is damaged
+                # executemany of a row a key cost 5.7-7.9 us a key, this 4.2-4.8:
+                # benchmarks/artifacts/issue23_claims.py); a key whose stored row is damaged
                 # (read as a miss) is claimed whatever `entries` holds, to be paid again.
                 damaged_keys = [k for k in part if k in self.corrupt_keys] if self.corrupt_keys else []
                 if self._claims_by_json:
