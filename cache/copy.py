@@ -56,9 +56,19 @@ class _Side(Protocol):
     async def close(self) -> None: ...
 
 
+def _lenient_text(raw: bytes) -> str:
+    """A TEXT value of the source as a str even when it is not UTF-8 (its
+    bytes kept as surrogates): such a row then fails its checksum and is left
+    out as damaged, as lookups and `cache check` treat it, instead of ending
+    the copy."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 class _SqliteSide:
     def __init__(self, path: str, *, create: bool):
         self.conn = connect(path, create=create)
+        if not create:  # the source: a damaged row is counted, not fatal
+            self.conn.text_factory = _lenient_text
 
     async def page(self, after: str) -> list[_Entry]:
         return self.conn.execute(f"{_SELECT} WHERE key > ? ORDER BY key LIMIT {PAGE}", (after,)).fetchall()

@@ -362,21 +362,6 @@ def decode_entry(key: str, text: str, vectors: bytes | None, dtype: str | None, 
     return cast(Record, orjson.loads(text)) if vectors is None else decode_response(text, vectors, dtype, count)
 
 
-def read_entries(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str] | None = None
-                 ) -> dict[str, Record]:
-    """{key: response record} for the keys present, looked up `READ_BATCH` at
-    a time. A row whose checksum does not match (or whose response cannot be
-    decoded) is left out, as a miss, and its key appended to `corrupt`."""
-    found: dict[str, Record] = {}
-    for key, text, vectors, dtype, count, checksum in _entry_rows(conn, keys):
-        try:
-            found[key] = decode_entry(key, text, vectors, dtype, count, checksum)
-        except Exception:  # noqa: BLE001 -- a damaged row is a miss, never a wrong answer
-            if corrupt is not None:
-                corrupt.append(key)
-    return found
-
-
 # key, response, vectors, vector_dtype, vector_count, checksum
 _EntryRow = tuple[str, str, bytes | None, str | None, int | None, str | None]
 _BlobEntryRow = tuple[str, bytes, bytes | None, str | None, int | None, str | None]  # the response as its bytes
@@ -395,7 +380,7 @@ def _entry_rows(conn: sqlite3.Connection, keys: Sequence[str], response: str = "
 
 def read_results(conn: sqlite3.Connection, keys: Sequence[str], corrupt: list[str]) -> dict[str, Result]:
     """{key: result} for the keys present, decoded in one pass over the rows
-    (what `read_entries` then `result_from_record` give: a damaged row or a
+    (what `decode_entry` then `result_from_record` give: a damaged row or a
     record without its fields is a miss, its key in `corrupt`).
 
     Read for every cache hit, so the response comes as its stored UTF-8 bytes,

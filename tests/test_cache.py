@@ -737,3 +737,25 @@ async def test_a_lookup_that_mostly_missed_sends_the_next_one_to_the_reader_thre
         assert len(await cache.get_many(keys[:3])) == 3
         assert len(await cache.get_many(keys[3:6])) == 3
     assert readers == ["loop", "loop", "thread", "loop", "thread", "loop"]
+
+
+async def test_cache_copy_leaves_out_a_row_that_is_not_utf8_as_damaged(tmp_path):
+    """cache/copy.py: a source row whose response (or chunk) is not UTF-8 is
+    left out and counted as damaged, like a checksum mismatch, as lookups and
+    `cache check` treat it; the copy goes on (it used to end with
+    "Could not decode to UTF-8 column")."""
+    from cache.copy import copy_cache
+
+    source, target = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    identities = [chat_identity(draw=i) for i in range(4)]
+    keys = [request_key(i) for i in identities]
+    async with ResponseCache(source) as cache:
+        for i, (key, identity) in enumerate(zip(keys, identities)):
+            cache.put(key, identity, ChatResult(text=f"reply {i}"))
+    with sqlite3.connect(source) as conn:
+        conn.execute("UPDATE entries SET response = CAST(X'7B2274657874223A22FF227D' AS TEXT) WHERE key = ?",
+                     (keys[2],))
+    report = await copy_cache(source, target)
+    assert (report.copied, report.damaged) == (3, 1)
+    async with ResponseCache(target) as cache:
+        assert await cache.get_many(keys) == {k: ChatResult(text=f"reply {i}") for i, k in enumerate(keys) if i != 2}
