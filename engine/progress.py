@@ -22,6 +22,9 @@ never restart; only the label in front (the open streams) changes in place.
   line off and prints none, so the error is the one line left.
 - Off a terminal (CI, a log file): a plain line every 10 s at most
   ($TULVING_PROGRESS_EVERY seconds), and the final line; never a `\\r`.
+- While nothing arrives (a long call, a batch waiting for its provider) the
+  clock keeps going: `heartbeat` redraws the line every second, or writes
+  the plain line when its time comes.
 
 The engine calls `advance()` once per outcome (tens of thousands of times a
 second on a cached rerun), so it counts and draws only when it is time.
@@ -29,6 +32,7 @@ No colour is used (NO_COLOR has nothing to turn off).
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -42,6 +46,7 @@ from providers.base import BUDGET, TulvingError
 EVERY_ENV = "TULVING_PROGRESS_EVERY"
 PLAIN_EVERY = 10.0       # seconds between plain lines off a terminal
 _REDRAW_EVERY = 0.1      # seconds between redraws on a terminal
+_HEARTBEAT = 1.0         # seconds between redraws while no outcome arrives
 _RATE_WINDOW = 30.0      # the ETA's rate: completions over the last 30 s
 _SAMPLE_EVERY = 0.5
 _FAST_SKIP = 100
@@ -145,6 +150,17 @@ class RunProgress:
         self._skip -= count
         if self._skip < 0 and self.enabled:
             self._tick()
+
+    async def heartbeat(self) -> None:
+        """Until cancelled: the line's clock kept going while nothing arrives
+        (a long call, a batch waiting for its provider), redrawn every second
+        on a terminal, a plain line every `every` seconds elsewhere; the engine
+        runs it while it is open."""
+        pause = _HEARTBEAT if self.live else max(min(self.every, _HEARTBEAT), _REDRAW_EVERY)
+        while True:
+            await asyncio.sleep(pause)
+            if self.started is not None:
+                self._tick()
 
     def notice(self, message: str) -> None:
         """`tulving: MESSAGE` on its own line, above the live line (control characters escaped)."""

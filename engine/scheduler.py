@@ -195,6 +195,7 @@ class Engine:
         self._spending_feed: SpendingFeed | None = None
         self._stats = EngineStats()
         self._progress = RunProgress(enabled=progress, budget=self._budget)  # one line for the whole run
+        self._heartbeat: asyncio.Future[None] | None = None  # the line's clock while nothing arrives
         self._opened_at = time.monotonic()
         self._closed = False
         self._timers: set[asyncio.TimerHandle] = set()
@@ -239,6 +240,8 @@ class Engine:
             self._spending_feed.start()
         if self.batch and self._batching is None:
             self._batching = Batching(self.cache_path if self._cache is not None else None, self)
+        if self._progress.enabled and self._heartbeat is None:
+            self._heartbeat = asyncio.ensure_future(self._progress.heartbeat())
 
     async def close(self) -> None:
         if self._closed:
@@ -280,6 +283,9 @@ class Engine:
                     # run must say so, or a rerun pays for them again unawares.
                     self._stats.cache_write_errors += cache.write_errors
         finally:
+            if self._heartbeat is not None:
+                self._heartbeat.cancel()
+                self._heartbeat = None
             self._progress.close()  # the final line: total calls, cached hits and spend
             self._untune_gc()
 

@@ -60,3 +60,23 @@ def test_a_narrow_line_drops_the_elapsed_time_then_the_label_then_is_cut():
 def test_durations_read_as_a_clock():
     assert [duration(s) for s in (0, 59.9, 61, 3599, 3600, 7322)] == ["0s", "59s", "1m01s", "59m59s", "1h00m",
                                                                        "2h02m"]
+
+
+async def test_the_line_keeps_its_clock_while_a_long_call_is_out(tmp_path, capsys, monkeypatch):
+    """RunProgress.heartbeat, run by the engine while it is open: off a
+    terminal the plain line comes every $TULVING_PROGRESS_EVERY seconds even
+    while no outcome arrives (a long call, a batch waiting), with the elapsed
+    time going on; before, nothing was written until the call ended."""
+    from engine.loopback.server import LoopbackServer, constant
+    from tests.test_scheduler import SERVED, chat, make_config
+
+    monkeypatch.setenv("TULVING_PROGRESS_EVERY", "0.3")
+    async with LoopbackServer(models=SERVED, latency=constant(1.6)) as server:
+        async with Engine(make_config(server), cache_path=str(tmp_path / "c.sqlite"), progress=True) as engine:
+            [outcome] = await engine.run([chat(1)], label="slow")
+    assert outcome.ok
+    lines = [line for line in capsys.readouterr().err.splitlines() if " done" in line]
+    waiting = [line for line in lines if line.startswith("slow: 0/1 done")]
+    assert len(waiting) >= 3, lines  # 1.6 s of waiting, a line every 0.3 s
+    assert waiting[-1].endswith(" | 1s")  # the clock went on while nothing arrived
+    assert lines[-1].startswith("total: 1 done | 1 calls, 0 cached")
