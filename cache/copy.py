@@ -9,6 +9,12 @@ An entry is copied with the chunks its identity uses. One whose checksum
 does not match its response, or whose chunk is missing or does not match its
 digest, is left out and counted as damaged; after each page DST's checksums
 of the keys are read back and compared with SRC's.
+
+The ledgers the cache holds beside its entries go along: the batch ledger
+(`batches`, `batch_keys`: batches submitted and not yet collected, so a run
+on DST collects them instead of paying for them again) and the spending
+ledger (`spending`: what each invocation of a run paid, which `--max-cost`
+counts). A row DST already holds is kept unless SRC's was updated later.
 """
 from __future__ import annotations
 
@@ -31,6 +37,30 @@ PAGE = 1000
 _SELECT = f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries"
 _Blobs = dict[str, tuple[str, int]]
 
+# The ledger tables (the same columns in both backends: cache/batches.py,
+# cache/spending_ledger.py, cache/pg_schema.py), their key columns, and
+# whether a row holds an `updated_at` (then the later row wins).
+_LEDGERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "batches": (("id", "endpoint", "kind", "base_url", "model", "state", "counts", "requests", "submitted_at",
+                 "updated_at"), ("id",)),
+    "batch_keys": (("batch_id", "key"), ("batch_id", "key")),
+    "spending": (("run", "invocation", "label", "spent_usd", "calls", "started_at", "updated_at"),
+                 ("run", "invocation")),
+}
+
+
+def _upsert_sql(table: str, placeholders: list[str]) -> str:
+    """INSERT of a ledger row: a new key is added; an existing one is updated
+    only when the incoming row is newer (`updated_at`), else kept."""
+    columns, key = _LEDGERS[table]
+    sql = (f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(placeholders)}) "
+           f"ON CONFLICT ({', '.join(key)}) DO ")
+    rest = [c for c in columns if c not in key]
+    if "updated_at" not in columns:
+        return sql + "NOTHING"
+    return (sql + "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in rest)
+            + f" WHERE excluded.updated_at > {table}.updated_at")
+
 
 @dataclass
 class CopyReport:
@@ -41,11 +71,19 @@ class CopyReport:
     differ: int = 0      # keys the target holds with another checksum (kept as they are)
     damaged: int = 0     # source entries left out: checksum or chunks wrong
     chunks: int = 0      # chunks sent along (the target keeps those it had)
+    batches: int = 0     # batch ledger rows of the source (batches submitted)
+    invocations: int = 0  # spending ledger rows of the source (invocations of runs)
 
     def format(self) -> str:
+        ledgers = []
+        if self.batches:
+            ledgers.append(f"{self.batches:,} batches of the batch ledger")
+        if self.invocations:
+            ledgers.append(f"{self.invocations:,} invocations of the spending ledger")
         return (f"copied {self.copied:,} entries from {self.source} to {self.target} ({self.present:,} already "
                 f"there, {self.chunks:,} chunks checked); {self.damaged:,} damaged entries left out"
-                + (f"; {self.differ:,} keys differ in the target (kept)" if self.differ else ""))
+                + (f"; {self.differ:,} keys differ in the target (kept)" if self.differ else "")
+                + (f"; with {' and '.join(ledgers)}" if ledgers else ""))
 
 
 class _Side(Protocol):
@@ -53,6 +91,8 @@ class _Side(Protocol):
     async def blobs(self, digests: list[str]) -> dict[str, str]: ...
     async def write(self, entries: list[_Entry], blobs: _Blobs) -> int: ...
     async def checksums(self, keys: list[str]) -> dict[str, str | None]: ...
+    async def ledger(self, table: str) -> list[tuple[object, ...]]: ...
+    async def write_ledger(self, table: str, rows: list[tuple[object, ...]]) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -98,6 +138,23 @@ class _SqliteSide:
                                            part))
         return found
 
+    async def ledger(self, table: str) -> list[tuple[object, ...]]:
+        """Every row of a ledger table (none when this file never had one)."""
+        if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone():
+            return []
+        return self.conn.execute(f"SELECT {', '.join(_LEDGERS[table][0])} FROM {table}").fetchall()
+
+    async def write_ledger(self, table: str, rows: list[tuple[object, ...]]) -> None:
+        from cache.batches import SCHEMA as BATCHES
+        from cache.spending_ledger import SCHEMA as SPENDING
+
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            for statement in (SPENDING if table == "spending" else BATCHES).split(";"):
+                if statement.strip():
+                    self.conn.execute(statement)
+            self.conn.executemany(_upsert_sql(table, ["?"] * len(_LEDGERS[table][0])), rows)
+
     async def close(self) -> None:
         self.conn.close()
 
@@ -124,6 +181,14 @@ class _PostgresSide:
     async def checksums(self, keys: list[str]) -> dict[str, str | None]:
         rows = await self.pool.fetch("SELECT key, checksum FROM entries WHERE key = ANY($1::text[])", keys)
         return {r[0]: r[1] for r in rows}
+
+    async def ledger(self, table: str) -> list[tuple[object, ...]]:
+        return [tuple(r) for r in await self.pool.fetch(f"SELECT {', '.join(_LEDGERS[table][0])} FROM {table}")]
+
+    async def write_ledger(self, table: str, rows: list[tuple[object, ...]]) -> None:
+        placeholders = [f"${i}" for i in range(1, len(_LEDGERS[table][0]) + 1)]
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.executemany(_upsert_sql(table, placeholders), rows)
 
     async def close(self) -> None:
         if self.owned:
@@ -197,6 +262,12 @@ async def copy_cache(source: str | os.PathLike[str], target: str | os.PathLike[s
             while rows := await src.page(after):
                 await _copy_page(src, dst, rows, report)
                 after = rows[-1][0]
+            for table in _LEDGERS:  # after the entries: a batch's collected replies are there first
+                ledger = await src.ledger(table)
+                if ledger:
+                    await dst.write_ledger(table, ledger)
+                report.batches += len(ledger) if table == "batches" else 0
+                report.invocations += len(ledger) if table == "spending" else 0
         finally:
             await dst.close()
     except sqlite3.DatabaseError as exc:

@@ -759,3 +759,59 @@ async def test_cache_copy_leaves_out_a_row_that_is_not_utf8_as_damaged(tmp_path)
     assert (report.copied, report.damaged) == (3, 1)
     async with ResponseCache(target) as cache:
         assert await cache.get_many(keys) == {k: ChatResult(text=f"reply {i}") for i, k in enumerate(keys) if i != 2}
+
+
+async def test_cache_copy_carries_the_batch_and_spending_ledgers(tmp_path):
+    """cache/copy.py: a batch submitted and not yet collected, and what each
+    invocation of a run paid, go along with the entries, so a run on the copy
+    collects the batch instead of paying for it again and --max-cost counts
+    what was spent; a row the target holds is kept unless the source's is
+    newer; copying again changes nothing."""
+    import time as clock
+
+    from cache.backend import open_ledger, open_spending_ledger
+    from cache.copy import copy_cache
+
+    source, target = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    async with ResponseCache(source) as cache:
+        cache.put("k0", chat_identity(draw=0), ChatResult(text="stored"))
+    async with ResponseCache(target):
+        pass
+    old_target = open_ledger(target)
+    await old_target.record("batch_1", endpoint="oa", kind="openai", base_url=None, model="m", state="validating",
+                            keys=["k1"])
+    old_target.close()
+    target_spending = open_spending_ledger(target)
+    clock.sleep(0.01)
+    ledger, spending = open_ledger(source), open_spending_ledger(source)
+    try:
+        await ledger.record("batch_1", endpoint="oa", kind="openai", base_url=None, model="m", state="in_progress",
+                            keys=["k1", "k2"])
+        await ledger.record("batch_2", endpoint="oa", kind="openai", base_url=None, model="m", state="in_progress",
+                            keys=["k3"])
+        await spending.record_spending("run_a", "inv_1", usd=1.25, calls=10, label="book: m")
+        await spending.record_spending("run_a", "inv_2", usd=0.5, calls=4, label="book: m")
+    finally:
+        ledger.close()
+        spending.close()
+    clock.sleep(0.01)
+    await target_spending.record_spending("run_a", "inv_2", usd=0.75, calls=6, label="book: m")  # newer: kept
+    target_spending.close()
+
+    report = await copy_cache(source, target)
+    assert (report.copied, report.batches, report.invocations) == (1, 2, 2)
+    assert "2 batches of the batch ledger and 2 invocations of the spending ledger" in report.format()
+    for _ in range(2):
+        copied_ledger, copied_spending = open_ledger(target), open_spending_ledger(target)
+        try:
+            batches = {b.id: b for b in await copied_ledger.batches()}
+            assert batches["batch_1"].state == "in_progress" and batches["batch_1"].requests == 2
+            assert await copied_ledger.owing("oa", ["k1", "k2", "k3", "k4"]) == {
+                "k1": "batch_1", "k2": "batch_1", "k3": "batch_2"}
+            total = await copied_spending.ledger_total("run_a")
+            assert (total.spent_usd, total.calls, total.invocations) == (2.0, 16, 2)
+        finally:
+            copied_ledger.close()
+            copied_spending.close()
+        again = await copy_cache(source, target)  # idempotent
+        assert (again.copied, again.present) == (0, 1)

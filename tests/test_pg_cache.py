@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from cache.backend import open_cache, open_ledger
+from cache.backend import open_cache, open_ledger, open_spending_ledger
 from cache.copy import copy_cache
 from cache.keys import request_key
 from cache.location import redact, split_password
@@ -121,12 +121,28 @@ async def test_cache_copy_both_ways_verified_and_idempotent(pg_url, tmp_path):
     with sqlite3.connect(source) as conn:  # one damaged row: left out, counted
         conn.execute("UPDATE entries SET response = replace(response, 'answer 4', 'answer 8') WHERE key = ?",
                      (keys[4],))
+    ledger, spending = open_ledger(source), open_spending_ledger(source)  # the ledgers go along
+    try:
+        await ledger.record("batch_c", endpoint="oa", kind="openai", base_url=None, model="m", state="in_progress",
+                            keys=keys[:3])
+        await spending.record_spending("run_c", "inv_1", usd=2.5, calls=30, label="book: m")
+    finally:
+        ledger.close()
+        spending.close()
     report = await copy_cache(source, pg_url)
-    assert (report.copied, report.damaged) == (29, 1)
+    assert (report.copied, report.damaged, report.batches, report.invocations) == (29, 1, 1, 1)
     again = await copy_cache(source, pg_url)
     assert (again.copied, again.present, again.damaged) == (0, 29, 1)
     back = tmp_path / "b.sqlite"
     assert (await copy_cache(pg_url, back)).copied == 29
+    for where in (pg_url, back):
+        copied_ledger, copied_spending = open_ledger(where), open_spending_ledger(where)
+        try:
+            assert await copied_ledger.owing("oa", keys[:4]) == dict.fromkeys(keys[:3], "batch_c")
+            assert (await copied_spending.ledger_total("run_c")).spent_usd == 2.5
+        finally:
+            copied_ledger.close()
+            copied_spending.close()
     async with ResponseCache(back) as cache:
         found = await cache.get_many(keys)
     assert len(found) == 29 and found[keys[29]] == ChatResult(text="answer 29", input_tokens=129, output_tokens=5)

@@ -66,10 +66,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=_damage_is_one_line(_import))
 
     p = commands.add_parser("copy", help="copy every entry of one cache into another (SQLite files or "
-                                         "postgresql:// URLs), checksums verified; idempotent",
+                                         "postgresql:// URLs), checksums verified, with its batch and spending "
+                                         "ledgers; idempotent",
                             description="Copy every entry of SRC into DST (each a SQLite file or a postgresql:// "
                                         "URL; DST is created if missing). Keys DST holds are kept. Entries whose "
-                                        "checksum or chunks are wrong are left out and counted.")
+                                        "checksum or chunks are wrong are left out and counted. The batch ledger "
+                                        "(batches not yet collected) and the spending ledger (what --max-cost "
+                                        "counts) go along; a ledger row DST holds is kept unless SRC's is newer.")
     p.add_argument("source", metavar="SRC")
     p.add_argument("target", metavar="DST")
     p.set_defaults(func=_damage_is_one_line(_copy))
