@@ -170,3 +170,42 @@ async def test_the_ledger_on_postgresql_from_a_database_made_before_it(tmp_path,
     code, out, err = await run_cli(tmp_path, "--cache", pg_url, "cache", "spending", environ=env(tmp_path))
     assert code == 0, err
     assert f"${sum(paid):.4f}" in out and "password" not in out
+
+
+async def test_generate_counts_what_earlier_invocations_of_the_same_generation_paid(tmp_path):
+    """engine/cli/generate.py: `tulving generate` feeds the spending ledger
+    under a key of what makes its calls (not the folder), so a second
+    invocation of the same generation, into another folder, starts from what
+    the first paid and --max-cost refuses every uncached call; another
+    generation (another seed) is another entry; --max-cost-scope invocation
+    counts this invocation alone."""
+    async with LoopbackServer(models=SERVED, reply=lambda api, body: "a chapter of a few words",
+                              latency=constant(0.02)) as server:
+        config = write_config(tmp_path, server, concurrency=2)
+        e = env(tmp_path)
+
+        def generate(out: str, *extra: str) -> list[str]:
+            return ["--config", str(config), "--cache", "c.sqlite", "--max-cost", "0.02", "generate", "--events",
+                    "40", "--model", "gpt4o-loop", "--itermax", "1", "--out", out, *extra]
+
+        await run_cli(tmp_path, *generate("a"), environ=e)
+        [(run, _, first_usd, first_calls)] = ledger_rows(tmp_path / "c.sqlite")
+        assert 0 < first_usd <= 0.02 + 1e-9 and first_calls > 0
+        sent = server.stats.requests
+        # The same generation into another folder: the cap counts what "a" paid.
+        await run_cli(tmp_path, *generate("b"), environ=e)
+        rows = ledger_rows(tmp_path / "c.sqlite")
+        assert len(rows) == 2 and rows[1][0] == run and rows[1][2] <= 0.02 - first_usd + 1e-9
+        paid_b = server.stats.requests - sent
+        # Scoped to the invocation: it spends anew, up to the cap.
+        await run_cli(tmp_path, *generate("c", "--max-cost-scope", "invocation"), environ=e)
+        rows = ledger_rows(tmp_path / "c.sqlite")
+        assert len(rows) == 3 and rows[2][0] == run and rows[2][2] > 0
+        # Another seed is another generation in the ledger.
+        await run_cli(tmp_path, *generate("d", "--seed", "7"), environ=e)
+        rows = ledger_rows(tmp_path / "c.sqlite")
+        assert len(rows) == 4 and rows[3][0] != run
+    assert paid_b < first_calls  # the second invocation was held to what was left
+    code, out, err = await run_cli(tmp_path, "--cache", "c.sqlite", "cache", "spending", environ=e)
+    assert code == 0, err
+    assert "generate c: gpt4o-loop" in out and "generate d: gpt4o-loop" in out  # each run: its latest invocation

@@ -69,6 +69,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="send uncached chat calls to openai/anthropic endpoints through their batch APIs "
                         "(half the price, results within 24 h); a killed run, rerun, resumes its batches")
     add_allow_unpriced(p)
+    p.add_argument("--max-cost-scope", choices=["run", "invocation"], default="run",
+                   help="what --max-cost bounds: the generation's whole spending, what earlier invocations of the "
+                        "same generation (universe, seeds, events, model, itermax) paid through this cache included "
+                        "(default; `tulving cache spending` lists it), or this invocation's alone")
     p.set_defaults(func=generate_handler)
 
     book = subparsers.add_parser("book", help=command_help("book"))
@@ -170,15 +174,48 @@ async def _checked_config(args: argparse.Namespace) -> Config:
     return config
 
 
+def _universe_source(args: argparse.Namespace) -> str:
+    """A published universe by name, a user's universe by absolute path (what load_universe takes)."""
+    return args.universe if args.universe in PUBLISHED_UNIVERSES else str(Path(args.universe).resolve())
+
+
+def generation_key(args: argparse.Namespace, distribution: str) -> str:
+    """The generation in the cache's spending ledger: a digest of what makes
+    its calls (the output folder and the name are not in it, so a rerun into
+    another folder counts what the first one paid)."""
+    import hashlib
+
+    import orjson
+
+    what = {"command": "generate", "universe": _universe_source(args), "universe_seed": args.universe_seed,
+            "seed": args.seed, "events": args.events, "distribution": distribution, "model": args.model,
+            "itermax": args.itermax}
+    return hashlib.sha256(orjson.dumps(what, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+async def _spent_before(args: argparse.Namespace, key: str) -> float:
+    """USD --max-cost counts as spent before this invocation (see `tulving run`'s --max-cost-scope)."""
+    if getattr(args, "max_cost", None) is None or args.max_cost_scope != "run":
+        return 0.0
+    from engine.cli.run_spending import ledger_total
+
+    return (await ledger_total(getattr(args, "cache", None), key)).spent_usd
+
+
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
                     metas: list[MetaEvent], distribution: str, out: Path) -> int:
     from engine.scheduler import Engine
 
     start = time.perf_counter()
     config = await _checked_config(args)
+    key = generation_key(args, distribution)
     # The engine's run-wide progress line: every round of draws counted on one line (off with --quiet).
+    # What it pays goes to the cache's spending ledger as it is paid, so a killed and rerun
+    # generation counts the first invocation's spending under --max-cost.
     engine = Engine(config, cache_path=getattr(args, "cache", None) or None, progress=not args.quiet,
-                    max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)))
+                    max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)),
+                    spent_before=await _spent_before(args, key), spending_run=key,
+                    spending_label=f"generate {out.name}: {args.model}")
     async with engine:
         generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,
                                      universe=universe.name, itermax=args.itermax)
@@ -195,8 +232,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
     valid = {i: text for i, (_, text) in run.valid.items()}
     names = secondary_names(universe.spec.secondary_first_names, universe.spec.secondary_last_names)
     text, chapters = build_book(valid, events, metas, names)
-    # a published universe by name, a user's universe by absolute path: load_universe(book.universe) works
-    source = args.universe if args.universe in PUBLISHED_UNIVERSES else str(Path(args.universe).resolve())
+    source = _universe_source(args)  # load_universe(book.universe) works
     metadata = {"name": args.name or out.name, "universe": source, "universe_name": universe.name,
                 "seed": args.seed,
                 "universe_seed": args.universe_seed, "n_events": len(events), "distribution": distribution,
