@@ -193,17 +193,9 @@ def generation_key(args: argparse.Namespace, distribution: str) -> str:
     return hashlib.sha256(orjson.dumps(what, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-async def _spent_before(args: argparse.Namespace, key: str) -> float:
-    """USD --max-cost counts as spent before this invocation (see `tulving run`'s --max-cost-scope)."""
-    if getattr(args, "max_cost", None) is None or args.max_cost_scope != "run":
-        return 0.0
-    from engine.cli.run_spending import ledger_total
-
-    return (await ledger_total(getattr(args, "cache", None), key)).spent_usd
-
-
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
                     metas: list[MetaEvent], distribution: str, out: Path) -> int:
+    from engine.cli.run_spending import ledger_spent_before
     from engine.scheduler import Engine
 
     start = time.perf_counter()
@@ -214,7 +206,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
     # generation counts the first invocation's spending under --max-cost.
     engine = Engine(config, cache_path=getattr(args, "cache", None) or None, progress=not args.quiet,
                     max_cost=getattr(args, "max_cost", None), batch=bool(getattr(args, "batch", False)),
-                    spent_before=await _spent_before(args, key), spending_run=key,
+                    spent_before=await ledger_spent_before(args, key), spending_run=key,
                     spending_label=f"generate {out.name}: {args.model}")
     async with engine:
         generator = ChapterGenerator(engine, events, metas, universe.spec.styles, model=args.model,

@@ -32,13 +32,19 @@ async def ledger_total(cache: str | None, run: str) -> RunSpending:
 
 async def spending_before(args: argparse.Namespace) -> float:
     """USD `--max-cost` counts as spent before this invocation."""
-    if args.max_cost_scope != "run":
+    return await ledger_spent_before(args, args.run_key, floor=spent_before(args.previous))
+
+
+async def ledger_spent_before(args: argparse.Namespace, run: str, *, floor: float = 0.0) -> float:
+    """What earlier invocations of `run` paid, by the ledger of args' cache
+    (at least `floor`), under `--max-cost-scope run`; 0 under `invocation`.
+    `tulving run` and `tulving generate` both count it this way."""
+    if getattr(args, "max_cost_scope", "run") != "run":
         return 0.0
-    folder = spent_before(args.previous)
-    if args.max_cost is None:  # nothing reads it: the ledger is not asked
-        return folder
-    recorded = await ledger_total(getattr(args, "cache", None), args.run_key)
-    return max(recorded.spent_usd, folder)
+    if getattr(args, "max_cost", None) is None:  # nothing reads it: the ledger is not asked
+        return floor
+    recorded = await ledger_total(getattr(args, "cache", None), run)
+    return max(recorded.spent_usd, floor)
 
 
 async def dry_run_line(args: argparse.Namespace) -> str:
