@@ -13,7 +13,9 @@ Claims keep two processes (or machines) sharing one cache from paying twice
 for one call: a process claims the keys it is about to send; another that
 needs a claimed key waits for its result instead of sending it. A claim has a
 lease (`lease_seconds`), renewed while its owner lives; the claims of a
-killed process expire at their lease's end and are then taken over.
+killed process expire at their lease's end and are then taken over. A
+SQLite cache alone on its file holds its claims in memory until another
+process joins (cache/sessions.py): `claim` then takes the keys as given.
 """
 from __future__ import annotations
 

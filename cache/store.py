@@ -53,7 +53,9 @@ Claims (cache/backend.py): a `claims` table, created when first used
 
 A claim is taken in a `BEGIN IMMEDIATE` transaction (a lapsed lease is
 taken over), renewed while its owner runs, and deleted in the transaction
-that stores the key's result.
+that stores the key's result. A process alone on the file (no other live
+row in the `sessions` table, cache/sessions.py) writes no claim rows: it
+holds its keys in memory until another process joins.
 
 Concurrency: any number of processes may share one file. Writes go through
 one writer thread per cache that commits batches (up to 512 rows or 20 ms) in
@@ -86,6 +88,7 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
+from cache import sessions
 from cache.claims import LeaseRenewer, lease_seconds, owner_name, wait_claimed
 from cache.codec import Record, decode_response, encode_identity, encode_response, result_from_record, result_to_record
 from cache.keys import Identity, dumps_normalized, normalize
@@ -531,12 +534,19 @@ class ResponseCache:
         # Claims (cache/backend.py): on a connection and thread of their own.
         self.owner = owner_name()
         self.lease = lease_seconds()
-        self._claimed: set[str] = set()  # keys this process holds (the writer reads it)
+        self._claimed: set[str] = set()  # keys this process holds in the claims table (the writer reads it)
+        # cache/sessions.py: None until the first claim; True while no other
+        # process claims in this file (claims are then taken in memory, in
+        # `_held_solo`, until a newcomer makes this process write them down).
+        self._solo: bool | None = None
+        self._held_solo: set[str] = set()  # keys claimed while solo, not stored or released yet (the writer reads it)
+        self._joining: asyncio.Future[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._claims_failed = False      # claiming failed once (said once; later calls go uncoordinated too)
         self._claims_thread: _ReaderThread | None = None
         self._claims_conn: sqlite3.Connection | None = None
         self._claims_by_json = True  # claims inserted from a JSON array of keys (see _claims)
-        self._renewer = LeaseRenewer(self._renew, self.lease, lambda: bool(self._claimed))
+        self._renewer = LeaseRenewer(self._renew, self.lease, lambda: self._solo is not None or bool(self._claimed))
 
     @property
     def location(self) -> str:
@@ -573,6 +583,7 @@ class ResponseCache:
         # many commits (the key index again) is copied into the file once.
         conn.execute("PRAGMA wal_autocheckpoint = 8192")
         conn.execute(CLAIMS_SCHEMA)
+        conn.execute(sessions.SESSIONS_SCHEMA)
         return conn
 
     def _open_reader(self) -> sqlite3.Connection:
@@ -867,6 +878,8 @@ class ResponseCache:
                     conn.executemany("DELETE FROM claims WHERE key = ? AND owner = ?", ended)
                     claimed.difference_update(key for key, _ in ended)
                 conn.execute("COMMIT")
+                if self._held_solo:  # held in memory (solo): stored, so no longer held
+                    self._held_solo.difference_update(e[0] for e in entries)
                 return True
             except sqlite3.Error as exc:
                 if conn.in_transaction:
@@ -884,6 +897,11 @@ class ResponseCache:
         self._check_open()
         if not keys:
             return set()
+        if self._solo is None and not self._claims_failed:
+            await self._join()
+        if self._solo:  # no other process claims in this file: nothing to ask it (cache/sessions.py)
+            self._held_solo.update(keys)
+            return set(keys)
         thread = self._claims_thread
         if thread is None:
             thread = self._claims_thread = _ReaderThread("tulving-cache-claims")
@@ -904,6 +922,70 @@ class ResponseCache:
         if mine:
             self._renewer.start()
         return mine
+
+    async def _join(self) -> None:
+        """Join the file's sessions once (concurrent first claims share the
+        join): solo, or shared once every solo process has written down what it holds."""
+        if self._joining is None:
+            self._joining = asyncio.ensure_future(self._join_once())
+        await asyncio.shield(self._joining)
+
+    async def _join_once(self) -> None:
+        thread = self._claims_thread
+        if thread is None:
+            thread = self._claims_thread = _ReaderThread("tulving-cache-claims")
+        try:
+            alone = await thread.run(lambda: sessions.join(self._claims(), self.owner, self.lease))
+            delay = sessions.WATCH_SECONDS / 4
+            while not alone and await thread.run(lambda: sessions.unacked(self._claims(), self.owner)):
+                await asyncio.sleep(delay)  # a solo process writes down its keys within WATCH_SECONDS
+                delay = min(delay * 1.5, sessions.WATCH_SECONDS)
+        except sqlite3.OperationalError as exc:
+            if not self._claims_failed:
+                log.warning("cache: could not claim calls in %s (%s): they are made without checking other "
+                            "processes", self.path, exc)
+                self._claims_failed = True
+            self._solo = False
+            return
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) from None
+        self._solo = alone
+        self._renewer.start()
+        if alone:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(), name="tulving-cache-sessions")
+
+    async def _watch(self) -> None:
+        """While solo: look for a newcomer every WATCH_SECONDS; on the first,
+        write down every key held and claim in the table from then on."""
+        thread = self._claims_thread
+        assert thread is not None
+        while True:
+            await asyncio.sleep(sessions.WATCH_SECONDS)
+            try:
+                if not await thread.run(lambda: sessions.others_present(self._claims(), self.owner)):
+                    continue
+            except sqlite3.Error as exc:
+                log.warning("cache: could not look for other processes in %s (%s)", self.path, exc)
+                continue
+            # From here on `claim` asks the file: it queues behind go_shared on
+            # the claims thread, and no key is added to _held_solo any more.
+            self._solo = False
+            held = list(self._held_solo)
+            try:
+                await thread.run(lambda: sessions.go_shared(self._claims(), self.owner, self.lease, held,
+                                                            by_json=self._claims_by_json))
+            except sqlite3.Error as exc:  # the newcomer waits for our session to lapse
+                log.warning("cache: could not write this process's claims in %s (%s); other processes wait "
+                            "up to %g s", self.path, exc, self.lease)
+                return
+            # Keys stored or released meanwhile lost their hold: their new rows go too.
+            still = {k for k in held if k in self._held_solo}
+            self._claimed.update(still)
+            self._held_solo.difference_update(held)
+            gone = [k for k in held if k not in still]
+            if gone:
+                thread.run(self._delete_claims, gone).add_done_callback(_log_failure)
+            return
 
     def _claims(self) -> sqlite3.Connection:
         if self._claims_conn is None:
@@ -950,6 +1032,8 @@ class ResponseCache:
         return mine
 
     def release(self, keys: Sequence[str]) -> None:
+        if self._held_solo:
+            self._held_solo.difference_update(keys)
         held = [k for k in keys if k in self._claimed]
         if not held or self._claims_thread is None:
             return
@@ -970,8 +1054,10 @@ class ResponseCache:
             await thread.run(self._renew_rows)
 
     def _renew_rows(self) -> None:
-        self._claims().execute("UPDATE claims SET lease_until = ? WHERE owner = ?",
-                               (time.time() + self.lease, self.owner))
+        conn = self._claims()
+        conn.execute("UPDATE claims SET lease_until = ? WHERE owner = ?", (time.time() + self.lease, self.owner))
+        if self._solo is not None:
+            sessions.renew(conn, self.owner, self.lease)
 
     def wait_for(self, keys: Sequence[str]) -> AsyncIterator[tuple[dict[str, Result], set[str]]]:
         return wait_claimed(self, keys)
@@ -979,16 +1065,26 @@ class ResponseCache:
     async def _end_claims(self) -> None:
         """At close: every claim of this process ends (its stored results are committed)."""
         await self._renewer.stop()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            try:
+                await watcher
+            except asyncio.CancelledError:
+                pass
         thread, self._claims_thread = self._claims_thread, None
         if thread is None:
             return
         try:
             await thread.run(self._delete_claims, None)
+            if self._solo is not None:
+                await thread.run(lambda: sessions.leave(self._claims(), self.owner))
         except sqlite3.Error as exc:
             log.warning("cache: could not end this process's claims in %s (%s); they lapse in %g s",
                         self.path, exc, self.lease)
         finally:
             self._claimed.clear()
+            self._held_solo.clear()
             if self._claims_conn is not None:
                 await thread.run(self._claims_conn.close)
                 self._claims_conn = None

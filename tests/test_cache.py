@@ -695,6 +695,8 @@ async def test_sqlite_claims_skip_stored_keys_take_damaged_ones_and_respect_live
                      (keys[1],))
     async with ResponseCache(path) as first, ResponseCache(path) as second:
         first._claims_by_json = second._claims_by_json = by_json  # noqa: SLF001 -- the path under test
+        # second joins alone (solo); first joins beside it: both claim in the table from then on
+        assert await second.claim(["unrelated"]) == {"unrelated"}
         assert await first.get_many(keys) == {keys[0]: ChatResult(text="stored")}
         assert keys[1] in first.corrupt_keys
         assert await first.claim(keys) == set(keys[1:])
@@ -705,6 +707,123 @@ async def test_sqlite_claims_skip_stored_keys_take_damaged_ones_and_respect_live
         await asyncio.sleep(0.05)  # the release runs on the claims thread
         assert await second.claim(keys) == set(keys[3:5])
         assert await second.get_many(keys[2:3]) == {keys[2]: ChatResult(text="paid once")}
+        with sqlite3.connect(path) as conn:  # first's lease on keys[5] runs out (as if it were killed)
+            conn.execute("UPDATE claims SET lease_until = 0 WHERE key = ?", (keys[5],))
+        assert await second.claim(keys[5:]) == {keys[5]}
+
+
+def _rows(path, sql):
+    with sqlite3.connect(path) as conn:
+        return conn.execute(sql).fetchall()
+
+
+async def test_a_cache_alone_on_its_file_writes_no_claims_until_another_joins_and_then_writes_down_its_own(tmp_path):
+    """cache/sessions.py: a process alone on the file claims in memory (no
+    claim row a call); a second one joining waits until the first has written
+    down the keys it still holds, so no key is paid twice across the switch;
+    what the first stored or released before is not held."""
+    path = tmp_path / "cache.sqlite"
+    identities = [chat_identity(draw=i) for i in range(5)]
+    keys = [request_key(i) for i in identities]
+    async with ResponseCache(path) as first:
+        assert await first.claim(keys[:3]) == set(keys[:3])
+        first.put(keys[0], identities[0], ChatResult(text="paid"))
+        first.release(keys[1:2])  # a failed call: anyone may pay it
+        await first.flush()
+        assert _rows(path, "SELECT count(*) FROM claims") == [(0,)]
+        assert _rows(path, "SELECT owner, shared FROM sessions") == [(first.owner, 0)]
+        async with ResponseCache(path) as second:
+            # keys[0] is stored, keys[2] is first's call in flight: second may pay the others
+            assert await second.claim(keys) == {keys[1], keys[3], keys[4]}
+            assert (keys[2], first.owner) in _rows(path, "SELECT key, owner FROM claims")
+            assert sorted(_rows(path, "SELECT shared FROM sessions")) == [(1,), (1,)]
+            # first now asks the file too: what second holds is not first's
+            assert await first.claim([keys[3], keys[2]]) == {keys[2]}
+            first.put(keys[2], identities[2], ChatResult(text="paid once"))
+            await first.flush()
+            assert (keys[2], first.owner) not in _rows(path, "SELECT key, owner FROM claims")
+        assert _rows(path, "SELECT owner FROM sessions") == [(first.owner,)]
+    assert _rows(path, "SELECT count(*) FROM sessions") == [(0,)]
+    assert _rows(path, "SELECT count(*) FROM claims") == [(0,)]
+
+
+async def test_two_caches_racing_over_the_same_keys_pay_each_once_across_the_solo_to_shared_switch(tmp_path):
+    """cache/sessions.py under a race: one cache claims alone, a second joins
+    while the first has calls in flight, both go on taking overlapping chunks
+    of the same keys, paying (put after a short pause) what they claim and
+    waiting for the rest, some calls failing (released, then paid by someone).
+    Every key is paid exactly once."""
+    rng = random.Random(7)
+    path = tmp_path / "cache.sqlite"
+    identities = [chat_identity(draw=i) for i in range(400)]
+    keys = [request_key(i) for i in identities]
+    identity_of = dict(zip(keys, identities, strict=True))
+    paid: dict[str, int] = {}
+    failed_once: set[str] = set()
+
+    async def pay(cache: ResponseCache, key: str) -> None:
+        await asyncio.sleep(rng.random() * 0.3)  # calls in flight when the second cache joins
+        if key not in failed_once and rng.random() < 0.05:  # a failed call: released, someone pays it later
+            failed_once.add(key)
+            cache.release([key])
+            await take(cache, [key])
+            return
+        paid[key] = paid.get(key, 0) + 1
+        cache.put(key, identity_of[key], ChatResult(text=key))
+
+    async def take(cache: ResponseCache, chunk: list[str]) -> None:
+        found = await cache.get_many(chunk)
+        misses = [k for k in chunk if k not in found]
+        mine = await cache.claim(misses)
+        calls = [pay(cache, k) for k in mine]
+        others = [k for k in misses if k not in mine]
+        if others:
+            async for _hits, claimed in cache.wait_for(others):
+                calls.extend(pay(cache, k) for k in claimed)
+        await asyncio.gather(*calls)
+
+    async def worker(cache: ResponseCache, start: float) -> None:
+        await asyncio.sleep(start)
+        order = keys[:]
+        rng.shuffle(order)
+        await asyncio.gather(*(take(cache, order[i:i + 25]) for i in range(0, len(order), 25)))
+        await cache.flush()
+
+    async with ResponseCache(path) as first, ResponseCache(path) as second:
+        await asyncio.gather(worker(first, 0.0), worker(second, 0.01))
+        assert first._solo is False and second._solo is False  # noqa: SLF001 -- the switch did happen
+    assert sorted(paid) == sorted(keys)
+    assert [k for k, n in paid.items() if n != 1] == []
+
+
+async def test_a_dead_processes_session_does_not_hold_up_the_next_and_a_live_one_elsewhere_does(tmp_path):
+    """cache/sessions.py: a solo session left by a process gone from this
+    machine (SIGKILL) is dropped at once; one from another machine holds a
+    newcomer until it writes down its keys or its lease lapses."""
+    import subprocess
+    import sys
+    import time
+
+    from cache import sessions
+
+    path = tmp_path / "cache.sqlite"
+    async with ResponseCache(path):
+        pass
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    far = time.time() + 3600
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO sessions VALUES ('gone:1:x', ?, ?, ?, 0)", (sessions.this_place(), dead.pid, far))
+    async with ResponseCache(path) as cache:
+        assert await asyncio.wait_for(cache.claim(["k"]), 5) == {"k"}
+        assert _rows(path, "SELECT owner, shared FROM sessions") == [(cache.owner, 0)]  # solo: the dead one is gone
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO sessions VALUES ('elsewhere:1:x', 'another-host|', 1, ?, 0)", (time.time() + 1.0,))
+    async with ResponseCache(path) as cache:
+        started = time.monotonic()
+        assert await asyncio.wait_for(cache.claim(["k"]), 10) == {"k"}
+        assert time.monotonic() - started >= 0.5  # waited for the other machine's lease to lapse
+        assert _rows(path, "SELECT owner, shared FROM sessions") == [(cache.owner, 1)]
 
 
 async def test_a_lookup_that_mostly_missed_sends_the_next_one_to_the_reader_thread(tmp_path, monkeypatch):

@@ -1,7 +1,9 @@
 """One cache shared by real `tulving run` processes (a SQLite file, and a
 PostgreSQL database) against the loopback server, which counts the calls it
-is paid for: two runs at once pay each call once; the claims of a process
-killed with SIGKILL are taken over at their lease's end; shards meet in the
+is paid for: two runs at once pay each call once; the calls of a process
+killed with SIGKILL are made by the next run (on PostgreSQL its claims are
+taken over at their lease's end; on SQLite the killed run was alone on the
+file, claimed in memory, and its session is dropped at once: cache/sessions.py); shards meet in the
 database; a bad URL is one line; the password never shows."""
 from __future__ import annotations
 
