@@ -1,7 +1,8 @@
 """llama.cpp's own OpenAI-compatible server (`python -m llama_cpp.server`, from
 llama-cpp-python[server], in the test extra) serving the SmolLM2 GGUF the
 offline default ships: a real server nobody here wrote, started on a free
-loopback port and stopped after use.
+loopback port (with llama.cpp's AMX-crashing extra buffer types off: SERVE)
+and stopped after use.
 
     with LlamaServer() as server:      # fails (never skips) when it cannot start
         server.base_url                # "http://127.0.0.1:<port>/v1"
@@ -18,6 +19,23 @@ from pathlib import Path
 
 from providers.local_models import gguf_path
 
+# `python -m llama_cpp.server` with llama.cpp's extra buffer types off: their AMX
+# matmul segfaults on Intel CPUs with AMX at the first prompt (exit 139 on this
+# machine's Xeon with amx_int8, 2026-11-28; see providers/llama_worker.py load_llama,
+# which the engine's own worker uses). The server has no option for it, so the
+# struct llama-cpp-python fills for every model it loads is patched first.
+SERVE = """
+import runpy
+import llama_cpp.llama_cpp as low_level
+default_params = low_level.llama_model_default_params
+def without_extra_bufts():
+    params = default_params()
+    if hasattr(params, "use_extra_bufts"):
+        params.use_extra_bufts = False
+    return params
+low_level.llama_model_default_params = without_extra_bufts
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
 START_TIMEOUT = 120.0  # seconds to load the model and answer /v1/models (a loaded 2-core machine)
 N_CTX = 8192
 
@@ -46,7 +64,7 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model), "--host", "127.0.0.1",
+                [sys.executable, "-c", SERVE, "--model", str(self.model), "--host", "127.0.0.1",
                  "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", "2"],
                 stdout=log, stderr=subprocess.STDOUT)
         try:
