@@ -959,25 +959,29 @@ class ResponseCache:
         write down every key held and claim in the table from then on."""
         thread = self._claims_thread
         assert thread is not None
+        warned = False
         while True:
             await asyncio.sleep(sessions.WATCH_SECONDS)
-            try:
-                if not await thread.run(lambda: sessions.others_present(self._claims(), self.owner)):
+            if self._solo:
+                try:
+                    if not await thread.run(lambda: sessions.others_present(self._claims(), self.owner)):
+                        continue
+                except sqlite3.Error as exc:
+                    log.warning("cache: could not look for other processes in %s (%s)", self.path, exc)
                     continue
-            except sqlite3.Error as exc:
-                log.warning("cache: could not look for other processes in %s (%s)", self.path, exc)
-                continue
-            # From here on `claim` asks the file: it queues behind go_shared on
-            # the claims thread, and no key is added to _held_solo any more.
-            self._solo = False
+                # From here on `claim` asks the file: it queues behind go_shared on
+                # the claims thread, and no key is added to _held_solo any more.
+                self._solo = False
             held = list(self._held_solo)
             try:
                 await thread.run(lambda: sessions.go_shared(self._claims(), self.owner, self.lease, held,
                                                             by_json=self._claims_by_json))
-            except sqlite3.Error as exc:  # the newcomer waits for our session to lapse
-                log.warning("cache: could not write this process's claims in %s (%s); other processes wait "
-                            "up to %g s", self.path, exc, self.lease)
-                return
+            except sqlite3.Error as exc:  # tried again at the next beat; the newcomer waits meanwhile
+                if not warned:
+                    log.warning("cache: could not write this process's claims in %s (%s); another process "
+                                "waits until they are", self.path, exc)
+                    warned = True
+                continue
             # Keys stored or released meanwhile lost their hold: their new rows go too.
             still = {k for k in held if k in self._held_solo}
             self._claimed.update(still)
