@@ -17,7 +17,9 @@ measured in the same run, in interleaved rounds (median [min-max]).
   configured and enforcing rpm 600, 171 requests (120 questions' calls).
   Figure: wall time. Baseline: the bound, 171 / 10 per second plus the
   longest chain of 429s a call met (each 1 s), from the same run.
-  Goal: within 1.3x of the bound.
+  Goal: within 1.3x of the bound. Also printed: every attempt (the 429s
+  too, which count against a provider's limit) at the limit's rate, a floor
+  that bound leaves out, and the wall time against it.
 """
 from __future__ import annotations
 
@@ -51,18 +53,19 @@ def _requests(n: int, offset: int):
         yield ChatRequest(model="m", messages=[{"role": "user", "content": f"question {i} lorem ipsum"}], tag=i)
 
 
-async def engine_case(base_url: str, n: int, offset: int, **limits) -> tuple[float, int, int, int]:
-    """(wall, answered, 429s, most attempts of one call) of the engine sending `n` calls."""
+async def engine_case(base_url: str, n: int, offset: int, **limits) -> tuple[float, int, int, int, int]:
+    """(wall, answered, 429s, most attempts of one call, attempts in all) of the engine sending `n` calls."""
     config = config_for(base_url, CONCURRENCY, **limits)
-    ok = most = 0
+    ok = most = attempts = 0
     async with Engine(config) as engine:
         wall = time.perf_counter()
         async for outcome in engine.stream(_requests(n, offset), total=n):
             ok += outcome.ok
             most = max(most, outcome.attempts)
+            attempts += outcome.attempts
         wall = time.perf_counter() - wall
         stats = engine.stats
-    return wall, ok, stats.rate_limited, most
+    return wall, ok, stats.rate_limited, most, attempts
 
 
 async def bare_loop(base_url: str, n: int, offset: int) -> tuple[float, int, int]:
@@ -100,7 +103,7 @@ async def limit_case(name: str, n: int, rounds: int) -> None:
     share, limited, lost, bare_share, bare_limited, per_second = [], [], [], [], [], []
     with ServerProcess(*server_args) as server:
         for k in range(rounds):
-            wall, ok, n429, _ = await engine_case(server.base_url, n, 10 * k * n, rpm=RPM, input_tpm=INPUT_TPM)
+            wall, ok, n429, _, _ = await engine_case(server.base_url, n, 10 * k * n, rpm=RPM, input_tpm=INPUT_TPM)
             share.append(ok / wall * 60 / RPM)
             limited.append(n429)
             lost.append(n - ok)
@@ -117,19 +120,25 @@ async def limit_case(name: str, n: int, rounds: int) -> None:
 
 
 async def random_429_case(rounds: int, n: int = 171, rpm: int = 600) -> None:
-    figures, bounds, limited = [], [], []
+    figures, bounds, floors, limited = [], [], [], []
     with ServerProcess("--rpm", str(rpm), "--window", "sliding", "--fault", "429=0.3", "--try-again-ms", "1000",
                        "--latency", "lognormal", "--latency-ms", str(LATENCY_MS)) as server:
         for k in range(rounds):
-            wall, ok, n429, most = await engine_case(server.base_url, n, 100_000 + k * n, rpm=rpm)
+            wall, ok, n429, most, attempts = await engine_case(server.base_url, n, 100_000 + k * n, rpm=rpm)
             assert ok == n, f"{n - ok} lost"
             figures.append(wall)
             bounds.append(n / (rpm / 60) + (most - 1) * 1.0)  # each 429 of the longest chain waits 1 s
+            # A 429 counts against the limit too ("unsuccessful requests contribute to your
+            # per-minute limit": OpenAI's help article 5955604, read 2026-11-28): every attempt
+            # takes a request of the rate, so attempts / rate is a floor the bound above leaves out.
+            floors.append(attempts / (rpm / 60))
             limited.append(n429)
     ratios = [f / b for f, b in zip(figures, bounds)]
+    to_floor = [f / b for f, b in zip(figures, floors)]
     print(f"random429 engine: {_spread(figures, '.1f')} s, 429s {_spread(limited, '.0f')} | bound "
           f"{_spread(bounds, '.1f')} s (the limit alone {n / (rpm / 60):.1f} s + the longest 429 chain) | "
-          f"ratio {_spread(ratios, '.2f')}   [goal <= 1.3x]", flush=True)
+          f"ratio {_spread(ratios, '.2f')}   [goal <= 1.3x] | every attempt at the limit's rate "
+          f"{_spread(floors, '.1f')} s, ratio {_spread(to_floor, '.2f')}", flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:
