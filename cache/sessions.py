@@ -31,6 +31,8 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import orjson
 
@@ -47,6 +49,19 @@ def this_place() -> str:
     except OSError:
         namespace = ""
     return f"{socket.gethostname()}|{namespace}"
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A `BEGIN IMMEDIATE` transaction (the write lock taken at once), committed or rolled back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:  # SQLite may have rolled back already (a failed write)
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _gone(place: str, pid: int, here: str) -> bool:
@@ -80,30 +95,17 @@ def join(conn: sqlite3.Connection, owner: str, lease: float) -> bool:
     """Add this cache's session; True when no other live session exists
     (the process is solo). The table exists (SESSIONS_SCHEMA, made at open)."""
     now = time.time()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         alone = not _drop_dead(conn, owner, now)
         conn.execute("INSERT OR REPLACE INTO sessions (owner, place, pid, lease_until, shared) VALUES (?, ?, ?, ?, ?)",
                      (owner, this_place(), os.getpid(), now + lease, 0 if alone else 1))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
     return alone
 
 
 def unacked(conn: sqlite3.Connection, owner: str) -> int:
     """How many other live sessions are still solo (hold keys they have not written down)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        waiting = sum(1 for _, shared in _drop_dead(conn, owner, time.time()) if not shared)
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return waiting
+    with _immediate(conn):
+        return sum(1 for _, shared in _drop_dead(conn, owner, time.time()) if not shared)
 
 
 def others_present(conn: sqlite3.Connection, owner: str) -> bool:
@@ -119,8 +121,7 @@ def go_shared(conn: sqlite3.Connection, owner: str, lease: float, held: list[str
     `by_json`: the keys go in as one JSON array (False: an SQLite without
     JSON functions, row by row)."""
     now = time.time()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(conn):
         if held and by_json:
             keys = orjson.dumps(held)
             conn.execute("DELETE FROM claims WHERE lease_until < ? AND key IN (SELECT value FROM json_each(?))",
@@ -132,11 +133,6 @@ def go_shared(conn: sqlite3.Connection, owner: str, lease: float, held: list[str
             conn.executemany("INSERT OR IGNORE INTO claims (key, owner, lease_until) VALUES (?, ?, ?)",
                              [(k, owner, now + lease) for k in held])
         conn.execute("UPDATE sessions SET shared = 1, lease_until = ? WHERE owner = ?", (now + lease, owner))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 def renew(conn: sqlite3.Connection, owner: str, lease: float) -> None:
