@@ -935,9 +935,12 @@ class ResponseCache:
         if thread is None:
             thread = self._claims_thread = _ReaderThread("tulving-cache-claims")
         try:
-            alone = await thread.run(lambda: sessions.join(self._claims(), self.owner, self.lease))
+            alone = await thread.run(self._join_rows)
             delay = sessions.WATCH_SECONDS / 4
-            while not alone and await thread.run(lambda: sessions.unacked(self._claims(), self.owner)):
+            while not alone:
+                waiting: int = await thread.run(self._unacked_rows)
+                if not waiting:
+                    break
                 await asyncio.sleep(delay)  # a solo process writes down its keys within WATCH_SECONDS
                 delay = min(delay * 1.5, sessions.WATCH_SECONDS)
         except sqlite3.OperationalError as exc:
@@ -964,7 +967,7 @@ class ResponseCache:
             await asyncio.sleep(sessions.WATCH_SECONDS)
             if self._solo:
                 try:
-                    if not await thread.run(lambda: sessions.others_present(self._claims(), self.owner)):
+                    if not await thread.run(self._others_present):
                         continue
                 except sqlite3.Error as exc:
                     log.warning("cache: could not look for other processes in %s (%s)", self.path, exc)
@@ -974,8 +977,7 @@ class ResponseCache:
                 self._solo = False
             held = list(self._held_solo)
             try:
-                await thread.run(lambda: sessions.go_shared(self._claims(), self.owner, self.lease, held,
-                                                            by_json=self._claims_by_json))
+                await thread.run(self._go_shared_rows, held)
             except sqlite3.Error as exc:  # tried again at the next beat; the newcomer waits meanwhile
                 if not warned:
                     log.warning("cache: could not write this process's claims in %s (%s); another process "
@@ -990,6 +992,22 @@ class ResponseCache:
             if gone:
                 thread.run(self._delete_claims, gone).add_done_callback(_log_failure)
             return
+
+    # cache/sessions.py on the claims connection (the claims thread only)
+    def _join_rows(self) -> bool:
+        return sessions.join(self._claims(), self.owner, self.lease)
+
+    def _unacked_rows(self) -> int:
+        return sessions.unacked(self._claims(), self.owner)
+
+    def _others_present(self) -> bool:
+        return sessions.others_present(self._claims(), self.owner)
+
+    def _go_shared_rows(self, held: list[str]) -> None:
+        sessions.go_shared(self._claims(), self.owner, self.lease, held, by_json=self._claims_by_json)
+
+    def _leave_rows(self) -> None:
+        sessions.leave(self._claims(), self.owner)
 
     def _claims(self) -> sqlite3.Connection:
         if self._claims_conn is None:
@@ -1082,7 +1100,7 @@ class ResponseCache:
         try:
             await thread.run(self._delete_claims, None)
             if self._solo is not None:
-                await thread.run(lambda: sessions.leave(self._claims(), self.owner))
+                await thread.run(self._leave_rows)
         except sqlite3.Error as exc:
             log.warning("cache: could not end this process's claims in %s (%s); they lapse in %g s",
                         self.path, exc, self.lease)
