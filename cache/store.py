@@ -89,7 +89,7 @@ from typing import Any, TypeVar, cast
 import orjson
 
 from cache import sessions
-from cache.claims import LeaseRenewer, lease_seconds, owner_name, wait_claimed
+from cache.claims import LeaseRenewer, cancel_and_wait, lease_seconds, owner_name, wait_claimed
 from cache.codec import Record, decode_response, encode_identity, encode_response, result_from_record, result_to_record
 from cache.keys import Identity, dumps_normalized, normalize
 from providers.base import Result, TulvingError
@@ -902,9 +902,7 @@ class ResponseCache:
         if self._solo:  # no other process claims in this file: nothing to ask it (cache/sessions.py)
             self._held_solo.update(keys)
             return set(keys)
-        thread = self._claims_thread
-        if thread is None:
-            thread = self._claims_thread = _ReaderThread("tulving-cache-claims")
+        thread = self._claims_worker()
         try:
             mine = await thread.run(self._claim_rows, list(keys))
         except sqlite3.OperationalError as exc:
@@ -931,9 +929,7 @@ class ResponseCache:
         await asyncio.shield(self._joining)
 
     async def _join_once(self) -> None:
-        thread = self._claims_thread
-        if thread is None:
-            thread = self._claims_thread = _ReaderThread("tulving-cache-claims")
+        thread = self._claims_worker()
         try:
             alone = await thread.run(self._join_rows)
             delay = sessions.WATCH_SECONDS / 4
@@ -992,6 +988,12 @@ class ResponseCache:
             if gone:
                 thread.run(self._delete_claims, gone).add_done_callback(_log_failure)
             return
+
+    def _claims_worker(self) -> _ReaderThread:
+        """The thread that runs claims and sessions, started at first use."""
+        if self._claims_thread is None:
+            self._claims_thread = _ReaderThread("tulving-cache-claims")
+        return self._claims_thread
 
     # cache/sessions.py on the claims connection (the claims thread only)
     def _join_rows(self) -> bool:
@@ -1088,12 +1090,7 @@ class ResponseCache:
         """At close: every claim of this process ends (its stored results are committed)."""
         await self._renewer.stop()
         watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.cancel()
-            try:
-                await watcher
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(watcher)
         thread, self._claims_thread = self._claims_thread, None
         if thread is None:
             return
