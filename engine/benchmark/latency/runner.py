@@ -130,14 +130,16 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
     cpu0 = time.process_time()
     origin = clock()
 
-    async def one(index: int, scheduled: float) -> None:
+    async def one(index: int, scheduled: float, slot_taken: float) -> None:
         acquired = closed_loop
         try:
             if slots is not None and not closed_loop:
                 await slots.acquire()
                 acquired = True
             request = make_request(index)
-            started = clock() - origin
+            # A closed loop's request starts when its slot is taken, the moment
+            # the duration was checked: not later, when the loop runs the task.
+            started = slot_taken if closed_loop else clock() - origin
             outcome = await _outcome(engine, request)
             run.records.append(record(outcome, index=index, scheduled=scheduled, started=started,
                                       done=clock() - origin, origin=origin))
@@ -159,11 +161,12 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
                 await asyncio.sleep(wait)
             if closed_loop and slots is not None:
                 await slots.acquire()
-            if point.duration is not None and clock() - origin >= point.duration:
+            now = clock() - origin
+            if point.duration is not None and now >= point.duration:
                 if closed_loop and slots is not None:
                     slots.release()
                 break
-            task = asyncio.create_task(one(index, offset))
+            task = asyncio.create_task(one(index, offset, now))
             tasks.add(task)
             task.add_done_callback(finished)
         while tasks and not failures:
