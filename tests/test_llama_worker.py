@@ -35,7 +35,7 @@ def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone; or reaped between open and read (ESRCH)
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 

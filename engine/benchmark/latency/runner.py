@@ -137,9 +137,7 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
                 await slots.acquire()
                 acquired = True
             request = make_request(index)
-            # A closed loop's request starts when its slot is taken, the moment
-            # the duration was checked: not later, when the loop runs the task.
-            started = slot_taken if closed_loop else clock() - origin
+            started = slot_taken if closed_loop else clock() - origin  # closed: when the duration was checked
             outcome = await _outcome(engine, request)
             run.records.append(record(outcome, index=index, scheduled=scheduled, started=started,
                                       done=clock() - origin, origin=origin))
@@ -161,12 +159,11 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
                 await asyncio.sleep(wait)
             if closed_loop and slots is not None:
                 await slots.acquire()
-            now = clock() - origin
-            if point.duration is not None and now >= point.duration:
+            if point.duration is not None and (now := clock() - origin) >= point.duration:
                 if closed_loop and slots is not None:
                     slots.release()
                 break
-            task = asyncio.create_task(one(index, offset, now))
+            task = asyncio.create_task(one(index, offset, now if point.duration is not None else clock() - origin))
             tasks.add(task)
             task.add_done_callback(finished)
         while tasks and not failures:
