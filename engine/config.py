@@ -26,6 +26,9 @@ A user's TOML file is merged over the built-in defaults below:
     price_cache_write_1h = 0.0           # ...written to Anthropic's 1-hour cache (default 2x price_in
                                          #    when price_cache_write is set, else price_cache_write)
     batch_discount = 0.5                 # share of the price a batch-API call costs, in (0, 1]
+    prices = [{ above = 272_000, price_in = 4.0, price_out = 15.0 },   # prompts over 272K tokens
+              { until = 2026-12-31, price_in = 0.0 }]                   # a price in force until a date
+    free = true                          # calls cost nothing (a server of your own): no price needed
 
     [cache]                              # the response cache (engine/cache_section.py)
     url = "postgresql://tulving@dbhost/tulving"
@@ -49,6 +52,7 @@ from urllib.parse import urlsplit
 
 from engine.cache_section import CacheSettings, cache_settings
 from engine.errors import TulvingError
+from engine.prices import BAND_KEYS, PRICE_FIELDS, PriceBand, band_of, price_band
 from providers.base import EndpointSpec, ProviderError
 from providers.kinds import KindRegistry, OptionError, ProviderKind, registry, validate_options
 from providers.models_common import PAPER_PARAMS, PROVIDER_NAMES, inferred_settings
@@ -92,6 +96,11 @@ class ModelAlias:
     shutdown: str | None = None             # the provider shuts it down that day (still served before it)
     replacement: str | None = None          # the alias the provider recommends instead
     checked: str | None = None              # when id, prices and status were checked in the provider's docs
+    # Prices by date and prompt length (engine/prices.py): a band's prices win over the ones above
+    # for the calls it holds (its dates, prompts over its `above` tokens).
+    prices: tuple[PriceBand, ...] = ()
+    free: bool = False                      # the config says its calls cost nothing (a server of one's own)
+    legacy: bool = False                    # still served, no longer updated: `replacement` is its successor
 
     def retired_on(self, today: str | None = None) -> str | None:
         """The day the model was retired (its `retired` date, or a `shutdown`
@@ -109,11 +118,23 @@ class ModelAlias:
             return f"retired on {retired}" + (f" -> {self.replacement}" if self.replacement else "")
         if self.shutdown is not None:
             return f"shuts down on {self.shutdown}" + (f" -> {self.replacement}" if self.replacement else "")
+        if self.legacy:
+            return "legacy" + (f" -> {self.replacement}" if self.replacement else "")
         return "current"
 
     @property
     def priced(self) -> bool:
         return self.price_in is not None or self.price_out is not None
+
+    def band(self, input_tokens: int, day: str | None = None) -> PriceBand | None:
+        """The price band a call of `input_tokens` prompt tokens on `day`
+        (default today) is priced by; None: the base prices."""
+        return price_band(self.prices, input_tokens, day)
+
+    def at(self, input_tokens: int, day: str | None = None) -> ModelAlias:
+        """This alias with the prices in force for such a call (itself when no band holds it)."""
+        band = self.band(input_tokens, day)
+        return self if band is None else replace(self, prices=(), **band.prices())
 
     @property
     def sends_system(self) -> bool:
@@ -122,11 +143,16 @@ class ModelAlias:
         return self.system_prompt and not self.reasoning
 
     def cost(self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0,
-             cache_write_1h: int = 0, batch: bool = False) -> float:
-        """USD of one call. `input_tokens` counts the whole prompt, of which
-        `cache_read` / `cache_write` tokens are priced at the prompt-cache
-        prices (the plain input price where none is set); `cache_write_1h`
-        of the writes went to the 1-hour cache, at its price."""
+             cache_write_1h: int = 0, batch: bool = False, day: str | None = None) -> float:
+        """USD of one call on `day` (default today), at the prices in force
+        then for its prompt length (`prices`). `input_tokens` counts the whole
+        prompt, of which `cache_read` / `cache_write` tokens are priced at the
+        prompt-cache prices (the plain input price where none is set);
+        `cache_write_1h` of the writes went to the 1-hour cache, at its price."""
+        if self.prices and (band := self.band(input_tokens, day)) is not None:
+            return replace(self, prices=(), **band.prices()).cost(input_tokens, output_tokens, cache_read=cache_read,
+                                                   cache_write=cache_write, cache_write_1h=cache_write_1h,
+                                                   batch=batch)
         price_in = self.price_in or 0.0
         plain = max(0, input_tokens - cache_read - cache_write)
         cache_write_1h = min(cache_write_1h, cache_write)
@@ -197,6 +223,8 @@ ENDPOINT_KEYS: dict[str, tuple[str, str, str]] = {
     "max_attempts": ("int >= 1", "6", "attempts per call (retryable failures are retried with backoff)"),
     "max_retry_after": ("number >= 0", "60", "a server's longer retry-after is capped to this many seconds"),
     "options": ("table", "{}", "options of the endpoint's kind (see the kinds below)"),
+    "free": ("bool", "false", "calls to this endpoint cost nothing (a server of your own): its models need no "
+             "price; without it only offline kinds are free"),
 }
 # Every key of a [models.NAME] table, likewise.
 MODEL_KEYS: dict[str, tuple[str, str, str]] = {
@@ -223,6 +251,11 @@ MODEL_KEYS: dict[str, tuple[str, str, str]] = {
     "shutdown": ("date YYYY-MM-DD", "none", "the provider shuts the model down that day: from then on it is "
                  "retired (`tulving models` shows the date before)"),
     "checked": ("date YYYY-MM-DD", "none", "when the model id, prices and status were checked"),
+    "prices": ("list of tables", "[]", "price bands: {above = tokens, since = date, until = date, price_in, "
+               "price_out, ...}: prices in force over those dates for prompts over `above` tokens (the "
+               "highest `above` in force wins; a price a band leaves out is the alias's own)"),
+    "free": ("bool", "false", "its calls cost nothing (a server of your own): no price needed, counted as $0"),
+    "legacy": ("bool", "false", "the provider still serves it but calls it legacy: `replacement` names its successor"),
 }
 TOKEN_PARAMS = ("max_tokens", "max_completion_tokens", "none")
 _ENDPOINT_FIELDS = {f.name for f in fields(EndpointSpec)} - {"name"}
@@ -253,7 +286,8 @@ class Config:
                                   f"(expected endpoints, models, cache)")
             for name, table in _tables(data, "endpoints", path).items():
                 raw_endpoints[name] = {**raw_endpoints.get(name, {}), **table}
-            raw_models.update(_tables(data, "models", path))
+            declared = _tables(data, "models", path)
+            raw_models.update({name: _priced_from_registry(table, raw_models) for name, table in declared.items()})
             cache = cache_settings(data, path)
             source = str(path)
         config = cls.from_dicts(raw_endpoints, raw_models, source=source)
@@ -294,28 +328,39 @@ class Config:
 
     def _ad_hoc(self, name: str, endpoint: str, model: str) -> ModelAlias:
         """"endpoint/model": a declared alias's settings and prices when one of
-        the same kind names that model id, else the settings the id implies
-        (unpriced)."""
+        the same kind serves that model (under any of its names:
+        `same_model`), else the settings the id implies, with the prices and
+        dates of an alias of another kind serving it (a proxy speaking one
+        wire for another provider's model), else unpriced."""
         kind = self.endpoints[endpoint].kind
+        other: ModelAlias | None = None
         for known in self.models.values():
-            if known.model == model and self.endpoints[known.endpoints[0]].kind == kind:
-                return replace(known, name=name, endpoints=(endpoint,))
+            if not same_model(known, model):
+                continue
+            if self.endpoints[known.endpoints[0]].kind == kind:
+                return replace(known, name=name, endpoints=(endpoint,), model=model)
+            other = other or known
         inferred = inferred_settings(kind, model)
-        return ModelAlias(name=name, endpoints=(endpoint,), model=model, params=dict(PAPER_PARAMS),
-                          reasoning=bool(inferred.get("reasoning", False)),
-                          token_param=cast("str | None", inferred.get("token_param")))
+        alias = ModelAlias(name=name, endpoints=(endpoint,), model=model, params=dict(PAPER_PARAMS),
+                           reasoning=bool(inferred.get("reasoning", False)),
+                           token_param=cast("str | None", inferred.get("token_param")))
+        if other is None:
+            return alias
+        return replace(alias, **{f: getattr(other, f) for f in (*PRICE_FIELDS, "prices", "batch_discount", "retired",
+                                                                "shutdown", "replacement", "checked",
+                                                                "context_tokens")})
 
     def is_free(self, alias: ModelAlias) -> bool:
-        """Whether calls to `alias` cost nothing: every endpoint is offline
-        (local, built-in) or on this machine's loopback."""
-        return all(self._free_endpoint(self.endpoints[e]) for e in alias.endpoints)
+        """Whether calls to `alias` cost nothing: its config says so (the
+        alias's or every endpoint's `free = true`), or every endpoint is of
+        an offline kind (local, built-in). Never by address: a proxy on
+        localhost bills like the API behind it."""
+        return alias.free or all(self._free_endpoint(self.endpoints[e]) for e in alias.endpoints)
 
     @staticmethod
     def _free_endpoint(spec: EndpointSpec) -> bool:
-        if not spec.base_url:  # an offline kind (no HTTP options), or an HTTP kind's public API
-            return _kinds().get(spec.kind).option("headers") is None
-        host = urlsplit(spec.base_url).hostname or ""
-        return host in ("localhost", "::1") or host.startswith("127.")
+        # An offline kind has no HTTP options (no headers): local, local-embed, builtin.
+        return spec.free or _kinds().get(spec.kind).option("headers") is None
 
     def retirement(self, alias: ModelAlias) -> str | None:
         """The one line that stops a call to a retired model, or None."""
@@ -353,6 +398,43 @@ class Config:
             raise ConfigError(f"endpoint {endpoint.name!r} needs an API key: set the environment variable "
                               f"{endpoint.key_env}")
         return key
+
+
+def _priced_from_registry(table: Table, shipped: Mapping[str, Table]) -> Table:
+    """A declared alias that names no price (and is not `free`) takes the
+    prices of the shipped alias serving the same model (`same_model`), so
+    declaring a model anew (another endpoint, a proxy) does not make it free."""
+    model = table.get("model")
+    if not isinstance(model, str) or table.get("free") or any(k in table for k in (*PRICE_FIELDS, "prices")):
+        return table
+    for name, known in shipped.items():
+        known_model = known.get("model")
+        if isinstance(known_model, str) and (model == known_model or _undated(model) in (_undated(known_model), name)):
+            priced = {k: known[k] for k in (*PRICE_FIELDS, "prices", "batch_discount") if k in known}
+            return {**priced, **table}
+    return table
+
+
+# A dated snapshot's suffix: OpenAI's -2025-08-07, Anthropic's -20251001.
+_SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8})$")
+
+
+def _undated(model: str) -> str:
+    """A model id without a routing prefix ("openai/", a proxy's) or a snapshot date."""
+    return _SNAPSHOT.sub("", model.rsplit("/", 1)[-1])
+
+
+def same_model(known: ModelAlias, model: str) -> bool:
+    """Whether `model` names the model `known` serves, under any of the names
+    a provider serves it by (checked 2026-11-28: OpenAI serves `gpt-5` and
+    its snapshot `gpt-5-2025-08-07`, Anthropic `claude-haiku-4-5` and
+    `claude-haiku-4-5-20251001`, and proxies such as LiteLLM and OpenRouter
+    prefix them "openai/"): the exact id, the alias's own name, or the same
+    id without a prefix or a snapshot date."""
+    if model in (known.model, known.name):
+        return True
+    bare = _undated(model)
+    return bare in (_undated(known.model), known.name) and "/" not in known.name
 
 
 # -- the schema ---------------------------------------------------------------------
@@ -483,7 +565,7 @@ def _endpoint(name: str, table: Mapping[str, object], source: str) -> EndpointSp
         max_concurrency=int(number("max_concurrency", unset.max_concurrency)), rpm=numbers["rpm"],
         input_tpm=numbers["input_tpm"], output_tpm=numbers["output_tpm"], tpm=numbers["tpm"], timeout=number("timeout", unset.timeout),
         total_timeout=numbers["total_timeout"], max_attempts=int(number("max_attempts", unset.max_attempts)),
-        max_retry_after=number("max_retry_after", unset.max_retry_after),
+        max_retry_after=number("max_retry_after", unset.max_retry_after), free=_flag(table, "free", where),
         options=_check_options(table.get("options"), kind, where))
 
 
@@ -506,8 +588,7 @@ def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, Endpo
     prices = _check_prices(table, where)
     context = _positive(table, "context_tokens", where, integer=True)
     for key in ("reasoning", "system_prompt"):
-        if key in table and not isinstance(table[key], bool):
-            raise ConfigError(f"{where} {key} must be true or false, got {table[key]!r}")
+        _flag(table, key, where)
     long_tokens = _positive(table, "long_prompt_tokens", where, integer=True)
     return ModelAlias(name=name, endpoints=names, model=table["model"], params=params,
                       reasoning=bool(table.get("reasoning", False)), price_cache_write_1h=prices["price_cache_write_1h"],
@@ -519,7 +600,44 @@ def _alias(name: str, table: Mapping[str, object], endpoints: Mapping[str, Endpo
                       long_prompt_model=_optional_str(table, "long_prompt_model", where),
                       retired=_date(table, "retired", where), shutdown=_date(table, "shutdown", where),
                       replacement=_optional_str(table, "replacement", where),
-                      checked=_date(table, "checked", where))
+                      checked=_date(table, "checked", where), prices=_bands(table.get("prices"), where),
+                      free=_flag(table, "free", where), legacy=_flag(table, "legacy", where))
+
+
+def _flag(table: Mapping[str, object], key: str, where: str) -> bool:
+    """A true/false key (false when unset)."""
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} {key} must be true or false, got {value!r}")
+    return value
+
+
+def _bands(value: object, where: str) -> tuple[PriceBand, ...]:
+    """The `prices` list of an alias: tables of a band each (engine/prices.py), checked."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{where} prices must be a list of tables {{above, since, until, price_in, ...}}, "
+                          f"got {value!r}")
+    bands = []
+    for i, table in enumerate(value):
+        at = f"{where} prices[{i}]"
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{at} must be a table, got {table!r}")
+        unknown = set(table) - set(BAND_KEYS)
+        if unknown:
+            raise ConfigError(f"{at} has unknown key(s) {sorted(unknown)} (known: {', '.join(BAND_KEYS)})")
+        _check_prices(table, at)
+        above = table.get("above", 0)
+        if type(above) is not int or above < 0:
+            raise ConfigError(f"{at} above must be a whole number of prompt tokens >= 0, got {above!r}")
+        since, until = _date(table, "since", at), _date(table, "until", at)
+        if since and until and since > until:
+            raise ConfigError(f"{at} since {since} is after until {until}")
+        if not any(key in table for key in PRICE_FIELDS):
+            raise ConfigError(f"{at} sets no price (price_in, price_out, ...)")
+        bands.append(band_of({**table, "since": since, "until": until}))
+    return tuple(bands)
 
 
 def _check_long_prompt_route(alias: ModelAlias, models: Mapping[str, ModelAlias], source: str) -> None:

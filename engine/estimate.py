@@ -24,7 +24,7 @@ call, so 686 questions over a 100k-token book count the book once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cache.backend import ResponseStore
@@ -55,6 +55,7 @@ class EstimateRow:
     cached_direct_usd: float = 0.0  # with provider prompt caching
     cached_batch_usd: float = 0.0   # batch and prompt caching
     batchable: bool = False
+    bands: set[str] = field(default_factory=set)  # the price bands the calls were priced by ("" : base)
 
     @property
     def to_call(self) -> int:
@@ -78,8 +79,9 @@ def caches_prompts(r: Resolved) -> bool:
 class Estimator:
     def __init__(self, config: Config, cache: ResponseStore | None = None, *,
                  batchable: Callable[[Resolved], bool] = default_batchable,
-                 count: Callable[[str], int] = count_tokens):
+                 count: Callable[[str], int] = count_tokens, bands: bool = True):
         self.config = config
+        self.use_bands = bands  # False: every call at the alias's base prices (for comparison)
         self.cache = cache
         self.batchable = batchable
         self.count = count
@@ -121,7 +123,7 @@ class Estimator:
         return [hits.get(r.key) for r in chunk]
 
     def _price(self, row: EstimateRow, r: Resolved, extra: int) -> None:
-        alias = r.alias
+        alias = r.alias if self.use_bands or not r.alias.prices else replace(r.alias, prices=())
         prefix = 0
         first_of_prefix = False
         if r.messages is None:  # embeddings
@@ -149,12 +151,17 @@ class Estimator:
                 tokens += sum(self.count(m["content"]) for m in r.messages)
         row.input_tokens += tokens
         row.output_tokens += out
+        band = alias.band(tokens)
+        row.bands.add(band.short if band is not None else "")
         direct = alias.cost(tokens, out)
         if prefix:
             row.prefix_tokens += prefix
             caching = kind_of(r.endpoints[0]).capabilities
-            if first_of_prefix:  # writes the prefix (Anthropic charges the write; OpenAI does not)
-                with_cache = alias.cost(tokens, out, cache_write=prefix if caching.charges_cache_writes else 0)
+            # The first call writes the prefix: Anthropic charges the write, and so do current OpenAI
+            # models (GPT-6: price_cache_write, 1.25x input); older OpenAI models and Gemini do not.
+            writes = caching.charges_cache_writes or alias.price_cache_write is not None
+            if first_of_prefix:
+                with_cache = alias.cost(tokens, out, cache_write=prefix if writes else 0)
             else:  # OpenAI reads in steps of 128 tokens
                 read = prefix // caching.cache_read_step * caching.cache_read_step
                 with_cache = alias.cost(tokens, out, cache_read=read)
@@ -197,7 +204,7 @@ class Estimator:
 
     def table(self) -> str:
         head = ["model", "role", "calls", "cached", "to call", "tokens in", "shared prefix", "tokens out (max)",
-                "direct $", "batch $", "+prompt cache $", "batch+prompt cache $"]
+                "price band", "direct $", "batch $", "+prompt cache $", "batch+prompt cache $"]
         rows = self.rows()
         body = [_cells(r) for r in rows] + ([_cells(self.totals())] if len(rows) > 1 else [])
         widths = [max(len(str(c)) for c in col) for col in zip(head, *body)]
@@ -210,8 +217,16 @@ def _cells(r: EstimateRow) -> list[str]:
     batch = f"{r.batch_usd:.4f}" if r.batchable or r.model == "total" else "-"
     both = f"{r.cached_batch_usd:.4f}" if r.batchable or r.model == "total" else "-"
     return [r.model, r.role, str(r.calls), str(r.cached), str(r.to_call), f"{r.input_tokens:,}",
-            f"{r.prefix_tokens:,}", f"{r.output_tokens:,}", f"{r.direct_usd:.4f}", batch,
+            f"{r.prefix_tokens:,}", f"{r.output_tokens:,}", band_cell(r.bands), f"{r.direct_usd:.4f}", batch,
             f"{r.cached_direct_usd:.4f}", both]
+
+
+def band_cell(bands: set[str]) -> str:
+    """The price bands a row's calls were priced by, one word: "list" (the base prices), a band's
+    (">272K": prompts over 272,000 tokens; "<=2026-12-31": a price in force until then), or several,
+    "+"-joined."""
+    labels = sorted(label or "list" for label in bands)
+    return "+".join(labels) if labels else "-"
 
 
 # The output assumed for a call sent without a token limit: the paper's max_tokens.

@@ -195,6 +195,7 @@ class EndpointSpec:
     total_timeout: float | None = None  # per request over all attempts
     max_attempts: int = 6
     max_retry_after: float = 60.0    # a server's longer retry-after is capped to this (and reported)
+    free: bool = False               # the config says calls here cost nothing (a server of one's own)
     # The kind's options, checked against its schema when the config loads
     # (read them typed with providers.kinds.opt_bool, opt_float, ...).
     options: Mapping[str, object] = field(default_factory=dict)

@@ -23,15 +23,32 @@ from __future__ import annotations
 from providers.models_common import PAPER_PARAMS, Table
 
 CHECKED = "2026-11-26"
+RECHECKED = "2026-11-28"  # the GPT-6 rows: prices, long-context bands, context windows, sampling
 
+# GPT-6 models reason by default (none of them defaults to reasoning effort "none"; GPT-6.1 Sol does not
+# support it): OpenAI's deployment checklist says "When reasoning effort is not none, remove temperature,
+# top_p, and top_logprobs" (developers.openai.com/api/docs/guides/deployment-checklist, checked 2026-11-28).
+_GPT6_PARAMS = {"max_completion_tokens": 4096}
+# gpt-5 and gpt-4.1 take temperature 1 (the only value gpt-5 accepts), as the leaderboard called them.
 _CURRENT_PARAMS = {"temperature": 1.0, "max_completion_tokens": 4096}
+# Over 272K input tokens OpenAI bills the whole request at 2x the input and cache prices and 1.5x the
+# output price (the GPT-6.1 and GPT-5.6 model pages, as quoted by docs.laozhang.ai and apidog.com;
+# checked 2026-11-28).
+LONG_PROMPT_TOKENS = 272_000
+
+
+def _long(price_in: float, cached: float, write: float, price_out: float) -> dict[str, object]:
+    return {"above": LONG_PROMPT_TOKENS, "price_in": 2 * price_in, "price_cached_in": 2 * cached,
+            "price_cache_write": 2 * write, "price_out": 1.5 * price_out,
+            "source": "OpenAI: a request over 272K input tokens at 2x input/cache, 1.5x output (checked 2026-11-28)"}
 
 
 def _current(model: str, price_in: float, cached: float, write: float, price_out: float,
              context: int | None) -> Table:
-    table: Table = {"endpoint": "openai", "model": model, "params": _CURRENT_PARAMS,
+    table: Table = {"endpoint": "openai", "model": model, "params": _GPT6_PARAMS,
                     "token_param": "max_completion_tokens", "price_in": price_in, "price_cached_in": cached,
-                    "price_cache_write": write, "price_out": price_out, "batch_discount": 0.5, "checked": CHECKED}
+                    "price_cache_write": write, "price_out": price_out, "batch_discount": 0.5,
+                    "prices": [_long(price_in, cached, write, price_out)], "checked": RECHECKED}
     if context is not None:
         table["context_tokens"] = context
     return table
@@ -39,12 +56,13 @@ def _current(model: str, price_in: float, cached: float, write: float, price_out
 
 OPENAI_MODELS: dict[str, Table] = {
     # -- current (no shutdown announced) ----------------------------------------------
-    # GPT-6.1 Sol: $2 / $0.10 cached / $10 (cache write 1.25x); context window not stated in what we read.
-    "gpt-6.1-sol": _current("gpt-6.1-sol", 2.0, 0.10, 2.50, 10.0, None),
-    # GPT-6.1 Terra (2026-10-26): $1 / $0.05 / $5, cache write $1.25; 1.05M context (922K input).
+    # GPT-6.1 Sol (2026-09-29): $2 / $0.10 cached / $10, cache write $2.50; over 272K input tokens
+    # $4 / $0.20 / $15 (cache write $5); 1,050,000-token context (922K input).
+    "gpt-6.1-sol": _current("gpt-6.1-sol", 2.0, 0.10, 2.50, 10.0, 1_050_000),
+    # GPT-6.1 Terra (2026-10-26): $1 / $0.05 / $5, cache write $1.25; over 272K $2 / $0.10 / $7.50; 1.05M context.
     "gpt-6.1-terra": _current("gpt-6.1-terra", 1.0, 0.05, 1.25, 5.0, 1_050_000),
-    # GPT-6 Luna: $0.10 / $0.01 / $0.50, cache write $0.125; 1M context.
-    "gpt-6-luna": _current("gpt-6-luna", 0.10, 0.01, 0.125, 0.50, 1_000_000),
+    # GPT-6 Luna (2026-09-22): $0.10 / $0.01 / $0.50, cache write $0.125; 1,050,000-token context.
+    "gpt-6-luna": _current("gpt-6-luna", 0.10, 0.01, 0.125, 0.50, 1_050_000),
     "text-embedding-3-small": {"endpoint": "openai", "model": "text-embedding-3-small", "price_in": 0.02,
                                "batch_discount": 0.5, "checked": CHECKED},
     # -- the leaderboard's, still served until their shutdown date ----------------------

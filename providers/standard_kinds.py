@@ -172,8 +172,13 @@ GEMINI = ProviderKind(
     default_models={
         # Current: shut down on 2026-12-01 (Google's deprecations page as read on 2026-11-10; replacements
         # gemini-3.8-flash for Pro, gemini-3.5-flash-lite for Flash).
+        # 2.5 Pro prompts over 200k tokens: $2.50 in, $0.25 cached, $15.00 out (the pricing page, checked
+        # 2026-11-28).
         "gemini-2.5-pro": {**_GEMINI_ROW, "model": "gemini-2.5-pro", "price_in": 1.25, "price_cached_in": 0.125,
-                           "price_out": 10.0, "shutdown": "2026-12-01", "replacement": "gemini-flash"},
+                           "price_out": 10.0, "shutdown": "2026-12-01", "replacement": "gemini-flash",
+                           "prices": [{"above": 200_000, "price_in": 2.50, "price_cached_in": 0.25, "price_out": 15.0,
+                                       "source": "ai.google.dev/gemini-api/docs/pricing, prompts > 200k "
+                                                 "(checked 2026-11-28)"}]},
         "gemini-2.5-flash": {**_GEMINI_ROW, "model": "gemini-2.5-flash", "price_in": 0.30, "price_cached_in": 0.03,
                              "price_out": 2.50, "shutdown": "2026-12-01", "replacement": "gemini-flash-lite"},
         # Retired: gemini-2.0-flash shut down on 2026-06-01 (Firebase AI Logic notice); the experimental
@@ -185,10 +190,15 @@ GEMINI = ProviderKind(
         "gemini-2-flash-thinking": {**_GEMINI_ROW, "model": "gemini-2.0-flash-thinking-exp-01-21", "price_in": 0.0,
                                     "price_out": 0.0, "retired": "2026-06-01", "replacement": "gemini-flash"},
         # The current defaults (released 2026-09-02 and 2026-07-21; no shutdown date announced). 3.8 Flash is at
-        # half price until 2026-12-31 (1.50 / 7.50 from 2027-01-01).
+        # half price through 2026-12-31: $0.75 / $0.075 cached / $3.75, then $1.50 / $0.15 / $7.50 from
+        # 2027-01-01 (the pricing page: "$0.75 through December 31, 2026", as transcribed 2026-10-07; LiteLLM's
+        # announcement; checked 2026-11-28). The base prices are the lasting ones; the band is the offer.
         "gemini-flash": {"endpoint": "gemini", "model": "gemini-3.8-flash", "params": {"temperature": 1.0},
-                         "price_in": 0.75, "price_cached_in": 0.075, "price_out": 3.75, "batch_discount": 0.5,
-                         "context_tokens": 1_048_576, "checked": "2026-11-26"},
+                         "price_in": 1.50, "price_cached_in": 0.15, "price_out": 7.50, "batch_discount": 0.5,
+                         "prices": [{"until": "2026-12-31", "price_in": 0.75, "price_cached_in": 0.075,
+                                     "price_out": 3.75, "source": "Google's introductory price through "
+                                                                  "2026-12-31 (checked 2026-11-28)"}],
+                         "context_tokens": 1_048_576, "checked": "2026-11-28"},
         "gemini-flash-lite": {"endpoint": "gemini", "model": "gemini-3.5-flash-lite", "params": {"temperature": 1.0},
                               "price_in": 0.30, "price_cached_in": 0.03, "price_out": 2.50, "batch_discount": 0.5,
                               "context_tokens": 1_048_576, "checked": "2026-11-26"},
@@ -240,9 +250,15 @@ XAI = ProviderKind(
                                       "replacement": "grok-4.3", "checked": "2026-11-26"},
         # xAI's named replacement: $1.25 in, $2.50 out, 1M context (the retirement page);
         # cached input $0.20 as listed for grok-4.20 (docs.x.ai/developers/models/grok-4.20-0309).
+        # Prompts over 204,800 tokens cost $2.50 in and $5.00 out (tiered by prompt size, output at twice the
+        # tier's input price: docs.apiyi.com/en/models/grok-4-3, checked 2026-11-28); no cached price is
+        # given for that tier, so the base $0.20 stands. Reasoning is always on; xAI reports its tokens
+        # outside completion_tokens (counted: providers/openai_http.py).
         "grok-4.3": {"endpoint": "xai", "model": "grok-4.3", "params": {}, "price_in": 1.25,
                      "price_cached_in": 0.2, "price_out": 2.5, "context_tokens": 1_000_000,
-                     "checked": "2026-11-26"},
+                     "prices": [{"above": 204_800, "price_in": 2.50, "price_out": 5.0,
+                                 "source": "xAI tiered pricing over 204,800 prompt tokens (checked 2026-11-28)"}],
+                     "checked": "2026-11-28"},
     },
 )
 

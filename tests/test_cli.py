@@ -121,7 +121,7 @@ def test_models_lists_aliases_and_whether_keys_are_set(tmp_path):
     assert "no (ANTHROPIC_API_KEY)" in rows["claude-sonnet-4"]
     # each alias with its prices, where it stands and when that was checked
     assert "shuts down on 2027-01-14 -> gpt-6-luna" in rows["gpt-4o"] and " 2.5/10 " in rows["gpt-4o"]
-    assert "retired on 2025-10-22 -> claude-sonnet-5-5" in rows["claude-3-5-sonnet"]
+    assert "retired on 2025-10-28 -> claude-sonnet-5-5" in rows["claude-3-5-sonnet"]
     assert rows["claude-sonnet-5-5"].split()[-2:] == ["current", "2026-11-26"]
     assert "sk-test-secret-value" not in result.stdout
 

@@ -74,9 +74,9 @@ def estimate_rows(stdout: str) -> dict[tuple[str, str], list[str]]:
     for line in lines:
         cells = line.split()
         if cells and cells[0] == "total":
-            rows[("total", "")] = cells[1:]
-        elif len(cells) == 12:
-            rows[(cells[0], cells[1])] = cells[2:]
+            rows[("total", "")] = cells[1:7] + cells[8:]  # without the price band ("-")
+        elif len(cells) == 13:
+            rows[(cells[0], cells[1])] = cells[2:8] + cells[9:]
     return rows
 
 

@@ -20,7 +20,7 @@ from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from tests.test_cli import ROOT, atulving, tulving
 
-RETIRED_LINE = ("claude-3-5-sonnet (claude-3-5-sonnet-20240620) was retired by Anthropic on 2025-10-22: use "
+RETIRED_LINE = ("claude-3-5-sonnet (claude-3-5-sonnet-20240620) was retired by Anthropic on 2025-10-28: use "
                 "claude-sonnet-5-5 (or declare the alias in your config to call it anyway, e.g. through a proxy "
                 "that still serves it)")
 
@@ -82,7 +82,7 @@ async def test_a_404_for_the_model_is_final_and_names_the_replacement(tmp_path, 
     sonnet, odd = (o.error for o in outcomes)
     assert sonnet is not None and sonnet.status == 404 and not sonnet.retryable
     assert sonnet.message.endswith("model: claude-3-5-sonnet-20240620 [not_found_error] -- claude-3-5-sonnet "
-                                   "(retired by Anthropic on 2025-10-22): use claude-sonnet-5-5, or "
+                                   "(retired by Anthropic on 2025-10-28): use claude-sonnet-5-5, or "
                                    "`tulving models --remote` lists the models this key can use")
     assert odd is not None and "does not exist or you do not have access to it. [model_not_found] -- o1 " \
                                "(retired by OpenAI on 2026-10-23): use gpt-6.1-sol" in odd.message
@@ -164,7 +164,14 @@ def test_ad_hoc_ids_take_the_registrys_settings_or_inferred_ones():
     assert config.alias("openai/o4-mini").reasoning and not config.alias("openai/o4-mini").sends_system
     assert config.alias("openai/gpt-5.4").token_param == "max_completion_tokens"
     assert config.alias("openai/gpt-4.1-mini").token_param == "max_completion_tokens"
-    assert config.alias("openai/gpt-4o").token_param is None and not config.alias("openai/gpt-4o").priced
+    # A model the provider serves under several names is priced under each (checked 2026-11-28: OpenAI
+    # serves gpt-5 and its snapshot gpt-5-2025-08-07), whatever the host, and the name asked is the name sent.
+    assert config.alias("openai/gpt-4o").token_param is None and config.alias("openai/gpt-4o").price_in == 2.5
+    gpt5 = config.alias("openai/gpt-5")
+    assert (gpt5.model, gpt5.price_in, gpt5.price_out) == ("gpt-5", 1.25, 10.0)
+    assert config.alias("openai/gpt-6.1-sol-2026-09-29").price_in == 2.0  # the snapshot a reply names
+    assert config.alias("anthropic/claude-haiku-4-5").price_in == 1.0  # the undated name of -20251001
+    assert not config.alias("openai/team-gpt").priced  # a proxy's own name: unknown, asked about
     assert config.retirement(config.alias("anthropic/claude-sonnet-4-20250514")) is not None
 
 

@@ -3,6 +3,7 @@ the shipped OpenAI and Anthropic aliases with their ids, prices and dates."""
 from __future__ import annotations
 
 from engine.config import Config, ModelAlias
+from engine.prices import bands_label
 
 
 def _price(value: float | None) -> str:
@@ -12,9 +13,27 @@ def _price(value: float | None) -> str:
 def _row(name: str, alias: ModelAlias, kind: str) -> str:
     cells = [f"`{name}`", kind, f"`{alias.model}`", _price(alias.price_in), _price(alias.price_cached_in),
              _price(alias.price_cache_write), _price(alias.price_out),
+             bands_label(alias.prices) or "-",
              "-" if alias.context_tokens is None else f"{alias.context_tokens:,}", alias.status(alias.checked),
              alias.checked or "-"]
     return "| " + " | ".join(cells) + " |"
+
+
+def price_cell(config: Config, name: str) -> str:
+    """`tulving models`' price cell: "in/out" USD per million, then each band
+    ("2/10; >272K 4/15"), "free", or "unknown"."""
+    alias = config.models[name]
+    if not alias.priced:
+        return "free" if config.is_free(alias) else "unknown"
+    cell = f"{alias.price_in or 0:g}/{alias.price_out or 0:g}"
+    for band in alias.prices:
+        prices = band.prices()
+        if "price_in" in prices or "price_out" in prices:
+            said = f"{prices.get('price_in', alias.price_in or 0):g}/{prices.get('price_out', alias.price_out or 0):g}"
+        else:  # a band of cache prices only
+            said = ",".join(f"{k.removeprefix('price_')} {v:g}" for k, v in prices.items())
+        cell += f"; {band.short} {said}"
+    return cell
 
 
 def models_markdown(config: Config) -> str:
@@ -30,8 +49,14 @@ def models_markdown(config: Config) -> str:
              "The paper's writer and judge, claude-3-5-sonnet-20240620, is retired: `tulving agreement` "
              "measures how far a substitute judge agrees with another on the same answers (two runs that "
              "differ only by --judge).", "",
-             "| alias | kind | model id | input | cached input | cache write | output | context | status | checked |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "Prices change by date and by prompt length: the *other prices* column gives each band "
+             "(engine/prices.py), e.g. `>272K` (a prompt over 272,000 tokens, the whole call) or `<=2026-12-31` "
+             "(in force until that day); a call is priced by the band in force on its day for its prompt, "
+             "`--dry-run` names the band each model's calls fall in, and a provider that reports what a call "
+             "cost (OpenRouter) is counted at its own figure.", "",
+             "| alias | kind | model id | input | cached input | cache write | output | other prices | context | "
+             "status | checked |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in sorted(config.models):
         alias = config.models[name]
         kind = config.endpoints[alias.endpoints[0]].kind

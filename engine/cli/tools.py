@@ -14,7 +14,7 @@ from engine.cache_section import CACHE_KEYS
 from engine.cli import lifecycle, probe
 from engine.cli.commands import command_help
 from engine.cli.common import default_config, load_config
-from engine.cli.models_table import models_markdown
+from engine.cli.models_table import models_markdown, price_cell
 from engine.cli.remote_models import availability, remote_models
 from engine.config import ENDPOINT_KEYS, MODEL_KEYS, Config
 from engine.errors import TulvingError
@@ -72,7 +72,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
         for ep_name in alias.endpoints:
             ep = config.endpoints[ep_name]
             key = "-" if not ep.key_env else ("yes" if os.environ.get(ep.key_env) else f"no ({ep.key_env})")
-            row = (name, ep_name, alias.model, ep.kind, key, _prices(config, name),
+            row = (name, ep_name, alias.model, ep.kind, key, price_cell(config, name),
                    _not_installed(ep.kind, alias.model) or alias.status(), alias.checked or "-")
             rows.append(row + ((availability(config, name, listed),) if args.remote else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -105,13 +105,6 @@ def _not_installed(kind: str, model: str) -> str | None:
     if kind == "local-embed" and model.lower() in MINILM_NAMES and package_dir(MINILM_PACKAGE) is None:
         return f"not installed: {MINILM_INSTALL}"
     return None
-
-
-def _prices(config: Config, name: str) -> str:
-    alias = config.models[name]
-    if not alias.priced:
-        return "free" if config.is_free(alias) else "unknown"
-    return f"{alias.price_in or 0:g}/{alias.price_out or 0:g}"
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
