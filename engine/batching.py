@@ -50,10 +50,11 @@ import time
 from collections import defaultdict
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from cache.backend import BatchLedgerStore
 from cache.keys import request_key
+from engine.batch_matching import Matcher
 from engine.requests import CALL_KEY
 from providers.base import (
     BAD_REPLY,
@@ -584,12 +585,15 @@ class BatchWaiting:
         if results is None:
             return
         handled: set[str] = set()
+        matcher = Matcher(self.p.name, info, results)  # keyless results: engine/batch_matching.py
         while True:  # lines attached while this harvest awaited are answered from the same results
             todo = [line for key, line in watch.lines.items() if key not in handled]
             if not todo:
-                return
+                break
             handled.update(line.key for line in todo)
-            await self._answer(watch, [(line, results.get(line.key) or self._missing(info)) for line in todo])
+            await self._answer(watch, cast("list[tuple[Line, LineResult]]", matcher.answers(todo, self._missing(info))))
+        if (said := matcher.notice()) is not None:
+            self.p.host.notice(said, key=("unmatched", watch.id))
 
     async def _answer(self, watch: Watch, answers: list[tuple[Line, LineResult]]) -> None:
         p = self.p

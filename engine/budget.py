@@ -111,7 +111,9 @@ class Budget:
                 waiter.wake()
         if result is None:
             return 0.0
-        if isinstance(result, ChatResult):
+        if isinstance(result, ChatResult) and result.reported_cost is not None:
+            cost = result.reported_cost  # the provider's own figure (OpenRouter usage.cost) counts first
+        elif isinstance(result, ChatResult):
             cost = float(alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
                                     cache_write=result.cache_write_tokens,
                                     cache_write_1h=result.cache_write_1h_tokens, batch=batch or result.batched))

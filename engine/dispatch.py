@@ -488,7 +488,10 @@ class EndpointState:
             try:
                 # spent before release(), which may start the next call under max_cost
                 reserved, job.cost_reserved = job.cost_reserved, 0.0
-                outcome.cost = self.budget.settle(reserved, r.alias, outcome.result if outcome.usage else None)
+                # A call that failed may still have been billed (a batch line whose answer could not be
+                # matched: ProviderError.billed); what was billed is spent, answer or not.
+                paid = outcome.result if outcome.usage else outcome.error.billed if outcome.error else None
+                outcome.cost = self.budget.settle(reserved, r.alias, paid)
             except Exception as exc:  # noqa: BLE001 -- reported as an error below, never a hang
                 outcome = AttemptOutcome(error=exception_error(exc, endpoint=self.name, timeout=timeout, secret=None),
                                          started=start)

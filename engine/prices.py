@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 PRICE_FIELDS = ("price_in", "price_out", "price_cached_in", "price_cache_write", "price_cache_write_1h")
 BAND_KEYS = ("above", "since", "until", "source", *PRICE_FIELDS)
@@ -76,8 +77,8 @@ class PriceBand:
             parts.append(f"<={self.until}")
         return ",".join(parts)
 
-    def prices(self) -> dict[str, float]:
-        """The prices this band sets (the others are the base's)."""
+    def prices(self) -> dict[str, Any]:
+        """The prices this band sets (the others are the base's), by field name (floats)."""
         return {name: value for name in PRICE_FIELDS if (value := getattr(self, name)) is not None}
 
 

@@ -762,7 +762,8 @@ class Engine:
             assert usage is not None and result is not None  # a reply without an error has both
             self._succeeded(ep, job, result, usage, cost)
         elif not job.cancelled:
-            self._failed(ep, job, error, start, now)
+            self._stats.cost += cost  # billed without an answer (ProviderError.billed): spent all the same
+            self._failed(ep, job, error, start, now, cost)
 
     def _succeeded(self, ep: EndpointState, job: Job, result: Result, usage: tuple[int, int], cost: float) -> None:
         r = job.resolved
@@ -784,7 +785,8 @@ class Engine:
         if not job.cancelled:
             self._settle(job, result=result, cost=cost, endpoint=ep.name)
 
-    def _failed(self, ep: EndpointState, job: Job, error: ProviderError, start: float, now: float) -> None:
+    def _failed(self, ep: EndpointState, job: Job, error: ProviderError, start: float, now: float,
+                cost: float = 0.0) -> None:
         """A failed attempt: the endpoint's pacing decides whether and when
         the call is tried again (engine/pacing.py); counted and reported here."""
         if error.kind == RATE_LIMITED:
@@ -805,7 +807,7 @@ class Engine:
                             f"({delay:.0f} s)", key=("wait", ep.name))
             self._requeue_later(job, delay)
             return
-        self._settle(job, error=error, endpoint=ep.name)
+        self._settle(job, error=error, cost=cost, endpoint=ep.name)
 
     def _requeue_later(self, job: Job, delay: float) -> None:
         loop = asyncio.get_running_loop()

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import SupportsFloat, SupportsInt, TypedDict, cast
 
 from engine.config import ModelAlias
+from engine.prices import disagrees
 from engine.requests import Outcome
 from providers.base import BUDGET, ChatResult
 
@@ -47,6 +48,9 @@ class SpendingRow(TypedDict):
     caching_saved_usd: float
     usage_counted_locally: int
     not_sent: int
+    paid_no_answer: int
+    reported_usd: float
+    table_usd: float
 
 
 @dataclass(slots=True)
@@ -64,14 +68,25 @@ class RoleUsage:
     caching_saved_usd: float = 0.0
     usage_counted_locally: int = 0  # replies without the server's usage: tokens counted here
     not_sent: int = 0  # refused by --max-cost before sending: neither a call nor a cost
+    paid_no_answer: int = 0  # billed by the provider, no usable answer (a batch line it did not key)
+    reported_usd: float = 0.0  # what the provider reported for the calls that report a cost (OpenRouter)
+    table_usd: float = 0.0     # the same calls at the table's prices: the cross-check
 
     def add(self, other: Mapping[str, object]) -> None:
         """Add a row read back from a results file (missing or empty figures count 0)."""
         for name in ("calls", "cached", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-                     "output_tokens", "usage_counted_locally", "not_sent"):
+                     "output_tokens", "usage_counted_locally", "not_sent", "paid_no_answer"):
             setattr(self, name, getattr(self, name) + int(cast(SupportsInt, other.get(name, 0) or 0)))
-        for name in ("spent_usd", "list_usd", "caching_saved_usd"):
+        for name in ("spent_usd", "list_usd", "caching_saved_usd", "reported_usd", "table_usd"):
             setattr(self, name, getattr(self, name) + float(cast(SupportsFloat, other.get(name, 0.0) or 0.0)))
+
+
+def table_cost(alias: ModelAlias, result: ChatResult) -> float:
+    """What the alias's price table says a reply cost (its cache reads and
+    writes at their prices, the batch discount where it came by batch)."""
+    return alias.cost(result.input_tokens, result.output_tokens, cache_read=result.cache_read_tokens,
+                      cache_write=result.cache_write_tokens, cache_write_1h=result.cache_write_1h_tokens,
+                      batch=result.batched)
 
 
 def caching_saving(alias: ModelAlias, result: ChatResult, spent: float) -> float:
@@ -106,9 +121,16 @@ class Spending:
             return
         result = outcome.result
         if result is None:
-            return
+            billed = outcome.error.billed if outcome.error is not None else None
+            if billed is None:
+                return
+            row.paid_no_answer += 1  # the provider billed it, no answer came of it: spent all the same
+            result = billed
         row.input_tokens += result.input_tokens
         row.spent_usd += outcome.cost
+        if isinstance(result, ChatResult) and result.reported_cost is not None:
+            row.reported_usd += result.reported_cost
+            row.table_usd += table_cost(alias, result)
         if isinstance(result, ChatResult):
             row.cache_read_tokens += result.cache_read_tokens
             row.cache_write_tokens += result.cache_write_tokens
@@ -127,6 +149,8 @@ class Spending:
             d["spent_usd"] = round(d["spent_usd"], 6)
             d["list_usd"] = round(d["list_usd"], 6)
             d["caching_saved_usd"] = round(d["caching_saved_usd"], 6)
+            d["reported_usd"] = round(d["reported_usd"], 6)
+            d["table_usd"] = round(d["table_usd"], 6)
             out.append(d)
         return out
 
@@ -152,6 +176,8 @@ def spending_lines(rows: Iterable[SpendingRow]) -> list[str]:
         if r["cache_read_tokens"] or r["cache_write_tokens"]:
             cache = f" (prompt cache: {r['cache_read_tokens']:,} read, {r['cache_write_tokens']:,} written)"
         unsent = f", {r['not_sent']} not sent (--max-cost)" if r.get("not_sent") else ""
+        if r.get("paid_no_answer"):
+            unsent += f", {r['paid_no_answer']} paid without an answer"
         lines.append(f"  {r['model']} {r['role']}: {r['calls']} calls ({r['cached']} cached{unsent}), "
                      f"{r['input_tokens']:,} tokens in{cache}, {r['output_tokens']:,} out, "
                      f"${r['spent_usd']:.4f}")
@@ -163,4 +189,22 @@ def spending_lines(rows: Iterable[SpendingRow]) -> list[str]:
         total += f"; prompt caching saved ${saved:.4f}"
     local = sum(r.get("usage_counted_locally", 0) for r in rows)
     said = [f"{local} replies had no usage from the server: tokens counted locally (cl100k_base)"] if local else []
+    said += cross_check_lines(rows)
     return [total + ")"] + lines + said
+
+
+def cross_check_lines(rows: Iterable[SpendingRow]) -> list[str]:
+    """Where a provider reported what its calls cost (counted as spent), the
+    table's price for the same calls, and a warning when they disagree
+    beyond the tolerance (engine/prices.py `disagrees`)."""
+    out = []
+    for r in rows:
+        reported, table = r.get("reported_usd", 0.0) or 0.0, r.get("table_usd", 0.0) or 0.0
+        if not reported and not table:
+            continue
+        line = (f"  {r['model']} {r['role']}: the provider reported ${reported:.4f} (counted); the price table says "
+                f"${table:.4f}")
+        if disagrees(reported, table):
+            line += " -- they disagree: the table's prices for this model may be out of date"
+        out.append(line)
+    return out

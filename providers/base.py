@@ -89,6 +89,9 @@ class ChatResult:
     # OpenRouter `reasoning`); kept in the cache and the results, never judged. Its
     # tokens are already in `output_tokens` (the providers count them in completion_tokens).
     reasoning: str | None = None
+    # What the provider says the call cost, in USD (OpenRouter's usage.cost): counted instead of the
+    # price table's figure, which stays the estimate and the cross-check (engine/prices.py).
+    reported_cost: float | None = None
 
 
 @dataclass(slots=True)
@@ -130,6 +133,7 @@ class ErrorKind(StrEnum):
     BUDGET = "budget"                    # not sent: the run's max_cost would be exceeded
     CRASHED = "crashed"                  # a local model's worker process died on this call again
     CANCELLED = "cancelled"              # its batch was cancelled before it ran (a rerun sends it again)
+    UNMATCHED = "unmatched"              # the provider ran and billed it, but its answer cannot be told apart (final)
 
 
 # The short names every module imports.
@@ -146,6 +150,7 @@ CONFIG = ErrorKind.CONFIG
 BUDGET = ErrorKind.BUDGET
 CRASHED = ErrorKind.CRASHED
 CANCELLED = ErrorKind.CANCELLED
+UNMATCHED = ErrorKind.UNMATCHED
 
 RETRYABLE = frozenset({RATE_LIMITED, OVERLOADED, TIMEOUT, CONNECTION, BAD_REPLY})
 
@@ -164,6 +169,9 @@ class ProviderError(Exception):
         self.retry_after = retry_after
         self.request_id = request_id
         self.rate_limits = rate_limits  # what the error reply's headers said of the limits
+        # What the provider billed for this call although no answer came of it (a batch line whose
+        # result could not be matched): its usage, counted as spent. None: nothing billed.
+        self.billed: ChatResult | None = None
 
     @property
     def retryable(self) -> bool:

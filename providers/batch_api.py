@@ -13,7 +13,9 @@ normalised `ChatResult` (the provider's own `chat_result`) or a classified
 - expired (the 24 h window passed) -> timeout (retryable: the next batch);
 - canceled (someone cancelled the batch) -> bad request "cancelled" (final:
   a cancel is a decision, not a fault; a rerun submits it again);
-- a line missing from the results of an ended batch -> bad reply (retryable).
+- a line missing from the results of an ended batch -> bad reply (retryable),
+  unless the batch says it ran (then it was billed: engine/batch_matching.py);
+- a result that names no request -> under an UNKEYED key (engine/batch_matching.py).
 """
 from __future__ import annotations
 
@@ -25,6 +27,13 @@ from datetime import datetime
 from providers.base import CANCELLED, TIMEOUT, ChatResult, EndpointSpec, ProviderError
 
 LineResult = ChatResult | ProviderError
+
+# A result line that names no request: `results()` gives it under UNKEYED + its position ("?0",
+# "?1", ...), never a custom_id (those are hex digests). The Gemini API is reported to leave the
+# key out of inlined responses (googleapis/python-genai#2008, js-genai#1191) and to return them out
+# of order (python-genai#1909), so neither the key nor the position can be trusted to be there:
+# the engine matches such lines where it can and counts the rest as paid (engine/batch_matching.py).
+UNKEYED = "?"
 
 # What a results download asks for: the JSONL types (the Batch API's output
 # files, Anthropic's results_url), "application/binary" as both official SDKs

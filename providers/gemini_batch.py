@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 import orjson
 
 from providers.base import EndpointSpec, ProviderError
-from providers.batch_api import BatchApi, BatchInfo, LineResult, unix_time
+from providers.batch_api import UNKEYED, BatchApi, BatchInfo, LineResult, unix_time
 from providers.gemini_errors import HTTP_OF_STATUS, gemini_status_error
 from providers.gemini_http import CONTROL_TIMEOUT, GeminiProvider, model_path
 from providers.http_errors import bad_reply
@@ -161,13 +161,13 @@ class GeminiBatchApi(BatchApi):
         else:
             items = await self._inlined(info)
         out: dict[str, LineResult] = {}
-        for item in items:
+        for position, item in enumerate(items):
             key = item.get("key")
             metadata = item.get("metadata")
             if not isinstance(key, str) and isinstance(metadata, dict):
                 key = metadata.get("key")
-            if isinstance(key, str):
-                out[key] = self._line_result(info, item)
+            # A line without its key (python-genai#2008) is kept under UNKEYED: it was run and billed.
+            out[key if isinstance(key, str) and key else f"{UNKEYED}{position}"] = self._line_result(info, item)
         return out
 
     async def _inlined(self, info: BatchInfo) -> list[dict[str, object]]:

@@ -209,7 +209,7 @@ class OpenAIProvider(HttpProvider):
         usage = data.get("usage")
         try:
             input_tokens = token_count(usage, "prompt_tokens") or 0
-            output_tokens = token_count(usage, "completion_tokens")
+            output_tokens = _output_tokens(usage, input_tokens)
             details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
             cached = _cache_read(usage, details)
             # Tokens written to the cache, which newer models bill apart (the SDK's
@@ -222,7 +222,7 @@ class OpenAIProvider(HttpProvider):
                           output_tokens=output_tokens or 0, latency=latency, request_id=request_id,
                           cache_read_tokens=min(cached, input_tokens),
                           cache_write_tokens=min(written, max(0, input_tokens - cached)),
-                          reasoning=_reasoning(message))
+                          reasoning=_reasoning(message), reported_cost=reported_cost(usage))
 
     def _content(self, data: dict[str, object], message: dict[str, object], finish: str, output_tokens: int | None,
                  usage: object, request_id: str | None) -> str:
@@ -303,6 +303,45 @@ def _local_usage(body: Mapping[str, object], data: Mapping[str, object]) -> dict
     except (KeyError, IndexError, TypeError):
         content = None  # chat_result says what is wrong with the reply
     return {"prompt_tokens": prompt, "completion_tokens": count_tokens(content) if isinstance(content, str) else 0}
+
+
+def _output_tokens(usage: object, input_tokens: int) -> int | None:
+    """The billed output tokens: `completion_tokens`, plus the reasoning
+    tokens where the server counts them apart. OpenAI counts reasoning inside
+    completion_tokens; xAI reports completion_tokens as the visible text only,
+    with `completion_tokens_details.reasoning_tokens` beside it and in
+    `total_tokens` (vercel/ai#12425, inspect_ai#5528; checked 2026-11-28).
+    Told apart by the sum: total = prompt + completion + reasoning."""
+    output = token_count(usage, "completion_tokens")
+    details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
+    reasoning = token_count(details, "reasoning_tokens") if isinstance(details, dict) else None
+    total = token_count(usage, "total_tokens")
+    if output is not None and reasoning and total is not None and total == input_tokens + output + reasoning:
+        return output + reasoning
+    return output
+
+
+def reported_cost(usage: object) -> float | None:
+    """What the server says the call cost, in USD, or None: OpenRouter's
+    `usage.cost` (in credits, one a dollar; with your own key, plus
+    `cost_details.upstream_inference_cost`: openrouter.ai/docs usage
+    accounting, checked 2026-11-28); xAI's `cost_in_usd_ticks` (1e10 ticks a
+    dollar, as xAI's usage reports it; checked 2026-11-28)."""
+    if not isinstance(usage, dict):
+        return None
+    cost, ticks = _amount(usage.get("cost")), _amount(usage.get("cost_in_usd_ticks"))
+    if cost is not None:
+        details = usage.get("cost_details")
+        upstream = _amount(details.get("upstream_inference_cost")) if isinstance(details, dict) else None
+        return cost + ((upstream or 0.0) if usage.get("is_byok") is True else 0.0)
+    return None if ticks is None else ticks / 1e10
+
+
+def _amount(value: object) -> float | None:
+    """A finite amount >= 0, or None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
 
 
 def _cache_read(usage: object, details: object) -> int:

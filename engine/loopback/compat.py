@@ -12,6 +12,11 @@ command line), so tests meet what those services send and refuse:
   2026-11-26); an unknown field or a wrong type is a 400. With
   `include_reasoning: true` (or a `reasoning` object) a reasoning model answers with
   `message.reasoning`; usage carries `cost` (USD, openrouter.ai/docs/use-cases/usage-accounting).
+- "xai": every model reasons (grok-4.3 cannot turn it off) and, as xAI does,
+  its reasoning tokens are reported outside `completion_tokens`, in
+  `completion_tokens_details.reasoning_tokens` and in `total_tokens`
+  (vercel/ai#12425, inspect_ai#5528), with the cost as `cost_in_usd_ticks`
+  (1e10 a dollar; checked 2026-11-28).
 - "azure": the Azure OpenAI v1 path `/openai/v1/chat/completions` is served
   too, and the key is read from the `api-key` header only.
 
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-FLAVOURS = ("deepseek", "openrouter", "azure")
+FLAVOURS = ("deepseek", "openrouter", "azure", "xai")
 AZURE_CHAT_PATH = "/openai/v1/chat/completions"
 
 # OpenRouter's provider object: field -> the JSON types it takes.
@@ -92,6 +97,8 @@ def decorate(flavour: str | None, body: Mapping[str, object], data: dict[str, An
              count: Callable[[str], int]) -> int:
     """Give an OpenAI chat reply (`data`) the service's fields; the output
     tokens it now counts (the answer's plus the reasoning's)."""
+    if flavour == "xai":
+        return _xai(body, data, output_tokens, count)
     if flavour not in ("deepseek", "openrouter"):
         return output_tokens
     message, usage = data["choices"][0]["message"], data["usage"]
@@ -112,3 +119,15 @@ def decorate(flavour: str | None, body: Mapping[str, object], data: dict[str, An
         message["reasoning"] = reasoning
         usage["cost"] = round((usage["prompt_tokens"] + output_tokens) * OPENROUTER_COST_PER_TOKEN, 9)
     return output_tokens
+
+
+def _xai(body: Mapping[str, object], data: dict[str, Any], output_tokens: int, count: Callable[[str], int]) -> int:
+    """xAI's usage: reasoning tokens beside completion_tokens, not in it; the cost in ticks."""
+    usage = data["usage"]
+    hidden = count(reasoning_text(body))
+    usage["completion_tokens"] = output_tokens
+    usage["completion_tokens_details"] = {"reasoning_tokens": hidden}
+    usage["total_tokens"] = usage["prompt_tokens"] + output_tokens + hidden
+    billed = output_tokens + hidden
+    usage["cost_in_usd_ticks"] = round((usage["prompt_tokens"] + billed) * OPENROUTER_COST_PER_TOKEN * 1e10)
+    return billed
