@@ -7,14 +7,16 @@ google-genai's batches module, which reads the same JSON):
   [{"request": GenerateContentRequest, "metadata": {"key"}}]}}}}` (inlined,
   for batches up to 20 MB) or `{"inputConfig": {"fileName": "files/..."}}`
   for a JSONL file of `{"key", "request"}` lines uploaded first (the free
-  step, `prepare`: a multipart upload to `upload/{version}/files`);
+  step, `prepare`: a multipart upload to `upload/v1beta/files`);
 - the reply, and every poll, is an Operation: `name` "batches/...",
   `metadata` the GenerateContentBatch (state BATCH_STATE_PENDING | RUNNING |
   SUCCEEDED | FAILED | CANCELLED | EXPIRED, batchStats with int64 counts as
   strings, output), `done`, `response` (the output), `error`;
 - output: `inlinedResponses.inlinedResponses` [{"response" | "error",
   "metadata": {"key"}}], or a `responsesFile` of JSONL lines {"key",
-  "response" | "error"} read at `download/{version}/{file}:download?alt=media`.
+  "response" | "error"} read at `download/v1beta/{file}:download?alt=media`.
+Every path here is under v1beta, the version Google documents them under
+(BATCH_API_VERSION), whatever `api_version` the endpoint's direct calls use.
 A line's request is the direct call's body (`GeminiProvider.chat_body`) and a
 response is normalised by `GeminiProvider.chat_result`, so a batch answer
 equals a direct one. A result line that cannot be read is skipped (it counts
@@ -39,6 +41,12 @@ log = logging.getLogger(__name__)
 _ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED",
           "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED"}
 INLINE_BYTES = 20 * 1000 * 1000  # inlined requests: up to 20 MB in all (the batch guide)
+# Google documents models.batchGenerateContent, batches.* and the file upload and download under
+# v1beta only (ai.google.dev/api/batch-api, /api/files: "post https://generativelanguage.googleapis.com/
+# v1beta/{batch.model=models/*}:batchGenerateContent"; checked 2026-11-28), while generateContent is
+# documented under v1 and v1beta (the google-genai SDK 3.6.1 defaults to v1 for everything; v1 has been
+# seen refusing fields v1beta takes: vercel/ai#2256). So every batch and file call goes to v1beta.
+BATCH_API_VERSION = "v1beta"
 _COUNTS = {"requestCount": "total", "successfulRequestCount": "completed", "failedRequestCount": "failed",
            "pendingRequestCount": "pending"}
 
@@ -66,6 +74,12 @@ class GeminiBatchApi(BatchApi):
         self._secret = api_key
         self._http = self._provider.http
 
+    def _batch_url(self, path: str, query: str = "") -> str:
+        """`{base_url}/v1beta/{path}`: Batch Mode is documented under v1beta only, whatever version
+        the endpoint's generateContent calls use (BATCH_API_VERSION)."""
+        url = self._provider.url(f"/{BATCH_API_VERSION}/{path}")
+        return f"{url}{'&' if '?' in url else '?'}{query}" if query else url
+
     def line(self, custom_id: str, model: str, messages: Sequence[Mapping[str, object]],
              params: Mapping[str, object]) -> bytes:
         # "model" travels with the line to `create` (which puts it in the URL) and is not sent in it.
@@ -83,7 +97,7 @@ class GeminiBatchApi(BatchApi):
         for item in self._items(lines):
             parts += (orjson.dumps({"key": item["key"], "request": item["request"]}), b"\n")
         parts.append(f"\r\n--{boundary}--\r\n".encode())
-        url = self._provider.url(f"/upload/{self._provider.api_version}/files?uploadType=multipart")
+        url = self._provider.url(f"/upload/{BATCH_API_VERSION}/files?uploadType=multipart")
         uploaded = await self._http.request_json("POST", url, body=b"".join(parts), timeout=CONTROL_TIMEOUT,
                                                  content_type=f"multipart/related; boundary={boundary}")
         found = uploaded.get("file")
@@ -107,7 +121,7 @@ class GeminiBatchApi(BatchApi):
             source = {"requests": {"requests": [{"request": item["request"], "metadata": {"key": item["key"]}}
                                                 for item in items]}}
         body = {"batch": {"displayName": f"tulving-{uuid.uuid4().hex[:12]}", "inputConfig": source}}
-        url = self._provider.api_url(f"{model_path(model)}:batchGenerateContent")
+        url = self._batch_url(f"{model_path(model)}:batchGenerateContent")
         return self._info(await self._http.request_json("POST", url, body=orjson.dumps(body),
                                                         timeout=CONTROL_TIMEOUT))
 
@@ -121,11 +135,11 @@ class GeminiBatchApi(BatchApi):
         return None
 
     async def poll(self, batch_id: str) -> BatchInfo:
-        return self._info(await self._http.request_json("GET", self._provider.api_url(batch_id),
+        return self._info(await self._http.request_json("GET", self._batch_url(batch_id),
                                                         timeout=CONTROL_TIMEOUT))
 
     async def cancel(self, batch_id: str) -> BatchInfo:
-        await self._http.request_json("POST", self._provider.api_url(f"{batch_id}:cancel"), body=b"{}",
+        await self._http.request_json("POST", self._batch_url(f"{batch_id}:cancel"), body=b"{}",
                                       timeout=CONTROL_TIMEOUT)
         return await self.poll(batch_id)
 
@@ -133,7 +147,7 @@ class GeminiBatchApi(BatchApi):
         return [self._info(item) for item in await self._operations(limit)]
 
     async def _operations(self, limit: int) -> list[dict[str, object]]:
-        data = await self._http.request_json("GET", self._provider.api_url("batches", f"pageSize={int(limit)}"),
+        data = await self._http.request_json("GET", self._batch_url("batches", f"pageSize={int(limit)}"),
                                              timeout=CONTROL_TIMEOUT)
         items = data.get("operations") or data.get("batches")
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
@@ -171,7 +185,7 @@ class GeminiBatchApi(BatchApi):
         return out
 
     async def _inlined(self, info: BatchInfo) -> list[dict[str, object]]:
-        data = await self._http.request_json("GET", self._provider.api_url(info.id), timeout=CONTROL_TIMEOUT)
+        data = await self._http.request_json("GET", self._batch_url(info.id), timeout=CONTROL_TIMEOUT)
         metadata = data.get("metadata")
         output = data.get("response") if isinstance(data.get("response"), dict) else (
             metadata.get("output") if isinstance(metadata, dict) else None)
@@ -180,7 +194,7 @@ class GeminiBatchApi(BatchApi):
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
     async def _file_items(self, info: BatchInfo, file_name: str) -> list[dict[str, object]]:
-        url = self._provider.url(f"/download/{self._provider.api_version}/{file_name}:download?alt=media")
+        url = self._provider.url(f"/download/{BATCH_API_VERSION}/{file_name}:download?alt=media")
         raw, _ = await self._http.request_bytes("GET", url, timeout=CONTROL_TIMEOUT)
         items, unreadable = [], 0
         for text in raw.splitlines():

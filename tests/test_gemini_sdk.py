@@ -8,6 +8,7 @@ from __future__ import annotations
 import orjson
 import pytest
 from google import genai
+from google.genai import errors as genai_errors
 from google.genai import types
 
 from engine.config import Config
@@ -102,7 +103,14 @@ async def test_the_leaderboard_alias_sends_what_the_reference_call_sends():
 
 async def test_a_batch_is_created_and_read_as_the_sdk_does():
     async with LoopbackServer(api_keys=[KEY]) as server:
-        client = sdk(server)
+        # Batch Mode is documented under v1beta only (ai.google.dev/api/batch-api, checked 2026-11-28): the
+        # loopback refuses it on v1, the SDK's default version, as an undocumented method.
+        with pytest.raises(genai_errors.ClientError) as refused:
+            await sdk(server).aio.batches.create(model=MODEL, src=[{"contents": [{"role": "user", "parts": [
+                {"text": PROMPT}]}]}])
+        assert refused.value.code == 404
+        client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=server.gemini_base_url,
+                                                                          api_version="v1beta"))
         api = GeminiBatchApi(EndpointSpec(name="g", kind="gemini", base_url=server.gemini_base_url), KEY)
         created = []
 
@@ -127,7 +135,7 @@ async def test_a_batch_is_created_and_read_as_the_sdk_does():
     assert (ours[0].method, ours[0].path) == (theirs[0].method, theirs[0].path)
     assert ours[0].headers["x-goog-api-key"] == theirs[0].headers["x-goog-api-key"]
     assert polled[0].method == their_poll[0].method == "GET"
-    assert polled[0].path.rsplit("/", 1)[0] == their_poll[0].path.rsplit("/", 1)[0] == "/gemini/v1/batches"
+    assert polled[0].path.rsplit("/", 1)[0] == their_poll[0].path.rsplit("/", 1)[0] == "/gemini/v1beta/batches"
     assert job.state == types.JobState.JOB_STATE_SUCCEEDED and job.model == f"models/{MODEL}"
     [inlined] = job.dest.inlined_responses
     assert inlined.metadata == {"key": "k0"} and inlined.response.text == results["k0"].text

@@ -47,7 +47,7 @@ from engine.estimate import Estimator
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from engine.spending import spending_lines
-from providers.base import BUDGET, Result, TulvingError
+from providers.base import BUDGET, UNMATCHED, Result, TulvingError
 from providers.kinds import batch_capable, kind_of
 
 # -- helpers -------------------------------------------------------------------------------
@@ -288,8 +288,12 @@ def run_exit_code(records: Sequence[ResultRecord], engine_stats: dict[str, Any],
                f"rerun with a higher --max-cost to continue (finished calls are cached)")
         return EXIT_BUDGET
     if missing or failed:
-        _error(f"incomplete: {missing} results missing, {failed} calls failed ({_kinds(errors)}); rerun the same "
-               f"command to retry them (finished calls are cached)")
+        unmatched = int(errors.get(UNMATCHED, 0))  # paid, no answer: a rerun pays again (engine/batch_matching.py)
+        retry = (f"{unmatched} of them were paid but their batch answers came back without their keys: a rerun "
+                 f"pays for those again, best without --batch; rerun the same command to retry the others"
+                 if unmatched else "rerun the same command to retry them")
+        _error(f"incomplete: {missing} results missing, {failed} calls failed ({_kinds(errors)}); {retry} "
+               f"(finished calls are cached)")
         return EXIT_INCOMPLETE
     unjudged = no_valid_judgments(records)
     if unjudged:

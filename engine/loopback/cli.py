@@ -68,6 +68,11 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     parser.add_argument("--models", metavar="ID1,ID2",
                         help="add these model ids to the ones served; without it only the built-in registry's "
                              "current ids are served (any other id: the real API's 404)")
+    parser.add_argument("--gemini-batch-drop-keys", action="store_true",
+                        help="Gemini batch results leave out their request's key (a reported fault of the real "
+                             "API, googleapis/python-genai#2008)")
+    parser.add_argument("--gemini-batch-reorder", action="store_true",
+                        help="Gemini batch results come in reverse order of their requests (python-genai#1909)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--compat", choices=list(FLAVOURS),
@@ -108,7 +113,7 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
     batch = BatchKnobs(polls=args.batch_polls, fail_share=args.batch_fail_share, expire_after=args.batch_expire_after,
                        shuffle=not args.batch_in_order, seed=args.seed, fail_status=args.batch_fail_status,
                        fail_type=args.batch_fail_type)
-    return LoopbackServer(latency=latency, ttft=_distribution(args.latency, args.ttft_ms, args.seed),
+    server = LoopbackServer(latency=latency, ttft=_distribution(args.latency, args.ttft_ms, args.seed),
                           token_delay=_distribution(args.latency, args.token_delay_ms, args.seed + 1),
                           cache_min_tokens=args.cache_min_tokens, cache_ttl=args.cache_ttl, batch=batch,
                           rpm=args.rpm, input_tpm=args.input_tpm, output_tpm=args.output_tpm,
@@ -120,6 +125,9 @@ def _server_from_args(args: argparse.Namespace) -> LoopbackServer:
                           embed_dim=args.embed_dim, tokens=args.tokens, context_tokens=args.context_tokens,
                           models=args.models.split(",") if args.models else None,
                           compat=args.compat, host=args.host, port=args.port, ssl_context=ssl_context)
+    server.gemini.batch_drop_keys = args.gemini_batch_drop_keys
+    server.gemini.batch_reorder = args.gemini_batch_reorder
+    return server
 
 
 async def _serve_forever(server: LoopbackServer) -> None:

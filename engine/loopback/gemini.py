@@ -1,4 +1,5 @@
-"""The loopback server's Gemini API (base URL `server.gemini_base_url`, versions v1 and v1beta).
+"""The loopback server's Gemini API (base URL `server.gemini_base_url`, versions v1 and v1beta;
+Batch Mode and files on v1beta only, as Google documents them: a 404 on v1).
 
 Routes, as the real API names them (checked 2026-11-26 in ai.google.dev/api), under
 /v1 and /v1beta alike, below the base URL's path /gemini (apart from the OpenAI routes):
@@ -29,7 +30,8 @@ fail with, in order: 500 INTERNAL, 503 UNAVAILABLE, ...), `stream_error` (the
 next stream breaks after its first event with an in-stream error of that
 status), `thinking_tokens` (thoughtsTokenCount per answer, and
 a thought part when thinkingConfig.includeThoughts), `batch_polls` (a batch
-ends on its n-th GET), `recorded` (a list: every call is appended to it as
+ends on its n-th GET), `batch_drop_keys` / `batch_reorder` (results without
+their request's key, in reverse order: the real API's reported faults), `recorded` (a list: every call is appended to it as
 `Recorded`, for tests comparing clients' requests).
 """
 from __future__ import annotations
@@ -49,6 +51,9 @@ from engine.loopback.errors import _json
 
 PREFIX = "/gemini"  # under the server's root, apart from the OpenAI routes (/v1/batches, /v1/files)
 VERSIONS = ("v1", "v1beta")  # v1: the google-genai SDK's default since 2.x; v1beta: the REST docs' examples
+# The versions Batch Mode (models.batchGenerateContent, batches.*) and the Files API (upload, download,
+# files.get) are documented under: v1beta only (ai.google.dev/api/batch-api, checked 2026-11-28).
+BATCH_VERSIONS = ("v1beta",)
 DEFAULT_MODELS = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-3.8-flash", "gemini-3.5-flash-lite")
 _REQUEST_FIELDS = {"contents", "systemInstruction", "generationConfig", "safetySettings", "tools", "toolConfig",
                    "cachedContent", "model", "labels"}
@@ -234,6 +239,10 @@ class GeminiApi:
         self.thinking_tokens = 0
         self.cache_min_tokens = 1024
         self.batch_polls = 1
+        # The faults of the real Batch API the engine must survive: results without their request's
+        # metadata.key (python-genai#2008) and out of their requests' order (python-genai#1909).
+        self.batch_drop_keys = False
+        self.batch_reorder = False
         self.prompts: list[str] = []                        # seen prompts, for implicit caching
         self.files: dict[str, tuple[dict[str, object], bytes]] = {}
         self.batches: dict[str, Batch] = {}
@@ -247,13 +256,36 @@ class GeminiApi:
             router.add_post(f"{api}/models/{{target}}", self._serve(self._model_call))
             router.add_get(f"{api}/models", self._serve(self._list_models))
             router.add_get(f"{api}/models/{{target}}", self._serve(self._get_model))
-            router.add_get(f"{api}/batches", self._serve(self._list_batches))
-            router.add_get(f"{api}/batches/{{target}}", self._serve(self._get_batch))
-            router.add_post(f"{api}/batches/{{target}}", self._serve(self._batch_call))
-            router.add_delete(f"{api}/batches/{{target}}", self._serve(self._delete_batch))
-            router.add_get(f"{api}/files/{{target}}", self._serve(self._get_file))
-            router.add_post(f"{PREFIX}/upload/{v}/files", self._serve(self._upload))
-            router.add_get(f"{PREFIX}/download/{v}/files/{{target}}", self._serve(self._download))
+            # Batch Mode and the Files API are documented under v1beta only (BATCH_VERSIONS): the other
+            # versions answer 404, as for any method the API does not have there.
+            batch = self._serve(self._batch_route if v in BATCH_VERSIONS else self._undocumented)
+            router.add_get(f"{api}/batches", batch)
+            router.add_get(f"{api}/batches/{{target}}", batch)
+            router.add_post(f"{api}/batches/{{target}}", batch)
+            router.add_delete(f"{api}/batches/{{target}}", batch)
+            router.add_get(f"{api}/files/{{target}}", batch)
+            router.add_post(f"{PREFIX}/upload/{v}/files", batch)
+            router.add_get(f"{PREFIX}/download/{v}/files/{{target}}", batch)
+
+    async def _batch_route(self, request: web.Request) -> web.StreamResponse:
+        """A Batch Mode or Files API call, on a version that has them."""
+        path, method = request.path, request.method
+        if "/upload/" in path:
+            return await self._upload(request)
+        if "/download/" in path:
+            return await self._download(request)
+        if "/files/" in path:
+            return await self._get_file(request)
+        if "target" not in request.match_info:
+            return await self._list_batches(request)
+        handler = {"GET": self._get_batch, "POST": self._batch_call, "DELETE": self._delete_batch}[method]
+        return await handler(request)
+
+    async def _undocumented(self, request: web.Request) -> web.StreamResponse:
+        version = request.path.removeprefix(PREFIX).split("/")[1 if "/upload/" not in request.path
+                                                                and "/download/" not in request.path else 2]
+        raise GeminiError(404, f"Method not found: {request.method} {request.path} is not part of the Gemini API "
+                               f"{version} (Batch Mode and files are documented under v1beta).")
 
     def _serve(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
                ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -309,6 +341,8 @@ class GeminiApi:
         if method not in ("generateContent", "streamGenerateContent", "batchGenerateContent"):
             raise GeminiError(404, f"Method {method!r} is not found.")
         model = self._model(request, name, method)
+        if method == "batchGenerateContent" and request.path.split("/")[2] not in BATCH_VERSIONS:
+            return await self._undocumented(request)
         body = await self._json_body(request)
         self.requests[method] += 1
         if method == "batchGenerateContent":
@@ -524,12 +558,15 @@ class GeminiApi:
         return self._operation(self.batches[name])
 
     def _output(self, batch: Batch) -> dict[str, object]:
+        lines = batch["lines"][::-1] if self.batch_reorder else batch["lines"]
         if batch["file"] is None:
             return {"inlinedResponses": {"inlinedResponses": [
-                {**{k: v for k, v in line.items() if k != "key"}, "metadata": {"key": line["key"]}}
-                for line in batch["lines"]]}}
+                {k: v for k, v in line.items() if k != "key"} if self.batch_drop_keys
+                else {**{k: v for k, v in line.items() if k != "key"}, "metadata": {"key": line["key"]}}
+                for line in lines]}}
         if "responses_file" not in batch:
-            data = b"".join(orjson.dumps(line) + b"\n" for line in batch["lines"])
+            data = b"".join(orjson.dumps({k: v for k, v in line.items() if k != "key" or not self.batch_drop_keys})
+                            + b"\n" for line in lines)
             batch["responses_file"] = str(self._store({"displayName": "responses", "mimeType": "application/jsonl"},
                                                       data)["name"])
         return {"responsesFile": batch["responses_file"]}
