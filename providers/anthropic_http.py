@@ -30,7 +30,8 @@ error, one without a message_start or the message_delta usage a bad reply
 (both retried); an `error` event is classified by its type
 (`http_errors.stream_error`: overloaded_error -> overloaded, ...).
 
-Endpoint options: `anthropic_version` (default "2023-06-01"), `headers`
+Endpoint options: `anthropic_version` (default "2026-10-21", the current one, which takes no
+temperature/top_p/top_k: a default temperature is left out, any other refused), `headers`
 (extra headers, e.g. `anthropic-beta`), `trust_env`, `drop_params` (parameter
 names never sent: newer models may reject e.g. "temperature"; the anthropic SDK
 2.x no longer exposes temperature/top_p/top_k), `prompt_cache` (default true:
@@ -64,6 +65,8 @@ _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
 # Stop reasons whose reply may hold no text at all, output tokens or not.
 _MAY_BE_EMPTY = frozenset({"refusal", "model_context_window_exceeded"})
 _DROPPED = frozenset({"seed", "stop", "max_completion_tokens"})
+SAMPLING = ("temperature", "top_p", "top_k")
+SAMPLING_FREE_VERSION = "2026-10-21"  # the first anthropic-version without sampling parameters
 
 
 def _cache_control(ttl: str | None) -> dict[str, str]:
@@ -133,10 +136,11 @@ class AnthropicProvider(HttpProvider):
 
     def __init__(self, spec: EndpointSpec, api_key: str | None = None):
         super().__init__(spec, api_key)
+        self.version = opt_str(spec, "anthropic_version") or ANTHROPIC_API_VERSION
         self._url = self.url("/v1/messages")
         self._http = JsonHttpClient.for_endpoint(
             spec, api_key, auth={"x-api-key": api_key or ""}, request_id_header="request-id",
-            base_headers={"anthropic-version": opt_str(spec, "anthropic_version") or ANTHROPIC_API_VERSION})
+            base_headers={"anthropic-version": self.version})
         self._drop = frozenset(opt_strings(spec, "drop_params"))
         self.caches_prompt_prefix = opt_bool(spec, "prompt_cache")
         self._stream_always = opt_bool(spec, "stream")
@@ -173,7 +177,26 @@ class AnthropicProvider(HttpProvider):
         request's `params`, whose cached prefix lives `cache_ttl`)."""
         if self._drop:
             params = {k: v for k, v in params.items() if k not in self._drop}
+        if self.version >= SAMPLING_FREE_VERSION:
+            params = self._without_sampling(params)
         return messages_body(model, messages, params, cache_ttl=cache_ttl)
+
+    def _without_sampling(self, params: Mapping[str, object]) -> Mapping[str, object]:
+        """API version 2026-10-21 refuses temperature, top_p and top_k even at
+        their defaults (400 "Extra inputs are not permitted"; checked
+        2026-11-28): a default temperature (1.0, what the paper sent) is left
+        out, changing nothing; any other sampling value would be silently
+        ignored if left out, so it is refused here, with the way out."""
+        sent = [name for name in SAMPLING if params.get(name) is not None]
+        if not sent:
+            return params
+        meant = [name for name in sent if not (name == "temperature" and params[name] == 1)]
+        if meant:
+            raise ProviderError(BAD_REQUEST, f"{self.spec.name}: anthropic-version {self.version} takes no "
+                                             f"{meant[0]} (value {params[meant[0]]!r}): leave it unset, or set "
+                                             f'options.anthropic_version = "2023-06-01" on this endpoint if your '
+                                             f"account may use that version (Claude 5 models refuse it anyway)")
+        return {k: v for k, v in params.items() if k not in SAMPLING}
 
     async def _chat_streamed(self, body: dict[str, object], timeout: float) -> ChatResult:
         body["stream"] = True

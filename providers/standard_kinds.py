@@ -27,7 +27,10 @@ from providers.kinds import (
 from providers.models_anthropic import ANTHROPIC_MODELS
 from providers.models_openai import OPENAI_MODELS
 
-ANTHROPIC_API_VERSION = "2023-06-01"
+# The current anthropic-version (checked 2026-11-28, Anthropic's versioning page): the SDKs send it since
+# 2026-10-21; "previous versions are considered deprecated and may be unavailable for new users", so a
+# new account works only on it. It takes no temperature/top_p/top_k (providers/anthropic_http.py).
+ANTHROPIC_API_VERSION = "2026-10-21"
 # The HTTP clients an endpoint may use (providers/http_client.py); named here so
 # that reading the kinds does not import aiohttp.
 HTTP_CLIENTS = ("pool", "aiohttp")
@@ -109,7 +112,9 @@ ANTHROPIC = ProviderKind(
     doc="the Anthropic Messages API",
     capabilities=Capabilities(stream=True, prompt_cache=True, list_models=True, rate_limit_headers=True),
     options=(*HTTP_OPTIONS,
-             Option("anthropic_version", STRING, "the anthropic-version header", default=ANTHROPIC_API_VERSION),
+             Option("anthropic_version", STRING, "the anthropic-version header (\"2023-06-01\": the version that "
+                                                 "still takes temperature, for accounts that have it)",
+                    default=ANTHROPIC_API_VERSION),
              *BATCH_OPTIONS),
     default_endpoints={"anthropic": {"kind": "anthropic", "base_url": "https://api.anthropic.com",
                                      "key_env": "ANTHROPIC_API_KEY", "max_concurrency": 32, "rpm": 50,

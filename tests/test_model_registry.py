@@ -130,11 +130,16 @@ async def test_the_loopback_refuses_what_the_real_apis_refuse():
         assert status == 400 and body["error"]["code"] == "unsupported_parameter"
         assert body["error"]["message"] == ("Unsupported parameter: 'max_tokens' is not supported with this model. "
                                             "Use 'max_completion_tokens' instead.")
-        status, body = await _post(chat, {"model": "gpt-6.1-terra", "messages": user, "temperature": 0.2,
+        status, body = await _post(chat, {"model": "gpt-5-2025-08-07", "messages": user, "temperature": 0.2,
                                           "max_completion_tokens": 5})
         assert status == 400 and body["error"]["code"] == "unsupported_value"
         assert body["error"]["param"] == "temperature"
-        for model, extra in (("gpt-6.1-terra", {"max_completion_tokens": 5, "temperature": 1}),
+        # GPT-6 reasons unless told not to, and then takes no temperature at all (checked 2026-11-28).
+        status, body = await _post(chat, {"model": "gpt-6.1-terra", "messages": user, "temperature": 1,
+                                          "max_completion_tokens": 5})
+        assert status == 400 and body["error"]["code"] == "unsupported_parameter"
+        for model, extra in (("gpt-6.1-terra", {"max_completion_tokens": 5}),
+                             ("gpt-5-2025-08-07", {"max_completion_tokens": 5, "temperature": 1}),
                              ("test-model", {"max_tokens": 5, "temperature": 0.2})):
             status, body = await _post(chat, {"model": model, "messages": user, **extra})
             assert status == 200, body

@@ -158,7 +158,8 @@ async def test_openai_embeddings_are_put_back_in_input_order():
 async def test_anthropic_reply_is_normalised_and_body_translated():
     recorder = Recorder()
     async with LoopbackServer(models=SERVED, reply=recorder, api_keys=[KEY]) as server:
-        provider = anthropic(server, KEY)
+        # The version that still takes sampling parameters (the current one, 2026-10-21, refuses them).
+        provider = anthropic(server, KEY, options={"anthropic_version": "2023-06-01"})
         messages = [{"role": "system", "content": "Rule one."}, {"role": "system", "content": "Rule two."}, *USER]
         try:
             result = await provider.chat("claude-x", messages, params={"temperature": 1.0, "seed": 3,
@@ -251,7 +252,7 @@ async def test_keys_go_in_the_right_header_and_only_when_set():
         await provider.aclose()
     assert seen[0]["Authorization"] == f"Bearer {KEY}" and "x-api-key" not in seen[0]
     assert "Authorization" not in seen[1]
-    assert seen[2]["x-api-key"] == KEY and seen[2]["anthropic-version"] == "2023-06-01"
+    assert seen[2]["x-api-key"] == KEY and seen[2]["anthropic-version"] == "2026-10-21"  # the current version (checked 2026-11-28)
     assert "Authorization" not in seen[2]
     assert all(h["Content-Type"] == "application/json" for h in seen)
 

@@ -357,7 +357,10 @@ SDK_CALLS = {
         {"type": "text", "text": BOOK, "cache_control": EPHEMERAL}, {"type": "text", "text": QUESTION}]}]},
 }
 # anthropic 2.x dropped `temperature` from its signature: an SDK user sends it as an extra body field.
-SDK_PARAMS = {"max_tokens": PARAMS["max_tokens"], "extra_body": {"temperature": PARAMS["temperature"]}}
+# Anthropic's current API version (2026-10-21, what the SDK 2.14 and Tulving send) takes no temperature,
+# top_p or top_k: both sides send the output limit only (test_anthropic_sampling_* below for the rest).
+CLAUDE_PARAMS = {"max_tokens": PARAMS["max_tokens"]}
+SDK_PARAMS = CLAUDE_PARAMS
 OURS = {"plain": lambda: CHAT, "cached system": cached_system, "cached user prefix": cached_user}
 
 
@@ -377,7 +380,7 @@ async def test_anthropic_messages_are_the_sdks_request(recorder, call, stream):
     sdk = recorder.take()
     provider = AnthropicProvider(spec("anthropic", recorder.origin), KEY)
     try:
-        result = await provider.chat(CLAUDE, OURS[call](), params=PARAMS, timeout=10, stream=stream)
+        result = await provider.chat(CLAUDE, OURS[call](), params=CLAUDE_PARAMS, timeout=10, stream=stream)
     finally:
         await provider.aclose()
     same_flow(sdk, recorder.take())
@@ -388,7 +391,7 @@ async def test_anthropic_message_batches_are_the_sdks(recorder):
     api = AnthropicBatchApi(spec("anthropic", recorder.origin), KEY)
     calls = [("a-0", CHAT), ("a-1", cached_user())]
     try:
-        info = await api.submit([api.line(cid, CLAUDE, messages, PARAMS) for cid, messages in calls])
+        info = await api.submit([api.line(cid, CLAUDE, messages, CLAUDE_PARAMS) for cid, messages in calls])
         info = await api.poll(info.id)
         results = await api.results(info)
     finally:
@@ -397,8 +400,9 @@ async def test_anthropic_message_batches_are_the_sdks(recorder):
     assert info.ended and set(results) == {"a-0", "a-1"}
 
     client = anthropic.AsyncAnthropic(base_url=recorder.origin, api_key=KEY, max_retries=0)
-    requests = [{"custom_id": "a-0", "params": {"model": CLAUDE, **SDK_CALLS["plain"], **PARAMS}},
-                {"custom_id": "a-1", "params": {"model": CLAUDE, **_one_hour(SDK_CALLS["cached user prefix"]), **PARAMS}}]
+    requests = [{"custom_id": "a-0", "params": {"model": CLAUDE, **SDK_CALLS["plain"], **CLAUDE_PARAMS}},
+                {"custom_id": "a-1", "params": {"model": CLAUDE, **_one_hour(SDK_CALLS["cached user prefix"]),
+                                                **CLAUDE_PARAMS}}]
     try:
         batch = await client.messages.batches.create(requests=requests)
         batch = await client.messages.batches.retrieve(batch.id)

@@ -62,7 +62,8 @@ from typing import Any, Protocol, TypedDict
 import orjson
 from aiohttp import web
 
-from engine.loopback.errors import _json, anthropic_error, file_reply, openai_error
+from engine.loopback.errors import _json, _Reject, anthropic_error, file_reply, openai_error
+from engine.loopback.model_catalog import check_anthropic_sampling
 
 
 class BatchStats(Protocol):
@@ -429,6 +430,11 @@ class Batches:
                                             f"must have a unique custom_id.")
             if not isinstance(item.get("params"), dict):
                 return anthropic_error(400, f"requests.{index}.params: Field required")
+            try:  # the version's and the model's sampling rules, checked when the batch is created
+                check_anthropic_sampling(str(item["params"].get("model", "")), item["params"],
+                                         request.headers.get("anthropic-version"), f"requests.{index}.params.")
+            except _Reject as refused:
+                return anthropic_error(refused.status, refused.message)
             seen.add(custom_id)
             lines.append((custom_id, item["params"]))
         batch_id = f"msgbatch_{self.server._next_id()}"

@@ -530,7 +530,7 @@ class LoopbackServer:
             if refused is not None:
                 return refused
         try:
-            prepared = self._prepare(api, request.path, body)
+            prepared = self._prepare(api, request.path, body, request.headers.get("anthropic-version"))
             limited = self._admit(api, prepared, _max_tokens(body))
             if limited is not None:
                 return limited
@@ -748,11 +748,11 @@ class LoopbackServer:
         return _json(self.catalog.listing(api), 200)
 
     # -- request parsing ------------------------------------------------------------------
-    def _prepare(self, api: str, path: str, body: dict[str, Any]) -> Prepared:
-        """Validate the body; count input tokens; apply the context limit."""
+    def _prepare(self, api: str, path: str, body: dict[str, Any], version: str | None = None) -> Prepared:
+        """Validate the body (`version`: the anthropic-version header); count input tokens; apply the context limit."""
         if not isinstance(body.get("model"), str) or not body["model"]:
             raise _Reject(400, "you must provide a model parameter", param="model")
-        self.catalog.check(api, path, body)
+        self.catalog.check(api, path, body, version)
         if body.get("stream_options") is not None and body.get("stream") is not True and api == "openai":
             raise _Reject(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                           param="stream_options")
