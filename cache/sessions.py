@@ -23,7 +23,9 @@ has written down what it holds, and the solo process decides "solo" for a
 key only before it has published that it is not. A session lapses like a
 claim (its lease is renewed while its process lives); one whose process is
 gone from this machine (same host and pid namespace, no such pid) is
-dropped at once, so a run killed with SIGKILL does not hold up the next one.
+dropped at once, with its claims (`release_dead`, looked for whenever a claim
+finds keys claimed by another process), so a run killed with SIGKILL holds up
+neither the next one nor one running beside it.
 """
 from __future__ import annotations
 
@@ -84,11 +86,28 @@ def _drop_dead(conn: sqlite3.Connection, owner: str, now: float) -> list[tuple[s
     live: list[tuple[str, int]] = []
     for other, place, pid, shared in conn.execute(
             "SELECT owner, place, pid, shared FROM sessions WHERE owner != ?", (owner,)).fetchall():
-        if _gone(place, pid, here):
+        if _gone(place, pid, here):  # its claims go with it (release_dead)
+            conn.execute("DELETE FROM claims WHERE owner = ?", (other,))
             conn.execute("DELETE FROM sessions WHERE owner = ?", (other,))
         else:
             live.append((other, shared))
     return live
+
+
+def release_dead(conn: sqlite3.Connection, owner: str) -> int:
+    """Drop the sessions of processes gone from this machine (killed, even
+    with SIGKILL), and their claims with them, at once rather than when
+    their leases lapse (up to `lease` seconds of nothing sent by the
+    survivor); inside the caller's write transaction. Returns how many
+    claims were released."""
+    here = this_place()
+    released = 0
+    for other, place, pid in conn.execute("SELECT owner, place, pid FROM sessions WHERE owner != ?",
+                                          (owner,)).fetchall():
+        if _gone(place, pid, here):
+            released += conn.execute("DELETE FROM claims WHERE owner = ?", (other,)).rowcount
+            conn.execute("DELETE FROM sessions WHERE owner = ?", (other,))
+    return released
 
 
 def join(conn: sqlite3.Connection, owner: str, lease: float) -> bool:

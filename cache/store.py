@@ -1048,12 +1048,28 @@ class ResponseCache:
                                      [(k, self.owner, now + self.lease) for k in damaged_keys])
                 mine.update(k for (k,) in conn.execute(
                     f"SELECT key FROM claims WHERE owner = ? AND key IN ({marks})", [self.owner, *part]))
+            if len(mine) < len(keys) and self._dead_owners_released(conn, keys, mine):
+                return self._claim_rows_again(conn, keys)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:  # SQLite may have rolled back already (a failed write)
                 conn.execute("ROLLBACK")
             raise
         return mine
+
+    def _dead_owners_released(self, conn: sqlite3.Connection, keys: list[str], mine: set[str]) -> bool:
+        """Some keys are claimed by another process (or stored): when a claimer is
+        a process gone from this machine, its claims are released at once
+        (cache/sessions.py `release_dead`: a look at the few session rows and a
+        signal-0 per other process, a few microseconds)."""
+        if self._solo:
+            return False
+        return sessions.release_dead(conn, self.owner) > 0
+
+    def _claim_rows_again(self, conn: sqlite3.Connection, keys: list[str]) -> set[str]:
+        """Commit the release of a dead process's claims, then claim again."""
+        conn.execute("COMMIT")
+        return self._claim_rows(keys)
 
     def release(self, keys: Sequence[str]) -> None:
         if self._held_solo:

@@ -2,6 +2,7 @@
 writers at once, a writer killed with SIGKILL mid-run."""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -125,3 +126,39 @@ async def test_a_writer_killed_mid_run_leaves_an_intact_file(tmp_path):
     assert integrity(path) == "ok"
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM entries WHERE model = 'after'").fetchone()[0] == 1
+
+
+# A claimer: claims `count` keys of `prefix` beside the test's own cache, says so, then waits to be killed.
+CLAIMER = r"""
+import asyncio, sys
+from cache.store import ResponseCache
+from tests.test_cache_processes import writer_keys
+
+async def main():
+    async with ResponseCache(sys.argv[1]) as cache:
+        mine = await cache.claim(writer_keys(sys.argv[2], int(sys.argv[3])))
+        print(len(mine), flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_the_claims_of_a_process_killed_are_released_at_once(tmp_path):
+    path = tmp_path / "c.sqlite"
+    keys = writer_keys("held", 20)
+    async with ResponseCache(path) as survivor:
+        await survivor.claim(writer_keys("own", 1))  # joins first: solo, then shared beside the claimer
+        claimer = subprocess.Popen([sys.executable, "-c", CLAIMER, str(path), "held", "20"], cwd=REPO,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert claimer.stdout is not None  # read off the loop: the survivor must answer the newcomer meanwhile
+            assert (await asyncio.to_thread(claimer.stdout.readline)).strip() == "20"
+            assert await survivor.claim(keys) == set()  # held by a live process: not ours
+            claimer.send_signal(signal.SIGKILL)
+            claimer.wait(timeout=30)
+        finally:
+            if claimer.poll() is None:
+                claimer.kill()
+        # Its session and its claims go at once, not after the lease (LEASE seconds): all 20 are ours now.
+        assert survivor.lease >= 10 and await survivor.claim(keys) == set(keys)
