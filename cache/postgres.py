@@ -20,6 +20,7 @@ command that stores it (`tulving cache copy SPILL URL`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -52,6 +53,23 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = logging.getLogger("tulving.cache")
+SPILL_PREFIX = "tulving-spill-"  # + HOST-PID.sqlite: a run's spill file
+
+
+def _spill_abandoned(path: Path) -> bool:
+    """Whether the spill file `path` (SPILL_PREFIX + HOST-PID.sqlite) belongs
+    to no running process: its process is gone from this machine. A file of
+    another machine, or of a live process, is not ours to take."""
+    host, _, pid = path.stem.removeprefix(SPILL_PREFIX).rpartition("-")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 READ_BATCH = 5000  # keys per `key = ANY($1)`
 _Row = tuple[str, Identity, bytes | None, Record, float, int]  # as cache/store.py queues them
@@ -88,7 +106,7 @@ class PostgresCache:
         self.lease = lease_seconds()
         self.outage_seconds = float(os.environ.get("TULVING_CACHE_OUTAGE") or 60)
         folder = Path(spill_dir or os.environ.get("TULVING_SPILL_DIR") or ".")
-        self.spill_path = folder / f"tulving-spill-{socket.gethostname()}-{os.getpid()}.sqlite"
+        self.spill_path = folder / f"{SPILL_PREFIX}{socket.gethostname()}-{os.getpid()}.sqlite"
         self.spilled = 0  # entries in the spill file not written back yet
         self._claimed: set[str] = set()
         self._renewer = LeaseRenewer(self._renew, self.lease, lambda: bool(self._claimed))
@@ -102,6 +120,7 @@ class PostgresCache:
         self._writer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._open = self._closed = False
+        self._outage_since: float | None = None  # monotonic time the database stopped answering (None: it answers)
 
     @property
     def location(self) -> str:
@@ -115,7 +134,26 @@ class PostgresCache:
         self._wake, self._write_lock = asyncio.Event(), asyncio.Lock()
         self._writer = asyncio.get_running_loop().create_task(self._writer_main(), name="tulving-pg-writer")
         self._open = True
+        await self._adopt_spills()  # before any call: what an earlier run paid for and could not store
         return self
+
+    async def _adopt_spills(self) -> None:
+        """Spill files an earlier run left in the spill folder (its database
+        stayed away to the end: exit 5) are written back before any call and
+        removed, with one line each, so rerunning the same command pays for
+        none of their calls again. A file of a process still running on this
+        machine is its own; one of another machine is left for it (or for
+        `tulving cache copy`)."""
+        from cache.copy import copy_cache
+
+        for path in sorted(self.spill_path.parent.glob(f"{SPILL_PREFIX}*.sqlite")):
+            if path == self.spill_path or not _spill_abandoned(path):
+                continue
+            report = await self._retrying(functools.partial(copy_cache, str(path), self.url, pool=self._db()))
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            log.warning("cache: wrote back %d results an earlier run kept in %s while %s was away (%d already "
+                        "there); the file is removed", report.copied, path, self.location, report.present)
 
     async def __aenter__(self) -> Self:
         return await self.open()
@@ -173,25 +211,33 @@ class PostgresCache:
 
     async def _retrying(self, work: Callable[[], Awaitable[T]]) -> T:
         """`work()`, tried again while the database does not answer, for up
-        to `outage_seconds`; then CacheUnavailable (exit 5)."""
+        to `outage_seconds`; then CacheUnavailable (exit 5). One line when an
+        outage starts, not one per try."""
         deadline = time.monotonic() + self.outage_seconds
         delay = 0.2
         while True:
             try:
-                return await work()
+                answer = await work()
+                self._outage_since = None
+                return answer
             except outage_errors() as exc:
+                if self._outage_since is None:
+                    self._outage_since = time.monotonic()
+                    log.warning("cache: %s does not answer (%s); trying again for up to %g s", self.location, exc,
+                                self.outage_seconds)
                 if time.monotonic() + delay > deadline:
                     raise self._unavailable(exc) from None
-                log.warning("cache: %s does not answer (%s); trying again", self.location, exc)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
     def _unavailable(self, exc: BaseException) -> CacheUnavailable:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        kept = (f"; {self.spilled:,} results of this run are kept in {self.spill_path}: once it is back, store them "
-                f"with `tulving cache copy {self.spill_path} {self.location}`") if self.spilled else ""
-        return CacheUnavailable(f"the cache database {self.location} is unreachable ({reason}) for "
-                                f"{self.outage_seconds:g} s{kept}")
+        kept = (f"; {self.spilled:,} results of this run are kept in {self.spill_path}: rerun the same command "
+                f"once it is back (it writes them back first), or store them with "
+                f"`tulving cache copy {self.spill_path} {self.location}`") if self.spilled else ""
+        waited = time.monotonic() - (self._outage_since or time.monotonic())
+        return CacheUnavailable(f"the cache database {self.location} is unreachable ({reason}): gave up after "
+                                f"{waited:.0f} s without an answer{kept}")
 
     # -- reads ---------------------------------------------------------------------
     async def get_many(self, keys: Sequence[str]) -> dict[str, Result]:
@@ -325,6 +371,8 @@ class PostgresCache:
         if not self.spilled:
             log.warning("cache: %s is unreachable (%s): results are kept in %s until it is back",
                         self.location, exc, self.spill_path)
+        if self._outage_since is None:  # the outage began with this write
+            self._outage_since = time.monotonic()
         try:
             conn = connect(self.spill_path, create=True)
         except CacheError as error:
@@ -355,6 +403,7 @@ class PostgresCache:
             log.warning("cache: %s is back: %d results written back from %s", self.location, report.copied,
                         self.spill_path)
             self.spilled = 0
+            self._outage_since = None
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{self.spill_path}{suffix}").unlink(missing_ok=True)
 

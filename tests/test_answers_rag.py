@@ -100,7 +100,7 @@ def test_chunk_counts_and_top_k(long_book, long_questions, short_book, short_que
 
 def loopback_config(tmp_path, server) -> Config:
     path = tmp_path / "tulving.toml"
-    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                     '[models.loop-embed]\nendpoint = "loop"\nmodel = "text-embedding-3-small"\n')
     return Config.load(path)
 

@@ -97,7 +97,7 @@ def write_config(tmp_path: Path, server: Server, *, kind: str = "openai", **opti
     opts = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"batch_poll": 0.02, "batch_poll_max": 0.05,
                                                              **options}.items())
     path = tmp_path / "tulving.toml"
-    path.write_text(f'[endpoints.lb]\nkind = "{kind}"\nbase_url = "{url}"\nmax_attempts = 3\n'
+    path.write_text(f'[endpoints.lb]\nkind = "{kind}"\nbase_url = "{url}"\nfree = true\nmax_attempts = 3\n'
                     f'options = {{ {opts} }}\n\n'
                     '[models.lb-reader]\nendpoints = ["lb"]\nmodel = "reader-model"\n'
                     'params = { temperature = 0.0, max_tokens = 32 }\n')

@@ -244,7 +244,7 @@ def serve():
 
 
 def config_for(tmp_path: Path, url: str, models=("m",), concurrency: int = 256) -> Path:
-    text = f'[endpoints.loop]\nkind = "openai"\nbase_url = "{url}"\nmax_concurrency = {concurrency}\n'
+    text = f'[endpoints.loop]\nkind = "openai"\nbase_url = "{url}"\nfree = true\nmax_concurrency = {concurrency}\n'
     for m in models:
         text += f'\n[models.{m}]\nendpoint = "loop"\nmodel = "{m}-model"\n'
     path = tmp_path / "c.toml"

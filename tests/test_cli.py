@@ -51,6 +51,7 @@ def loopback_config(path: Path, base_url: str, key_env: str | None = None) -> Pa
 [endpoints.loop]
 kind = "openai"
 base_url = "{base_url}"
+free = true
 {key}max_concurrency = 4
 
 [models.m]

@@ -24,9 +24,9 @@ GPT4O = 'price_in = 2.5\nprice_cached_in = 1.25\nprice_out = 10.0\nbatch_discoun
 def write_config(tmp_path: Path, server: LoopbackServer, concurrency: int = 8) -> Path:
     path = tmp_path / "tulving.toml"
     path.write_text(
-        f'[endpoints.ant]\nkind = "anthropic"\nbase_url = "{server.anthropic_base_url}"\n'
+        f'[endpoints.ant]\nkind = "anthropic"\nbase_url = "{server.anthropic_base_url}"\nfree = true\n'
         f'max_concurrency = {concurrency}\nmax_attempts = 2\n\n'
-        f'[endpoints.oai]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nmax_concurrency = {concurrency}\n'
+        f'[endpoints.oai]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\nmax_concurrency = {concurrency}\n'
         f'max_attempts = 2\n\n'
         f'[models.sonnet-loop]\nendpoint = "ant"\nmodel = "claude-loop"\nparams = {{ max_tokens = 50 }}\n{SONNET}\n'
         f'[models.gpt4o-loop]\nendpoint = "oai"\nmodel = "gpt-loop"\nparams = {{ max_tokens = 50 }}\n{GPT4O}\n')

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def write_config(path: Path, base_url: str, **model: object) -> Path:
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in model.items())
-    path.write_text(f'[endpoints.f]\nkind = "openai"\nbase_url = "{base_url}"\nmax_attempts = 2\ntimeout = 5\n'
+    path.write_text(f'[endpoints.f]\nkind = "openai"\nbase_url = "{base_url}"\nfree = true\nmax_attempts = 2\ntimeout = 5\n'
                     f'max_concurrency = 4\n[models.m]\nendpoint = "f"\nmodel = "fm"\n{extra}')
     return path
 

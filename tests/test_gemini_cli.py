@@ -23,7 +23,7 @@ def tulving(tmp_path: Path, cache: str, *args: str) -> subprocess.CompletedProce
 
 def write_config(tmp_path: Path, server) -> None:  # noqa: ANN001 -- tests.test_batch_mode.Server
     (tmp_path / "tulving.toml").write_text(
-        f'[endpoints.gem]\nkind = "gemini"\nbase_url = "{server.anthropic}/gemini"\nmax_attempts = 3\n'
+        f'[endpoints.gem]\nkind = "gemini"\nbase_url = "{server.anthropic}/gemini"\nfree = true\nmax_attempts = 3\n'
         'options = { batch_poll = 0.02, batch_poll_max = 0.05 }\n\n'
         '[models.gem-reader]\nendpoint = "gem"\nmodel = "gemini-2.5-flash"\nsystem_prompt = false\n'
         'params = { temperature = 0.0, max_tokens = 32 }\nprice_in = 0.30\nprice_out = 2.50\n')

@@ -118,6 +118,7 @@ async def test_killed_run_resumes_without_repeating_a_completed_call(tmp_path):
 [endpoints.loop]
 kind = "openai"
 base_url = "{server.openai_base_url}"
+free = true
 max_concurrency = 4
 
 [models.loop-writer]

@@ -322,14 +322,17 @@ async def test_models_probe_through_the_cli_against_the_loopback_server(tmp_path
 [endpoints.loop-openai]
 kind = "openai"
 base_url = "{openai_url}"
+free = true
 key_env = "TULVING_PROBE_KEY"
 rpm = 300
 [endpoints.loop-anthropic]
 kind = "anthropic"
 base_url = "{anthropic_url}"
+free = true
 [endpoints.loop-unkeyed]
 kind = "openai"
 base_url = "{openai_url}"
+free = true
 key_env = "TULVING_PROBE_UNSET"
 [models.m]
 endpoint = "loop-openai"

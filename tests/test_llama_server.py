@@ -31,7 +31,7 @@ def config(tmp_path: Path, server: LlamaServer, *, stream: bool) -> Path:
     """The docs' "llama.cpp server" preset (docs/providers.md), at the test's port."""
     path = tmp_path / "tulving.toml"
     options = "options = { stream = true }\n" if stream else ""
-    path.write_text(f'[endpoints.llamacpp]\nkind = "openai"\nbase_url = "{server.base_url}"\nmax_concurrency = 1\n'
+    path.write_text(f'[endpoints.llamacpp]\nkind = "openai"\nbase_url = "{server.base_url}"\nfree = true\nmax_concurrency = 1\n'
                     f'{options}\n[models.smollm2-server]\nendpoint = "llamacpp"\nmodel = "smollm2"\n'
                     'params = { temperature = 0.0, max_tokens = 16 }\n')
     return path

@@ -28,9 +28,9 @@ RETIRED_LINE = ("claude-3-5-sonnet (claude-3-5-sonnet-20240620) was retired by A
 def _over_loopback(tmp_path: Path, server: LoopbackServer, models: str = "") -> Path:
     """The public endpoints' names pointed at the loopback: the shipped aliases keep their settings."""
     path = tmp_path / "tulving.toml"
-    path.write_text(f'[endpoints.anthropic]\nbase_url = "{server.anthropic_base_url}"\nkey_env = "LOOP_KEY"\n'
+    path.write_text(f'[endpoints.anthropic]\nbase_url = "{server.anthropic_base_url}"\nfree = true\nkey_env = "LOOP_KEY"\n'
                     f'max_attempts = 3\n\n'
-                    f'[endpoints.openai]\nbase_url = "{server.openai_base_url}"\nkey_env = "LOOP_KEY"\n'
+                    f'[endpoints.openai]\nbase_url = "{server.openai_base_url}"\nfree = true\nkey_env = "LOOP_KEY"\n'
                     f'max_attempts = 3\n\n{models}')
     return path
 

@@ -35,7 +35,7 @@ def questions(short_questions):
 
 def loop_config(tmp_path, server, judge_model="judge") -> Config:
     path = tmp_path / "tulving.toml"
-    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
                     'max_concurrency = 8\nmax_attempts = 2\n\n'
                     f'[models.loop-judge]\nendpoint = "loop"\nmodel = "{judge_model}"\n\n'
                     '[models.loop-answerer]\nendpoint = "loop"\nmodel = "answerer"\n')
@@ -177,7 +177,7 @@ async def test_in_context_answers_go_out_while_the_rag_index_is_embedded(tmp_pat
 
     async with LoopbackServer(embed_dim=64, latency=constant(0.2), models=["text-embedding-3-small"]) as server:
         path = tmp_path / "tulving.toml"
-        path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+        path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                         '[models.loop-embed]\nendpoint = "loop"\nmodel = "text-embedding-3-small"\n')
         config = Config.load(path)
         jobs = pipeline.plan_jobs(questions, ["builtin:reader"], [A.IN_CONTEXT, A.RAG_PARAGRAPH])

@@ -45,7 +45,7 @@ async def atulving(cwd: Path, *args: str) -> tuple[int, str, str]:
 
 def loop_config(tmp_path: Path, server: LoopbackServer) -> Path:
     path = tmp_path / "tulving.toml"
-    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                     '[models.garbage-judge]\nendpoint = "loop"\nmodel = "judge"\n')
     return path
 
@@ -150,7 +150,7 @@ async def test_an_api_key_never_reaches_the_cache_results_report_or_output(tmp_p
     key = "sk-tulving-secret-4f9d2c"
     async with LoopbackServer(models=SERVED, api_keys=[key]) as server:
         config = tmp_path / "tulving.toml"
-        config.write_text(f'[endpoints.keyed]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+        config.write_text(f'[endpoints.keyed]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
                           'key_env = "TULVING_TEST_SECRET"\n\n'
                           '[models.keyed-model]\nendpoint = "keyed"\nmodel = "m"\n')
         os.environ["TULVING_TEST_SECRET"] = key

@@ -32,7 +32,7 @@ QUESTIONS = 30
 
 def loop_config(tmp_path: Path, server: LoopbackServer) -> Path:
     path = tmp_path / "tulving.toml"
-    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                     '[models.loop-reader]\nendpoint = "loop"\nmodel = "reader"\n')
     return path
 

@@ -36,7 +36,7 @@ SLOW = 3.0  # long enough that a loaded machine stops the database before the la
 
 def _config(tmp_path: Path, server: LoopbackServer) -> Path:
     path = tmp_path / "tulving.toml"
-    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nmax_concurrency = 2\n\n'
+    path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\nmax_concurrency = 2\n\n'
                     '[models.loop-reader]\nendpoint = "loop"\nmodel = "reader"\n')
     return path
 
@@ -125,3 +125,35 @@ async def test_the_database_that_stays_away_ends_the_run_with_exit_5_and_the_com
         code, _, err = await run(tmp_path, url, config, "again")
         assert code == 0, err
         assert _calls(tmp_path, "again") == 0
+
+
+async def test_rerunning_the_same_command_writes_the_spill_back_first_and_pays_nothing_twice(
+        own_pg_cluster, tmp_path, short_questions):
+    # As above, but the user simply reruns the same command (same --out, the spill file beside it).
+    many = 120
+    write_questions(tmp_path / "q.jsonl", short_questions[:many])
+    url = own_pg_cluster.url
+    latency = Latency()
+    async with LoopbackServer(models=SERVED, latency=latency) as server:
+        config = _config(tmp_path, server)
+        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "4"}))
+        await _stop_mid_run(server, own_pg_cluster)
+        code, _, err = await first
+        paid = server.stats.requests
+        gone = server.stats.by_status["client_gone"]  # in flight when the run stopped: paid, never answered
+        assert code == 5, err
+        [line] = [x for x in err.splitlines() if x.startswith("tulving: error:")]
+        # The time it really waited, from the first refusal to giving up (at least the outage window).
+        waited = re.search(r"gave up after (\d+) s without an answer", line)
+        assert waited and int(waited.group(1)) >= 4, line
+        assert "rerun the same command once it is back" in line
+        [spill] = (tmp_path / "first").glob("tulving-spill-*.sqlite")
+        await asyncio.to_thread(own_pg_cluster.start)
+        latency.slow = False
+        code, _, err = await run(tmp_path, url, config, "first")
+        assert code == 0, err
+        said = [x for x in err.splitlines() if "wrote back" in x and "an earlier run kept" in x]
+        assert len(said) == 1 and spill.name in said[0], err
+        assert not spill.exists()
+        # Every result the first run was paid for counted: the rerun paid only for the others.
+        assert FAST < paid <= many and server.stats.requests == many + gone, err

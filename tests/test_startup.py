@@ -127,7 +127,7 @@ async def test_a_remote_only_run_never_imports_plotting_or_local_models(tmp_path
     local embedder's tokenizers, before its first call or after."""
     config = tmp_path / "tulving.toml"
     async with LoopbackServer(models=["m", "judge"]) as server:
-        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                           '[models.m]\nendpoint = "loop"\nmodel = "m"\n\n'
                           '[models.j]\nendpoint = "loop"\nmodel = "judge"\n')
         proc, heavy = await asyncio.to_thread(

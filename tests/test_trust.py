@@ -105,7 +105,7 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
     assert any("price_cache_write = " in part and "[models.claude" in part for part in out.split("\n\n"))
     async with LoopbackServer(models=SERVED) as server:
         config = tmp_path / "ft.toml"
-        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n')
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n')
         code, out, err = await run_cli(tmp_path, "--config", str(config), "finetune", "--book",
                                        "synaptic-echoes-short", "--model", "gpt-4o-mini-2024-07-18", "--endpoint",
                                        "loop", "--data-out", "ft/data.jsonl", "--poll-interval", "0.05", environ=e)
@@ -160,7 +160,7 @@ async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
 
     async with LoopbackServer(models=SERVED, api_keys=[SECRET], reply=reply) as server:
         config = tmp_path / "tulving.toml"
-        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
                           f'key_env = "LOOP_KEY"\n\n[models.loop-model]\nendpoint = "loop"\nmodel = "m-1"\n'
                           'params = { max_tokens = 40 }\nprice_in = 1.0\nprice_out = 2.0\n')
         e = env(tmp_path, LOOP_KEY=SECRET)
@@ -220,7 +220,7 @@ async def test_an_out_folder_of_another_configuration_is_refused_and_the_same_on
 async def test_report_keeps_rag_runs_with_different_embedding_models_apart(tmp_path):
     async with LoopbackServer(models=SERVED) as server:
         config = tmp_path / "tulving.toml"
-        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n')
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n')
         e = env(tmp_path)
         for name in ("emb-a", "emb-b"):
             code, out, err = await run_cli(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run",
@@ -288,7 +288,7 @@ async def test_a_run_without_a_valid_judgment_exits_3_and_is_not_ranked(tmp_path
     write_questions(tmp_path / "q.jsonl", short_questions[::60])
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "no json, sorry") as server:
         config = tmp_path / "tulving.toml"
-        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                           '[models.garbage-judge]\nendpoint = "loop"\nmodel = "judge"\n')
         code, out, err = await run_cli(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite", "run",
                                        "--questions", "q.jsonl", "--models", "builtin:reader", "--judge",
@@ -302,7 +302,7 @@ async def test_a_run_without_a_valid_judgment_exits_3_and_is_not_ranked(tmp_path
 async def test_generate_with_a_model_that_never_passes_says_why(tmp_path):
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "Once upon a time, nothing happened.") as server:
         config = tmp_path / "tulving.toml"
-        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                           '[models.bad-writer]\nendpoint = "loop"\nmodel = "w"\n')
         code, out, err = await run_cli(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite",
                                        "generate", "--events", "3", "--model", "bad-writer", "--itermax", "2",
@@ -394,7 +394,7 @@ async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tm
 
     async with LoopbackServer(models=SERVED, reply=reply) as server:
         config = tmp_path / "tulving.toml"
-        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n\n'
+        config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                           '[models.noisy]\nendpoint = "loop"\nmodel = "noisy"\nprice_in = 0.0\nprice_out = 0.0\n')
         e = env(tmp_path)
         args = ["--quiet", "--config", str(config), "--cache", "c.sqlite", "run", "--models", "noisy", "--sample",
@@ -424,7 +424,7 @@ async def test_batch_on_a_server_without_a_batch_api_is_refused_at_start_or_goes
     async with LoopbackServer(models=SERVED, batch=BatchKnobs(served=False)) as server:  # as vLLM: 404 on /batches
         def config(batch: str) -> str:
             path = tmp_path / f"tulving-{batch.strip(chr(34))}.toml"
-            path.write_text(f'[endpoints.vllm]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\n'
+            path.write_text(f'[endpoints.vllm]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
                             f'options = {{ batch = {batch} }}\n\n[models.m]\nendpoint = "vllm"\nmodel = "m-1"\n'
                             'price_in = 0.0\nprice_out = 0.0\n')
             return str(path)
@@ -542,7 +542,7 @@ async def test_a_run_streaming_to_a_server_that_answers_plain_json_reads_each_re
 
     async with OneReplyServer(orjson.dumps(COMPLETION), "application/json") as server:
         config = tmp_path / "plain.toml"
-        config.write_text(f'[endpoints.compat]\nkind = "openai"\nbase_url = "{server.base_url}"\n'
+        config.write_text(f'[endpoints.compat]\nkind = "openai"\nbase_url = "{server.base_url}"\nfree = true\n'
                           'options = { stream = true }\n\n[models.m]\nendpoint = "compat"\nmodel = "m"\n')
         code, out, err = await run_cli(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite", "run",
                                        "--book", "synaptic-echoes-short", "--models", "m", "--sample", "3",
