@@ -48,7 +48,9 @@ def models_markdown(config: Config) -> str:
              "which models they can use.", "",
              "The paper's writer and judge, claude-3-5-sonnet-20240620, is retired: `tulving agreement` "
              "measures how far a substitute judge agrees with another on the same answers (two runs that "
-             "differ only by --judge).", "",
+             "differ only by --judge). It was retired on 2025-10-28 by Anthropic's release notes (2025-10-22 was "
+             "the date first announced); claude-3-haiku's retirement date is disputed: 2026-04-20 by Anthropic's "
+             "release notes, 2026-04-19 on third-party pages (checked 2026-11-28).", "",
              "Prices change by date and by prompt length: the *other prices* column gives each band "
              "(engine/prices.py), e.g. `>272K` (a prompt over 272,000 tokens, the whole call) or `<=2026-12-31` "
              "(in force until that day); a call is priced by the band in force on its day for its prompt, "
