@@ -124,9 +124,9 @@ def bands_label(bands: Iterable[PriceBand]) -> str:
     cells = []
     for band in bands:
         prices = band.prices()
-        cells.append(f"{band.label}: {prices.get('price_in', '-'):g}/{prices.get('price_out', '-'):g}"
+        cells.append(f"{band.short}: {prices.get('price_in', '-'):g}/{prices.get('price_out', '-'):g}"
                      if "price_in" in prices and "price_out" in prices
-                     else f"{band.label}: " + ", ".join(f"{k.removeprefix('price_')} {v:g}" for k, v in prices.items()))
+                     else f"{band.short}: " + ", ".join(f"{k.removeprefix('price_')} {v:g}" for k, v in prices.items()))
     return "; ".join(cells)
 
 
