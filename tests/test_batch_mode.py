@@ -94,8 +94,10 @@ def server_factory() -> Iterator:
 
 def write_config(tmp_path: Path, server: Server, *, kind: str = "openai", **options: object) -> Path:
     url = server.openai if kind == "openai" else server.anthropic
+    # These calls send temperature 0: on Anthropic, the version that still takes it (2026-10-21 does not).
+    version = {"anthropic_version": "2023-06-01"} if kind == "anthropic" else {}
     opts = ", ".join(f"{k} = {json.dumps(v)}" for k, v in {"batch_poll": 0.02, "batch_poll_max": 0.05,
-                                                             **options}.items())
+                                                             **version, **options}.items())
     path = tmp_path / "tulving.toml"
     path.write_text(f'[endpoints.lb]\nkind = "{kind}"\nbase_url = "{url}"\nfree = true\nmax_attempts = 3\n'
                     f'options = {{ {opts} }}\n\n'

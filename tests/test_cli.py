@@ -123,7 +123,7 @@ def test_models_lists_aliases_and_whether_keys_are_set(tmp_path):
     # each alias with its prices, where it stands and when that was checked
     assert "shuts down on 2027-01-14 -> gpt-6-luna" in rows["gpt-4o"] and " 2.5/10 " in rows["gpt-4o"]
     assert "retired on 2025-10-28 -> claude-sonnet-5-5" in rows["claude-3-5-sonnet"]
-    assert rows["claude-sonnet-5-5"].split()[-2:] == ["current", "2026-11-26"]
+    assert rows["claude-sonnet-5-5"].split()[-2:] == ["current", "2026-11-28"]  # rechecked
     assert "sk-test-secret-value" not in result.stdout
 
 
