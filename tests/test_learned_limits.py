@@ -206,8 +206,9 @@ async def test_a_reported_request_limit_replaces_an_inferred_one():
 def _config(server: LoopbackServer, kind: str = "openai", **endpoint) -> Config:
     base = server.openai_base_url if kind == "openai" else server.anthropic_base_url
     ep = {"kind": kind, "base_url": base, "max_concurrency": 16, "timeout": 5.0, "max_attempts": 20, **endpoint}
-    return Config.from_dicts({"lb": ep}, {"m": {"endpoint": "lb", "model": "test-model",
-                                                "params": {"temperature": 0.0, "max_tokens": 16}}})
+    # Anthropic's current version (2026-10-21) takes no temperature: these calls send the limit only there.
+    params = {"max_tokens": 16} if kind == "anthropic" else {"temperature": 0.0, "max_tokens": 16}
+    return Config.from_dicts({"lb": ep}, {"m": {"endpoint": "lb", "model": "test-model", "params": params}})
 
 
 async def _run(config: Config, n: int, salt: str) -> Engine:
