@@ -233,7 +233,7 @@ def threaded(server: LoopbackServer) -> Iterator[LoopbackServer]:
 def write_config(tmp_path: Path, url: str, kind: str = "deepseek") -> None:
     (tmp_path / "tulving.toml").write_text(
         f'[endpoints.ds]\nkind = "{kind}"\nbase_url = "{url}"\nfree = true\nkey_env = "TULVING_TEST_KEY"\nmax_attempts = 2\n\n'
-        '[endpoints.lb]\nkind = "openai"\nbase_url = "' + url + '"\nmax_attempts = 2\n\n'
+        '[endpoints.lb]\nkind = "openai"\nbase_url = "' + url + '"\nfree = true\nmax_attempts = 2\n\n'
         '[models.ds-r1]\nendpoint = "ds"\nmodel = "deepseek-reasoner"\nparams = {}\n'
         'price_in = 0.55\nprice_cached_in = 0.14\nprice_out = 2.19\n\n'
         '[models.lb-judge]\nendpoint = "lb"\nmodel = "judge-model"\nparams = { temperature = 0.0 }\n')
