@@ -154,19 +154,8 @@ class Estimator:
         band = alias.band(tokens)
         row.bands.add(band.short if band is not None else "")
         direct = alias.cost(tokens, out)
-        if prefix:
-            row.prefix_tokens += prefix
-            caching = kind_of(r.endpoints[0]).capabilities
-            # The first call writes the prefix: Anthropic charges the write, and so do current OpenAI
-            # models (GPT-6: price_cache_write, 1.25x input); older OpenAI models and Gemini do not.
-            writes = caching.charges_cache_writes or alias.price_cache_write is not None
-            if first_of_prefix:
-                with_cache = alias.cost(tokens, out, cache_write=prefix if writes else 0)
-            else:  # OpenAI reads in steps of 128 tokens
-                read = prefix // caching.cache_read_step * caching.cache_read_step
-                with_cache = alias.cost(tokens, out, cache_read=read)
-        else:
-            with_cache = direct
+        with_cache = _with_prompt_cache(alias, r, tokens, out, prefix, first_of_prefix) if prefix else direct
+        row.prefix_tokens += prefix
         discount = alias.batch_discount if self.batchable(r) else 1.0
         row.direct_usd += direct
         row.batch_usd += direct * discount
@@ -219,6 +208,20 @@ def _cells(r: EstimateRow) -> list[str]:
     return [r.model, r.role, str(r.calls), str(r.cached), str(r.to_call), f"{r.input_tokens:,}",
             f"{r.prefix_tokens:,}", f"{r.output_tokens:,}", band_cell(r.bands), f"{r.direct_usd:.4f}", batch,
             f"{r.cached_direct_usd:.4f}", both]
+
+
+def _with_prompt_cache(alias: ModelAlias, r: Resolved, tokens: int, out: int, prefix: int, first: bool) -> float:
+    """A call's cost with provider prompt caching of its `prefix` tokens: the
+    first call of a prefix writes it (Anthropic charges the write, and so do
+    current OpenAI models: GPT-6's price_cache_write, 1.25x input; older
+    OpenAI models and Gemini do not), the others read it (OpenAI in steps of
+    128 tokens)."""
+    caching = kind_of(r.endpoints[0]).capabilities
+    if first:
+        writes = caching.charges_cache_writes or alias.price_cache_write is not None
+        return alias.cost(tokens, out, cache_write=prefix if writes else 0)
+    read = prefix // caching.cache_read_step * caching.cache_read_step
+    return alias.cost(tokens, out, cache_read=read)
 
 
 def band_cell(bands: set[str]) -> str:

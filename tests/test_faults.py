@@ -28,8 +28,10 @@ def config_for(server: FaultServer, *, client: str = "pool", kind: str = "openai
     base = server.openai_base_url if kind == "openai" else server.anthropic_base_url
     spec = {"kind": kind, "base_url": base, "max_concurrency": 8, "timeout": 5.0, "max_attempts": 6,
             "max_retry_after": 1.0, "options": {"http_client": client}, **endpoint}
+    # Anthropic's current version (2026-10-21) takes no temperature: its calls send the limit only.
+    params = {"max_tokens": 8} if kind == "anthropic" else {"temperature": 0.0, "max_tokens": 8}
     return Config.from_dicts({"f": spec}, {"m": {"endpoint": "f", "model": "fm", "price_in": 1.0, "price_out": 2.0,
-                                                 "params": {"temperature": 0.0, "max_tokens": 8}}})
+                                                 "params": params}})
 
 
 def requests(n: int, salt: str = "") -> list[ChatRequest]:

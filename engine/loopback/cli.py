@@ -68,11 +68,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     parser.add_argument("--models", metavar="ID1,ID2",
                         help="add these model ids to the ones served; without it only the built-in registry's "
                              "current ids are served (any other id: the real API's 404)")
-    parser.add_argument("--gemini-batch-drop-keys", action="store_true",
-                        help="Gemini batch results leave out their request's key (a reported fault of the real "
-                             "API, googleapis/python-genai#2008)")
-    parser.add_argument("--gemini-batch-reorder", action="store_true",
-                        help="Gemini batch results come in reverse order of their requests (python-genai#1909)")
+    _add_gemini_faults(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--compat", choices=list(FLAVOURS),
@@ -83,6 +79,14 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     return args
+
+
+def _add_gemini_faults(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gemini-batch-drop-keys", action="store_true",
+                        help="Gemini batch results leave out their request's key (a reported fault of the real "
+                             "API, googleapis/python-genai#2008)")
+    parser.add_argument("--gemini-batch-reorder", action="store_true",
+                        help="Gemini batch results come in reverse order of their requests (python-genai#1909)")
 
 
 def _distribution(kind: str, milliseconds: float, seed: int) -> LatencyFn | None:
