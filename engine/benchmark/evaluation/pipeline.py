@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -480,19 +480,21 @@ def expected_calls(jobs: Sequence[Job]) -> int:
 
 async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequence[Question], jobs: Sequence[Job], *,
                    judge: str, embed_model: str | None = None, expected: bool = False,
-                   memory: MemorySettings | None = None) -> Evaluation:
+                   memory: MemorySettings | None = None, prepared: Mapping[str, Prepared] | None = None
+                   ) -> Evaluation:
     """Answer and judge every job's questions (jobs from `plan_jobs`); the
     records come back sorted as results.jsonl stores them. The paper's
     retrieval K comes from the full question set, also for jobs run on a
     sample. `memory`: the run's memory systems (default: the installed ones,
     the run's first answering model lending its chat calls, the paper's
-    budget). `expected`: the caller has already told the engine these calls
-    (`engine.expect(expected_calls(jobs))`, e.g. for every repeat at once)."""
+    budget). `prepared`: systems already prepared (an earlier repeat's: the
+    evidence is the same). `expected`: the caller has already told the engine
+    these calls (`engine.expect(expected_calls(jobs))`, e.g. for every repeat at once)."""
     check_jobs(config, book, jobs, judge, embed_model)
     if not expected:
         engine.expect(expected_calls(jobs))
     spending = Spending()
-    session = MemorySession(engine, config, memory or default_memory_settings(jobs, embed_model))
+    session = MemorySession(engine, config, memory or default_memory_settings(jobs, embed_model), dict(prepared or {}))
     needed = _questions_by_memory(jobs)
     runners: dict[int, JobRunner] = {}
 
@@ -516,12 +518,13 @@ async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequen
     records = [rec for recs in per_job for rec in recs]
     records.sort(key=lambda r: (r.model, r.mode, r.q_idx))
     ordered = [runners[n] for n in range(len(jobs))]
-    prepared = session.prepared()
+    made = session.prepared()
     evaluation = Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in ordered},
-                            jobs=list(jobs), judge=judge, spending=spending, memory=prepared,
-                            embed_model=embed_model if any(p.meter.phases for p in prepared.values()
+                            jobs=list(jobs), judge=judge, spending=spending, memory=made,
+                            embed_model=embed_model if any(p.meter.phases for p in made.values()
                                                            if p.name in A.RAG_MODES) else None)
-    _add_memory_figures(evaluation)
+    if not prepared:  # a repeat's memory figures are the first evaluation's
+        _add_memory_figures(evaluation)
     return evaluation
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.benchmark.evaluation import rag
 from engine.benchmark.evaluation.answers import FINETUNED as FINETUNED_MODE
-from engine.benchmark.evaluation.answers import IN_CONTEXT, RAG_CHAPTER, RAG_PARAGRAPH
+from engine.benchmark.evaluation.answers import IN_CONTEXT, NO_MEMORY, RAG_CHAPTER, RAG_PARAGRAPH
 from engine.benchmark.memory.contract import (
     BOOK,
     FINETUNED,
@@ -39,7 +39,6 @@ from engine.benchmark.memory.contract import (
     Recall,
 )
 
-NO_MEMORY = "no-memory"
 _HEADING = re.compile(r"Chapter (\d+)")
 
 
@@ -142,11 +141,3 @@ class NoMemory(MemorySystem):
     async def recall(self, question: str, budget: Budget) -> Recall:
         return Recall()
 
-
-BUILTIN: dict[str, type[MemorySystem]] = {
-    IN_CONTEXT: InContextMemory,
-    RAG_PARAGRAPH: RagMemory,
-    RAG_CHAPTER: RagMemory,
-    FINETUNED_MODE: FinetunedMemory,
-    NO_MEMORY: NoMemory,
-}

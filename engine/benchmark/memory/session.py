@@ -61,6 +61,7 @@ class MemorySession:
     engine: Engine
     config: Config
     settings: MemorySettings
+    ready: dict[str, Prepared] = field(default_factory=dict)  # systems prepared before (a repeat's)
     _futures: dict[str, asyncio.Future[Prepared]] = field(default_factory=dict)
     _endpoint: ModelEndpoint | None = None
     _endpoint_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -76,7 +77,12 @@ class MemorySession:
         paper's K and budget."""
         found = self._futures.get(name)
         if found is None:
-            found = self._futures[name] = asyncio.ensure_future(self._prepare(book, questions, name, texts))
+            if name in self.ready:
+                found = asyncio.get_running_loop().create_future()
+                found.set_result(self.ready[name])
+            else:
+                found = asyncio.ensure_future(self._prepare(book, questions, name, texts))
+            self._futures[name] = found
         return found
 
     def models_for(self, spec: MemorySpec) -> list[str]:
