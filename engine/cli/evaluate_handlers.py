@@ -221,7 +221,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
-                _note(f"{embed_model} is unavailable ({problem}): running in-context only")
+                _note(f"{embed_model} is unavailable ({problem}): running without rag-paragraph")
             jobs = _default_plan(args, questions, rag_ok=problem is None)
         else:
             jobs = _plan(args, questions, models, modes)

@@ -21,6 +21,7 @@ from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
 from engine.benchmark.evaluation.intervals import score_intervals
 from engine.benchmark.evaluation.memory_report import (
     MEMORY_HEAD,
+    MemoryEntry,
     MemoryFigures,
     budget_note,
     memory_figures,
@@ -185,7 +186,7 @@ def _add_job_figures(figures: RunRow, job: Mapping[str, Any]) -> None:
 
 
 def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
-                  job: Mapping[str, Any] | None = None, memory: Mapping[str, Any] | None = None) -> RunRow:
+                  job: Mapping[str, Any] | None = None, memory: MemoryEntry | None = None) -> RunRow:
     sr, _ = simple_recall(records)
     ca, parts = chronological_awareness(records)
     intervals = score_intervals(records)

@@ -65,7 +65,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -77,6 +77,11 @@ RESULTS_FILE = "results.jsonl"
 # 2: the reference's prompt strings, chronological de-duplication and full-precision
 #    F1/tau (issue "fidelity"); lines without the key are version 1.
 RESULTS_VERSION = 2
+
+
+class EvidencePassage(TypedDict):
+    chapter: int | None
+    text: str
 
 
 @dataclass(slots=True)
@@ -108,7 +113,7 @@ class ResultRecord:
     reasoning: str | None = None  # written only when set (lines without reasoning stay as they were)
     # evidence (written only when set, as reasoning)
     evidence_chapters: list[int | None] | None = None
-    evidence: list[dict[str, Any]] | None = None
+    evidence: list[EvidencePassage] | None = None
     evidence_tokens: int | None = None
     evidence_cut: int | None = None
     evidence_cut_tokens: int | None = None
