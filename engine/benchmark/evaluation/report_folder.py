@@ -34,7 +34,7 @@ from engine.benchmark.evaluation.agreement import (
     summary_table,
 )
 from engine.benchmark.evaluation.html_report import DrillRow, Section, render_html
-from engine.benchmark.evaluation.memory_report import MEMORY_HEAD, budget_note, memory_table
+from engine.benchmark.evaluation.memory_report import MEMORY_HEAD, budget_note, memory_table, memory_usd
 from engine.benchmark.evaluation.realism import (
     REALISM_TITLE,
     TEST_HEAD,
@@ -151,7 +151,7 @@ def _figures(runset: RunSet, summaries: Sequence[Scores], folder: Path, notes: l
         out["breakdowns"].append(F.cue_heatmaps(folder, _cue_cells(runset, labels, present, cues), cues,
                                                 list(labels.values())))
     out["ranking"] = _ranking_figures(runset, summaries, folder)
-    costs = [(f"{row['model']} / {row['mode']}", _usd_per_question(row), row["simple_recall"])
+    costs = [(f"{row['model']} / {row['mode']}", _usd_per_question(row, summary), row["simple_recall"])
              for summary in summaries for row in summary["runs"]
              if row.get("memory") and row["simple_recall"] is not None and row["questions"]]
     out["memory"] = [F.accuracy_against_cost(folder, costs)] if costs else []
@@ -159,13 +159,13 @@ def _figures(runset: RunSet, summaries: Sequence[Scores], folder: Path, notes: l
     return out
 
 
-def _usd_per_question(row: RunRow) -> float:
-    memory = row.get("memory") or {}
-    return (float(row["cost_usd"]) + float(memory.get("memory_usd") or 0.0)) / max(1, row["questions"])
+def _usd_per_question(row: RunRow, summary: Scores) -> float:
+    system = (summary.get("memory") or {}).get(row["mode"])
+    return (float(row["cost_usd"]) + memory_usd(system)) / max(1, row["questions"])
 
 
 def _memory_table(summaries: Sequence[Scores]) -> Table | None:
-    rows = [cells for summary in summaries for cells in memory_table(summary["runs"])]
+    rows = [cells for summary in summaries for cells in memory_table(summary["runs"], summary.get("memory") or {})]
     if not rows:
         return None
     notes = [n for n in (budget_note(s["runs"]) for s in summaries) if n]
