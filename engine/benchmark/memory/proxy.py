@@ -133,8 +133,9 @@ class ModelEndpoint:
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model:.+}", self._model)
-        # A client that goes away cancels its handler, and so its engine call.
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
+        # A client that goes away (its own timeout) does not cancel the engine call: the
+        # reply is paid for by then, and cached, so the client's retry costs nothing.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, HOST, 0, backlog=1024)
         await site.start()
