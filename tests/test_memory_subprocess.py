@@ -24,6 +24,7 @@ from engine.benchmark.memory.subprocess_memory import (
     SubprocessMemory,
     Timeouts,
     parse_reply,
+    secret_variables,
 )
 from engine.config import Config, ConfigError
 from engine.scheduler import Engine
@@ -110,8 +111,11 @@ async def test_the_environment_holds_no_secret_of_the_user(tmp_path, monkeypatch
                         "OPENAI_ORG_ID": "org-user", "OPENAI_BASE_URL": "https://api.openai.com/v1",
                         "NO_PROXY": "intranet.example", "PLAIN_SETTING": "kept"}.items():
         monkeypatch.setenv(name, value)
+    config = Config.from_dicts({"vllm": {"kind": "openai", "base_url": "http://10.0.0.9:8000/v1",
+                                         "key_env": "VLLM_ACCESS"}}, {})
+    assert secret_variables(config) == ["VLLM_ACCESS"]
     services = LentServices(tmp_path / "work")
-    memory = SubprocessMemory("env", command=[*PROCESS, "good"], hidden_env=["VLLM_ACCESS"])
+    memory = SubprocessMemory("env", command=[*PROCESS, "good"], hidden_env=secret_variables(config))
     await memory.open(services)
     await memory.close()
     env = json.loads((services.workdir / "environment.json").read_text())

@@ -55,7 +55,7 @@ from engine.benchmark.memory.contract import (
     Recall,
     RecallFailed,
 )
-from engine.config import ConfigError
+from engine.config import Config, ConfigError
 
 PROTOCOL = 1
 SCHEMA_PATH = Path(__file__).with_name("protocol.schema.json")
@@ -103,6 +103,15 @@ def scrubbed_environment(base: Mapping[str, str], hidden: Iterable[str] = ()) ->
     return {name: value for name, value in base.items()
             if name not in hidden and not name.upper().startswith("OPENAI_")
             and not any(word in name.upper() for word in SECRET_WORDS)}
+
+
+def secret_variables(config: Config) -> list[str]:
+    """The variables the config names as holding secrets (endpoints' key_env,
+    the cache's password_env): `hidden_env` for SubprocessMemory."""
+    names = {spec.key_env for spec in config.endpoints.values() if spec.key_env}
+    if config.cache.password_env:
+        names.add(config.cache.password_env)
+    return sorted(names)
 
 
 def process_environment(services: MemoryServices, hidden: Iterable[str] = ()) -> dict[str, str]:
@@ -215,7 +224,7 @@ class SubprocessMemory(MemorySystem):
     """A memory system run as `command`, speaking the JSON-lines protocol.
 
     `hidden_env`: names of environment variables never passed on (the
-    config's key_env variables); `timeouts`: per phase (also read from the
+    config's: `secret_variables(config)`); `timeouts`: per phase (also read from the
     options' "timeouts" table); `budget`: the run's evidence budget, told in
     the open message (each recall carries its own too)."""
 
