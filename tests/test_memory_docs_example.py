@@ -1,9 +1,13 @@
 """The example adapter of docs/memory-systems.md, copied from the page as it
-stands and run through SubprocessMemory on the short published book: open,
-ingest every chapter, ready, recall, close."""
+stands and run on the short published book: through SubprocessMemory (open,
+ingest every chapter, ready, recall, close), and through `tulving run
+--memory` as the page tells a user to run it."""
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,3 +47,24 @@ async def test_the_documented_example_reads_the_book_and_finds_the_chapters(tmp_
     assert all(p.text == texts[p.chapter] for r in recalls for p in r.passages)
     found = sum(r.passages[0].chapter in q.chapters for r, (_, q) in zip(recalls, single))
     assert found >= len(single) // 2, f"top chapter right for {found} of {len(single)} questions"
+
+
+def test_the_documented_example_on_the_leaderboard_through_the_cli(tmp_path):
+    """As the page says to use it: a [memories.NAME] table with its command,
+    `tulving run --memory NAME`, scored beside the models."""
+    script = tmp_path / "keyword_memory.py"
+    script.write_text(examples()["keyword_memory.py"])
+    config = tmp_path / "tulving.toml"
+    config.write_text(f'[memories.keywords]\ncommand = ["{sys.executable}", "{script}"]\ntimeout_recall = 120\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("TULVING_CONFIG", "TULVING_CACHE")}
+    env["PYTHONPATH"] = str(PAGE.parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-m", "engine.cli", "--quiet", "--config", str(config), "--cache",
+                           str(tmp_path / "cache.sqlite"), "run", "--memory", "keywords", "--out", "run"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = next(line for line in done.stdout.splitlines() if " keywords " in line)
+    assert "builtin:reader" in row and "456/456" in row
+    memory = json.loads((tmp_path / "run" / "run.json").read_text())["memory"]["keywords"]
+    assert memory["origin"].startswith("command ") and set(memory["phases"]) == {"open", "ingest", "ready", "recall",
+                                                                                  "close"}
+    assert memory["recall_latency"]["count"] == 456 and memory["evidence"]["failed"] == 0

@@ -21,8 +21,8 @@ from engine.benchmark.memory.proxy import ModelEndpoint
 from engine.benchmark.memory.subprocess_memory import (
     SCHEMA_PATH,
     ProtocolBreak,
+    ReplyTimeouts,
     SubprocessMemory,
-    Timeouts,
     parse_reply,
     secret_variables,
 )
@@ -49,6 +49,7 @@ class LentServices:
     openai_base_url: str | None = "http://127.0.0.1:9/v1"
     openai_api_key: str | None = "per-run-secret"
     models: list[str] = field(default_factory=lambda: ["builtin:reader", "local:minilm"])
+    config: Config | None = None
 
     async def chat(self, messages, **kwargs):  # not used by a subprocess
         raise AssertionError("a subprocess calls the endpoint, not the services")
@@ -69,8 +70,9 @@ async def test_only_the_chapters_and_the_question_texts_cross_both_ways_valid(tm
     chapters = chapters_of(short_book)
     questions = sorted({q.question for q in short_questions})[:8]
     services = LentServices(tmp_path / "work")
-    memory = SubprocessMemory("keywords", {"command": PROCESS, "ingest_batch_chars": 20_000, "k": 3},
-                              command=[*PROCESS, "good"], budget=BUDGET)
+    # As the registry makes it: the command among the options, which the process never sees.
+    memory = SubprocessMemory("keywords", {"command": [*PROCESS, "good"], "ingest_batch_chars": 20_000, "k": 3,
+                                           "timeout_recall": 120, "timeout_exit": 5}, budget=BUDGET)
     await memory.open(services)
     await memory.ingest(chapters)
     await memory.ready()
@@ -114,8 +116,8 @@ async def test_the_environment_holds_no_secret_of_the_user(tmp_path, monkeypatch
     config = Config.from_dicts({"vllm": {"kind": "openai", "base_url": "http://10.0.0.9:8000/v1",
                                          "key_env": "VLLM_ACCESS"}}, {})
     assert secret_variables(config) == ["VLLM_ACCESS"]
-    services = LentServices(tmp_path / "work")
-    memory = SubprocessMemory("env", command=[*PROCESS, "good"], hidden_env=secret_variables(config))
+    services = LentServices(tmp_path / "work", config=config)  # the runner's services carry the run's config
+    memory = SubprocessMemory("env", command=[*PROCESS, "good"])
     await memory.open(services)
     await memory.close()
     env = json.loads((services.workdir / "environment.json").read_text())
@@ -165,7 +167,7 @@ async def run_until_fault(memory: SubprocessMemory, workdir: Path, questions=("W
     ("no-opened", "open", ["exited with code 2", "cannot find its model file"]),
 ])
 async def test_a_faulty_process_is_one_line_naming_it_and_its_phase_and_is_stopped(tmp_path, mode, phase, says):
-    memory = SubprocessMemory("flaky", command=[*PROCESS, mode], timeouts=Timeouts(ready=1.0))
+    memory = SubprocessMemory("flaky", command=[*PROCESS, mode], timeouts=ReplyTimeouts(ready=1.0))
     with pytest.raises(MemoryError) as failed:
         await run_until_fault(memory, tmp_path / "work")
     await memory.close()
@@ -191,7 +193,7 @@ async def test_an_error_reply_to_one_recall_fails_that_question_only(tmp_path):
 
 
 async def test_a_process_that_does_not_exit_after_closed_is_killed_after_its_grace(tmp_path):
-    memory = SubprocessMemory("sticky", command=[*PROCESS, "ignore-close"], timeouts=Timeouts(exit_grace=0.2))
+    memory = SubprocessMemory("sticky", command=[*PROCESS, "ignore-close"], timeouts=ReplyTimeouts(exit=0.2))
     await memory.open(LentServices(tmp_path / "work"))
     await memory.close()
     assert memory._process.returncode == -9
@@ -207,8 +209,8 @@ async def test_a_command_that_cannot_start_is_one_line_at_open(tmp_path):
 @pytest.mark.parametrize("options, command, says", [
     ({}, "python memory.py", "non-empty list of strings"),
     ({}, [], "non-empty list of strings"),
-    ({"timeouts": {"ingest": 0}}, ["x"], "timeouts must be a table of positive seconds"),
-    ({"timeouts": {"recal": 5}}, ["x"], "timeouts must be a table of positive seconds"),
+    ({"timeout_ingest": 0}, ["x"], "timeout_ingest must be timeout_PHASE = positive seconds"),
+    ({"timeout_recal": 5}, ["x"], "timeout_recal must be timeout_PHASE = positive seconds"),
     ({"ingest_batch_chars": "big"}, ["x"], "ingest_batch_chars must be a positive integer"),
 ])
 def test_malformed_settings_are_a_config_error(options, command, says):
@@ -264,3 +266,14 @@ async def test_the_late_reply_of_a_cancelled_recall_is_dropped_not_a_fault(tmp_p
     again = await memory.recall("Where did Ana go?", BUDGET)  # the cancelled one's reply came first
     await memory.close()
     assert again.passages[0].chapter == 1 and memory._abandoned == set()
+
+
+async def test_a_process_stopped_mid_phase_by_the_runner_is_killed_not_asked_to_close(tmp_path):
+    memory = SubprocessMemory("stuck", command=[*PROCESS, "hang-on-ready"])
+    await memory.open(LentServices(tmp_path / "work"))
+    with pytest.raises(TimeoutError):  # the runner's phase limit cancels ready()
+        await asyncio.wait_for(memory.ready(), 0.5)
+    await memory.close()
+    assert memory._process.returncode == -9
+    received = [json.loads(line)["type"] for line in lines(tmp_path / "work" / "received.jsonl")]
+    assert received == ["open", "ready"]

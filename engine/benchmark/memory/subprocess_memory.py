@@ -62,33 +62,40 @@ SCHEMA_PATH = Path(__file__).with_name("protocol.schema.json")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 LOG_NAME = "stderr.log"
 MAX_LINE = 256 * 1024 * 1024  # a reply may quote whole chapters
-# Options of the config's [memories.NAME] table that are Tulving's, not the process's.
-TULVING_OPTIONS = frozenset({"command", "use", "timeouts", "ingest_batch_chars"})
+# Options of the config's [memories.NAME] table that are Tulving's, not the process's
+# (and every `timeout_*`).
+TULVING_OPTIONS = frozenset({"command", "use", "ingest_batch_chars"})
 Message = dict[str, object]
 
 
 @dataclass(frozen=True, slots=True)
-class Timeouts:
+class ReplyTimeouts:
     """Seconds one reply of each phase may take (ingest: per batch; recall:
-    per question), and the grace given to exit after `closed`."""
+    per question), and the grace given to exit after `closed` ("exit").
+    Read from the options' `timeout_PHASE` keys, the names the runner's
+    phase limits use (engine/benchmark/memory/runner.py), and the same
+    defaults: a process past either is stopped."""
 
-    open: float = 120.0
-    ingest: float = 3600.0
+    open: float = 300.0
+    ingest: float = 4 * 3600.0
     ready: float = 3600.0
-    recall: float = 600.0
+    recall: float = 300.0
     close: float = 60.0
-    exit_grace: float = 10.0
+    exit: float = 10.0
 
     @classmethod
-    def from_options(cls, system: str, table: object) -> Timeouts:
-        """From the options' table {"ingest": 7200, ...} (ConfigError when malformed)."""
-        if table is None:
-            return cls()
+    def from_options(cls, system: str, options: Mapping[str, object]) -> ReplyTimeouts:
+        """From `timeout_ingest = 7200` and the like (ConfigError when malformed)."""
         names = {f.name for f in fields(cls)}
-        if not isinstance(table, Mapping) or set(table) - names or not all(_positive(v) for v in table.values()):
-            raise ConfigError(f"memory system {system!r}: timeouts must be a table of positive seconds by phase "
-                              f"({', '.join(sorted(names))})")
-        return cls(**{k: float(v) for k, v in table.items()})
+        values: dict[str, float] = {}
+        for key, value in options.items():
+            if not key.startswith("timeout_"):
+                continue
+            if key[len("timeout_"):] not in names or not _positive(value):
+                raise ConfigError(f"memory system {system!r}: {key} must be timeout_PHASE = positive seconds "
+                                  f"(PHASE one of {', '.join(sorted(names))})")
+            values[key[len("timeout_"):]] = float(value)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 def _positive(value: object) -> bool:
@@ -132,7 +139,7 @@ def open_message(name: str, services: MemoryServices, budget: Budget | None,
             "budget": (budget or Budget()).to_json(),
             "models": {"chat": services.chat_model, "embed": services.embed_model},
             "openai": {"base_url": services.openai_base_url, "api_key": services.openai_api_key},
-            "options": {k: v for k, v in options.items() if k not in TULVING_OPTIONS}}
+            "options": {k: v for k, v in options.items() if k not in TULVING_OPTIONS and not k.startswith("timeout_")}}
 
 
 def chapter_batches(chapters: Sequence[Chapter], max_chars: int) -> Iterator[list[Chapter]]:
@@ -224,22 +231,24 @@ class SubprocessMemory(MemorySystem):
     """A memory system run as `command`, speaking the JSON-lines protocol.
 
     `hidden_env`: names of environment variables never passed on (the
-    config's: `secret_variables(config)`); `timeouts`: per phase (also read from the
-    options' "timeouts" table); `budget`: the run's evidence budget, told in
+    config's: `secret_variables(config)`, also taken from `services.config`
+    when the services carry the run's config); `timeouts`: per reply (else
+    the options' `timeout_PHASE` keys); `budget`: the run's evidence budget, told in
     the open message (each recall carries its own too)."""
 
     description = "a subprocess speaking Tulving's JSON-lines memory protocol"
 
     def __init__(self, name: str = "", options: Mapping[str, object] | None = None, *,
-                 command: Sequence[str], hidden_env: Iterable[str] = (), timeouts: Timeouts | None = None,
-                 budget: Budget | None = None):
+                 command: Sequence[str] | None = None, hidden_env: Iterable[str] = (),
+                 timeouts: ReplyTimeouts | None = None, budget: Budget | None = None):
         super().__init__(name, options)
+        command = command if command is not None else self.options.get("command")  # type: ignore[assignment]
         if isinstance(command, str) or not command or not all(isinstance(part, str) and part for part in command):
             raise ConfigError(f"memory system {self.name!r}: its command must be a non-empty list of strings "
                               f"(the program and its arguments; no shell)")
         self.command = list(command)
         self.hidden_env = tuple(hidden_env)
-        self.timeouts = timeouts or Timeouts.from_options(self.name, self.options.get("timeouts"))
+        self.timeouts = timeouts or ReplyTimeouts.from_options(self.name, self.options)
         self.budget = budget
         batch_chars = self.options.get("ingest_batch_chars", 1_000_000)
         if not _positive(batch_chars) or not isinstance(batch_chars, int):
@@ -255,6 +264,7 @@ class SubprocessMemory(MemorySystem):
         self._ids = itertools.count(1)
         self._fault: MemoryError | None = None
         self._closing = False
+        self._interrupted = False  # an exchange was cancelled while the process worked on it
         self._write_lock = asyncio.Lock()
         self._slots: asyncio.Semaphore | None = None
 
@@ -268,7 +278,7 @@ class SubprocessMemory(MemorySystem):
             try:
                 self._process = await asyncio.create_subprocess_exec(
                     *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log,
-                    cwd=workdir, env=process_environment(services, self.hidden_env), limit=MAX_LINE,
+                    cwd=workdir, env=process_environment(services, self._hidden(services)), limit=MAX_LINE,
                     start_new_session=True)  # its own process group: killed whole
             except OSError as exc:
                 raise MemoryError(self.name, "open", f"cannot start {self.command[0]!r}: {exc.strerror or exc}") from None
@@ -278,6 +288,11 @@ class SubprocessMemory(MemorySystem):
         self.answers = bool(opened["answers"])
         self.concurrency = int(opened["concurrency"])  # type: ignore[call-overload]
         self._slots = asyncio.Semaphore(self.concurrency)
+
+    def _hidden(self, services: MemoryServices) -> list[str]:
+        """The variables never passed on: `hidden_env`, and the secrets the run's config names."""
+        config = getattr(services, "config", None)  # the runner's EngineServices carries it
+        return [*self.hidden_env, *(secret_variables(config) if isinstance(config, Config) else ())]
 
     async def ingest(self, chapters: Sequence[Chapter]) -> None:
         for batch in chapter_batches(chapters, self.ingest_batch_chars):
@@ -313,11 +328,11 @@ class SubprocessMemory(MemorySystem):
         if process is None:
             return
         try:
-            if self._fault is None and process.returncode is None:
+            if self._fault is None and process.returncode is None and not self._interrupted:
                 self._closing = True
                 await self._exchange("close", {"type": "close"}, "closed")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(process.wait(), self.timeouts.exit_grace)
+                    await asyncio.wait_for(process.wait(), self.timeouts.exit)
         finally:
             self._kill()
             await self._stop_reader()
@@ -331,6 +346,9 @@ class SubprocessMemory(MemorySystem):
         try:
             await self._send(message)
             reply = await self._wait(future, getattr(self.timeouts, phase))
+        except asyncio.CancelledError:
+            self._interrupted = True  # stopped mid-phase (the runner's limit): it is not asked to close
+            raise
         finally:
             self._control = None
         if reply["type"] == "error":
