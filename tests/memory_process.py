@@ -12,7 +12,8 @@ unknown-type, error-on-open, recall-error (an error reply for questions holding
 (prints a banner before its first reply), call-endpoint (one chat call
 through Tulving's endpoint with an unmodified openai client at ingest),
 no-opened (exits at once, saying why on stderr), slow-recall (each recall
-answered 0.3 s late)."""
+answered 0.3 s late), summarize-each (one chat call through Tulving's
+endpoint per chapter at ingest, its summary kept and recalled beside it)."""
 import json
 import os
 import re
@@ -52,6 +53,16 @@ def call_endpoint(opened: dict) -> None:
     print(f"endpoint replied {len(reply.choices[0].message.content)} characters", file=sys.stderr)
 
 
+def summarize_each(opened: dict, chapters: list) -> None:
+    import openai
+
+    client = openai.OpenAI(max_retries=2)
+    for chapter in chapters:
+        client.chat.completions.create(model=opened["models"]["chat"], messages=[
+            {"role": "user", "content": f"Summarize in one sentence:\n\n{chapter['text']}"}])
+        print(f"summarized chapter {chapter['id']}", file=sys.stderr, flush=True)
+
+
 def handle(message: dict, state: dict) -> None:
     kind = message["type"]
     if kind == "open":
@@ -68,6 +79,8 @@ def handle(message: dict, state: dict) -> None:
             sys.exit(3)
         if MODE == "call-endpoint":
             call_endpoint(state["open"])
+        if MODE == "summarize-each":
+            summarize_each(state["open"], message["chapters"])
         state["chapters"].update({c["id"]: c["text"] for c in message["chapters"]})
         send({"type": "ingested"})
     elif kind == "ready":
