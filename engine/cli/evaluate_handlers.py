@@ -37,20 +37,31 @@ from engine.cli.common import (
 from engine.cli.evaluate_defaults import (
     DEFAULT_EMBED,
     DEFAULT_LOCAL_SAMPLE,
+    DEFAULT_MODES,
     DEFAULT_READER,
     LOCAL_LLM,
     OFFLINE_EMBED,
 )
+from engine.cli.run_memories import (
+    memory_failures,
+    memory_identity,
+    memory_plan,
+    memory_record,
+    memory_settings,
+    plan_memory_jobs,
+)
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.estimate import Estimator
-from engine.requests import ChatRequest
+from engine.requests import ChatRequest, EmbedRequest
 from engine.scheduler import Engine
 from engine.spending import spending_lines
 from providers.base import BUDGET, UNMATCHED, Result, TulvingError
 from providers.kinds import batch_capable, kind_of
 
 # -- helpers -------------------------------------------------------------------------------
+
+AGENT_ANSWER_TOKENS = 512  # --dry-run: the judge prompt's room for an agent-style system's answer
 
 def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.Job]:
     if not getattr(args, "shard", None):
@@ -81,19 +92,20 @@ def _note(message: str) -> None:
 # -- run ----------------------------------------------------------------------------------
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
-    default_run = args.models is None and args.modes is None
+    default_run = args.models is None and args.modes is None and not args.memory
     models = args.models or [DEFAULT_READER]
-    modes = args.modes or [A.IN_CONTEXT]
-    for mode in modes:
-        A.check_mode(mode)
+    modes = args.modes or ([] if args.memory else [A.IN_CONTEXT])
+    # Every mode is a memory system: unknown names and systems that cannot run here, one line each.
+    args.memory_plan = memory_plan(args, config, DEFAULT_MODES if default_run else modes)
     # Unknown, retired or (under --max-cost) unpriced models: one line before any work.
-    check_models(config, args, [*models, args.judge, args.embed_model or ""])
+    check_models(config, args, [*models, args.judge, args.embed_model or "", args.memory_model or ""])
     if args.batch and args.models:
         _refuse_batch_without_api(config, args.models)
     _override_params(config, models, args)
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
+    args.out_dir = str(out)
     args.started = utc_now()
     args.configuration = _configuration(args, config, book, default_run)
     args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
@@ -101,7 +113,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
         args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
-    return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+    return lifecycle.run(_run(args, config, book, questions, models, args.memory_plan.names, default_run, out))
 
 
 async def _before_the_engine(args: argparse.Namespace, config: Config, models: list[str]) -> float:
@@ -145,11 +157,11 @@ def _configuration(args: argparse.Namespace, config: Config, book: Book, default
     return configuration(
         config, book=str(Path(book.path).resolve()) if book.path is not None else str(book.name),
         questions_file=args.questions, models=None if default_run else args.models,
-        modes=None if default_run else args.modes, judge=args.judge, embed_model=args.embed_model,
+        modes=None if default_run else args.memory_plan.names, judge=args.judge, embed_model=args.embed_model,
         settings={"sample": args.sample, "local_sample": args.local_sample,
                   "shard": "{}/{}".format(*args.shard) if args.shard else None,
                   "temperature": args.temperature, "max_tokens": args.max_tokens,
-                  "repeats": args.repeats if args.repeats > 1 else None})
+                  "repeats": args.repeats if args.repeats > 1 else None, **memory_identity(args, args.memory_plan)})
 
 
 def _minilm_installed() -> bool:
@@ -171,7 +183,8 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
 
 
 def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
-    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
+    modes = [m for m in DEFAULT_MODES if rag_ok or m != A.RAG_PARAGRAPH]
+    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], modes)
     if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
         jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
@@ -189,7 +202,7 @@ def _plan(args: argparse.Namespace, questions: list[Question], models: list[str]
                 samples[(model, mode)] = args.sample
             if args.local_sample and model.startswith("local:"):
                 samples[(model, mode)] = args.local_sample
-    return pipeline.plan_jobs(questions, models, modes, samples)
+    return plan_memory_jobs(args.memory_plan, pipeline.plan_jobs(questions, models, modes, samples), questions)
 
 
 async def _run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question], models: list[str],
@@ -210,7 +223,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
-                _note(f"{embed_model} is unavailable ({problem}): running in-context only")
+                _note(f"{embed_model} is unavailable ({problem}): running without rag-paragraph")
             jobs = _default_plan(args, questions, rag_ok=problem is None)
         else:
             jobs = _plan(args, questions, models, modes)
@@ -221,6 +234,9 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     engine_stats.pop("notices", None)
     wall = time.perf_counter() - started
     run = _run_record(book, questions, evaluation, wall, engine_stats)
+    run["memory"] = memory_record(evaluation, args.memory_plan)
+    for line in memory_failures(evaluation):
+        _error(line)
     if getattr(args, "shard", None):
         run["shard"] = "{}/{}".format(*args.shard)
     _add_history(run, args, config, jobs)
@@ -255,13 +271,16 @@ async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Co
     drawn anew (draw k), judged anew; their spending joins the run's."""
     embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
     engine.expect(args.repeats * pipeline.expected_calls(jobs))  # the progress line's total, every repeat known up front
+    memory = memory_settings(args, args.memory_plan, book, questions, Path(args.out_dir), [j.model for j in jobs],
+                             embed_model)
     evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed,
-                                         expected=True)
+                                         expected=True, memory=memory)
     extra = []
-    for k in range(1, args.repeats):
+    for k in range(1, args.repeats):  # the memory systems' evidence is the same for every repeat: kept
         again = await pipeline.evaluate(engine, config, book, questions,
                                         [dataclasses.replace(j, draw=k) for j in jobs],
-                                        judge=args.judge, embed_model=embed, expected=True)
+                                        judge=args.judge, embed_model=embed, expected=True, memory=memory,
+                                        prepared=evaluation.memory)
         for row in again.spending.rows():
             evaluation.spending.row(row["model"], row["role"]).add(row)
         extra.append(again.records)
@@ -374,46 +393,70 @@ def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any],
     return summary
 
 
-async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
-                   jobs: list[pipeline.Job], embed_model: str) -> int:
-    from engine.requests import EmbedRequest
+def _dry_run_embeds(book: Book, jobs: list[pipeline.Job], embed_model: str) -> Iterator[EmbedRequest]:
+    """The embeddings as the paper's RAG memory makes them: its chunks in batches, each question alone."""
+    rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
+    asked = list(dict.fromkeys(q.question for j in jobs if j.mode in rag_modes for q in j.questions))
+    for mode in rag_modes:
+        chunks = rag.chunks_for_mode(book.text, mode)
+        for i in range(0, len(chunks), rag.EMBED_BATCH):
+            yield EmbedRequest(model=embed_model, texts=chunks[i:i + rag.EMBED_BATCH])
+    for text in asked:
+        yield EmbedRequest(model=embed_model, texts=[text])
+
+
+def _retrieved(job: pipeline.Job) -> bool:
+    """Answers whose prompts are known only after the memory's recall: the
+    paper's RAG modes, and every outside memory system."""
+    return job.mode in A.RAG_MODES or job.mode not in A.MODES
+
+
+async def _estimate_job(estimator: Estimator, args: argparse.Namespace, config: Config, book: Book,
+                        questions: list[Question], job: pipeline.Job) -> None:
     from engine.tokens import count_tokens
 
+    if job.model == pipeline.AGENT:  # the system answers itself: its answers' length is unknown
+        await _add_judge_calls(estimator, job, {q.q_idx: None for q in job.questions}, book, args.judge,
+                               AGENT_ANSWER_TOKENS)
+        return
+    alias = config.alias(job.model)
+    answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
+    if _retrieved(job):
+        # the template with top-K chunks of the book (an outside memory system: as many paragraphs as
+        # the paper's rag-paragraph, the default budget)
+        chunks_of = job.mode if job.mode in A.RAG_MODES else A.RAG_PARAGRAPH
+        chunks = rag.chunks_for_mode(book.text, chunks_of)[:rag.top_k(questions, chunks_of)]
+        sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
+        first = config.endpoints_of(alias)[0]
+        estimator.add_unknown("answer", alias, len(job.questions),
+                              count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
+                              batchable=batch_capable(first))
+        answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
+    else:
+        requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
+        found = await estimator.add("answer", requests)
+        answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
+    await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
+
+
+async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
+                   jobs: list[pipeline.Job], embed_model: str) -> int:
     unset = pipeline.check_jobs(config, book, jobs, args.judge, embed_model, require_keys=False)
     for variable in unset:  # an estimate needs no key; the run will
         _note(f"{variable} is not set: the run itself will need it (this estimate does not)")
-    rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
-    texts = list(dict.fromkeys(q.question for q in questions))
-
-    def embed_requests() -> Iterator[EmbedRequest]:
-        for mode in rag_modes:
-            for batch in (rag.chunks_for_mode(book.text, mode), texts):
-                for i in range(0, len(batch), rag.EMBED_BATCH):
-                    yield EmbedRequest(model=embed_model, texts=batch[i:i + rag.EMBED_BATCH])
-
-    n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES)
+    n_rag = sum(len(j.questions) for j in jobs if _retrieved(j))
 
     async def fill(estimator: Estimator) -> None:
-        await estimator.add("embed", embed_requests())
+        await estimator.add("embed", _dry_run_embeds(book, jobs, embed_model))
         for job in jobs:
-            alias = config.alias(job.model)
-            answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
-            if job.mode in A.RAG_MODES:  # prompts known after retrieval: the template with top-K chunks of the book
-                chunks = rag.chunks_for_mode(book.text, job.mode)[:rag.top_k(questions, job.mode)]
-                sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
-                first = config.endpoints_of(alias)[0]
-                estimator.add_unknown("answer", alias, len(job.questions),
-                                      count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
-                                      batchable=batch_capable(first))
-                answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
-            else:
-                requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
-                found = await estimator.add("answer", requests)
-                answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
-            await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
+            await _estimate_job(estimator, args, config, book, questions, job)
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    outside = [j.mode for j in jobs if j.mode not in A.MODES]
+    if outside:
+        print(f"memory systems {', '.join(dict.fromkeys(outside))}: their own model calls (ingest, recall) depend "
+              f"on each system and are not in this estimate; --max-cost caps them with the rest")
     print(await run_spending.dry_run_line(args))
     if unpriced_line(args):
         print(unpriced_line(args))
@@ -423,12 +466,12 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
     if args.batch:
         def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
             for job in jobs:
-                if job.mode not in A.RAG_MODES:
+                if not _retrieved(job) and job.model != pipeline.AGENT:
                     yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
 
         by_batch: Counter[str] = Counter()
-        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
-                             by_batch=by_batch)
+        await dry_run_report(config, args.cache, itertools.chain(_dry_run_embeds(book, jobs, embed_model),
+                                                                 direct_answers()), by_batch=by_batch)
         _print_batch_plan(config, jobs, args.judge, by_batch, uncached)
     return 0
 
