@@ -32,6 +32,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("generate", "engine.cli.generate", "generate a benchmark book (events, chapters, ground truth)"),
     Command("book", "engine.cli.generate", "inspect or derive books"),
     Command("run", "engine.cli.evaluate", "evaluate models on a book: answers, judgments, scores, report"),
+    Command("memories", "engine.cli.memories",
+            "list the memory systems a run can evaluate (--modes, --memory) and whether each can run here"),
     Command("questions", "engine.cli.evaluate", "write the question set of a book (JSON Lines)"),
     Command("finetune", "engine.cli.evaluate",
             "write a book's fine-tuning data and fine-tune a model on it (OpenAI API)"),
