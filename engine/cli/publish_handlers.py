@@ -48,7 +48,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     bundle = make_bundle(records, run, claimed, book, _questions(args, run, book))
     path = write_bundle(bundle, Path(args.out) if args.out else folder / "bundle.json")
     configurations = len({(r.model, r.mode) for r in records})
-    print(f"bundle: {path} ({len(records)} records, {configurations} configurations, book {book.name} "
+    print(f"bundle: {path} ({len(records)} records, {configurations} configuration(s), book {book.name} "
           f"sha256 {str(bundle['book']['sha256'])[:12]}..., {path.stat().st_size / 1e6:.1f} MB, "  # type: ignore[index]
           f"{time.perf_counter() - started:.1f} s)")
     return 0

@@ -7,12 +7,9 @@ One JSON object per line (JSON Lines, UTF-8):
 
 - `id` (required): the question's id (question_ids.py; `tulving questions --ids`).
 - `answer` (required): the answer text, as the judge is to read it ("" is an answer).
-- `answer_error` (optional): why the system gave no answer; the question is then
-  recorded as an answer error (left out of the scores and counted), not judged.
 - `evidence_chapters` (optional): the chapter numbers (or null for a passage of
   no known chapter) of the passages the system answered from, as memory systems
-  report them: they give retrieval recall and precision.
-- `evidence` (optional): those passages, `[{"chapter": 3, "text": "..."}]`.
+  report them: they give retrieval recall and precision (results.py).
 - `system` (optional): the name the answers are scored under (the `model` of
   results.jsonl); default: `--system`, else the file's name without extension.
   A file may hold several systems: each is scored as its own row.
@@ -35,7 +32,7 @@ from providers.base import TulvingError
 
 ANSWERS_MODE = "answers-file"  # the `mode` of a scored answers file's rows
 REQUIRED = ("id", "answer")
-OPTIONAL = ("answer_error", "evidence_chapters", "evidence", "system")
+OPTIONAL = ("evidence_chapters", "system")
 SHOWN_PROBLEMS = 20            # problems printed before "... and N more"
 SHOWN_MISSING = 5              # missing ids named per system
 
@@ -57,15 +54,13 @@ class AnswersFileError(TulvingError):
 
 
 @dataclass(slots=True)
-class GivenAnswer:
+class FileAnswer:
     """One answer from the file, ready for the judge."""
 
     question: Question
     answer: str
     line: int
-    answer_error: str | None = None
     evidence_chapters: list[int | None] | None = None
-    evidence: list[dict[str, object]] | None = None
 
 
 @dataclass(slots=True)
@@ -73,7 +68,7 @@ class AnswersFile:
     """The answers of a file by system, each system's by q_idx (set order)."""
 
     path: Path
-    systems: dict[str, dict[int, GivenAnswer]]
+    systems: dict[str, dict[int, FileAnswer]]
     total: int                                   # questions in the set
     missing: dict[str, list[str]] = field(default_factory=dict)  # system -> ids without an answer
 
@@ -100,12 +95,6 @@ def _evidence_problem(data: Mapping[str, object]) -> str | None:
     if chapters is not None and not (isinstance(chapters, list)
                                      and all(c is None or (_is_int(c) and c >= 1) for c in chapters)):
         return "evidence_chapters must be a list of chapter numbers (>= 1) or nulls"
-    evidence = data.get("evidence")
-    if evidence is not None:
-        if not isinstance(evidence, list) or not all(
-                isinstance(e, dict) and isinstance(e.get("text"), str)
-                and (e.get("chapter") is None or _is_int(e.get("chapter"))) for e in evidence):
-            return 'evidence must be a list of {"chapter": number or null, "text": "..."}'
     return None
 
 
@@ -123,9 +112,8 @@ def line_problem(data: object) -> str | None:
         return "id must be a string (a question id: tulving questions --ids)"
     if not isinstance(data["answer"], str):
         return f"answer must be a string, not {type(data['answer']).__name__}"
-    for key in ("system", "answer_error"):
-        if data.get(key) is not None and not (isinstance(data[key], str) and data[key].strip()):
-            return f"{key} must be a non-empty string"
+    if data.get("system") is not None and not (isinstance(data["system"], str) and data["system"].strip()):
+        return "system must be a non-empty string"
     return _evidence_problem(data)
 
 
@@ -140,14 +128,10 @@ def _lines(path: Path) -> list[str]:
         raise AnswersFileError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def _given(data: dict[str, object], question: Question, line: int) -> GivenAnswer:
+def _given(data: dict[str, object], question: Question, line: int) -> FileAnswer:
     chapters = data.get("evidence_chapters")
-    evidence = data.get("evidence")
-    error = data.get("answer_error")
-    return GivenAnswer(question=question, answer=str(data["answer"]), line=line,
-                       answer_error=error if isinstance(error, str) else None,
-                       evidence_chapters=list(chapters) if isinstance(chapters, list) else None,
-                       evidence=[dict(e) for e in evidence] if isinstance(evidence, list) else None)
+    return FileAnswer(question=question, answer=str(data["answer"]), line=line,
+                      evidence_chapters=list(chapters) if isinstance(chapters, list) else None)
 
 
 def read_answers(path: str | Path, by_id: Mapping[str, Question], *, system: str | None = None) -> AnswersFile:
@@ -157,7 +141,7 @@ def read_answers(path: str | Path, by_id: Mapping[str, Question], *, system: str
     path = Path(path)
     default_system = system or path.stem
     problems: list[str] = []
-    systems: dict[str, dict[int, GivenAnswer]] = {}
+    systems: dict[str, dict[int, FileAnswer]] = {}
     first_line: dict[tuple[str, str], int] = {}
     for n, text in enumerate(_lines(path), start=1):
         if not text.strip():
