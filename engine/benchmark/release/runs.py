@@ -20,6 +20,12 @@ The judge is the book's writer model (the reference judged with the model that
 wrote the book: generator_answers_1_prompting.py). The judge's raw reply text
 was not released: judge_reply stays null; chrono_reply holds the released
 chronological judgment as JSON.
+
+`write_bundle` writes the run's bundle.json (engine/benchmark/evaluation/bundle.py)
+with the released evaluation JSON of each question where a Tulving run has the
+judge's reply text: `tulving verify` re-scores it from the released judgments
+(`released_verdict`, `released_indices`), and `tulving leaderboard` shows the
+paper's rows beside anyone's.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ from engine.benchmark.evaluation.formats import current as current_version
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.report import render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, write_results
+from engine.benchmark.generation.bookdir import Book
 from engine.benchmark.release.layout import DOI, AnswerDir, ReleaseBook, ReleaseError
 
 SOURCE = "published release"
@@ -164,3 +171,20 @@ def write_run(folder: Path, recs: Sequence[ResultRecord], run: dict[str, Any]) -
     (folder / "report.md").write_text(render_markdown(summary))
     (folder / "run.json").write_text(json.dumps(run, indent=1) + "\n")
     return folder
+
+
+def write_bundle(folder: Path, answers: AnswerDir, questions: Sequence[Question], book: Book,
+                 question_set: Sequence[Question]) -> Path:
+    """The run folder's bundle.json: its records with the released evaluation
+    text of question row q (questions[q]) standing for the judge's reply."""
+    from engine.benchmark.evaluation.bundle import RELEASED, make_bundle, read_run
+    from engine.benchmark.evaluation.bundle import write_bundle as write
+
+    recs, run, claimed = read_run(folder)
+    replies = {}
+    for q, question in enumerate(questions):
+        path = answers.folder / "evaluated_answers" / f"{q}.json"
+        if path.is_file():
+            replies[(answers.model, answers.mode, question.q_idx)] = path.read_text(encoding="utf-8")
+    bundle = make_bundle(recs, run, claimed, book, question_set, judgments=RELEASED, replies=replies)
+    return write(bundle, folder / "bundle.json")
