@@ -94,3 +94,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         rejudge(args, bundle, book)
     return code
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from engine.benchmark.evaluation.leaderboard_site import Entry, write_site
+
+    started = time.perf_counter()
+    entries, lines = [], []
+    for name in args.bundles:
+        bundle = load_bundle(name)
+        result = verify_bundle(bundle, bundle_book(bundle, None))
+        entries.append(Entry(Path(name), bundle, result))
+        lines.append(verification_lines(result, every_figure=True))
+        if not result.verified:
+            _note(f"{name} does not verify: its rows are shown as NOT VERIFIED")
+    page = write_site(Path(args.out), args.title, entries, lines)
+    rows = sum(len(e.bundle["claimed"].get("runs") or []) for e in entries)  # type: ignore[union-attr]
+    print(f"leaderboard: {page} ({len(entries)} bundles, {rows} rows, "
+          f"{sum(e.result.verified for e in entries)} verified, {time.perf_counter() - started:.1f} s)")
+    return 0
