@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from engine.benchmark.evaluation.bundle import Json, load_bundle, make_bundle, read_run, write_bundle
+from engine.benchmark.evaluation.question_ids import book_sha256
 from engine.benchmark.evaluation.questions import Question, build_questions, read_questions
 from engine.benchmark.evaluation.verify import FAILED, Verification, verify_bundle
 from engine.benchmark.generation.bookdir import Book
@@ -49,9 +50,16 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     path = write_bundle(bundle, Path(args.out) if args.out else folder / "bundle.json")
     configurations = len({(r.model, r.mode) for r in records})
     print(f"bundle: {path} ({len(records)} records, {configurations} configuration(s), book {book.name} "
-          f"sha256 {str(bundle['book']['sha256'])[:12]}..., {path.stat().st_size / 1e6:.1f} MB, "  # type: ignore[index]
+          f"sha256 {book_sha256(book)[:12]}..., {path.stat().st_size / 1e6:.1f} MB, "
           f"{time.perf_counter() - started:.1f} s)")
     return 0
+
+
+def claimed_rows(bundle: Json) -> list[object]:
+    """The rows of the scores a bundle claims."""
+    claimed = bundle.get("claimed")
+    rows = claimed.get("runs") if isinstance(claimed, dict) else None
+    return rows if isinstance(rows, list) else []
 
 
 def bundle_book(bundle: Json, name: str | None) -> Book | None:
@@ -109,7 +117,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         if not result.verified:
             _note(f"{name} does not verify: its rows are shown as NOT VERIFIED")
     page = write_site(Path(args.out), args.title, entries, lines)
-    rows = sum(len(e.bundle["claimed"].get("runs") or []) for e in entries)  # type: ignore[union-attr]
+    rows = sum(len(claimed_rows(e.bundle)) for e in entries)
     print(f"leaderboard: {page} ({len(entries)} bundles, {rows} rows, "
           f"{sum(e.result.verified for e in entries)} verified, {time.perf_counter() - started:.1f} s)")
     return 0
