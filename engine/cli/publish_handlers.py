@@ -121,3 +121,22 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     print(f"leaderboard: {page} ({len(entries)} bundles, {rows} rows, "
           f"{sum(e.result.verified for e in entries)} verified, {time.perf_counter() - started:.1f} s)")
     return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    folder = Path(args.run_dir)
+    records, run, _ = read_run(folder)
+    if not records:
+        raise TulvingError(f"{folder}: no results to export")
+    book = load_run_book(run, None)
+    if args.export_format == "inspect":
+        from engine.benchmark.evaluation.export_inspect import export_inspect
+
+        paths = export_inspect(records, run, book, Path(args.out) if args.out else folder / "inspect")
+        print(f"inspect: {len(paths)} logs in {paths[0].parent} (inspect view --log-dir {paths[0].parent})")
+        return 0
+    from engine.benchmark.evaluation.export_eee import export_eee
+
+    written = export_eee(records, run, book, Path(args.out) if args.out else folder / "every-eval-ever")
+    print(f"every-eval-ever: {', '.join(str(p) for p in written)}")
+    return 0
