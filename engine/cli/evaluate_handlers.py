@@ -504,7 +504,7 @@ def cmd_questions(args: argparse.Namespace) -> int:
     book = _load_book(args.book)
     questions = build_questions(book)
     if args.ids or args.out is None:
-        from engine.cli.score import questions_with_ids
+        from engine.cli.question_listing import questions_with_ids
 
         return questions_with_ids(args, book, questions)
     if args.out == "-":  # JSON Lines on stdout, the summary on stderr (a pipe gets the questions only)

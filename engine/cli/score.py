@@ -1,7 +1,5 @@
-"""CLI: `tulving score ANSWERS --book BOOK [--judge J] [--out DIR]`, and `tulving questions --ids`.
+"""CLI: `tulving score ANSWERS --book BOOK [--judge J] [--out DIR]`.
 
-    tulving questions --book B --ids                 one "ID<TAB>question" line per question
-    tulving questions --book B --ids --out q.jsonl   the question set, each line with its "id"
     tulving score answers.jsonl --book B --judge J --out runs/mine
 
 `score` judges an answers file made anywhere (answers_file.py: one JSON line
@@ -15,20 +13,10 @@ leaderboard, like a sample); a bad line stops it before any call.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from engine.cli.commands import command_help
 from engine.cli.config_file import load_config
 from engine.cli.evaluate_defaults import DEFAULT_BOOK, DEFAULT_JUDGE
-from providers.base import TulvingError
-
-if TYPE_CHECKING:
-    from engine.benchmark.evaluation.questions import Question
-    from engine.benchmark.generation.bookdir import Book
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,27 +41,3 @@ def cmd_score(args: argparse.Namespace) -> int:
     from engine.cli.score_handler import score
 
     return score(args, config)
-
-
-def questions_with_ids(args: argparse.Namespace, book: Book, questions: Sequence[Question]) -> int:
-    """`tulving questions --ids`: the ids beside the questions (see the module docstring)."""
-    from engine.benchmark.evaluation.question_ids import question_ids
-
-    if args.out is None and not args.ids:
-        raise TulvingError("tulving questions: pass --out FILE (or --ids to print the question ids)")
-    by_id = question_ids(questions, book)
-    if args.out is None:
-        for qid, q in by_id.items():
-            sys.stdout.write(f"{qid}\t{q.question}\n")
-        return 0
-    lines = [json.dumps({"id": qid, **q.to_json()}, ensure_ascii=False) + "\n" for qid, q in by_id.items()]
-    if args.out == "-":
-        sys.stdout.writelines(lines)
-        return 0
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    tmp.replace(path)
-    print(f"{len(lines)} questions with their ids -> {path}")
-    return 0
