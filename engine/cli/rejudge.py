@@ -74,7 +74,10 @@ def rejudge(args: argparse.Namespace, bundle: Json, book: Book | None) -> list[R
     before = [r for r in records if (r.model, r.mode, r.q_idx) in judged_before]
     results = agreement_results(agreement_set(name, records[0].judge if records else "", args.rejudge, before,
                                               rejudged))
-    print(f"\nre-judged by {args.rejudge}: {len(rejudged)} answers, {time.perf_counter() - started:.1f} s")
+    failed = sum(1 for r in rejudged if r.f1 is None)
+    print(f"\nre-judged by {args.rejudge}: {len(rejudged)} answers, {time.perf_counter() - started:.1f} s"
+          + (f"; {failed} judgments failed (unparsable replies or failed calls), left out of the agreement"
+             if failed else ""))
     print(to_markdown(summary_table(results)))
     if args.out:
         _write(args, book, rejudged)
