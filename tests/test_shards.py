@@ -18,6 +18,7 @@ from tests.report_runs import offline_run, tulving
 EXECUTION = ("wall_seconds", "cache_hits")
 
 
+
 def test_parse_shard():
     assert parse_shard("2/3") == (2, 3) and parse_shard(" 1 / 1 ") == (1, 1)
     for bad in ("0/3", "4/3", "1/0", "a/b", "3", ""):
@@ -42,6 +43,7 @@ def _scores(path):
     data = json.loads(path.read_text())
     data.pop("spending", None)  # calls, tokens and dollars of one execution (by model and role)
     data.pop("provenance", None)  # who ran it, when, with which versions: each execution's own
+    data.pop("memory", None)  # each memory system's time, calls and latency: each execution prepared it
     for row in data["runs"]:
         for key in EXECUTION:
             row.pop(key, None)
@@ -63,7 +65,7 @@ def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_p
     assert _scores(one / "scores.json") == _scores(three / "scores.json")
     assert json.loads((one / "scores.json").read_text())["runs"][0]["calls"] == \
         json.loads((three / "scores.json").read_text())["runs"][0]["calls"]
-    tables = sorted(p.name for p in (one / "tables").iterdir() if p.stem not in ("execution", "cost"))
+    tables = sorted(p.name for p in (one / "tables").iterdir() if p.stem not in ("execution", "cost", "memory_systems"))
     match, mismatch, errors = filecmp.cmpfiles(one / "tables", three / "tables", tables, shallow=False)
     assert not mismatch and not errors and len(match) > 10
     with open(three / "tables" / "execution.csv", newline="") as f:

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from engine.benchmark.evaluation.memory_report import EvidenceRecord, MemoryEntry
 from engine.benchmark.evaluation.pipeline import AGENT, Evaluation, Job
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.generation.bookdir import Book
@@ -79,7 +79,7 @@ def memory_settings(args: argparse.Namespace, plan: MemoryPlan, book: Book, ques
                           budget=run_budget(args, book, questions))
 
 
-def memory_identity(args: argparse.Namespace, plan: MemoryPlan) -> dict[str, Any]:
+def memory_identity(args: argparse.Namespace, plan: MemoryPlan) -> dict[str, object]:
     """What of the memory systems makes a run's results what they are (run.json's configuration)."""
     outside = [n for n in plan.names if not is_builtin(plan.specs[n])]
     if not outside and not getattr(args, "evidence_passages", None) and not getattr(args, "evidence_tokens", None):
@@ -90,7 +90,7 @@ def memory_identity(args: argparse.Namespace, plan: MemoryPlan) -> dict[str, Any
             "evidence_tokens": getattr(args, "evidence_tokens", None)}
 
 
-def _evidence_figures(evidence: Sequence[Evidence]) -> dict[str, Any]:
+def _evidence_figures(evidence: Sequence[Evidence]) -> EvidenceRecord:
     kept = [e for e in evidence if e.error is None]
     return {"questions": len(evidence), "failed": len(evidence) - len(kept),
             "tokens": percentiles([float(e.tokens) for e in kept]),
@@ -99,16 +99,19 @@ def _evidence_figures(evidence: Sequence[Evidence]) -> dict[str, Any]:
             "cut_passages": sum(e.cut_passages for e in kept), "cut_tokens": sum(e.cut_tokens for e in kept)}
 
 
-def prepared_record(prepared: Prepared, spec: MemorySpec | None) -> dict[str, Any]:
+def prepared_record(prepared: Prepared, spec: MemorySpec | None) -> MemoryEntry:
     """One memory system in run.json: where it came from, its budget, each
     phase's time, calls and dollars, recall latency, evidence size and cuts."""
+    meter = prepared.meter.to_json()
     return {"origin": spec.origin if spec else None, "prompt": prepared.prompt, "answers": prepared.answers,
-            "budget": prepared.budget.to_json() if prepared.budget else None,
-            **prepared.meter.to_json(), "evidence": _evidence_figures(list(prepared.evidence.values())),
+            "budget": {"passages": prepared.budget.passages, "tokens": prepared.budget.tokens} if prepared.budget
+            else None,
+            "phases": meter["phases"], "recall_latency": meter["recall_latency"],
+            "evidence": _evidence_figures(list(prepared.evidence.values())),
             "failure": prepared.failure}
 
 
-def memory_record(evaluation: Evaluation, plan: MemoryPlan | None) -> dict[str, Any]:
+def memory_record(evaluation: Evaluation, plan: MemoryPlan | None) -> dict[str, MemoryEntry]:
     specs = plan.specs if plan is not None else {}
     return {name: prepared_record(p, specs.get(name)) for name, p in sorted(evaluation.memory.items())}
 

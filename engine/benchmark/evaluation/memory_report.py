@@ -12,24 +12,50 @@ them (records' `retrieval_recall` / `retrieval_precision`, budget.coverage).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from engine.benchmark.evaluation.results import ResultRecord
+from engine.benchmark.memory.meter import Percentiles, PhaseRecord
+
+
+class BudgetRecord(TypedDict):
+    passages: int | None
+    tokens: int | None
+
+
+class EvidenceRecord(TypedDict):
+    """The evidence a memory system gave over the run's questions."""
+    questions: int
+    failed: int
+    tokens: Percentiles
+    passages: Percentiles
+    cut_questions: int
+    cut_passages: int
+    cut_tokens: int
+
+
+class MemoryEntry(TypedDict):
+    """One memory system in run.json's "memory"."""
+    origin: str | None
+    prompt: str                   # rag | book | finetuned
+    answers: bool                 # agent style: the system answered itself
+    budget: BudgetRecord | None   # None: the whole book, or the weights
+    phases: dict[str, PhaseRecord]
+    recall_latency: Percentiles
+    evidence: EvidenceRecord
+    failure: str | None
 
 
 class MemoryFigures(TypedDict, total=False):
+    """A configuration's memory figures in scores.json: what its results
+    say (the same for every execution of the run). Each system's time,
+    calls, dollars and latency are in scores.json's "memory" (run.json's)."""
     budget: str                       # "12 passages / 2,176 tokens", "whole book", "none (weights)"
     answers: bool                     # the system answered itself (agent style)
     evidence_tokens: float | None     # mean over answered questions
     retrieval_recall: float | None
     retrieval_precision: float | None
     cut_questions: int                # questions whose evidence the budget cut
-    ingest_seconds: float | None
-    ingest_calls: int | None
-    memory_usd: float | None          # the system's own model calls, every phase
-    recall_p50: float | None          # seconds
-    recall_p95: float | None
-    recall_p99: float | None
     failure: str | None
 
 
@@ -37,7 +63,7 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def budget_label(entry: Mapping[str, Any] | None) -> str:
+def budget_label(entry: MemoryEntry | None) -> str:
     if entry is None:
         return "not stated"
     budget = entry.get("budget")
@@ -48,7 +74,7 @@ def budget_label(entry: Mapping[str, Any] | None) -> str:
     return " / ".join(p for p in parts if p) or "no limit"
 
 
-def memory_figures(records: Sequence[ResultRecord], entry: Mapping[str, Any] | None) -> MemoryFigures:
+def memory_figures(records: Sequence[ResultRecord], entry: MemoryEntry | None) -> MemoryFigures:
     """One configuration's memory figures: from its records, and from
     run.json's entry of its memory system (None: a run without one)."""
     with_evidence = [r for r in records if r.evidence_tokens is not None]
@@ -60,15 +86,15 @@ def memory_figures(records: Sequence[ResultRecord], entry: Mapping[str, Any] | N
         "cut_questions": sum(1 for r in records if r.evidence_cut),
     }
     if entry is not None:
-        phases = entry.get("phases") or {}
-        ingest = phases.get("ingest") or {}
-        latency = entry.get("recall_latency") or {}
-        figures.update({"answers": bool(entry.get("answers")), "ingest_seconds": ingest.get("seconds"),
-                        "ingest_calls": ingest.get("calls"),
-                        "memory_usd": round(sum(float(p.get("spent_usd") or 0) for p in phases.values()), 6),
-                        "recall_p50": latency.get("p50"), "recall_p95": latency.get("p95"),
-                        "recall_p99": latency.get("p99"), "failure": entry.get("failure")})
+        figures.update({"answers": bool(entry.get("answers")), "failure": entry.get("failure")})
     return figures
+
+
+def memory_usd(entry: MemoryEntry | None) -> float:
+    """What the system's own model calls cost, every phase."""
+    if entry is None:
+        return 0.0
+    return round(sum(float(p["spent_usd"] or 0) for p in entry["phases"].values()), 6)
 
 
 def _ms(seconds: object) -> str:
@@ -83,31 +109,76 @@ MEMORY_HEAD = ["model", "memory", "budget", "evidence tokens", "chapter recall",
                "ingest s", "ingest calls", "memory $", "recall p50/p95/p99 ms"]
 
 
-def memory_table(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
-    """One row per configuration with memory figures (scores.json rows)."""
+def memory_table(runs: Sequence[Mapping[str, object]], systems: Mapping[str, MemoryEntry]) -> list[list[str]]:
+    """One row per configuration with memory figures (scores.json's rows),
+    with its system's phases (scores.json's "memory")."""
     rows = []
     for run in runs:
         m = run.get("memory")
-        if not m:
+        if not isinstance(m, dict):
             continue
-        latency = "/".join(_ms(m.get(k)) for k in ("recall_p50", "recall_p95", "recall_p99"))
+        entry = systems.get(str(run["mode"]))
+        ingest = entry["phases"].get("ingest") if entry else None
+        latency = entry["recall_latency"] if entry else None
+        timing = "/".join(_ms(latency[k]) for k in ("p50", "p95", "p99")) if latency else "-"
         rows.append([str(run["model"]), str(run["mode"]), m.get("budget", "-"), _num(m.get("evidence_tokens"), 0),
                      _num(m.get("retrieval_recall")), _num(m.get("retrieval_precision")),
-                     str(m.get("cut_questions", 0)), _num(m.get("ingest_seconds")),
-                     str(m.get("ingest_calls", "-") if m.get("ingest_calls") is not None else "-"),
-                     _num(m.get("memory_usd"), 4), latency if latency != "-/-/-" else "-"])
+                     str(m.get("cut_questions", 0)), _num(ingest["seconds"] if ingest else None),
+                     str(ingest["calls"]) if ingest else "-", _num(memory_usd(entry) if entry else None, 4),
+                     timing if timing != "-/-/-" else "-"])
     return rows
 
 
-def budget_note(runs: Sequence[Mapping[str, Any]]) -> str | None:
+def budget_note(runs: Sequence[Mapping[str, object]]) -> str | None:
     """One line when the rows had different evidence budgets: their scores
     do not compare like for like."""
     by_budget: dict[str, list[str]] = {}
     for run in runs:
-        label = (run.get("memory") or {}).get("budget")
-        if label:
+        memory = run.get("memory")
+        label = memory.get("budget") if isinstance(memory, dict) else None
+        if isinstance(label, str):
             by_budget.setdefault(label, []).append(str(run["mode"]))
     if len(by_budget) < 2:
         return None
     parts = "; ".join(f"{label}: {', '.join(dict.fromkeys(modes))}" for label, modes in by_budget.items())
     return f"note: these rows had different evidence budgets ({parts}): compare rows within a budget"
+
+
+def _no_percentiles(count: int) -> Percentiles:
+    return {"count": count, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+
+
+def _merged_phases(entries: Sequence[MemoryEntry]) -> dict[str, PhaseRecord]:
+    phases: dict[str, PhaseRecord] = {}
+    for entry in entries:
+        for name, p in entry["phases"].items():
+            acc = phases.setdefault(name, {"seconds": 0.0, "calls": 0, "cached": 0, "failed": 0, "input_tokens": 0,
+                                           "output_tokens": 0, "spent_usd": 0.0, "list_usd": 0.0})
+            acc["seconds"] = max(acc["seconds"], p["seconds"])  # shards run side by side
+            for key in ("calls", "cached", "failed", "input_tokens", "output_tokens"):
+                acc[key] += p[key]
+            acc["spent_usd"] = round(acc["spent_usd"] + p["spent_usd"], 6)
+            acc["list_usd"] = round(acc["list_usd"] + p["list_usd"], 6)
+    return phases
+
+
+def merge_memory_entries(entries: Sequence[MemoryEntry]) -> MemoryEntry:
+    """One system's entry over several executions (the shards of a run):
+    each prepared the system, so calls and dollars add up and a phase took
+    the longest one's time; percentiles cannot be merged from percentiles,
+    so the merged entry keeps only their counts."""
+    if len(entries) == 1:
+        return entries[0]
+    first = entries[0]
+    evidence: EvidenceRecord = {
+        "questions": sum(e["evidence"]["questions"] for e in entries),
+        "failed": sum(e["evidence"]["failed"] for e in entries),
+        "tokens": _no_percentiles(sum(e["evidence"]["tokens"]["count"] for e in entries)),
+        "passages": _no_percentiles(sum(e["evidence"]["passages"]["count"] for e in entries)),
+        "cut_questions": sum(e["evidence"]["cut_questions"] for e in entries),
+        "cut_passages": sum(e["evidence"]["cut_passages"] for e in entries),
+        "cut_tokens": sum(e["evidence"]["cut_tokens"] for e in entries)}
+    failures = [e["failure"] for e in entries if e["failure"]]
+    return {**first, "phases": _merged_phases(entries),
+            "recall_latency": _no_percentiles(sum(e["recall_latency"]["count"] for e in entries)),
+            "evidence": evidence, "failure": failures[0] if failures else None}

@@ -22,6 +22,7 @@ from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
 from engine.benchmark.evaluation.intervals import score_intervals
 from engine.benchmark.evaluation.memory_report import (
     MEMORY_HEAD,
+    MemoryEntry,
     MemoryFigures,
     budget_note,
     memory_figures,
@@ -128,6 +129,7 @@ class Scores(TypedDict):
     realism: NotRequired[dict[str, RealismSplit]]  # "model / mode" -> the realism ablation (realism.py)
     repeats: NotRequired[dict[str, RepeatSpread]]  # "model / mode" -> run-to-run spread (--repeats, repeats.py)
     partial: NotRequired[str]                     # why these scores cover part of the run (a shard's, "1/3")
+    memory: NotRequired[dict[str, MemoryEntry]]   # run.json's: each memory system's phases, latency, evidence
 
 
 BASELINE_NOTES = {
@@ -187,7 +189,7 @@ def _add_job_figures(figures: RunRow, job: Mapping[str, Any]) -> None:
 
 
 def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
-                  job: Mapping[str, Any] | None = None, memory: Mapping[str, Any] | None = None) -> RunRow:
+                  job: Mapping[str, Any] | None = None, memory: MemoryEntry | None = None) -> RunRow:
     sr, _ = simple_recall(records)
     ca, parts = chronological_awareness(records)
     intervals = score_intervals(records)
@@ -257,7 +259,7 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
 
 def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
     """What scores.json repeats of run.json: embedding model, spending (by
-    model and role), provenance, run-to-run spread."""
+    model and role), provenance, run-to-run spread, the memory systems' phases."""
     if run.get("embed_model"):
         out["embed_model"] = run["embed_model"]
     if run.get("spending"):
@@ -266,6 +268,8 @@ def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
         out["provenance"] = dict(run["provenance"])
     if run.get("repeats"):
         out["repeats"] = dict(run["repeats"])
+    if run.get("memory"):
+        out["memory"] = dict(run["memory"])
     partial = _partial(run)
     if partial:
         out["partial"] = partial
@@ -465,7 +469,7 @@ def render_markdown(summary: Scores) -> str:
     note = budget_note(summary["runs"])
     if note:
         parts.append(note[0].upper() + note[1:] + ".")
-    memory_rows = memory_table(summary["runs"])
+    memory_rows = memory_table(summary["runs"], summary.get("memory") or {})
     if memory_rows:
         parts.append("## Memory systems\n\nEach memory system read the book once and gave every answering model "
                      "the same evidence for a question, within the evidence budget (passages and cl100k tokens). "

@@ -65,7 +65,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -84,6 +84,11 @@ RESULTS_FILE = "results.jsonl"
 # 2.1: the same prompts and scoring; optional evidence and retrieval keys (memory systems,
 #    answers files). The version written now is formats.VERSIONS'.
 RESULTS_VERSION = current("results")
+
+
+class EvidencePassage(TypedDict):
+    chapter: int | None
+    text: str
 
 
 @dataclass(slots=True)
@@ -115,7 +120,7 @@ class ResultRecord:
     reasoning: str | None = None  # written only when set (lines without reasoning stay as they were)
     # evidence (written only when set, as reasoning)
     evidence_chapters: list[int | None] | None = None
-    evidence: list[dict[str, Any]] | None = None
+    evidence: list[EvidencePassage] | None = None
     evidence_tokens: int | None = None
     evidence_cut: int | None = None
     evidence_cut_tokens: int | None = None

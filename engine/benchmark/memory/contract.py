@@ -58,6 +58,15 @@ class MemoryError(TulvingError):
         self.system, self.phase = system, phase
 
 
+class RecallFailed(Exception):
+    """One recall that failed for its question only (a subprocess's error
+    reply to that recall): the question is scored as failed, the run goes on."""
+
+    def __init__(self, system: str, message: str):
+        super().__init__(f"memory system {system!r} could not recall: {message}")
+        self.system = system
+
+
 @dataclass(frozen=True, slots=True)
 class Chapter:
     """One chapter of the book: its number (1-based, book order) and its text
@@ -165,10 +174,14 @@ class MemorySystem:
     - `concurrency`: how many recalls Tulving may have in flight at once;
     - `description`: one line for `tulving memories`;
     - `requires`: import names the system needs (`tulving memories` says
-      which are missing, and the run refuses it with one line).
+      which are missing, and the run refuses it with one line);
+    - `openai_endpoint`: True when the system calls models through an OpenAI
+      client: Tulving then serves its endpoint on loopback for the run
+      (`services.openai_base_url`, `openai_api_key`); a subprocess always has it.
     """
 
     answers: bool = False
+    openai_endpoint: bool = False
     concurrency: int = 1
     description: str = ""
     requires: tuple[str, ...] = ()

@@ -122,7 +122,7 @@ class MemorySession:
         services = EngineServices(engine=self.engine, config=self.config, meter=meter, workdir=workdir,
                                   chat_model=self.settings.chat_model, embed_model=self.settings.embed_model,
                                   models=tuple(models))
-        if self.settings.serve_endpoint and not is_builtin(spec):
+        if self.settings.serve_endpoint and (system.openai_endpoint or spec.command is not None):
             endpoint = await self._started_endpoint()
             services.openai_base_url = endpoint.base_url
             services.openai_api_key = endpoint.grant(meter, models)
