@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return offline_run(tmp_path_factory.mktemp("formats"))
+    """The built-in reader in context, on RAG (evidence, retrieval recall) and without memory."""
+    return offline_run(tmp_path_factory.mktemp("formats"), "run", "--modes", "in-context,rag-paragraph,no-memory",
+                       "--embed-model", "local:minilm")
 
 
 def _lines(path: Path) -> list[dict]:
@@ -46,7 +48,8 @@ def test_the_schemas_are_valid_json_schemas_and_the_docs_hold_the_same_files():
 
 def test_a_run_folder_follows_the_schemas(run):
     lines = _lines(run / "results.jsonl")
-    assert len(lines) == 456 and all(line["results_version"] == "2.1" for line in lines)
+    assert len(lines) == 3 * 456 and all(line["results_version"] == "2.1" for line in lines)
+    assert any(line.get("retrieval_recall") is not None and line.get("evidence_chapters") for line in lines)
     for line in lines:
         assert schema_problems("results", line) == []
     scores = json.loads((run / "scores.json").read_text())
