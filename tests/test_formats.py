@@ -116,3 +116,13 @@ def test_a_run_json_of_another_major_is_refused_with_one_line(run, tmp_path, cap
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "run.json: run format version 2.0, this Tulving reads 1.x" in err[0], err
+
+
+def test_a_scores_json_of_another_major_is_refused_by_the_bundle_writer(run, tmp_path, capsys):
+    for name in ("results.jsonl", "run.json"):
+        (tmp_path / name).write_text((run / name).read_text())
+    scores = json.loads((run / "scores.json").read_text())
+    (tmp_path / "scores.json").write_text(json.dumps({**scores, "scores_version": "2.0"}))
+    assert main(["bundle", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scores.json: scores format version 2.0, this Tulving reads 1.x" in err[0], err

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from engine.benchmark.evaluation import pipeline
 from engine.benchmark.evaluation.agreement import agreement_results, summary_table
 from engine.benchmark.evaluation.bundle import Json, bundle_results
-from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.question_ids import question_of
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet
 from engine.benchmark.evaluation.tables import to_markdown
@@ -23,10 +23,8 @@ from engine.benchmark.generation.bookdir import Book
 from engine.cli import lifecycle
 from engine.cli.common import check_models, open_engine
 from engine.cli.config_file import load_config
+from engine.config import Config
 from providers.base import TulvingError
-
-_QUESTION_KEYS = ("question", "template", "cue", "cue_completed", "retrieval_type", "get", "correct_answer",
-                  "chapters", "n_chapters", "bin", "q_idx")
 
 
 def rejudge_jobs(records: Sequence[ResultRecord], sample: int | None) -> list[pipeline.Job]:
@@ -37,7 +35,7 @@ def rejudge_jobs(records: Sequence[ResultRecord], sample: int | None) -> list[pi
             groups.setdefault((r.model, r.mode), []).append(r)
     jobs = []
     for (model, mode), recs in groups.items():
-        questions = [Question.from_json({k: getattr(r, k) for k in _QUESTION_KEYS}) for r in recs]
+        questions = [question_of(r) for r in recs]
         chosen = pipeline.sample_questions(questions, sample)
         answers = {r.q_idx: r.answer for r in recs}
         jobs.append(pipeline.Job(model=model, mode=mode, questions=chosen,
@@ -69,7 +67,8 @@ def rejudge(args: argparse.Namespace, bundle: Json, book: Book | None) -> list[R
     jobs = rejudge_jobs(records, args.sample)
     started = time.perf_counter()
     rejudged = lifecycle.run(_judge(args, config, book, jobs))
-    name = str(bundle["book"]["name"]) if isinstance(bundle.get("book"), Mapping) else book.name  # type: ignore[index]
+    named = bundle.get("book")
+    name = str(named.get("name")) if isinstance(named, Mapping) else str(book.name)
     judged_before = {(r.model, r.mode, r.q_idx) for r in rejudged}
     before = [r for r in records if (r.model, r.mode, r.q_idx) in judged_before]
     results = agreement_results(agreement_set(name, records[0].judge if records else "", args.rejudge, before,
@@ -84,11 +83,11 @@ def rejudge(args: argparse.Namespace, bundle: Json, book: Book | None) -> list[R
     return rejudged
 
 
-async def _judge(args: argparse.Namespace, config: object, book: Book, jobs: list[pipeline.Job]
+async def _judge(args: argparse.Namespace, config: Config, book: Book, jobs: list[pipeline.Job]
                  ) -> list[ResultRecord]:
     questions = {q.q_idx: q for job in jobs for q in job.questions}
-    async with open_engine(args, config) as engine:  # type: ignore[arg-type]
-        evaluation = await pipeline.evaluate(engine, config, book, list(questions.values()), jobs,  # type: ignore[arg-type]
+    async with open_engine(args, config) as engine:
+        evaluation = await pipeline.evaluate(engine, config, book, list(questions.values()), jobs,
                                              judge=args.rejudge)
     return evaluation.records
 

@@ -159,6 +159,8 @@ def read_run(folder: Path) -> tuple[list[ResultRecord], Json, Json]:
     if run is None or claimed is None:
         raise BundleError(f"{folder}: no {'run.json' if run is None else 'scores.json'}: a bundle holds the run's "
                           f"record and its claimed scores (run `tulving report {folder}` to write scores.json)")
+    check_version("run", run.get("run_version"), str(folder / "run.json"))
+    check_version("scores", claimed.get("scores_version"), str(folder / "scores.json"))
     return records, run, claimed
 
 

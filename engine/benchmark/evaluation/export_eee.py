@@ -34,8 +34,7 @@ from pathlib import Path
 from engine import __version__ as TULVING_VERSION
 from engine.benchmark.evaluation import judge
 from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
-from engine.benchmark.evaluation.question_ids import book_sha256, question_id
-from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.question_ids import book_sha256, question_id, question_of
 from engine.benchmark.evaluation.report import RunRow, summarize
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.generation.bookdir import Book
@@ -101,11 +100,6 @@ def _result(name: str, row: RunRow, dataset: Json, judge_model: str) -> Json | N
                                                    "answer_errors": row["answer_errors"]})}}
 
 
-def _question(r: ResultRecord) -> Question:
-    return Question(question=r.question, template=r.template, cue=r.cue, cue_completed=r.cue_completed,
-                    retrieval_type=r.retrieval_type, get=r.get, correct_answer=list(r.correct_answer),
-                    chapters=list(r.chapters), n_chapters=r.n_chapters, bin=r.bin, q_idx=r.q_idx)
-
 
 def instance(r: ResultRecord, evaluation_id: str, model_id: str, book_digest: str) -> Json:
     """One instance-level record of a results record."""
@@ -114,7 +108,7 @@ def instance(r: ResultRecord, evaluation_id: str, model_id: str, book_digest: st
     reference = [str(x) for x in r.correct_answer]
     return {"schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id, "model_id": model_id,
             "evaluation_name": _RESULTS[result_id][0], "evaluation_result_id": result_id,
-            "sample_id": question_id(_question(r), book_digest),
+            "sample_id": question_id(question_of(r), book_digest),
             "sample_hash": hashlib.sha256(json.dumps([r.question, reference]).encode()).hexdigest(),
             "interaction_type": "single_turn", "input": {"raw": r.question, "reference": reference},
             "output": {"raw": [r.answer]}, "messages": None,

@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from engine.benchmark.evaluation.question_ids import book_sha256, question_id
-from engine.benchmark.evaluation.questions import Question
+from engine.benchmark.evaluation.question_ids import book_sha256, question_id, question_of
 from engine.benchmark.evaluation.report import RunRow, summarize
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.generation.bookdir import Book
@@ -46,11 +45,6 @@ def _inspect() -> tuple[ModuleType, ModuleType, ModuleType]:
     return log, model, scorer
 
 
-def _question(r: ResultRecord) -> Question:
-    return Question(question=r.question, template=r.template, cue=r.cue, cue_completed=r.cue_completed,
-                    retrieval_type=r.retrieval_type, get=r.get, correct_answer=list(r.correct_answer),
-                    chapters=list(r.chapters), n_chapters=r.n_chapters, bin=r.bin, q_idx=r.q_idx)
-
 
 def sample(r: ResultRecord, book_digest: str) -> object:
     """One Inspect sample of a results record."""
@@ -66,7 +60,7 @@ def sample(r: ResultRecord, book_digest: str) -> object:
                              input_tokens_cache_read=r.cache_read_tokens or None,
                              input_tokens_cache_write=r.cache_write_tokens or None)
     return log.EvalSample(
-        id=question_id(_question(r), book_digest), epoch=1, input=r.question, target=list(r.correct_answer) or "",
+        id=question_id(question_of(r), book_digest), epoch=1, input=r.question, target=list(r.correct_answer) or "",
         messages=[model.ChatMessageUser(content=r.question), model.ChatMessageAssistant(content=r.answer)],
         output=model.ModelOutput.from_content(r.model, r.answer, error=r.answer_error),
         scores=scores, model_usage={r.model: usage},

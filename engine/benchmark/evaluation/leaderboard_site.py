@@ -77,8 +77,9 @@ def _rows(entries: Sequence[Entry]) -> dict[str, list[tuple[Mapping[str, object]
     by_book: dict[str, list[tuple[Mapping[str, object], int]]] = {}
     for i, entry in enumerate(entries):
         book = str(_dict(entry.bundle.get("book")).get("name"))
-        for row in _dict(entry.bundle.get("claimed")).get("runs") or []:  # type: ignore[attr-defined]
-            by_book.setdefault(book, []).append((row, i))
+        runs = _dict(entry.bundle.get("claimed")).get("runs")
+        for row in runs if isinstance(runs, list) else []:
+            by_book.setdefault(book, []).append((_dict(row), i))
     for rows in by_book.values():
         rows.sort(key=lambda t: (not _ranked(t[0], entries[t[1]]), -_num(t[0].get("simple_recall")),
                                  -_num(t[0].get("chronological_awareness")), str(t[0].get("model"))))

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.generation.bookdir import Book
 
 ID_DIGITS = 10
+# The keys of a Question, as results lines and bundle records hold them.
+QUESTION_KEYS = ("question", "template", "cue", "cue_completed", "retrieval_type", "get", "correct_answer",
+                 "chapters", "n_chapters", "bin", "q_idx")
 
 
 def _sha256(text: str) -> str:
@@ -60,3 +63,10 @@ def question_ids(questions: Sequence[Question], book: Book) -> dict[str, Questio
     """Every question of the set by its id, in set order."""
     digest = book_sha256(book)
     return {question_id(q, digest): q for q in questions}
+
+
+def question_of(record: object) -> Question:
+    """The question of a results record (a ResultRecord, or its JSON line)."""
+    if isinstance(record, Mapping):
+        return Question.from_json({k: record.get(k) for k in QUESTION_KEYS})
+    return Question.from_json({k: getattr(record, k) for k in QUESTION_KEYS})

@@ -41,16 +41,20 @@ from engine.benchmark.evaluation.bundle import (
     record_digest,
     sha256,
 )
-from engine.benchmark.evaluation.question_ids import book_sha256, question_id, questions_sha256
-from engine.benchmark.evaluation.questions import Question, build_questions
+from engine.benchmark.evaluation.question_ids import (
+    QUESTION_KEYS,
+    book_sha256,
+    question_id,
+    question_of,
+    questions_sha256,
+)
+from engine.benchmark.evaluation.questions import build_questions
 from engine.benchmark.evaluation.report import summarize
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.generation.bookdir import Book
 
 OK, FAILED, SKIPPED = "ok", "FAILED", "skipped"
 SHOWN = 5  # problems named per check
-_QUESTION_KEYS = ("question", "template", "cue", "cue_completed", "retrieval_type", "get", "correct_answer",
-                  "chapters", "n_chapters", "bin", "q_idx")
 DERIVED = ("identified_items", "matching_scores", "f1", "chrono_indices", "tau", "exact_match", "judge_failed")
 
 
@@ -112,9 +116,6 @@ def _name(line: Mapping[str, object]) -> str:
     return f"{line.get('question_id') or line.get('q_idx')} ({line.get('model')} / {line.get('mode')})"
 
 
-def _question(line: Mapping[str, object]) -> Question:
-    return Question.from_json({k: line.get(k) for k in _QUESTION_KEYS})
-
 
 # -- digests, book, questions -------------------------------------------------------
 def check_digests(bundle: Json, out: Verification) -> None:
@@ -130,7 +131,7 @@ def check_book(bundle: Json, book: Book | None, out: Verification) -> None:
     claimed_book = _field(bundle, "book", "sha256")
     lines = _lines(bundle)
     ids = [f"record {_name(line)}: question id does not follow from its question"
-           for line in lines if question_id(_question(line), str(claimed_book)) != line.get("question_id")]
+           for line in lines if question_id(question_of(line), str(claimed_book)) != line.get("question_id")]
     out.add("question ids", ids, len(lines))
     if book is None:
         out.add("book and question set", [], 0, "the book is not here (pass --book): ground truth taken from the bundle")
@@ -145,7 +146,7 @@ def check_book(bundle: Json, book: Book | None, out: Verification) -> None:
     by_idx: dict[object, dict[str, object]] = {q.q_idx: q.to_json() for q in questions}
     for line in lines:
         mine = by_idx.get(line.get("q_idx"))
-        if mine is None or any(mine[k] != line.get(k) for k in _QUESTION_KEYS):
+        if mine is None or any(mine[k] != line.get(k) for k in QUESTION_KEYS):
             problems.append(f"record {_name(line)}: question or ground truth differs from the book's set")
     out.add("book and question set", problems, len(lines))
 
@@ -167,7 +168,7 @@ def check_prompts(bundle: Json, book: Book | None, out: Verification) -> None:
             if not line.get("answer_error") and line.get("judge_reply") is not None:
                 problems.append(f"record {_name(line)}: judged, but no judge prompt digest")
             continue
-        rebuilt = judge_prompt_digest(_question(line), str(line.get("answer")), book)
+        rebuilt = judge_prompt_digest(question_of(line), str(line.get("answer")), book)
         if rebuilt is None:
             unchecked += 1
             continue
@@ -290,8 +291,9 @@ def _row_figures(row: Mapping[str, object]) -> Iterator[tuple[str, object]]:
 
 
 def check_scores(bundle: Json, records: list[ResultRecord], out: Verification) -> None:
-    run = bundle.get("run") if isinstance(bundle.get("run"), dict) else {}
-    recomputed = {(r["model"], r["mode"]): r for r in summarize(records, run)["runs"]}  # type: ignore[arg-type]
+    found = bundle.get("run")
+    run: Json = found if isinstance(found, dict) else {}
+    recomputed = {(r["model"], r["mode"]): r for r in summarize(records, run)["runs"]}
     claimed_rows = _field(bundle, "claimed", "runs")
     claimed = {(r.get("model"), r.get("mode")): r for r in claimed_rows if isinstance(r, dict)} \
         if isinstance(claimed_rows, list) else {}
