@@ -13,12 +13,15 @@ from engine.errors import TulvingError
 
 def test_results_of_another_version_are_refused(tmp_path):
     path = write_results(tmp_path / "results.jsonl", [ResultRecord(q_idx=0, question="q?", f1=0.5)])
-    assert json.loads(path.read_text())["results_version"] == RESULTS_VERSION == 2
+    assert json.loads(path.read_text())["results_version"] == RESULTS_VERSION == "2.1"
     assert load_results(path)[0].f1 == 0.5
     old = json.loads(path.read_text())
+    old["results_version"] = 2  # version 2 written as an integer (before MAJOR.MINOR): read as 2.0
+    path.write_text(json.dumps(old) + "\n")
+    assert load_results(path)[0].f1 == 0.5
     del old["results_version"]  # written before the fidelity fixes
     path.write_text(json.dumps(old) + "\n")
-    with pytest.raises(TulvingError, match="results version 1, this Tulving reads version 2"):
+    with pytest.raises(TulvingError, match=r"results format version 1.0, this Tulving reads 2.x \(written with other"):
         load_results(path)
 
 

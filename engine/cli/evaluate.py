@@ -55,7 +55,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_run(subparsers)
     p = subparsers.add_parser("questions", help=command_help("questions"))
     p.add_argument("--book", default=DEFAULT_BOOK, help="published book name or book folder")
-    p.add_argument("--out", required=True, metavar="FILE", help="questions file to write (.jsonl; -: standard output)")
+    p.add_argument("--out", metavar="FILE", help="questions file to write (.jsonl; -: standard output); required "
+                                                 "without --ids")
+    p.add_argument("--ids", action="store_true",
+                   help="give each question its stable id (q<index>-<digest of book and question>, the id an "
+                        "answers file names for `tulving score`): in each line of --out, or without --out one "
+                        "'ID<TAB>question' line per question on standard output")
     p.set_defaults(func=cmd_questions)
     _register_finetune(subparsers)
     _register_reports(subparsers)

@@ -18,6 +18,8 @@ from typing import Any
 
 from engine.benchmark.evaluation import answers as A
 from engine.benchmark.evaluation import pipeline, rag
+from engine.benchmark.evaluation.formats import check_version
+from engine.benchmark.evaluation.formats import current as current_version
 from engine.benchmark.evaluation.provenance import command_line, provenance, utc_now
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.repeats import repeat_file, repeat_spread
@@ -359,7 +361,7 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
         jobs.append({"model": job.model, "mode": job.mode, "questions": len(job.questions), "sample": job.sample,
                      "calls": st.calls, "cache_hits": st.cache_hits, "spent_usd": round(st.spent, 6),
                      "wall_seconds": round(st.wall, 3), "cached_answers": sorted(st.cached_answers)})
-    return {"book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if book.path is not None
+    return {"run_version": current_version("run"), "book": str(book.name), **({"book_path": str(Path(book.path).resolve())} if book.path is not None
                                        else {}),
             "questions": len(questions), "judge": ev.judge, "embed_model": ev.embed_model,
             "jobs": jobs, "retrieval": {"calls": ev.retrieval_calls, "cache_hits": ev.retrieval_cache_hits,
@@ -531,6 +533,10 @@ def cmd_questions(args: argparse.Namespace) -> int:
 
     book = _load_book(args.book)
     questions = build_questions(book)
+    if args.ids or args.out is None:
+        from engine.cli.question_listing import questions_with_ids
+
+        return questions_with_ids(args, book, questions)
     if args.out == "-":  # JSON Lines on stdout, the summary on stderr (a pipe gets the questions only)
         for q in questions:
             sys.stdout.write(json.dumps(q.to_json(), ensure_ascii=False) + "\n")
@@ -623,6 +629,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 isinstance(j, dict) and isinstance(j.get("model"), str) and isinstance(j.get("mode"), str)
                 for j in run.get("jobs", [])):
             raise TulvingError(f"{run_path}: not a run record (expected an object with a list of jobs)")
+        check_version("run", run.get("run_version"), str(run_path))
     summary = summarize(records, run)
     _add_realism(summary, records, args.realism, run)
     (run_dir / "scores.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -17,6 +17,7 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
+from engine.benchmark.evaluation.formats import current as current_version
 from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
 from engine.benchmark.evaluation.intervals import score_intervals
 from engine.benchmark.evaluation.memory_report import (
@@ -114,7 +115,8 @@ class Ranking(TypedDict):
 
 
 class Scores(TypedDict):
-    """scores.json of one book and judge."""
+    """scores.json of one book and judge (schemas/scores.schema.json)."""
+    scores_version: NotRequired[str]              # formats.py: "MAJOR.MINOR"
     book: str | None
     judge: str
     questions: int
@@ -241,6 +243,7 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
                                -(row["chronological_awareness"] or 0), row["model"], row["mode"]))
     judges = sorted({r.judge for recs in groups.values() for r in recs})
     out: Scores = {
+        "scores_version": current_version("scores"),
         "book": (run or {}).get("book"),
         "judge": (run or {}).get("judge") or ", ".join(judges),
         "questions": (run or {}).get("questions") or max((len(v) for v in groups.values()), default=0),
@@ -273,7 +276,11 @@ def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
 
 
 def _partial(run: Mapping[str, Any]) -> str | None:
-    """The shards missing from a sharded run's scores (one shard, or some merged), or None."""
+    """Why the scores cover part of the run: run.json's own `partial` (an
+    answers file that leaves questions out), the shards missing from a
+    sharded run's scores (one shard, or some merged), or None."""
+    if isinstance(run.get("partial"), str):
+        return str(run["partial"])
     shards = [run["shard"]] if run.get("shard") else list(run.get("shards") or [])
     if not shards:
         return None

@@ -69,14 +69,21 @@ from typing import Any, TypedDict
 
 import orjson
 
+from engine.benchmark.evaluation.formats import check_version, current
 from providers.base import TulvingError
 
 RESULTS_FILE = "results.jsonl"
-# Written on every line as "results_version"; lines of another version are refused, so
-# results made with other prompts or another scoring are never mixed silently.
-# 2: the reference's prompt strings, chronological de-duplication and full-precision
-#    F1/tau (issue "fidelity"); lines without the key are version 1.
-RESULTS_VERSION = 2
+# Written on every line as "results_version", "MAJOR.MINOR" (engine/benchmark/evaluation/formats.py):
+# the major changes with the prompts or the scoring, so lines of another major are refused and
+# results made differently are never mixed silently; a minor adds optional keys only, so every
+# 2.x is read (keys this version does not know are ignored). The published schema of a line:
+# engine/benchmark/evaluation/schemas/results-line.schema.json.
+# 1: lines without the key (before the reference's prompt strings).
+# 2 (written as the integer 2): the reference's prompt strings, chronological de-duplication
+#    and full-precision F1/tau (issue "fidelity").
+# 2.1: the same prompts and scoring; optional evidence and retrieval keys (memory systems,
+#    answers files). The version written now is formats.VERSIONS'.
+RESULTS_VERSION = current("results")
 
 
 class EvidencePassage(TypedDict):
@@ -195,13 +202,12 @@ def load_results(path: str | os.PathLike[str]) -> list[ResultRecord]:
             data = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise TulvingError(f"{path}:{n}: not a result record (not JSON: {exc})") from None
+        if isinstance(data, dict) and "results_version" in data:  # another major may hold anything: told first
+            check_version("results", data["results_version"], f"{path}:{n}")
         problem = record_problem(data)
         if problem:
             raise TulvingError(f"{path}:{n}: not a result record ({problem})")
-        version = data.get("results_version", 1)
-        if version != RESULTS_VERSION:
-            raise TulvingError(f"{path}:{n}: results version {version}, this Tulving reads version "
-                               f"{RESULTS_VERSION} (prompts and scoring changed: run the evaluation again)")
+        check_version("results", data.get("results_version", 1), f"{path}:{n}")
         records.append(ResultRecord.from_json(data))
     return records
 
@@ -209,7 +215,7 @@ def load_results(path: str | os.PathLike[str]) -> list[ResultRecord]:
 _NUMBER = (int, float)
 # The type(s) each key of a line may hold (None allowed where the format says null).
 _TYPES: dict[str, tuple[type, ...]] = {
-    "q_idx": (int,), "question": (str,), "retrieval_type": (str,), "get": (str,), "correct_answer": (list,),
+    "results_version": (int, str), "q_idx": (int,), "question": (str,), "retrieval_type": (str,), "get": (str,), "correct_answer": (list,),
     "chapters": (list,), "n_chapters": (int,), "bin": (str,), "model": (str,), "mode": (str,),
     "answer": (str,), "answer_error": (str, type(None)), "n_chunks": (int, type(None)),
     "input_tokens": (int,), "output_tokens": (int,), "cache_read_tokens": (int,), "cache_write_tokens": (int,), "latency": _NUMBER, "cost": _NUMBER,

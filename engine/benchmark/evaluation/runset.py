@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.benchmark.evaluation.formats import check_version
 from engine.benchmark.evaluation.memory_report import MemoryEntry, merge_memory_entries
 from engine.benchmark.evaluation.report import Scores, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results
@@ -87,9 +88,11 @@ def _read_run_json(folder: Path) -> dict[str, Any] | None:
         return None
     try:
         data: dict[str, Any] = json.loads(path.read_text())
-        return data
     except json.JSONDecodeError as exc:
         raise TulvingError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict):
+        check_version("run", data.get("run_version"), str(path))
+    return data
 
 
 # run.json keys of one execution, not carried into a merged record as they are.

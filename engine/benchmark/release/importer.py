@@ -7,7 +7,8 @@ Into `data` (datadir.data_home(): TULVING_DATA, else the XDG data folder):
                                       Tulving book folder; the two packaged ones
                                       (synaptic-echoes, -short) are compared with the
                                       package byte for byte instead of copied
-    runs/published/NAME/MODEL--MODE/  the paper's runs of that book (runs.py)
+    runs/published/NAME/MODEL--MODE/  the paper's runs of that book (runs.py), each with its
+                                      bundle.json (the released judgments: `tulving verify`)
     release/imported.json             what was imported, from where
 
 Everything is built in `data/.import-tmp/` first and checked (every chapter passes
@@ -95,12 +96,15 @@ def _import_book(book: ReleaseBook, staging: Path, progress: Progress) -> BookIm
     packaged = name in published_names("books")
     if packaged:
         check.same_as_packaged(name, folder)
-    questions = check.match_questions(name, build_questions(loaded), read_qa(book.folder / QA))
+    built = build_questions(loaded)
+    questions = check.match_questions(name, built, read_qa(book.folder / QA))
     done = BookImport(name, len(loaded.chapters), len(questions), packaged=packaged)
     for answers in answer_dirs(book):
         recs = runs.records(answers, questions, judge=book.published.writer)
         run_name = runs.run_folder_name(answers)
-        runs.write_run(staging / RUNS / name / run_name, recs, runs.run_record(book, answers, recs, judge=book.published.writer))
+        folder = runs.write_run(staging / RUNS / name / run_name, recs,
+                                runs.run_record(book, answers, recs, judge=book.published.writer))
+        runs.write_bundle(folder, answers, questions, loaded, built)
         done.runs.append(run_name)
     progress(f"{name}: {done.chapters} chapters checked, {done.questions} questions equal to the release's df_qa"
              + (", equal to the packaged book byte for byte" if packaged else "") + f", {len(done.runs)} published runs")

@@ -20,6 +20,12 @@ The judge is the book's writer model (the reference judged with the model that
 wrote the book: generator_answers_1_prompting.py). The judge's raw reply text
 was not released: judge_reply stays null; chrono_reply holds the released
 chronological judgment as JSON.
+
+`write_bundle` writes the run's bundle.json (engine/benchmark/evaluation/bundle.py)
+with the released evaluation JSON of each question where a Tulving run has the
+judge's reply text: `tulving verify` re-scores it from the released judgments
+(`released_verdict`, `released_indices`), and `tulving leaderboard` shows the
+paper's rows beside anyone's.
 """
 from __future__ import annotations
 
@@ -29,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.benchmark.evaluation import scores
+from engine.benchmark.evaluation.formats import current as current_version
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.report import render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, write_results
+from engine.benchmark.generation.bookdir import Book
 from engine.benchmark.release.layout import DOI, AnswerDir, ReleaseBook, ReleaseError
 
 SOURCE = "published release"
@@ -72,17 +80,33 @@ def _scores_by_item(evaluation: dict[str, Any], ground_truth: Sequence[str]) -> 
     return f"the released evaluation scores no {missing!r} ({len(in_order)} scores for {len(ground_truth)} items)"
 
 
-def _judge(rec: ResultRecord, evaluation: object) -> None:
+def released_verdict(evaluation: object, ground_truth: Sequence[str]) -> tuple[list[str], list[float]] | str:
+    """(identified items, score per ground-truth item) of a released evaluation
+    (evaluated_answers/{q}.json, parsed), or why it gives none. The bundle's
+    verifier reads the released judgments back with it."""
     if not isinstance(evaluation, dict) or not isinstance(evaluation.get("predicted_items"), list):
-        rec.judge_failed, rec.judge_error = True, "no released evaluation"
-        return
-    found = _scores_by_item(evaluation, rec.correct_answer)
+        return "no released evaluation"
+    found = _scores_by_item(evaluation, ground_truth)
     if isinstance(found, str):
-        rec.judge_failed, rec.judge_error = True, found
+        return found
+    return [str(x) for x in evaluation["predicted_items"]], found
+
+
+def released_indices(judgment: object) -> list[int] | None:
+    """The index per identified item of a released chronological judgment, or None."""
+    found = judgment.get("predicted_indexes") if isinstance(judgment, dict) else None
+    if not isinstance(found, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in found):
+        return None
+    return list(found)
+
+
+def _judge(rec: ResultRecord, evaluation: object) -> None:
+    verdict = released_verdict(evaluation, rec.correct_answer)
+    if isinstance(verdict, str):
+        rec.judge_failed, rec.judge_error = True, verdict
         return
-    rec.identified_items = [str(x) for x in evaluation["predicted_items"]]
-    rec.matching_scores = found
-    rec.f1 = float(scores.lenient_f1(rec.identified_items, rec.correct_answer, found))
+    rec.identified_items, rec.matching_scores = verdict
+    rec.f1 = float(scores.lenient_f1(rec.identified_items, rec.correct_answer, rec.matching_scores))
 
 
 def _chrono(rec: ResultRecord, judgment: object) -> None:
@@ -94,11 +118,11 @@ def _chrono(rec: ResultRecord, judgment: object) -> None:
             return
         indices: list[int] = []
     else:
-        found = judgment.get("predicted_indexes") if isinstance(judgment, dict) else None
-        if not isinstance(found, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in found):
+        found = released_indices(judgment)
+        if found is None:
             rec.judge_failed, rec.judge_error, rec.f1 = True, "released chronological judgment has no indexes", None
             return
-        indices = list(found)
+        indices = found
         rec.chrono_reply = json.dumps(judgment, ensure_ascii=False)
     match = scores.chrono_match(indices, n_gt)
     rec.chrono_indices, rec.exact_match = indices, bool(match.exact_match)
@@ -127,7 +151,7 @@ def records(answers: AnswerDir, questions: Sequence[Question], judge: str) -> li
 
 def run_record(book: ReleaseBook, answers: AnswerDir, recs: Sequence[ResultRecord], judge: str) -> dict[str, Any]:
     """run.json of an imported run: the provenance, and a job as Tulving's runs list them."""
-    return {"book": book.published.name, "questions": len(recs), "judge": judge, "source": SOURCE, "doi": DOI,
+    return {"run_version": current_version("run"), "book": book.published.name, "questions": len(recs), "judge": judge, "source": SOURCE, "doi": DOI,
             "release_folder": f"{book.published.experiment}/answers/{book.folder.name}/{answers.folder.name}",
             "reference_kind": answers.kind,
             "jobs": [{"model": answers.model, "mode": answers.mode, "questions": len(recs), "calls": 0,
@@ -147,3 +171,20 @@ def write_run(folder: Path, recs: Sequence[ResultRecord], run: dict[str, Any]) -
     (folder / "report.md").write_text(render_markdown(summary))
     (folder / "run.json").write_text(json.dumps(run, indent=1) + "\n")
     return folder
+
+
+def write_bundle(folder: Path, answers: AnswerDir, questions: Sequence[Question], book: Book,
+                 question_set: Sequence[Question]) -> Path:
+    """The run folder's bundle.json: its records with the released evaluation
+    text of question row q (questions[q]) standing for the judge's reply."""
+    from engine.benchmark.evaluation.bundle import RELEASED, make_bundle, read_run
+    from engine.benchmark.evaluation.bundle import write_bundle as write
+
+    recs, run, claimed = read_run(folder)
+    replies = {}
+    for q, question in enumerate(questions):
+        path = answers.folder / "evaluated_answers" / f"{q}.json"
+        if path.is_file():
+            replies[(answers.model, answers.mode, question.q_idx)] = path.read_text(encoding="utf-8")
+    bundle = make_bundle(recs, run, claimed, book, question_set, judgments=RELEASED, replies=replies)
+    return write(bundle, folder / "bundle.json")
