@@ -225,3 +225,13 @@ def test_json_mode_answers_mem0_1x_fact_extraction_and_update_prompts():
     reply = json.loads(respond([{"role": "user", "content": update}], {"response_format": {"type": "json_schema"}}))
     assert reply == {"memory": [{"id": "0", "text": "Fact one here.", "event": "ADD"},
                                 {"id": "1", "text": "Fact two.", "event": "ADD"}]}
+
+
+def test_json_mode_sentences_keep_their_closing_quotes_and_rebuild_every_paragraph():
+    from engine.benchmark.generation.published import load_book
+
+    assert builtin_reader.sentences('She waved. "Time for vaults, folks!" Owen froze.') == [
+        "She waved.", '"Time for vaults, folks!"', "Owen froze."]
+    for text in load_book("synaptic-echoes").chapter_texts:
+        for paragraph in filter(None, (p.strip() for p in text.split("\n"))):
+            assert " ".join(builtin_reader.sentences(paragraph)) == " ".join(paragraph.split())

@@ -444,7 +444,8 @@ def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, object])
 
 # -- JSON mode: memory systems' extraction calls ------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"”’)]*\s+(?=[\"“‘(]?[A-Z0-9])")
+# The space after a sentence's end (its closing quote or bracket kept with it).
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"”’)]))\s+(?=[\"“‘(]?[A-Z0-9])")
 _ROLE_PREFIX = re.compile(r"^(?:user|assistant|system): ", re.M)
 _MEMORY_WORDS = 15  # mem0's additive extraction prompt asks for memories of 15-80 words
 # Where mem0 (2.x) puts the text to extract from in its additive extraction prompt.
