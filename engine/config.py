@@ -235,6 +235,9 @@ class Config:
     models: dict[str, ModelAlias]
     source: str = "built-in defaults"
     cache: CacheSettings = field(default_factory=CacheSettings)  # the file's [cache] section
+    # The file's [memories.NAME] tables, as written: the memory systems' registry
+    # (engine/benchmark/memory/registry.py) reads and checks them.
+    memories: dict[str, object] = field(default_factory=dict)
 
     # -- loading -----------------------------------------------------------------
     @classmethod
@@ -245,12 +248,14 @@ class Config:
         raw_endpoints, raw_models = default_tables()
         source = "built-in defaults"
         cache = CacheSettings()
+        memories: dict[str, object] = {}
         if path is not None and data is not None:
             path = Path(path)
-            unknown = set(data) - {"endpoints", "models", "cache"}
+            unknown = set(data) - {"endpoints", "models", "cache", "memories"}
             if unknown:
                 raise ConfigError(f"{path}: unknown top-level section(s) {sorted(unknown)} "
-                                  f"(expected endpoints, models, cache)")
+                                  f"(expected endpoints, models, cache, memories)")
+            memories = dict(_tables(data, "memories", path))
             for name, table in _tables(data, "endpoints", path).items():
                 raw_endpoints[name] = {**raw_endpoints.get(name, {}), **table}
             raw_models.update(_tables(data, "models", path))
@@ -258,6 +263,7 @@ class Config:
             source = str(path)
         config = cls.from_dicts(raw_endpoints, raw_models, source=source)
         config.cache = cache
+        config.memories = memories
         return config
 
     @staticmethod

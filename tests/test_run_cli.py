@@ -133,7 +133,7 @@ def test_questions_command_writes_json_lines(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["run", "--book", "no-such-book", "--models", "builtin:reader"], "no-such-book"),
     (["run", "--models", "no-such-model"], "unknown model 'no-such-model'"),
-    (["run", "--models", "builtin:reader", "--modes", "telepathy"], "unknown memory mode 'telepathy'"),
+    (["run", "--models", "builtin:reader", "--modes", "telepathy"], "unknown memory system 'telepathy'"),
     (["run", "--models", "local:smollm2", "--modes", "in-context"], "8192-token context"),
     (["report", "nowhere"], "no results"),
 ])
@@ -184,9 +184,9 @@ def test_a_default_run_without_its_embedder_runs_in_context_and_exits_0(tmp_path
     done = tulving(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
                    "--embed-model", "broken-embed", "--out", "out")
     assert done.returncode == 0, done.stderr
-    assert "broken-embed is unavailable" in done.stderr and "running in-context only" in done.stderr
+    assert "broken-embed is unavailable" in done.stderr and "running without rag-paragraph" in done.stderr
     assert "incomplete" not in done.stderr
     [final] = [line for line in done.stderr.splitlines() if line.startswith("total: ")]
     assert "failed" not in final
     rows = [line for line in done.stdout.splitlines() if "builtin:reader" in line]
-    assert len(rows) == 1 and "in-context" in rows[0]
+    assert [row.split()[2] for row in rows] == ["in-context", "no-memory"]  # no rag-paragraph without its embedder

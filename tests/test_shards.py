@@ -16,6 +16,8 @@ from tests.report_runs import offline_run, tulving
 
 # Figures of one execution, not of the answers: they differ between any two runs.
 EXECUTION = ("wall_seconds", "cache_hits")
+# a memory system's figures of one execution: each shard prepared it (time, calls, dollars, latency)
+MEMORY_EXECUTION = ("ingest_seconds", "ingest_calls", "memory_usd", "recall_p50", "recall_p95", "recall_p99")
 
 
 def test_parse_shard():
@@ -45,6 +47,8 @@ def _scores(path):
     for row in data["runs"]:
         for key in EXECUTION:
             row.pop(key, None)
+        for key in MEMORY_EXECUTION:
+            row.get("memory", {}).pop(key, None)
     return data
 
 

@@ -41,6 +41,8 @@ COMMANDS: tuple[Command, ...] = (
             "test whether run A scores higher than run B (paired or unpaired, picked from the runs)"),
     Command("agreement", "engine.cli.evaluate",
             "agreement of two judges on the same answers (runs differing only by --judge)"),
+    Command("memories", "engine.cli.memories",
+            "list the memory systems a run can evaluate (--modes, --memory) and whether each can run here"),
     Command("batches", "engine.cli.batches", "provider batches submitted by --batch runs: list, cancel"),
     Command("data", "engine.cli.data", "fetch and import the published release (all 11 books and the paper's runs)"),
     Command("books", "engine.cli.data", "list the books installed and the ones `tulving data fetch` adds"),

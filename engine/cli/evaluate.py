@@ -74,7 +74,8 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     p.add_argument("--questions", metavar="FILE", help="questions JSONL (default: built from the book)")
     p.add_argument("--models", type=csv_list, help="comma-separated model aliases")
     p.add_argument("--modes", type=csv_list, help=f"comma-separated memory modes: {', '.join(A.MODES)} "
-                                              "(default in-context)")
+                                              "(default in-context, unless --memory is given)")
+    _add_memory_options(p)
     p.add_argument("--judge", default=DEFAULT_JUDGE, help="judge model alias (default %(default)s)")
     p.add_argument("--embed-model", help=f"embedding model alias for RAG modes (default {DEFAULT_EMBED}; "
                                          f"{OFFLINE_EMBED} offline)")
@@ -109,6 +110,26 @@ def _register_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
                    help="run only shard I of N: a deterministic share of the (model, mode, question) jobs, "
                         "for splitting a run across machines (merge with tulving report SHARD_DIR... --out)")
     p.set_defaults(func=cmd_run)
+
+
+def _add_memory_options(p: argparse.ArgumentParser) -> None:
+    """--memory and the options of memory systems (docs/memory-systems.md)."""
+    p.add_argument("--memory", type=csv_list, metavar="NAME[,NAME...]",
+                   help="memory systems to evaluate beside --modes (`tulving memories` lists them: installed "
+                        "ones, [memories.NAME] tables of the config, --memory-command); each reads the book and "
+                        "gives each answering model its evidence, or answers itself (agent style)")
+    p.add_argument("--memory-command", action="append", type=_memory_command, default=[], metavar="NAME=COMMAND",
+                   help="a memory system run as a subprocess speaking JSON lines (docs/memory-systems.md); "
+                        "repeatable; name it in --memory")
+    p.add_argument("--memory-model", metavar="ALIAS",
+                   help="chat model the memory systems may call through Tulving (default: the first of --models); "
+                        "their embeddings use --embed-model")
+    p.add_argument("--evidence-passages", type=positive_int, metavar="N",
+                   help="the evidence budget: passages a memory system may return per question (default: the "
+                        "paper's rag-paragraph top-K)")
+    p.add_argument("--evidence-tokens", type=positive_int, metavar="N",
+                   help="the evidence budget: cl100k tokens of those passages (default: the most the paper's RAG "
+                        "modes give on the book)")
 
 
 def _register_finetune(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -185,6 +206,13 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     p.add_argument("--top", type=positive_int, default=20, help="disagreements listed per judge pair")
     p.add_argument("--out", metavar="DIR", help="write the tables and the scatter plot here")
     p.set_defaults(func=cmd_agreement)
+
+
+def _memory_command(text: str) -> tuple[str, str]:
+    name, sep, command = text.partition("=")
+    if not sep or not name.strip() or not command.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=COMMAND, got {text!r}")
+    return name.strip(), command.strip()
 
 
 def _shard_arg(text: str) -> tuple[int, int]:

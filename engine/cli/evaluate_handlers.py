@@ -37,9 +37,18 @@ from engine.cli.common import (
 from engine.cli.evaluate_defaults import (
     DEFAULT_EMBED,
     DEFAULT_LOCAL_SAMPLE,
+    DEFAULT_MODES,
     DEFAULT_READER,
     LOCAL_LLM,
     OFFLINE_EMBED,
+)
+from engine.cli.run_memories import (
+    memory_failures,
+    memory_identity,
+    memory_plan,
+    memory_record,
+    memory_settings,
+    plan_memory_jobs,
 )
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
@@ -81,19 +90,20 @@ def _note(message: str) -> None:
 # -- run ----------------------------------------------------------------------------------
 
 def cmd_run(args: argparse.Namespace, config: Config) -> int:
-    default_run = args.models is None and args.modes is None
+    default_run = args.models is None and args.modes is None and not args.memory
     models = args.models or [DEFAULT_READER]
-    modes = args.modes or [A.IN_CONTEXT]
-    for mode in modes:
-        A.check_mode(mode)
+    modes = args.modes or ([] if args.memory else [A.IN_CONTEXT])
+    # Every mode is a memory system: unknown names and systems that cannot run here, one line each.
+    args.memory_plan = memory_plan(args, config, DEFAULT_MODES if default_run else modes)
     # Unknown, retired or (under --max-cost) unpriced models: one line before any work.
-    check_models(config, args, [*models, args.judge, args.embed_model or ""])
+    check_models(config, args, [*models, args.judge, args.embed_model or "", args.memory_model or ""])
     if args.batch and args.models:
         _refuse_batch_without_api(config, args.models)
     _override_params(config, models, args)
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
+    args.out_dir = str(out)
     args.started = utc_now()
     args.configuration = _configuration(args, config, book, default_run)
     args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
@@ -101,7 +111,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
         args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
-    return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+    return lifecycle.run(_run(args, config, book, questions, models, args.memory_plan.names, default_run, out))
 
 
 async def _before_the_engine(args: argparse.Namespace, config: Config, models: list[str]) -> float:
@@ -145,11 +155,11 @@ def _configuration(args: argparse.Namespace, config: Config, book: Book, default
     return configuration(
         config, book=str(Path(book.path).resolve()) if book.path is not None else str(book.name),
         questions_file=args.questions, models=None if default_run else args.models,
-        modes=None if default_run else args.modes, judge=args.judge, embed_model=args.embed_model,
+        modes=None if default_run else args.memory_plan.names, judge=args.judge, embed_model=args.embed_model,
         settings={"sample": args.sample, "local_sample": args.local_sample,
                   "shard": "{}/{}".format(*args.shard) if args.shard else None,
                   "temperature": args.temperature, "max_tokens": args.max_tokens,
-                  "repeats": args.repeats if args.repeats > 1 else None})
+                  "repeats": args.repeats if args.repeats > 1 else None, **memory_identity(args, args.memory_plan)})
 
 
 def _minilm_installed() -> bool:
@@ -171,7 +181,8 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
 
 
 def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
-    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
+    modes = [m for m in DEFAULT_MODES if rag_ok or m != A.RAG_PARAGRAPH]
+    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], modes)
     if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
         jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
@@ -189,7 +200,7 @@ def _plan(args: argparse.Namespace, questions: list[Question], models: list[str]
                 samples[(model, mode)] = args.sample
             if args.local_sample and model.startswith("local:"):
                 samples[(model, mode)] = args.local_sample
-    return pipeline.plan_jobs(questions, models, modes, samples)
+    return plan_memory_jobs(args.memory_plan, pipeline.plan_jobs(questions, models, modes, samples), questions)
 
 
 async def _run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question], models: list[str],
@@ -210,7 +221,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
         if default_run:
             problem = await _embedder_works(engine, embed_model)
             if problem:
-                _note(f"{embed_model} is unavailable ({problem}): running in-context only")
+                _note(f"{embed_model} is unavailable ({problem}): running without rag-paragraph")
             jobs = _default_plan(args, questions, rag_ok=problem is None)
         else:
             jobs = _plan(args, questions, models, modes)
@@ -221,6 +232,9 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
     engine_stats.pop("notices", None)
     wall = time.perf_counter() - started
     run = _run_record(book, questions, evaluation, wall, engine_stats)
+    run["memory"] = memory_record(evaluation, args.memory_plan)
+    for line in memory_failures(evaluation):
+        _error(line)
     if getattr(args, "shard", None):
         run["shard"] = "{}/{}".format(*args.shard)
     _add_history(run, args, config, jobs)
@@ -255,13 +269,16 @@ async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Co
     drawn anew (draw k), judged anew; their spending joins the run's."""
     embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
     engine.expect(args.repeats * pipeline.expected_calls(jobs))  # the progress line's total, every repeat known up front
+    memory = memory_settings(args, args.memory_plan, book, questions, Path(args.out_dir), [j.model for j in jobs],
+                             embed_model)
     evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed,
-                                         expected=True)
+                                         expected=True, memory=memory)
     extra = []
-    for k in range(1, args.repeats):
+    for k in range(1, args.repeats):  # the memory systems' evidence is the same for every repeat: kept
         again = await pipeline.evaluate(engine, config, book, questions,
                                         [dataclasses.replace(j, draw=k) for j in jobs],
-                                        judge=args.judge, embed_model=embed, expected=True)
+                                        judge=args.judge, embed_model=embed, expected=True, memory=memory,
+                                        prepared=evaluation.memory)
         for row in again.spending.rows():
             evaluation.spending.row(row["model"], row["role"]).add(row)
         extra.append(again.records)

@@ -12,6 +12,11 @@ Modes:
 - ``finetuned``: the question only, behind the fine-tuning preamble (the
   reference's string, literal "/n/n " included); the model is expected to
   hold the book in its weights (see finetune.py).
+- ``no-memory``: the RAG prompt around no chunk: the question alone, the
+  floor every memory system should clear (not in the paper).
+
+Every mode is a memory system (engine/benchmark/memory/builtin.py); outside
+memory systems' evidence is prompted as RAG chunks.
 
 In-context prompts are book-sized: `answer_requests` is a generator so that at
 most the engine's in-flight window of them exists at any time.
@@ -34,7 +39,8 @@ IN_CONTEXT = "in-context"
 RAG_PARAGRAPH = "rag-paragraph"
 RAG_CHAPTER = "rag-chapter"
 FINETUNED = "finetuned"
-MODES = (IN_CONTEXT, RAG_PARAGRAPH, RAG_CHAPTER, FINETUNED)
+NO_MEMORY = "no-memory"
+MODES = (IN_CONTEXT, RAG_PARAGRAPH, RAG_CHAPTER, FINETUNED, NO_MEMORY)
 RAG_MODES = (RAG_PARAGRAPH, RAG_CHAPTER)
 
 # Title of the published book, as the fine-tuned models were trained with it.
@@ -154,6 +160,8 @@ def answer_requests(questions: Iterable[Question], *, model: str, mode: str, boo
             prompt = in_context_prompt(book.text, q.question)
         elif mode == FINETUNED:
             prompt = finetuned_prompt(q.question, title)
+        elif mode == NO_MEMORY:
+            prompt = rag_prompt([], q.question)
         else:
             assert chunks_for is not None  # a RAG mode: checked above
             prompt = rag_prompt(chunks_for(q), q.question)

@@ -18,14 +18,20 @@ Chronological questions get the second (chronological) judge call once the
 first is parsed (skipped when there is nothing to order: no ground truth or
 no identified item, which can only give "no index found").
 
-RAG retrieval (rag.py) runs first, once per RAG mode, shared by all models.
+Memory: every mode is a memory system (engine/benchmark/memory/): the paper's
+in-context, RAG and fine-tuned modes, the no-memory baseline and any outside
+system. Each system of the run is prepared once (ingest, then a recall per
+question), shared by every answering model, beside the jobs that do not
+need it; a job waits only for its own system. A job whose answers are given
+(an agent-style system's, or an answers file's: `Job.given`) goes straight
+to the judge.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -36,8 +42,13 @@ from engine.benchmark.evaluation.judge_parse import JudgeVerdict
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.generation.bookdir import Book
+from engine.benchmark.memory.budget import Evidence, coverage
+from engine.benchmark.memory.builtin import book_text
+from engine.benchmark.memory.contract import BOOK, FINETUNED, Passage
+from engine.benchmark.memory.runner import Prepared
+from engine.benchmark.memory.session import MemorySession, MemorySettings
 from engine.config import Config, ModelAlias
-from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
+from engine.requests import ChatRequest, Outcome, Request
 from engine.resolve import resolve
 from engine.spending import Spending
 from providers.base import ChatResult, TulvingError
@@ -46,6 +57,7 @@ if TYPE_CHECKING:
     from engine.scheduler import Engine
 
 JUDGE_REDRAWS = 3  # unparsable judge replies are asked again this many times
+AGENT = "agent"    # the model of an agent-style memory system's rows: the system wrote the answer
 
 
 # -- the feed: answers from a generator, judge follow-ups as answers complete ------
@@ -67,13 +79,22 @@ def feed(followups: deque[Request], initial: Iterator[Request]) -> Iterator[Requ
 
 # -- what a run evaluates ----------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class GivenAnswer:
+    """An answer made elsewhere (an answers file): judged as it is."""
+
+    answer: str
+    evidence_chapters: tuple[int | None, ...] | None = None  # the chapters it used, when the file says
+
+
 @dataclass(slots=True)
 class Job:
-    model: str
-    mode: str
+    model: str                 # the answering model alias; for given answers, who gave them
+    mode: str                  # the memory system (in-context, rag-paragraph, ..., no-memory, mem0, ...)
     questions: list[Question]
     sample: int | None = None  # the number of questions when run on a sample
     draw: int = 0              # the repeat (`--repeats`): answers are independent draws, cached apart
+    given: dict[int, GivenAnswer] | None = None  # q_idx -> answer made elsewhere: no answering call
 
     @property
     def name(self) -> str:
@@ -99,7 +120,8 @@ class Evaluation:
     retrieval_calls: int = 0
     retrieval_cache_hits: int = 0
     retrieval_seconds: float = 0.0
-    spending: Spending = field(default_factory=Spending)  # by model and role (answer, judge, embed)
+    spending: Spending = field(default_factory=Spending)  # by model and role (answer, judge, embed, memory)
+    memory: dict[str, Prepared] = field(default_factory=dict)  # each memory system's figures and evidence
 
 
 def sample_questions(questions: Sequence[Question], n: int | None) -> list[Question]:
@@ -115,10 +137,11 @@ def sample_questions(questions: Sequence[Question], n: int | None) -> list[Quest
 
 def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Sequence[str],
               samples: dict[tuple[str, str], int] | None = None) -> list[Job]:
+    """One job per (model, memory system); the names are checked by the
+    caller against the registry (engine/benchmark/memory/registry.py)."""
     jobs = []
     for model in models:
         for mode in modes:
-            A.check_mode(mode)
             n = (samples or {}).get((model, mode))
             chosen = sample_questions(questions, n)
             jobs.append(Job(model=model, mode=mode, questions=chosen,
@@ -134,13 +157,15 @@ def check_jobs(config: Config, book: Book, jobs: Sequence[Job], judge: str, embe
     unset (only without `require_keys`: a dry run estimates without them)."""
     aliases = [config.alias(judge)]
     for job in jobs:
+        indices = [q.q_idx for q in job.questions]
+        if len(set(indices)) != len(indices):
+            raise TulvingError("the questions' q_idx values are not unique: renumber the questions file")
+        if job.given is not None or job.model == AGENT:
+            continue  # answers made elsewhere: no answering model
         alias = config.alias(job.model)
         aliases.append(alias)
         if alias.long_prompt_model is not None:  # long prompts go there: its key is needed too
             aliases.append(config.alias(alias.long_prompt_model))
-        indices = [q.q_idx for q in job.questions]
-        if len(set(indices)) != len(indices):
-            raise TulvingError("the questions' q_idx values are not unique: renumber the questions file")
         if job.mode == A.IN_CONTEXT:
             rag.check_in_context_fits(alias, book_tokens(book))
         if job.mode in A.RAG_MODES:
@@ -202,37 +227,91 @@ class JobRunner:
     """Runs one job's stream: answers in, judge requests out, records filled."""
 
     def __init__(self, engine: Engine, config: Config, book: Book, job: Job, judge_model: str,
-                 retrieval: rag.Retrieval | None, spending: Spending | None = None):
+                 prepared: Prepared | None, spending: Spending | None = None):
         self.engine = engine
         self.config = config
         self.book = book
         self.job = job
         self.judge_model = judge_model
-        self.retrieval = retrieval
-        self.alias = config.alias(job.model)
+        self.prepared = prepared
+        self.alias = config.alias(job.model) if job.given is None and job.model != AGENT else None
         self.judge_alias = config.alias(judge_model)
         self.pending: dict[int, _Pending] = {}
         self.records: list[ResultRecord] = []
         self.stats = JobStats()
         self.spending = spending if spending is not None else Spending()
+        self._book_of: tuple[int, str] | None = None  # (id of the passages, the book they join to)
 
     # requests -------------------------------------------------------------------
-    def _chunks_for(self, question: Question) -> list[str]:
-        assert self.retrieval is not None
-        chunks = self.retrieval.chunks_for(question.question)
-        max_out = int(self.alias.params.get("max_tokens") or 0)
-        kept = rag.fit_chunks(chunks, question.question, context_tokens=self.alias.context_tokens,
-                              max_output_tokens=max_out, model=self.job.model)
-        self.pending[question.q_idx].record.n_chunks = len(kept)
-        return kept
-
     def _answer_requests(self) -> Iterator[ChatRequest]:
+        """The answering call of each question, or its judge call when the
+        answer is given; a question the memory could not recall ends here."""
+        title = A.book_title(self.book)
         for q in self.job.questions:
-            self.pending[q.q_idx] = _Pending(question=q, record=self._new_record(q))
-        chunks_for = self._chunks_for if self.job.mode in A.RAG_MODES else None
-        yield from A.answer_requests(self.job.questions, model=self.job.model, mode=self.job.mode,
-                                         book=self.book, chunks_for=chunks_for,
-                                         tag=lambda q: ("answer", q.q_idx, 0), draw=self.job.draw)
+            item = self.pending[q.q_idx] = _Pending(question=q, record=self._new_record(q))
+            if self.job.given is not None:
+                yield self._given(item, self.job.given.get(q.q_idx))
+                continue
+            assert self.prepared is not None  # every job without given answers has its memory
+            evidence = self.prepared.for_question(q.question)
+            self._record_evidence(item.record, evidence)
+            if evidence.error is not None:
+                item.record.answer_error = evidence.error
+                self._finish(item)
+            elif self.prepared.answers:
+                item.record.answer = evidence.answer or ""
+                yield self._judge_request(item, 0)
+            else:
+                yield self._answer_request(item, evidence, title)
+
+    def _given(self, item: _Pending, given: GivenAnswer | None) -> ChatRequest:
+        assert given is not None  # the answers file's jobs hold the questions it answers
+        item.record.answer = given.answer
+        if given.evidence_chapters is not None:
+            chapters = list(given.evidence_chapters)
+            item.record.evidence_chapters = chapters
+            item.record.retrieval_recall, item.record.retrieval_precision = coverage(chapters, item.question.chapters)
+        return self._judge_request(item, 0)
+
+    def _answer_request(self, item: _Pending, evidence: Evidence, title: str) -> ChatRequest:
+        assert self.prepared is not None and self.alias is not None
+        q = item.question
+        shared = None
+        if self.prepared.prompt == BOOK:
+            text = self._joined(evidence.passages)
+            prompt = A.in_context_prompt(text, q.question)
+            shared = (1, A.in_context_prefix_chars(text))  # the book: the prefix every question shares
+        elif self.prepared.prompt == FINETUNED:
+            prompt = A.finetuned_prompt(q.question, title)
+        else:
+            max_out = int(self.alias.params.get("max_tokens") or 0)
+            kept = rag.fit_chunks([p.text for p in evidence.passages], q.question,
+                                  context_tokens=self.alias.context_tokens, max_output_tokens=max_out,
+                                  model=self.job.model)
+            item.record.n_chunks = len(kept)
+            prompt = A.rag_prompt(kept, q.question)
+        return ChatRequest(model=self.job.model, messages=A.messages(prompt), tag=("answer", q.q_idx, 0),
+                           prefix_end=shared, draw=self.job.draw)
+
+    def _joined(self, passages: Sequence[Passage]) -> str:
+        """The book the in-context passages join to, joined once per job."""
+        if self._book_of is None or self._book_of[0] != id(passages):
+            self._book_of = (id(passages), book_text(passages))
+        return self._book_of[1]
+
+    def _record_evidence(self, record: ResultRecord, evidence: Evidence) -> None:
+        """What the memory gave, on the record: for systems whose evidence
+        is retrieved (not the whole book, not the weights)."""
+        assert self.prepared is not None
+        if self.prepared.prompt in (BOOK, FINETUNED) or evidence.error is not None:
+            return
+        chapters = evidence.chapters
+        record.evidence_chapters = chapters
+        record.evidence_tokens = evidence.tokens
+        record.evidence_cut, record.evidence_cut_tokens = evidence.cut_passages, evidence.cut_tokens
+        record.retrieval_recall, record.retrieval_precision = coverage(chapters, record.chapters)
+        if self.prepared.keep_texts:
+            record.evidence = [{"chapter": p.chapter, "text": p.text} for p in evidence.passages]
 
     def _new_record(self, q: Question) -> ResultRecord:
         data = q.to_json()
@@ -272,6 +351,7 @@ class JobRunner:
 
     def _count(self, outcome: Outcome) -> None:
         if outcome.tag and outcome.tag[0] == "answer":
+            assert self.alias is not None  # answering calls are made for jobs with a model
             self.spending.add("answer", self.alias, outcome)
         else:
             self.spending.add("judge", self.judge_alias, outcome)
@@ -302,6 +382,7 @@ class JobRunner:
     def _serving_alias(self, outcome: Outcome) -> ModelAlias:
         """The alias whose prices the answer costs: the job's, or its
         long-prompt route's when the prompt went there (engine/resolve.py)."""
+        assert self.alias is not None  # answering calls are made for jobs with a model
         if self.alias.long_prompt_model is None:
             return self.alias
         return resolve(self.config, outcome.request).alias
@@ -388,41 +469,6 @@ def _round(x: float | None) -> float | None:
 
 # -- the whole run -----------------------------------------------------------------
 
-async def build_retrievals(engine: Engine, book: Book, questions: Sequence[Question], modes: Iterable[str],
-                           embed_model: str | None, spending: Spending | None = None
-                           ) -> tuple[dict[str, rag.Retrieval], JobStats]:
-    """One retrieval per RAG mode in the run (top-K from the full question set)."""
-    out: dict[str, rag.Retrieval] = {}
-    stats = JobStats()
-    counting = _CountingEngine(engine, stats, spending)
-    start = time.perf_counter()
-    for mode in dict.fromkeys(modes):
-        if mode in A.RAG_MODES:
-            if not embed_model:  # refused earlier by check_jobs
-                raise TulvingError(f"mode {mode} needs an embedding model (--embed-model)")
-            out[mode] = await rag.retrieve(counting, book.text, questions, mode, embed_model)
-    stats.wall = time.perf_counter() - start
-    return out, stats
-
-
-class _CountingEngine:
-    """Counts the calls and cache hits of `run` on the way through."""
-
-    def __init__(self, engine: Engine, stats: JobStats, spending: Spending | None = None):
-        self._engine, self._stats = engine, stats
-        self._spending = spending
-
-    async def run(self, requests: Sequence[EmbedRequest], *, label: str = "") -> list[Outcome]:
-        outcomes = await self._engine.run(requests, label=label)
-        for o in outcomes:
-            if self._spending is not None:
-                self._spending.add("embed", self._engine.config.alias(o.request.model), o)
-            self._stats.calls += 1
-            self._stats.cache_hits += bool(o.cached)
-            self._stats.spent += o.cost or 0.0
-        return outcomes
-
-
 def expected_calls(jobs: Sequence[Job]) -> int:
     """The calls `evaluate` makes, as far as they are known before it starts
     (for the run-wide progress line): an answer and a judgment per question of
@@ -433,40 +479,81 @@ def expected_calls(jobs: Sequence[Job]) -> int:
 
 
 async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequence[Question], jobs: Sequence[Job], *,
-                   judge: str, embed_model: str | None = None, expected: bool = False) -> Evaluation:
+                   judge: str, embed_model: str | None = None, expected: bool = False,
+                   memory: MemorySettings | None = None, prepared: Mapping[str, Prepared] | None = None
+                   ) -> Evaluation:
     """Answer and judge every job's questions (jobs from `plan_jobs`); the
-    records come back sorted as results.jsonl stores them. Retrieval top-K
-    comes from the full question set, also for jobs run on a sample.
-    `expected`: the caller has already told the engine these calls
-    (`engine.expect(expected_calls(jobs))`, e.g. for every repeat at once)."""
+    records come back sorted as results.jsonl stores them. The paper's
+    retrieval K comes from the full question set, also for jobs run on a
+    sample. `memory`: the run's memory systems (default: the installed ones,
+    the run's first answering model lending its chat calls, the paper's
+    budget). `prepared`: systems already prepared (an earlier repeat's: the
+    evidence is the same). `expected`: the caller has already told the engine
+    these calls (`engine.expect(expected_calls(jobs))`, e.g. for every repeat at once)."""
     check_jobs(config, book, jobs, judge, embed_model)
     if not expected:
         engine.expect(expected_calls(jobs))
     spending = Spending()
-    # The index is built beside the jobs that do not need it (in-context,
-    # finetuned): their first calls go out at once, not after the embeddings.
-    index = asyncio.ensure_future(build_retrievals(engine, book, questions, [j.mode for j in jobs],
-                                                   embed_model, spending))
+    session = MemorySession(engine, config, memory or default_memory_settings(jobs, embed_model), dict(prepared or {}))
+    needed = _questions_by_memory(jobs)
     runners: dict[int, JobRunner] = {}
 
     async def run_job(n: int, job: Job) -> list[ResultRecord]:
-        retrieval = (await index)[0].get(job.mode) if job.mode in A.RAG_MODES else None
-        runners[n] = JobRunner(engine, config, book, job, judge, retrieval, spending)
+        # A job waits for its own memory system only: the others' preparation goes on beside it.
+        prepared = None if job.given is not None else await session.prepare(book, questions, job.mode,
+                                                                            needed[job.mode])
+        runners[n] = JobRunner(engine, config, book, job, judge, prepared, spending)
         return await runners[n].run()
 
     tasks = [asyncio.ensure_future(run_job(n, job)) for n, job in enumerate(jobs)]
     try:
         per_job = await asyncio.gather(*tasks)
-        retrievals, retrieval_stats = await index
-    except BaseException:  # one job (or the index) failed: stop the others before raising
-        for task in [*tasks, index]:
+    except BaseException:  # one job failed: stop the others before raising
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, index, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    finally:
+        await session.close()
     records = [rec for recs in per_job for rec in recs]
     records.sort(key=lambda r: (r.model, r.mode, r.q_idx))
     ordered = [runners[n] for n in range(len(jobs))]
-    return Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in ordered},
-                      jobs=list(jobs), judge=judge, embed_model=embed_model if retrievals else None,
-                      retrieval_calls=retrieval_stats.calls, retrieval_cache_hits=retrieval_stats.cache_hits,
-                      retrieval_seconds=retrieval_stats.wall, spending=spending)
+    made = session.prepared()
+    evaluation = Evaluation(records=records, stats={(r.job.model, r.job.mode): r.stats for r in ordered},
+                            jobs=list(jobs), judge=judge, spending=spending, memory=made,
+                            embed_model=embed_model if any(p.meter.phases for p in made.values()
+                                                           if p.name in A.RAG_MODES) else None)
+    if not prepared:  # a repeat's memory figures are the first evaluation's
+        _add_memory_figures(evaluation)
+    return evaluation
+
+
+def default_memory_settings(jobs: Sequence[Job], embed_model: str | None) -> MemorySettings:
+    """The installed memory systems, the run's first answering model lending
+    chat calls, its embedding model, the paper's budget."""
+    from engine.benchmark.memory.registry import memory_specs
+
+    readers = [j.model for j in jobs if j.given is None and j.model != AGENT]
+    return MemorySettings(specs=memory_specs(), chat_model=readers[0] if readers else None, embed_model=embed_model)
+
+
+def _questions_by_memory(jobs: Sequence[Job]) -> dict[str, list[str]]:
+    """The question texts each memory system is asked: those of its jobs."""
+    needed: dict[str, dict[str, None]] = {}
+    for job in jobs:
+        if job.given is None:
+            needed.setdefault(job.mode, {}).update(dict.fromkeys(q.question for q in job.questions))
+    return {name: list(texts) for name, texts in needed.items()}
+
+
+def _add_memory_figures(evaluation: Evaluation) -> None:
+    """The memory systems' calls into the run's spending; the paper's RAG
+    modes' embeddings also as the run's retrieval figures (run.json)."""
+    for prepared in evaluation.memory.values():
+        for row in prepared.meter.spending.rows():
+            evaluation.spending.row(row["model"], row["role"]).add(row)
+        if prepared.name in A.RAG_MODES:
+            for figures in prepared.meter.phases.values():
+                evaluation.retrieval_calls += figures.calls
+                evaluation.retrieval_cache_hits += figures.cached
+                evaluation.retrieval_seconds += figures.seconds

@@ -19,6 +19,14 @@ import numpy as np
 
 from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
 from engine.benchmark.evaluation.intervals import score_intervals
+from engine.benchmark.evaluation.memory_report import (
+    MEMORY_HEAD,
+    MemoryEntry,
+    MemoryFigures,
+    budget_note,
+    memory_figures,
+    memory_table,
+)
 from engine.benchmark.evaluation.realism import RealismSplit, realism_markdown, realism_split
 from engine.benchmark.evaluation.repeats import RepeatSpread, spread_markdown
 from engine.benchmark.evaluation.results import ResultRecord
@@ -85,6 +93,7 @@ class RunRow(Execution, JobFigures):
     simple_recall_ci: list[float] | None
     chronological_awareness_ci: list[float] | None
     no_valid_judgments: bool  # every judgment failed: the row has no score and is never ranked
+    memory: NotRequired[MemoryFigures]  # the memory system's evidence, budget, phases (memory_report.py)
 
 
 class RankedPair(TypedDict):
@@ -177,7 +186,7 @@ def _add_job_figures(figures: RunRow, job: Mapping[str, Any]) -> None:
 
 
 def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
-                  job: Mapping[str, Any] | None = None) -> RunRow:
+                  job: Mapping[str, Any] | None = None, memory: MemoryEntry | None = None) -> RunRow:
     sr, _ = simple_recall(records)
     ca, parts = chronological_awareness(records)
     intervals = score_intervals(records)
@@ -206,6 +215,8 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
     }
     if job is not None:
         _add_job_figures(row, job)
+    if memory is not None or any(r.evidence_tokens is not None for r in records):
+        row["memory"] = memory_figures(records, memory)
     return row
 
 
@@ -218,7 +229,9 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
     for r in records:
         groups.setdefault((r.model, r.mode), []).append(r)
     meta = _job_meta(run)
-    rows = [summarize_run(model, mode, recs, meta.get((model, mode))) for (model, mode), recs in groups.items()]
+    systems = (run or {}).get("memory") or {}
+    rows = [summarize_run(model, mode, recs, meta.get((model, mode)), systems.get(mode))
+            for (model, mode), recs in groups.items()]
     # Runs on a sample are not comparable: they are listed after the full runs.
     # Incomplete runs (calls failed) are not comparable either: listed last.
     # A row without a single valid judgment has no score at all: last, never ranked.
@@ -404,7 +417,9 @@ def _title(summary: Scores) -> str:
 
 def leaderboard_text(summary: Scores) -> str:
     partial = f"{summary['partial']}\n" if summary.get("partial") else ""
-    return f"Leaderboard ({_title(summary)})\n{partial}" + _plain_table(_LEADER_HEAD, leaderboard_rows(summary))
+    note = budget_note(summary["runs"])
+    return (f"Leaderboard ({_title(summary)})\n{partial}" + _plain_table(_LEADER_HEAD, leaderboard_rows(summary))
+            + (f"\n{note}" if note else ""))
 
 
 def _bins_present(summary: Scores) -> list[str]:
@@ -441,6 +456,16 @@ def render_markdown(summary: Scores) -> str:
                  "Chronological Awareness: mean of Latest (F1 of 'latest' questions, bins 2+) and Order "
                  "(exact-match share x Kendall tau). Judge failures and answer errors are left out of the "
                  f"scores and counted. {INTERVALS_NOTE}.\n\n" + _md_table(_LEADER_HEAD, leaderboard_rows(summary)))
+    note = budget_note(summary["runs"])
+    if note:
+        parts.append(note[0].upper() + note[1:] + ".")
+    memory_rows = memory_table(summary["runs"])
+    if memory_rows:
+        parts.append("## Memory systems\n\nEach memory system read the book once and gave every answering model "
+                     "the same evidence for a question, within the evidence budget (passages and cl100k tokens). "
+                     "Chapter recall and precision: of the ground-truth chapters, by the chapters the evidence came "
+                     "from. Ingest and recall: the system's own time, calls and dollars (docs/memory-systems.md)."
+                     "\n\n" + _md_table(MEMORY_HEAD, memory_rows))
     head, rows = bin_table_rows(summary)
     parts.append("## Simple recall: F1 by number of matching events\n\nMean±sd of the F1 of 'all' questions "
                  "per bin (question count in the header), as in the paper's tables.\n\n" + _md_table(head, rows))

@@ -28,6 +28,18 @@ Answer:
     reasoning     the reasoning text the model sent beside its answer (DeepSeek
                   reasoning_content, OpenRouter reasoning); only present when there was
                   some; never shown to the judge
+Evidence (memory systems whose evidence is retrieved: the paper's RAG modes,
+no-memory, outside systems, answers files that name chapters; absent for the
+in-context book and the fine-tuned weights):
+    evidence_chapters  the chapter of each passage kept within the budget, most relevant
+                  first (null where the system could not say)
+    evidence      outside systems only: the passages kept, [{"chapter", "text"}]
+    evidence_tokens    cl100k tokens of the passages kept
+    evidence_cut, evidence_cut_tokens  passages (and their tokens) the run's budget cut
+    retrieval_recall   share of the ground-truth chapters among the evidence's chapters
+                  (null for a question without ground truth)
+    retrieval_precision  share of the evidence's distinct chapters that are ground truth
+                  (null when the evidence names no chapter)
 Judgment:
     judge         judge model alias
     judge_reply   the judge's reply text that was scored (the last draw tried)
@@ -53,7 +65,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -65,6 +77,11 @@ RESULTS_FILE = "results.jsonl"
 # 2: the reference's prompt strings, chronological de-duplication and full-precision
 #    F1/tau (issue "fidelity"); lines without the key are version 1.
 RESULTS_VERSION = 2
+
+
+class EvidencePassage(TypedDict):
+    chapter: int | None
+    text: str
 
 
 @dataclass(slots=True)
@@ -94,6 +111,14 @@ class ResultRecord:
     latency: float = 0.0
     cost: float = 0.0
     reasoning: str | None = None  # written only when set (lines without reasoning stay as they were)
+    # evidence (written only when set, as reasoning)
+    evidence_chapters: list[int | None] | None = None
+    evidence: list[EvidencePassage] | None = None
+    evidence_tokens: int | None = None
+    evidence_cut: int | None = None
+    evidence_cut_tokens: int | None = None
+    retrieval_recall: float | None = None
+    retrieval_precision: float | None = None
     # judgment
     judge: str = ""
     judge_reply: str | None = None
@@ -115,14 +140,20 @@ class ResultRecord:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        if data["reasoning"] is None:
-            del data["reasoning"]
+        for key in _WRITTEN_WHEN_SET:
+            if data[key] is None:
+                del data[key]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ResultRecord:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# Keys left out of a line while null: lines of the modes that have none stay as they were.
+_WRITTEN_WHEN_SET = ("reasoning", "evidence_chapters", "evidence", "evidence_tokens", "evidence_cut",
+                     "evidence_cut_tokens", "retrieval_recall", "retrieval_precision")
 
 
 def sort_key(record: ResultRecord) -> tuple[str, str, int]:
@@ -183,6 +214,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "answer": (str,), "answer_error": (str, type(None)), "n_chunks": (int, type(None)),
     "input_tokens": (int,), "output_tokens": (int,), "cache_read_tokens": (int,), "cache_write_tokens": (int,), "latency": _NUMBER, "cost": _NUMBER,
     "reasoning": (str, type(None)),
+    "evidence_chapters": (list, type(None)), "evidence": (list, type(None)), "evidence_tokens": (int, type(None)),
+    "evidence_cut": (int, type(None)), "evidence_cut_tokens": (int, type(None)),
+    "retrieval_recall": (int, float, type(None)), "retrieval_precision": (int, float, type(None)),
     "judge": (str,), "judge_reply": (str, type(None)), "judge_draws": (int,), "judge_failed": (bool,),
     "judge_error": (str, type(None)), "identified_items": (list,), "matching_scores": (list,),
     "f1": (int, float, type(None)), "chrono_reply": (str, type(None)), "chrono_indices": (list, type(None)),

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.benchmark.evaluation.memory_report import merge_memory_entries
 from engine.benchmark.evaluation.report import Scores, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results
 from engine.spending import merge_rows
@@ -93,7 +94,7 @@ def _read_run_json(folder: Path) -> dict[str, Any] | None:
 
 # run.json keys of one execution, not carried into a merged record as they are.
 _PER_EXECUTION = ("jobs", "shard", "engine", "retrieval", "spending", "provenance", "configuration", "invocations",
-                  "spending_this_invocation", "repeats")
+                  "spending_this_invocation", "repeats", "memory")
 
 
 def _merge_provenance(merged: dict[str, Any], runs: Sequence[Mapping[str, Any]]) -> None:
@@ -133,6 +134,12 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if spending:
         merged["spending"] = merge_rows(spending)
     merged["wall_seconds"] = max((r.get("wall_seconds", 0.0) for r in runs), default=0.0)
+    systems: dict[str, list[Any]] = {}
+    for run in runs:
+        for name, entry in (run.get("memory") or {}).items():
+            systems.setdefault(name, []).append(entry)
+    if systems:
+        merged["memory"] = {name: merge_memory_entries(entries) for name, entries in systems.items()}
     shards = [r["shard"] for r in runs if r.get("shard")]
     if shards:
         merged["shards"] = shards

@@ -165,10 +165,14 @@ class MemorySystem:
     - `concurrency`: how many recalls Tulving may have in flight at once;
     - `description`: one line for `tulving memories`;
     - `requires`: import names the system needs (`tulving memories` says
-      which are missing, and the run refuses it with one line).
+      which are missing, and the run refuses it with one line);
+    - `openai_endpoint`: True when the system calls models through an OpenAI
+      client: Tulving then serves its endpoint on loopback for the run
+      (`services.openai_base_url`, `openai_api_key`); a subprocess always has it.
     """
 
     answers: bool = False
+    openai_endpoint: bool = False
     concurrency: int = 1
     description: str = ""
     requires: tuple[str, ...] = ()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -37,7 +38,32 @@ class PhaseFigures:
     list_usd: float = 0.0
 
 
-def percentiles(values: Sequence[float]) -> dict[str, float | int | None]:
+class Percentiles(TypedDict):
+    count: int
+    mean: float | None
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+
+
+class PhaseRecord(TypedDict):
+    seconds: float
+    calls: int
+    cached: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    spent_usd: float
+    list_usd: float
+
+
+class MeterRecord(TypedDict):
+    phases: dict[str, PhaseRecord]
+    recall_latency: Percentiles
+
+
+def percentiles(values: Sequence[float]) -> Percentiles:
     """count, mean, p50, p95, p99 and max of `values` (seconds), None when empty."""
     if not values:
         return {"count": 0, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
@@ -100,8 +126,8 @@ class PhaseMeter:
     def recalled(self, seconds: float) -> None:
         self.recall_latencies.append(seconds)
 
-    def to_json(self) -> dict[str, object]:
-        phases = {name: {"seconds": round(f.seconds, 6), "calls": f.calls, "cached": f.cached, "failed": f.failed,
+    def to_json(self) -> MeterRecord:
+        phases: dict[str, PhaseRecord] = {name: {"seconds": round(f.seconds, 6), "calls": f.calls, "cached": f.cached, "failed": f.failed,
                          "input_tokens": f.input_tokens, "output_tokens": f.output_tokens,
                          "spent_usd": round(f.spent_usd, 6), "list_usd": round(f.list_usd, 6)}
                   for name, f in self.phases.items()}

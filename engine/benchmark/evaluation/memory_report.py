@@ -1,0 +1,184 @@
+"""What the scores and reports say of the memory systems: per configuration
+(model, memory), the evidence and its budget, retrieval recall and precision
+of the ground-truth chapters, and the cost and latency of each phase.
+
+    row["memory"] = memory_figures(records, run["memory"].get(mode))   # scores.json
+    memory_table(summary)        # report.md and index.html: one row per configuration
+    budget_note(summary)         # one line when ranked rows had different budgets
+
+Retrieval recall and precision are means over the questions that define
+them (records' `retrieval_recall` / `retrieval_precision`, budget.coverage).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+from engine.benchmark.evaluation.results import ResultRecord
+from engine.benchmark.memory.meter import Percentiles, PhaseRecord
+
+
+class BudgetRecord(TypedDict):
+    passages: int | None
+    tokens: int | None
+
+
+class EvidenceRecord(TypedDict):
+    """The evidence a memory system gave over the run's questions."""
+    questions: int
+    failed: int
+    tokens: Percentiles
+    passages: Percentiles
+    cut_questions: int
+    cut_passages: int
+    cut_tokens: int
+
+
+class MemoryEntry(TypedDict):
+    """One memory system in run.json's "memory"."""
+    origin: str | None
+    prompt: str                   # rag | book | finetuned
+    answers: bool                 # agent style: the system answered itself
+    budget: BudgetRecord | None   # None: the whole book, or the weights
+    phases: dict[str, PhaseRecord]
+    recall_latency: Percentiles
+    evidence: EvidenceRecord
+    failure: str | None
+
+
+class MemoryFigures(TypedDict, total=False):
+    budget: str                       # "12 passages / 2,176 tokens", "whole book", "none (weights)"
+    answers: bool                     # the system answered itself (agent style)
+    evidence_tokens: float | None     # mean over answered questions
+    retrieval_recall: float | None
+    retrieval_precision: float | None
+    cut_questions: int                # questions whose evidence the budget cut
+    ingest_seconds: float | None
+    ingest_calls: int | None
+    memory_usd: float | None          # the system's own model calls, every phase
+    recall_p50: float | None          # seconds
+    recall_p95: float | None
+    recall_p99: float | None
+    failure: str | None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def budget_label(entry: MemoryEntry | None) -> str:
+    if entry is None:
+        return "not stated"
+    budget = entry.get("budget")
+    if budget is None:
+        return "none (weights)" if entry.get("prompt") == "finetuned" else "whole book"
+    parts = [f"{budget['passages']} passages" if budget.get("passages") is not None else "",
+             f"{budget['tokens']:,} tokens" if budget.get("tokens") is not None else ""]
+    return " / ".join(p for p in parts if p) or "no limit"
+
+
+def memory_figures(records: Sequence[ResultRecord], entry: MemoryEntry | None) -> MemoryFigures:
+    """One configuration's memory figures: from its records, and from
+    run.json's entry of its memory system (None: a run without one)."""
+    with_evidence = [r for r in records if r.evidence_tokens is not None]
+    figures: MemoryFigures = {
+        "budget": budget_label(entry),
+        "evidence_tokens": _mean([float(r.evidence_tokens or 0) for r in with_evidence]),
+        "retrieval_recall": _mean([r.retrieval_recall for r in records if r.retrieval_recall is not None]),
+        "retrieval_precision": _mean([r.retrieval_precision for r in records if r.retrieval_precision is not None]),
+        "cut_questions": sum(1 for r in records if r.evidence_cut),
+    }
+    if entry is not None:
+        phases = entry.get("phases") or {}
+        ingest = phases.get("ingest")
+        latency = entry["recall_latency"]
+        figures.update({"answers": bool(entry.get("answers")),
+                        "ingest_seconds": ingest["seconds"] if ingest else None,
+                        "ingest_calls": ingest["calls"] if ingest else None,
+                        "memory_usd": round(sum(float(p["spent_usd"] or 0) for p in phases.values()), 6),
+                        "recall_p50": latency["p50"], "recall_p95": latency["p95"], "recall_p99": latency["p99"],
+                        "failure": entry.get("failure")})
+    return figures
+
+
+def _ms(seconds: object) -> str:
+    return "-" if not isinstance(seconds, int | float) else f"{seconds * 1000:.0f}"
+
+
+def _num(x: object, digits: int = 2) -> str:
+    return "-" if not isinstance(x, int | float) else f"{x:.{digits}f}"
+
+
+MEMORY_HEAD = ["model", "memory", "budget", "evidence tokens", "chapter recall", "chapter precision", "cut",
+               "ingest s", "ingest calls", "memory $", "recall p50/p95/p99 ms"]
+
+
+def memory_table(runs: Sequence[Mapping[str, object]]) -> list[list[str]]:
+    """One row per configuration with memory figures (scores.json rows)."""
+    rows = []
+    for run in runs:
+        m = run.get("memory")
+        if not isinstance(m, dict):
+            continue
+        latency = "/".join(_ms(m.get(k)) for k in ("recall_p50", "recall_p95", "recall_p99"))
+        rows.append([str(run["model"]), str(run["mode"]), m.get("budget", "-"), _num(m.get("evidence_tokens"), 0),
+                     _num(m.get("retrieval_recall")), _num(m.get("retrieval_precision")),
+                     str(m.get("cut_questions", 0)), _num(m.get("ingest_seconds")),
+                     str(m.get("ingest_calls", "-") if m.get("ingest_calls") is not None else "-"),
+                     _num(m.get("memory_usd"), 4), latency if latency != "-/-/-" else "-"])
+    return rows
+
+
+def budget_note(runs: Sequence[Mapping[str, object]]) -> str | None:
+    """One line when the rows had different evidence budgets: their scores
+    do not compare like for like."""
+    by_budget: dict[str, list[str]] = {}
+    for run in runs:
+        memory = run.get("memory")
+        label = memory.get("budget") if isinstance(memory, dict) else None
+        if isinstance(label, str):
+            by_budget.setdefault(label, []).append(str(run["mode"]))
+    if len(by_budget) < 2:
+        return None
+    parts = "; ".join(f"{label}: {', '.join(dict.fromkeys(modes))}" for label, modes in by_budget.items())
+    return f"note: these rows had different evidence budgets ({parts}): compare rows within a budget"
+
+
+def _no_percentiles(count: int) -> Percentiles:
+    return {"count": count, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+
+
+def _merged_phases(entries: Sequence[MemoryEntry]) -> dict[str, PhaseRecord]:
+    phases: dict[str, PhaseRecord] = {}
+    for entry in entries:
+        for name, p in entry["phases"].items():
+            acc = phases.setdefault(name, {"seconds": 0.0, "calls": 0, "cached": 0, "failed": 0, "input_tokens": 0,
+                                           "output_tokens": 0, "spent_usd": 0.0, "list_usd": 0.0})
+            acc["seconds"] = max(acc["seconds"], p["seconds"])  # shards run side by side
+            for key in ("calls", "cached", "failed", "input_tokens", "output_tokens"):
+                acc[key] += p[key]
+            acc["spent_usd"] = round(acc["spent_usd"] + p["spent_usd"], 6)
+            acc["list_usd"] = round(acc["list_usd"] + p["list_usd"], 6)
+    return phases
+
+
+def merge_memory_entries(entries: Sequence[MemoryEntry]) -> MemoryEntry:
+    """One system's entry over several executions (the shards of a run):
+    each prepared the system, so calls and dollars add up and a phase took
+    the longest one's time; percentiles cannot be merged from percentiles,
+    so the merged entry keeps only their counts."""
+    if len(entries) == 1:
+        return entries[0]
+    first = entries[0]
+    evidence: EvidenceRecord = {
+        "questions": sum(e["evidence"]["questions"] for e in entries),
+        "failed": sum(e["evidence"]["failed"] for e in entries),
+        "tokens": _no_percentiles(sum(e["evidence"]["tokens"]["count"] for e in entries)),
+        "passages": _no_percentiles(sum(e["evidence"]["passages"]["count"] for e in entries)),
+        "cut_questions": sum(e["evidence"]["cut_questions"] for e in entries),
+        "cut_passages": sum(e["evidence"]["cut_passages"] for e in entries),
+        "cut_tokens": sum(e["evidence"]["cut_tokens"] for e in entries)}
+    failures = [e["failure"] for e in entries if e["failure"]]
+    return {**first, "phases": _merged_phases(entries),
+            "recall_latency": _no_percentiles(sum(e["recall_latency"]["count"] for e in entries)),
+            "evidence": evidence, "failure": failures[0] if failures else None}
