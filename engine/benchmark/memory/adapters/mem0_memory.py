@@ -33,6 +33,7 @@ without them as it does when they are not installed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from importlib.util import find_spec
@@ -55,6 +56,7 @@ class Mem0Memory(MemorySystem):
     description = "mem0 (mem0ai): each paragraph stored as it is (add infer=False), local Qdrant, searched by mem0"
     requires = ("mem0", "qdrant_client")
     concurrency = 1  # one Qdrant local-mode client: searches one at a time
+    openai_endpoint = True  # its LLM and embedder are OpenAI clients
     infer_default = False
 
     def __init__(self, name: str = "", options: Mapping[str, object] | None = None):
@@ -160,6 +162,8 @@ def _no_downloads() -> None:
     """spaCy installed without en_core_web_sm: mem0 would download the model;
     mark it as failed to load, as mem0 does after a failed download."""
     if find_spec("spacy") is None:
+        # mem0 then warns once per process that spaCy is missing: it runs without it (no entity boosts).
+        logging.getLogger("mem0.utils.spacy_models").setLevel(logging.ERROR)
         return
     import spacy
 
