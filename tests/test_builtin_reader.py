@@ -235,3 +235,27 @@ def test_json_mode_sentences_keep_their_closing_quotes_and_rebuild_every_paragra
     for text in load_book("synaptic-echoes").chapter_texts:
         for paragraph in filter(None, (p.strip() for p in text.split("\n"))):
             assert " ".join(builtin_reader.sentences(paragraph)) == " ".join(paragraph.split())
+
+
+def graph_call(schema: str, user: str) -> dict:
+    return json.loads(respond([{"role": "user", "content": user}],
+                              {"response_format": {"type": "json_schema", "json_schema": {"name": schema}}}))
+
+
+def test_json_mode_answers_graphitis_structured_outputs_lexically():
+    text = ("At Bethpage Black Course, Ezra Edwards demonstrated cat leaps. Noa Middleton, the lead instructor, "
+            "nodded to Ezra Edwards. He smiled.")
+    entities = graph_call("ExtractedEntities", f"<ENTITY TYPES>\n[]\n</ENTITY TYPES>\n\n<TEXT>\n{text}\n</TEXT>")
+    names = [e["name"] for e in entities["extracted_entities"]]
+    assert set(names) == {"Ezra Edwards", "Noa Middleton", "Bethpage Black Course"}
+    listed = json.dumps([{"id": n, "name": name} for n, name in enumerate(names)])
+    edges = graph_call("ExtractedEdges", f"<CURRENT_MESSAGE>\n{text}\n</CURRENT_MESSAGE>\n\n<ENTITIES>\n{listed}\n</ENTITIES>")
+    facts = {(frozenset((e["source_entity_name"], e["target_entity_name"])), e["fact"]) for e in edges["edges"]}
+    assert facts == {  # a fact per pair of entities named in one sentence: the sentence, verbatim
+        (frozenset(("Ezra Edwards", "Bethpage Black Course")), "At Bethpage Black Course, Ezra Edwards demonstrated cat leaps."),
+        (frozenset(("Ezra Edwards", "Noa Middleton")), "Noa Middleton, the lead instructor, nodded to Ezra Edwards.")}
+    existing = json.dumps([{"candidate_id": 7, "name": "noa middleton"}])
+    resolved = graph_call("NodeResolutions", f"<ENTITIES>\n{listed}\n</ENTITIES>\n<EXISTING ENTITIES>\n{existing}\n</EXISTING ENTITIES>")
+    assert {r["name"]: r["duplicate_candidate_id"] for r in resolved["entity_resolutions"]} == {
+        "Ezra Edwards": -1, "Noa Middleton": 7, "Bethpage Black Course": -1}
+    assert graph_call("EdgeTimestamps", "<FACT>\nx\n</FACT>") == {"valid_at": None, "invalid_at": None}

@@ -59,6 +59,12 @@ def lancedb_installed():
     needs("lancedb", "lancedb")
 
 
+@pytest.fixture
+def graphiti_installed():
+    needs("graphiti_core", "graphiti")
+    needs("kuzu", "graphiti")
+
+
 # -- the book, its questions, and the ground truth Tulving keeps ----------------------
 
 @pytest.fixture(scope="module")
@@ -110,7 +116,12 @@ class LoopbackServices:
 
 
 def reader_reply(api: str, body: dict) -> str:
+    schema = (body.get("response_format") or {}).get("json_schema") or {}
+    ASKED.append(schema.get("name") or (body.get("response_format") or {}).get("type") or "text")
     return reader.respond(body["messages"], body)
+
+
+ASKED: list[str] = []  # what each chat call asked for: a json_schema's name, "json_object" or "text"
 
 
 @pytest.fixture
@@ -177,10 +188,11 @@ ADAPTERS = {
     "mem0": "engine.benchmark.memory.adapters.mem0_memory:Mem0Memory",
     "mem0-extract": "engine.benchmark.memory.adapters.mem0_memory:Mem0ExtractMemory",
     "lancedb": "engine.benchmark.memory.adapters.lancedb_memory:LanceDBMemory",
+    "graphiti": "engine.benchmark.memory.adapters.graphiti_memory:GraphitiMemory",
 }
 
 
-def test_each_adapter_is_an_entry_point_of_tulving_memories(mem0_installed, lancedb_installed):
+def test_each_adapter_is_an_entry_point_of_tulving_memories(mem0_installed, lancedb_installed, graphiti_installed):
     declared = {ep.name: ep for ep in entry_points(group="tulving.memories")}
     for name, value in ADAPTERS.items():
         assert declared[name].value == value
@@ -192,7 +204,8 @@ def test_each_adapter_is_an_entry_point_of_tulving_memories(mem0_installed, lanc
 def test_importing_the_adapters_imports_none_of_their_libraries():
     modules = sorted({v.split(":")[0] for v in ADAPTERS.values()})
     code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
-            "print([m for m in ('mem0', 'qdrant_client', 'lancedb', 'pyarrow', 'openai') if m in sys.modules])")
+            "print([m for m in ('mem0', 'qdrant_client', 'lancedb', 'pyarrow', 'openai', 'graphiti_core', 'kuzu')"
+            " if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
 
@@ -318,3 +331,31 @@ def test_the_reader_json_mode_answers_mem0s_own_extraction_prompt(book, mem0_ins
                            {"response_format": {"type": "json_object"}})
     texts = [m["text"] for m in json.loads(reply)["memory"]]
     assert " ".join(texts) == " ".join(" ".join(p.split()) for p in paragraphs)
+
+
+# -- graphiti on Kuzu ---------------------------------------------------------------------
+
+async def test_graphiti_builds_its_graph_on_kuzu_and_recalls_facts_of_their_own_chapters(
+        book, chapters, services, endpoint, no_outside_connections, graphiti_installed):
+    from engine.benchmark.memory.adapters.graphiti_memory import GraphitiMemory
+
+    server, _ = endpoint
+    ASKED.clear()
+    system = GraphitiMemory(name="graphiti")
+    await system.open(services)
+    await system.ingest(chapters)
+    # Its own pipeline, through the endpoint: entities and facts extracted per chapter (structured outputs).
+    assert ASKED.count("ExtractedEntities") == ASKED.count("ExtractedEdges") == len(chapters)
+    assert chat_bodies(server) == len(ASKED) and "text" not in ASKED
+    flat = {c.id: " ".join(c.text.split()) for c in chapters}
+    found, passages = 0, 0
+    for q in single_chapter_questions(book):
+        recall = await system.recall(q.question, BUDGET)
+        assert len(recall.passages) <= BUDGET.passages
+        for passage in recall.passages:  # a fact is a sentence of the chapter graphiti says it came from
+            assert passage.chapter is not None and passage.text in flat[passage.chapter], passage
+        passages += len(recall.passages)
+        found += q.chapters[0] in {p.chapter for p in recall.passages}
+    assert passages > 0 and found >= 3, (found, passages)
+    await system.close()
+    assert (services.workdir / "graph.kuzu").exists()
