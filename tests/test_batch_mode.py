@@ -119,6 +119,7 @@ def scores(out: Path) -> dict:
     for run in data["runs"]:
         run.pop("wall_seconds")
     data.pop("provenance")  # each execution's own command line and times
+    data.pop("memory")  # each execution's memory systems: their time and latency
     # Spending: the same calls; prompt-cache reads differ (a batch is processed in its own order,
     # so the provider's cache is warm for other lines than in a direct run).
     data["spending"] = [(s["model"], s["role"], s["calls"], s["cached"]) for s in data.get("spending", [])]

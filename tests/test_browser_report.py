@@ -159,7 +159,7 @@ async def test_report_renders_and_filters_in_a_real_browser(report):
                 assert facts["tables"]["t-f1_by_bin_all"] == 3
                 assert facts["tables"]["drill"] == 2 * 456 + SAMPLE
                 # Every figure decoded; the model's <script> never ran.
-                assert facts["images"] == 6 and facts["decoded"] == 6
+                assert facts["images"] == 7 and facts["decoded"] == 7
                 assert not facts["pwned"] and facts["scripts"] == 1
                 assert facts["shown"] == facts["visible"] == 2 * 456 + SAMPLE
 

@@ -23,8 +23,9 @@ from tests.report_runs import (
 
 TABLES = ["leaderboard", "f1_by_bin_all", "f1_by_bin_latest", "f1_by_bin_chronological", "published_f1_by_bin",
           "f1_by_cue_bin", "f1_by_trace_bin", "f1_by_cue_items_bin", "f1_by_cue_trace", "latest", "chronological",
-          "execution", "cost", "pairwise_wilcoxon", "bootstrap_vs_best"]
-FIGURES = ["f1_by_bin", "f1_heatmap_cue", "cd_diagram", "bootstrap_vs_best", "item_positions", "entity_track"]
+          "execution", "cost", "pairwise_wilcoxon", "bootstrap_vs_best", "memory_systems"]
+FIGURES = ["f1_by_bin", "f1_heatmap_cue", "cd_diagram", "bootstrap_vs_best", "accuracy_cost", "item_positions",
+           "entity_track"]
 
 
 @pytest.fixture(scope="module")

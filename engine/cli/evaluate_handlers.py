@@ -61,6 +61,8 @@ from providers.kinds import batch_capable, kind_of
 
 # -- helpers -------------------------------------------------------------------------------
 
+AGENT_ANSWER_TOKENS = 512  # --dry-run: the judge prompt's room for an agent-style system's answer
+
 def _shard(args: argparse.Namespace, jobs: list[pipeline.Job]) -> list[pipeline.Job]:
     if not getattr(args, "shard", None):
         return jobs
@@ -396,23 +398,33 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
     for variable in unset:  # an estimate needs no key; the run will
         _note(f"{variable} is not set: the run itself will need it (this estimate does not)")
     rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
-    texts = list(dict.fromkeys(q.question for q in questions))
 
     def embed_requests() -> Iterator[EmbedRequest]:
+        """As the paper's RAG memory makes them: its chunks in batches, each question alone."""
+        asked = list(dict.fromkeys(q.question for j in jobs if j.mode in rag_modes for q in j.questions))
         for mode in rag_modes:
-            for batch in (rag.chunks_for_mode(book.text, mode), texts):
-                for i in range(0, len(batch), rag.EMBED_BATCH):
-                    yield EmbedRequest(model=embed_model, texts=batch[i:i + rag.EMBED_BATCH])
+            chunks = rag.chunks_for_mode(book.text, mode)
+            for i in range(0, len(chunks), rag.EMBED_BATCH):
+                yield EmbedRequest(model=embed_model, texts=chunks[i:i + rag.EMBED_BATCH])
+        for text in asked:
+            yield EmbedRequest(model=embed_model, texts=[text])
 
-    n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES)
+    n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES or j.mode not in A.MODES)
 
     async def fill(estimator: Estimator) -> None:
         await estimator.add("embed", embed_requests())
         for job in jobs:
+            if job.model == pipeline.AGENT:  # the system answers itself: its answers' length is unknown
+                await _add_judge_calls(estimator, job, {q.q_idx: None for q in job.questions}, book, args.judge,
+                                       AGENT_ANSWER_TOKENS)
+                continue
             alias = config.alias(job.model)
             answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
-            if job.mode in A.RAG_MODES:  # prompts known after retrieval: the template with top-K chunks of the book
-                chunks = rag.chunks_for_mode(book.text, job.mode)[:rag.top_k(questions, job.mode)]
+            if job.mode not in A.MODES or job.mode in A.RAG_MODES:
+                # prompts known after retrieval: the template with top-K chunks of the book (an outside
+                # memory system: as many paragraphs as the paper's rag-paragraph, the default budget)
+                chunks_of = job.mode if job.mode in A.RAG_MODES else A.RAG_PARAGRAPH
+                chunks = rag.chunks_for_mode(book.text, chunks_of)[:rag.top_k(questions, chunks_of)]
                 sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
                 first = config.endpoints_of(alias)[0]
                 estimator.add_unknown("answer", alias, len(job.questions),
@@ -427,6 +439,10 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    outside = [j.mode for j in jobs if j.mode not in A.MODES]
+    if outside:
+        print(f"memory systems {', '.join(dict.fromkeys(outside))}: their own model calls (ingest, recall) depend "
+              f"on each system and are not in this estimate; --max-cost caps them with the rest")
     print(await run_spending.dry_run_line(args))
     if unpriced_line(args):
         print(unpriced_line(args))

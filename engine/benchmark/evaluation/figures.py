@@ -260,3 +260,22 @@ def entity_track(folder: Path, book: Book, entity: str | None = None) -> Figure:
     ax.set_title(title)
     fig.autofmt_xdate()
     return _save(fig, folder, "entity_track", title)
+
+
+def accuracy_against_cost(folder: Path, points: Sequence[tuple[str, float, float]],
+                          name: str = "accuracy_cost", title: str = "Simple Recall against cost") -> Figure:
+    """`points`: (label, USD per question, Simple Recall) per configuration:
+    what the answers and the memory system's own calls cost at list prices
+    (a symmetric-log axis, so that free local runs sit at 0 beside paid ones)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, usd, score in points:
+        ax.scatter([usd], [score], s=24)
+        ax.annotate(_t(label), (usd, score), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ax.set_xscale("symlog", linthresh=1e-4)
+    ax.set_xlabel("USD per question at list prices (answer + memory system calls)")
+    ax.set_ylabel("Simple Recall")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    return _save(fig, folder, name, title, "Each point a configuration (model / memory system); up and left is better.")

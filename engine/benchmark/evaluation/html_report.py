@@ -56,7 +56,7 @@ class DrillRow:
 
 
 DRILL_HEAD = ["model", "mode", "book", "judge", "q", "kind", "bin", "cue", "retrieval type", "question",
-              "ground truth", "answer", "judge's items (scores)", "F1", "tau", "tokens in/out", "latency (s)",
+              "ground truth", "evidence (memory)", "answer", "judge's items (scores)", "F1", "tau", "tokens in/out", "latency (s)",
               "cost (USD)", "answer from cache", "status"]
 
 

@@ -47,18 +47,15 @@ class MemoryEntry(TypedDict):
 
 
 class MemoryFigures(TypedDict, total=False):
+    """A configuration's memory figures in scores.json: what its results
+    say (the same for every execution of the run). Each system's time,
+    calls, dollars and latency are in scores.json's "memory" (run.json's)."""
     budget: str                       # "12 passages / 2,176 tokens", "whole book", "none (weights)"
     answers: bool                     # the system answered itself (agent style)
     evidence_tokens: float | None     # mean over answered questions
     retrieval_recall: float | None
     retrieval_precision: float | None
     cut_questions: int                # questions whose evidence the budget cut
-    ingest_seconds: float | None
-    ingest_calls: int | None
-    memory_usd: float | None          # the system's own model calls, every phase
-    recall_p50: float | None          # seconds
-    recall_p95: float | None
-    recall_p99: float | None
     failure: str | None
 
 
@@ -89,16 +86,15 @@ def memory_figures(records: Sequence[ResultRecord], entry: MemoryEntry | None) -
         "cut_questions": sum(1 for r in records if r.evidence_cut),
     }
     if entry is not None:
-        phases = entry.get("phases") or {}
-        ingest = phases.get("ingest")
-        latency = entry["recall_latency"]
-        figures.update({"answers": bool(entry.get("answers")),
-                        "ingest_seconds": ingest["seconds"] if ingest else None,
-                        "ingest_calls": ingest["calls"] if ingest else None,
-                        "memory_usd": round(sum(float(p["spent_usd"] or 0) for p in phases.values()), 6),
-                        "recall_p50": latency["p50"], "recall_p95": latency["p95"], "recall_p99": latency["p99"],
-                        "failure": entry.get("failure")})
+        figures.update({"answers": bool(entry.get("answers")), "failure": entry.get("failure")})
     return figures
+
+
+def memory_usd(entry: MemoryEntry | None) -> float:
+    """What the system's own model calls cost, every phase."""
+    if entry is None:
+        return 0.0
+    return round(sum(float(p["spent_usd"] or 0) for p in entry["phases"].values()), 6)
 
 
 def _ms(seconds: object) -> str:
@@ -113,19 +109,23 @@ MEMORY_HEAD = ["model", "memory", "budget", "evidence tokens", "chapter recall",
                "ingest s", "ingest calls", "memory $", "recall p50/p95/p99 ms"]
 
 
-def memory_table(runs: Sequence[Mapping[str, object]]) -> list[list[str]]:
-    """One row per configuration with memory figures (scores.json rows)."""
+def memory_table(runs: Sequence[Mapping[str, object]], systems: Mapping[str, MemoryEntry]) -> list[list[str]]:
+    """One row per configuration with memory figures (scores.json's rows),
+    with its system's phases (scores.json's "memory")."""
     rows = []
     for run in runs:
         m = run.get("memory")
         if not isinstance(m, dict):
             continue
-        latency = "/".join(_ms(m.get(k)) for k in ("recall_p50", "recall_p95", "recall_p99"))
+        entry = systems.get(str(run["mode"]))
+        ingest = entry["phases"].get("ingest") if entry else None
+        latency = entry["recall_latency"] if entry else None
+        timing = "/".join(_ms(latency[k]) for k in ("p50", "p95", "p99")) if latency else "-"
         rows.append([str(run["model"]), str(run["mode"]), m.get("budget", "-"), _num(m.get("evidence_tokens"), 0),
                      _num(m.get("retrieval_recall")), _num(m.get("retrieval_precision")),
-                     str(m.get("cut_questions", 0)), _num(m.get("ingest_seconds")),
-                     str(m.get("ingest_calls", "-") if m.get("ingest_calls") is not None else "-"),
-                     _num(m.get("memory_usd"), 4), latency if latency != "-/-/-" else "-"])
+                     str(m.get("cut_questions", 0)), _num(ingest["seconds"] if ingest else None),
+                     str(ingest["calls"]) if ingest else "-", _num(memory_usd(entry) if entry else None, 4),
+                     timing if timing != "-/-/-" else "-"])
     return rows
 
 

@@ -127,6 +127,7 @@ class Scores(TypedDict):
     realism: NotRequired[dict[str, RealismSplit]]  # "model / mode" -> the realism ablation (realism.py)
     repeats: NotRequired[dict[str, RepeatSpread]]  # "model / mode" -> run-to-run spread (--repeats, repeats.py)
     partial: NotRequired[str]                     # why these scores cover part of the run (a shard's, "1/3")
+    memory: NotRequired[dict[str, MemoryEntry]]   # run.json's: each memory system's phases, latency, evidence
 
 
 BASELINE_NOTES = {
@@ -255,7 +256,7 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
 
 def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
     """What scores.json repeats of run.json: embedding model, spending (by
-    model and role), provenance, run-to-run spread."""
+    model and role), provenance, run-to-run spread, the memory systems' phases."""
     if run.get("embed_model"):
         out["embed_model"] = run["embed_model"]
     if run.get("spending"):
@@ -264,6 +265,8 @@ def _copy_run_parts(out: Scores, run: Mapping[str, Any]) -> None:
         out["provenance"] = dict(run["provenance"])
     if run.get("repeats"):
         out["repeats"] = dict(run["repeats"])
+    if run.get("memory"):
+        out["memory"] = dict(run["memory"])
     partial = _partial(run)
     if partial:
         out["partial"] = partial
@@ -459,7 +462,7 @@ def render_markdown(summary: Scores) -> str:
     note = budget_note(summary["runs"])
     if note:
         parts.append(note[0].upper() + note[1:] + ".")
-    memory_rows = memory_table(summary["runs"])
+    memory_rows = memory_table(summary["runs"], summary.get("memory") or {})
     if memory_rows:
         parts.append("## Memory systems\n\nEach memory system read the book once and gave every answering model "
                      "the same evidence for a question, within the evidence budget (passages and cl100k tokens). "

@@ -34,6 +34,7 @@ from engine.benchmark.evaluation.agreement import (
     summary_table,
 )
 from engine.benchmark.evaluation.html_report import DrillRow, Section, render_html
+from engine.benchmark.evaluation.memory_report import MEMORY_HEAD, budget_note, memory_table, memory_usd
 from engine.benchmark.evaluation.realism import (
     REALISM_TITLE,
     TEST_HEAD,
@@ -44,7 +45,7 @@ from engine.benchmark.evaluation.realism import (
     realism_split,
     realism_test_rows,
 )
-from engine.benchmark.evaluation.report import Scores
+from engine.benchmark.evaluation.report import RunRow, Scores
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet, load_runs
 from engine.benchmark.evaluation.scores import BINS
@@ -91,6 +92,23 @@ def _items(r: ResultRecord) -> str:
     return text
 
 
+def _evidence(r: ResultRecord) -> str:
+    """The memory's evidence for the question: its chapters, how well they
+    cover the ground truth, and (outside systems) the passages themselves."""
+    if r.evidence_chapters is None:
+        return "-"
+    chapters = ", ".join("?" if c is None else str(c) for c in r.evidence_chapters) or "(none)"
+    text = f"chapters {chapters}"
+    if r.retrieval_recall is not None:
+        text += f"; recall {r.retrieval_recall:.2f}"
+    if r.evidence_cut:
+        text += f"; {r.evidence_cut} passage(s) cut by the budget"
+    for passage in r.evidence or []:
+        where = "?" if passage.get("chapter") is None else passage["chapter"]
+        text += f"\n[chapter {where}] {passage.get('text', '')}"
+    return text
+
+
 def drill_rows(runset: RunSet) -> list[DrillRow]:
     rows = []
     for key, records in runset.groups.items():
@@ -104,7 +122,7 @@ def drill_rows(runset: RunSet) -> list[DrillRow]:
                 status=status,
                 cells=[key.model, key.mode, key.book, key.judge, r.q_idx, r.get, r.bin, r.cue or "",
                        r.retrieval_type, r.question, "; ".join(map(str, r.correct_answer or [])),
-                       r.answer if not r.answer_error else f"[{r.answer_error}]", _items(r),
+                       _evidence(r), r.answer if not r.answer_error else f"[{r.answer_error}]", _items(r),
                        "-" if r.f1 is None else f"{r.f1:.3f}", "-" if r.tau is None else f"{r.tau:.2f}",
                        f"{r.input_tokens}/{r.output_tokens}", f"{r.latency:.2f}", f"{r.cost + r.judge_cost:.5f}",
                        from_cache, status]))
@@ -133,8 +151,26 @@ def _figures(runset: RunSet, summaries: Sequence[Scores], folder: Path, notes: l
         out["breakdowns"].append(F.cue_heatmaps(folder, _cue_cells(runset, labels, present, cues), cues,
                                                 list(labels.values())))
     out["ranking"] = _ranking_figures(runset, summaries, folder)
+    costs = [(f"{row['model']} / {row['mode']}", _usd_per_question(row, summary), row["simple_recall"])
+             for summary in summaries for row in summary["runs"]
+             if row.get("memory") and row["simple_recall"] is not None and row["questions"]]
+    out["memory"] = [F.accuracy_against_cost(folder, costs)] if costs else []
     out["book"] = _book_figures(runset, folder, notes)
     return out
+
+
+def _usd_per_question(row: RunRow, summary: Scores) -> float:
+    system = (summary.get("memory") or {}).get(row["mode"])
+    return (float(row["cost_usd"]) + memory_usd(system)) / max(1, row["questions"])
+
+
+def _memory_table(summaries: Sequence[Scores]) -> Table | None:
+    rows = [cells for summary in summaries for cells in memory_table(summary["runs"], summary.get("memory") or {})]
+    if not rows:
+        return None
+    notes = [n for n in (budget_note(s["runs"]) for s in summaries) if n]
+    return Table("memory_systems", "Memory systems: evidence, retrieval of the ground-truth chapters, cost and "
+                 "latency of each phase", MEMORY_HEAD, rows, note=" ".join(notes), label_columns=2)
 
 
 def _f1_series(runset: RunSet, labels: dict[RunKey, str], present: list[str]
@@ -327,6 +363,9 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
                      "the first folder's were kept")
     tables = build_tables(runset)
     summaries = runset.summaries()
+    memory = _memory_table(summaries)
+    if memory is not None:
+        tables = tables + [memory]
     realism_split_of = realism_splits(runset, realism)
     for group, summary in zip(runset.runs, summaries, strict=True):
         if group in realism_split_of:
@@ -381,6 +420,10 @@ def _sections(tables: list[Table], ranking_tables: list[Table], agreement_tables
                 tables=pick("f1_by_cue_bin", "f1_by_trace_bin", "f1_by_cue_items_bin", "f1_by_cue_trace"),
                 figures=figures.get("breakdowns", [])),
         Section("chronology", "Latest state and chronological order", tables=pick("latest", "chronological")),
+        Section("memory", "Memory systems", text="Each memory system read the book once and gave every answering "
+                "model the same evidence per question, within the run's evidence budget. Chapter recall and "
+                "precision: the ground-truth chapters against the chapters the evidence came from.",
+                tables=pick("memory_systems"), figures=figures.get("memory", [])),
         Section("ranking", "Overall comparison (critical difference)", pre=ranking_text,
                 tables=ranking_tables, figures=figures.get("ranking", [])),
         *extra_sections,

@@ -58,6 +58,15 @@ class MemoryError(TulvingError):
         self.system, self.phase = system, phase
 
 
+class RecallFailed(Exception):
+    """One recall that failed for its question only (a subprocess's error
+    reply to that recall): the question is scored as failed, the run goes on."""
+
+    def __init__(self, system: str, message: str):
+        super().__init__(f"memory system {system!r} could not recall: {message}")
+        self.system = system
+
+
 @dataclass(frozen=True, slots=True)
 class Chapter:
     """One chapter of the book: its number (1-based, book order) and its text
