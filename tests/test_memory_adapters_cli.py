@@ -1,4 +1,4 @@
-"""`tulving run --memory mem0,mem0-extract,lancedb` end to end, offline, as a
+"""`tulving run --memory mem0,mem0-extract,lancedb,graphiti` end to end, offline, as a
 subprocess: the built-in reader answers and judges, MiniLM embeds, mem0's
 LLM and embedder call Tulving's endpoint on loopback, and the results carry
 each question's evidence with its chapters, scored against the ground truth."""
@@ -13,7 +13,7 @@ from tests.test_memory_adapters import needs
 from tests.test_run_cli import tulving
 
 SAMPLE = 24
-SYSTEMS = ("mem0", "mem0-extract", "lancedb")
+SYSTEMS = ("mem0", "mem0-extract", "lancedb", "graphiti")
 _LABEL = re.compile(r"^Chapter (\d+), Paragraph \d+\n")
 
 
@@ -34,6 +34,7 @@ def run(tmp_path, out: str) -> tuple[dict[str, list[dict]], dict]:
 def installed():
     needs("mem0", "mem0")
     needs("lancedb", "lancedb")
+    needs("graphiti_core", "graphiti")
 
 
 def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(tmp_path, installed):
@@ -41,7 +42,8 @@ def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(
     assert sorted(rows) == sorted(("rag-paragraph", *SYSTEMS))
     for name in SYSTEMS:
         assert len(rows[name]) == SAMPLE and memory[name]["failure"] is None
-        assert all(r["answer_error"] is None and r["evidence"] for r in rows[name]), name
+        assert all(r["answer_error"] is None for r in rows[name]), name
+        assert all(r["evidence"] for r in rows[name]) or name == "graphiti", name  # a graph may know no fact
         assert any(r.get("retrieval_recall") for r in rows[name]), name  # ground-truth chapters were found
     # mem0 stored the paper's chunks: each passage's label names the chapter mem0 kept in its metadata.
     for row in rows["mem0"]:
@@ -54,6 +56,7 @@ def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(
     ingest = memory["mem0-extract"]["phases"]["ingest"]
     assert ingest["calls"] > 19 and memory["mem0"]["phases"]["ingest"]["calls"] >= 121
     assert memory["mem0-extract"]["phases"]["recall"]["calls"] == SAMPLE  # one query embedding per question
+    assert memory["graphiti"]["phases"]["ingest"]["calls"] > 2 * 19  # entities and facts per chapter, and more
 
     again, memory_again = run(tmp_path, "second")  # another run folder, the same cache: ingest is replayed
     for name in ("mem0", "lancedb"):  # (mem0-extract's prompt holds today's date: cached within the day)
