@@ -1,6 +1,6 @@
 """Memory systems side by side on one book, offline: the paper's built-in modes
 (in-context, rag-paragraph, rag-chapter), the no-memory baseline, mem0 (stored
-as given, and with its LLM extraction), LanceDB -- each read by the built-in
+as given, and with its LLM extraction), LanceDB, graphiti on Kuzu -- each read by the built-in
 reader and scored by the built-in judge -- as one Markdown table.
 
 It runs `tulving run` as a user would (a subprocess, on an empty cache in a
@@ -13,10 +13,10 @@ recorded (the built-in models count characters / 4). The judge's calls are
 left out: the same for every row.
 
     python benchmarks/memory_systems_table.py [--book synaptic-echoes-short] [--sample N]
-        [--memory mem0,mem0-extract,lancedb] [--price-as ALIAS] [--keep DIR]
+        [--memory mem0,mem0-extract,lancedb,graphiti] [--price-as ALIAS] [--keep DIR]
 
-The built-in reader is a lexical baseline, not an LLM, and mem0's extraction
-through it copies sentences (docs/memory-systems-adapters.md): the table
+The built-in reader is a lexical baseline, not an LLM, and mem0's and graphiti's
+extraction through it copies sentences (docs/memory-systems-adapters.md): the table
 compares memories under one reader, not what an LLM would score.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILTIN_MODES = "in-context,rag-paragraph,rag-chapter,no-memory"
-SYSTEMS = "mem0,mem0-extract,lancedb"
+SYSTEMS = "mem0,mem0-extract,lancedb,graphiti"
 CHAT, EMBED = "builtin:reader", "local:minilm"
 
 

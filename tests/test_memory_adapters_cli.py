@@ -9,7 +9,12 @@ import re
 
 import pytest
 
-from tests.test_memory_adapters import needs
+from tests.test_install import (
+    _clean_env,
+    _run,
+    installed,  # noqa: F401 (the fixture: the wheel, built and installed)
+)
+from tests.test_memory_adapters import ADAPTERS, needs
 from tests.test_run_cli import tulving
 
 SAMPLE = 24
@@ -31,13 +36,13 @@ def run(tmp_path, out: str) -> tuple[dict[str, list[dict]], dict]:
 
 
 @pytest.fixture
-def installed():
+def libraries():
     needs("mem0", "mem0")
     needs("lancedb", "lancedb")
     needs("graphiti_core", "graphiti")
 
 
-def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(tmp_path, installed):
+def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(tmp_path, libraries):
     rows, memory = run(tmp_path, "first")
     assert sorted(rows) == sorted(("rag-paragraph", *SYSTEMS))
     for name in SYSTEMS:
@@ -64,3 +69,26 @@ def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(
         assert phases["ingest"]["calls"] == phases["ingest"]["cached"] > 0, name
         before = {r["question"]: r["evidence"] for r in rows[name]}
         assert {r["question"]: r["evidence"] for r in again[name]} == before, name
+
+
+def test_the_built_wheel_declares_the_adapters_and_their_extras(installed, libraries):  # noqa: F811
+    """The wheel (built and installed as tests/test_install.py does) carries the
+    adapters' modules, their entry points and the extras that install their libraries."""
+    tulving, work = installed
+    venv = tulving.parents[1]
+    (dist,) = venv.glob("lib/python*/site-packages/tulving_bench-*.dist-info")
+    entry_points = (dist / "entry_points.txt").read_text()
+    metadata = (dist / "METADATA").read_text()
+    for name, target in ADAPTERS.items():
+        assert f"{name} = {target}" in entry_points, name
+        module = target.split(":")[0].replace(".", "/") + ".py"
+        assert (dist.parent / module).is_file(), module
+    for extra, requirement in (("mem0", "mem0ai"), ("lancedb", "lancedb"), ("graphiti", "graphiti-core")):
+        assert f"Provides-Extra: {extra}" in metadata
+        assert any(line.startswith(f"Requires-Dist: {requirement}") and f'extra == "{extra}"' in line
+                   for line in metadata.splitlines()), extra
+    listed = _run([str(tulving), "memories"], cwd=work, env=_clean_env())
+    assert listed.returncode == 0, listed.stderr
+    for name in ADAPTERS:  # the libraries come from the test environment (its .pth): runnable
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(name + " "))
+        assert " yes " in row, row
