@@ -93,6 +93,7 @@ def ms(seconds) -> str:
 
 
 def table(folder: Path, args: argparse.Namespace) -> list[str]:
+    """The Markdown table of one run (the folder `run` wrote)."""
     scores = json.loads((folder / "run" / "scores.json").read_text())
     run_json = json.loads((folder / "run" / "run.json").read_text())
     chat_alias, embed_alias = prices(args.price_as, args.embed_price_as)
@@ -103,6 +104,7 @@ def table(folder: Path, args: argparse.Namespace) -> list[str]:
     for row in sorted(scores["runs"], key=lambda r: -(r["simple_recall"] or 0)):
         name, memory = row["mode"], row.get("memory") or {}
         phases = run_json["memory"].get(name, {}).get("phases", {})
+        latency = run_json["memory"].get(name, {}).get("recall_latency", {})
         mem_usd, calls = memory_usd(run_json["spending"], name, chat_alias, embed_alias)
         total = mem_usd + answers[name]
         recall, precision = memory.get("retrieval_recall"), memory.get("retrieval_precision")
@@ -111,7 +113,7 @@ def table(folder: Path, args: argparse.Namespace) -> list[str]:
             f"| {interval(row['chronological_awareness'], row.get('chronological_awareness_ci'))} "
             f"| {'-' if recall is None else f'{recall:.2f}'} | {'-' if precision is None else f'{precision:.2f}'} "
             f"| {phases.get('ingest', {}).get('seconds', 0):.1f} | {calls.get('chat', 0)} / {calls.get('embed', 0)} "
-            f"| {ms(memory.get('recall_p50'))} / {ms(memory.get('recall_p95'))} "
+            f"| {ms(latency.get('p50'))} / {ms(latency.get('p95'))} "
             f"| {memory.get('evidence_tokens') or 0:,.0f} | {mem_usd:.4f} | {answers[name]:.4f} | {total:.4f} |")
     return lines
 
