@@ -93,12 +93,13 @@ class Mem0Memory(MemorySystem):
     async def ingest(self, chapters: Sequence[Chapter]) -> None:
         unit = str(self.options.get("unit", "paragraph"))
         label = bool(self.options.get("label", True)) and not self.infer
-        pieces = units(chapters, unit, label=label)
-        for chapter in chapters:
-            messages = [{"role": "user", "content": u.text} for u in pieces if u.chapter == chapter.id]
+        by_chapter: dict[int, list[dict[str, str]]] = {}
+        for piece in units(chapters, unit, label=label):
+            by_chapter.setdefault(piece.chapter, []).append({"role": "user", "content": piece.text})
+        for chapter, messages in by_chapter.items():
             # One add per chapter: infer=False stores each message as a memory,
             # infer=True makes one extraction call over the chapter's messages.
-            await self.memory.add(messages, user_id=USER_ID, metadata={"chapter": chapter.id}, infer=self.infer)
+            await self.memory.add(messages, user_id=USER_ID, metadata={"chapter": chapter}, infer=self.infer)
 
     async def recall(self, question: str, budget: Budget) -> Recall:
         threshold = self.options.get("threshold", 0.1)
