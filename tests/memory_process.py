@@ -73,6 +73,8 @@ def handle(message: dict, state: dict) -> None:
         if MODE == "stdout-noise":
             print("Loading memory backend v0.1 ...")
         send({"type": "opened", "answers": False, "concurrency": 3})
+        if MODE == "deaf-after-open":  # stops reading its stdin: Tulving's writes fill the pipe
+            time.sleep(3600)
     elif kind == "ingest":
         if MODE == "crash-on-ingest":
             print("Traceback (most recent call last):\nIndexError: list index out of range", file=sys.stderr)

@@ -277,3 +277,13 @@ async def test_a_process_stopped_mid_phase_by_the_runner_is_killed_not_asked_to_
     assert memory._process.returncode == -9
     received = [json.loads(line)["type"] for line in lines(tmp_path / "work" / "received.jsonl")]
     assert received == ["open", "ready"]
+
+
+async def test_a_process_that_stops_reading_its_stdin_cannot_block_a_phase_past_its_timeout(tmp_path):
+    memory = SubprocessMemory("deaf", command=[*PROCESS, "deaf-after-open"], timeouts=ReplyTimeouts(ingest=1.0))
+    await memory.open(LentServices(tmp_path / "work"))
+    book = [Chapter(1, "word " * 200_000)]  # 1 MB: more than a pipe holds
+    with pytest.raises(MemoryError, match=r"failed at ingest: did not read its stdin within 1 s"):
+        await memory.ingest(book)
+    await memory.close()
+    assert memory._process.returncode == -9

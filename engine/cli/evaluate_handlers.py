@@ -53,7 +53,7 @@ from engine.cli.run_memories import (
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.estimate import Estimator
-from engine.requests import ChatRequest
+from engine.requests import ChatRequest, EmbedRequest
 from engine.scheduler import Engine
 from engine.spending import spending_lines
 from providers.base import BUDGET, Result, TulvingError
@@ -389,53 +389,63 @@ def write_run(out: Path, records: Sequence[ResultRecord], run: dict[str, Any],
     return summary
 
 
-async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
-                   jobs: list[pipeline.Job], embed_model: str) -> int:
-    from engine.requests import EmbedRequest
+def _dry_run_embeds(book: Book, jobs: list[pipeline.Job], embed_model: str) -> Iterator[EmbedRequest]:
+    """The embeddings as the paper's RAG memory makes them: its chunks in batches, each question alone."""
+    rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
+    asked = list(dict.fromkeys(q.question for j in jobs if j.mode in rag_modes for q in j.questions))
+    for mode in rag_modes:
+        chunks = rag.chunks_for_mode(book.text, mode)
+        for i in range(0, len(chunks), rag.EMBED_BATCH):
+            yield EmbedRequest(model=embed_model, texts=chunks[i:i + rag.EMBED_BATCH])
+    for text in asked:
+        yield EmbedRequest(model=embed_model, texts=[text])
+
+
+def _retrieved(job: pipeline.Job) -> bool:
+    """Answers whose prompts are known only after the memory's recall: the
+    paper's RAG modes, and every outside memory system."""
+    return job.mode in A.RAG_MODES or job.mode not in A.MODES
+
+
+async def _estimate_job(estimator: Estimator, args: argparse.Namespace, config: Config, book: Book,
+                        questions: list[Question], job: pipeline.Job) -> None:
     from engine.tokens import count_tokens
 
+    if job.model == pipeline.AGENT:  # the system answers itself: its answers' length is unknown
+        await _add_judge_calls(estimator, job, {q.q_idx: None for q in job.questions}, book, args.judge,
+                               AGENT_ANSWER_TOKENS)
+        return
+    alias = config.alias(job.model)
+    answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
+    if _retrieved(job):
+        # the template with top-K chunks of the book (an outside memory system: as many paragraphs as
+        # the paper's rag-paragraph, the default budget)
+        chunks_of = job.mode if job.mode in A.RAG_MODES else A.RAG_PARAGRAPH
+        chunks = rag.chunks_for_mode(book.text, chunks_of)[:rag.top_k(questions, chunks_of)]
+        sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
+        first = config.endpoints_of(alias)[0]
+        estimator.add_unknown("answer", alias, len(job.questions),
+                              count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
+                              batchable=batch_capable(first))
+        answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
+    else:
+        requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
+        found = await estimator.add("answer", requests)
+        answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
+    await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
+
+
+async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question],
+                   jobs: list[pipeline.Job], embed_model: str) -> int:
     unset = pipeline.check_jobs(config, book, jobs, args.judge, embed_model, require_keys=False)
     for variable in unset:  # an estimate needs no key; the run will
         _note(f"{variable} is not set: the run itself will need it (this estimate does not)")
-    rag_modes = list(dict.fromkeys(j.mode for j in jobs if j.mode in A.RAG_MODES))
-
-    def embed_requests() -> Iterator[EmbedRequest]:
-        """As the paper's RAG memory makes them: its chunks in batches, each question alone."""
-        asked = list(dict.fromkeys(q.question for j in jobs if j.mode in rag_modes for q in j.questions))
-        for mode in rag_modes:
-            chunks = rag.chunks_for_mode(book.text, mode)
-            for i in range(0, len(chunks), rag.EMBED_BATCH):
-                yield EmbedRequest(model=embed_model, texts=chunks[i:i + rag.EMBED_BATCH])
-        for text in asked:
-            yield EmbedRequest(model=embed_model, texts=[text])
-
-    n_rag = sum(len(j.questions) for j in jobs if j.mode in A.RAG_MODES or j.mode not in A.MODES)
+    n_rag = sum(len(j.questions) for j in jobs if _retrieved(j))
 
     async def fill(estimator: Estimator) -> None:
-        await estimator.add("embed", embed_requests())
+        await estimator.add("embed", _dry_run_embeds(book, jobs, embed_model))
         for job in jobs:
-            if job.model == pipeline.AGENT:  # the system answers itself: its answers' length is unknown
-                await _add_judge_calls(estimator, job, {q.q_idx: None for q in job.questions}, book, args.judge,
-                                       AGENT_ANSWER_TOKENS)
-                continue
-            alias = config.alias(job.model)
-            answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
-            if job.mode not in A.MODES or job.mode in A.RAG_MODES:
-                # prompts known after retrieval: the template with top-K chunks of the book (an outside
-                # memory system: as many paragraphs as the paper's rag-paragraph, the default budget)
-                chunks_of = job.mode if job.mode in A.RAG_MODES else A.RAG_PARAGRAPH
-                chunks = rag.chunks_for_mode(book.text, chunks_of)[:rag.top_k(questions, chunks_of)]
-                sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
-                first = config.endpoints_of(alias)[0]
-                estimator.add_unknown("answer", alias, len(job.questions),
-                                      count_tokens(A.SYSTEM_PROMPT) + count_tokens(sample) + 8, answer_max,
-                                      batchable=batch_capable(first))
-                answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
-            else:
-                requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
-                found = await estimator.add("answer", requests)
-                answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
-            await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
+            await _estimate_job(estimator, args, config, book, questions, job)
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
@@ -452,12 +462,12 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
     if args.batch:
         def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
             for job in jobs:
-                if job.mode not in A.RAG_MODES:
+                if not _retrieved(job) and job.model != pipeline.AGENT:
                     yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
 
         by_batch: Counter[str] = Counter()
-        await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),
-                             by_batch=by_batch)
+        await dry_run_report(config, args.cache, itertools.chain(_dry_run_embeds(book, jobs, embed_model),
+                                                                 direct_answers()), by_batch=by_batch)
         _print_batch_plan(config, jobs, args.judge, by_batch, uncached)
     return 0
 

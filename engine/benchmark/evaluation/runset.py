@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.benchmark.evaluation.memory_report import merge_memory_entries
+from engine.benchmark.evaluation.memory_report import MemoryEntry, merge_memory_entries
 from engine.benchmark.evaluation.report import Scores, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results
 from engine.spending import merge_rows
@@ -104,6 +104,16 @@ def _merge_provenance(merged: dict[str, Any], runs: Sequence[Mapping[str, Any]])
         merged["provenance"] = provenances[0] if len(runs) == 1 else {"runs": provenances}
 
 
+def _merged_memory(runs: Sequence[Mapping[str, object]]) -> dict[str, MemoryEntry]:
+    """Each memory system's entry over the runs (each execution prepared it)."""
+    systems: dict[str, list[MemoryEntry]] = {}
+    for run in runs:
+        entries = run.get("memory")
+        for name, entry in (entries if isinstance(entries, dict) else {}).items():
+            systems.setdefault(name, []).append(entry)
+    return {name: merge_memory_entries(entries) for name, entries in systems.items()}
+
+
 def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One run.json from several of the same book and judge (shards, or runs
     of different models): jobs of the same (model, mode) add their questions,
@@ -134,12 +144,9 @@ def merge_run_records(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if spending:
         merged["spending"] = merge_rows(spending)
     merged["wall_seconds"] = max((r.get("wall_seconds", 0.0) for r in runs), default=0.0)
-    systems: dict[str, list[Any]] = {}
-    for run in runs:
-        for name, entry in (run.get("memory") or {}).items():
-            systems.setdefault(name, []).append(entry)
-    if systems:
-        merged["memory"] = {name: merge_memory_entries(entries) for name, entries in systems.items()}
+    memory = _merged_memory(runs)
+    if memory:
+        merged["memory"] = memory
     shards = [r["shard"] for r in runs if r.get("shard")]
     if shards:
         merged["shards"] = shards

@@ -150,6 +150,11 @@ class MemoryServices(Protocol):
         ...
 
     @property
+    def budget(self) -> Budget | None:
+        """The run's evidence budget, the same in every recall (None: none applies)."""
+        ...
+
+    @property
     def models(self) -> Sequence[str]:
         """Every alias the system may call (through `chat`, `embed` or the endpoint)."""
         ...

@@ -32,9 +32,11 @@ from engine.benchmark.memory.contract import (
     MemorySystem,
     Passage,
     Recall,
+    RecallFailed,
 )
 from engine.benchmark.memory.meter import PhaseMeter
 from engine.benchmark.memory.services import EngineServices
+from providers.base import TulvingError
 
 SHUFFLE_SEED = 20250122  # any fixed seed: the order must not follow the question set's
 _T = TypeVar("_T")
@@ -56,8 +58,11 @@ class Timeouts:
         values = {}
         for name in ("open", "ingest", "ready", "recall", "close"):
             value = options.get(f"timeout_{name}")
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                values[name] = float(value)
+            if value is None:
+                continue
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise TulvingError(f"timeout_{name} must be a positive number of seconds, not {value!r}")
+            values[name] = float(value)
         return cls(**values)
 
 
@@ -179,6 +184,8 @@ class _Preparation:
         except TimeoutError:
             self._fail(TimeoutError())
             return Evidence(error=self.prepared.failure)
+        except RecallFailed as exc:  # the system said so itself: its words, once
+            return Evidence(error=str(exc))
         except Exception as exc:  # this question's failure only
             return Evidence(error=f"memory system {self.system.name!r} failed at recall: {type(exc).__name__}: {exc}")
         finally:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.benchmark.evaluation.rag import EMBED_BATCH
+from engine.benchmark.memory.contract import Budget
 from engine.benchmark.memory.meter import PhaseMeter
 from engine.config import Config
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
@@ -36,6 +37,7 @@ class EngineServices:
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     models: Sequence[str] = field(default_factory=tuple)
+    budget: Budget | None = None  # the run's evidence budget (None: the system's evidence is not budgeted)
 
     def _model(self, asked: str | None, default: str | None, what: str) -> str:
         name = asked or default

@@ -26,7 +26,7 @@ from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.generation.bookdir import Book
 from engine.benchmark.memory.budget import paper_budget
 from engine.benchmark.memory.builtin import RagMemory
-from engine.benchmark.memory.contract import Budget, MemorySpec, MemorySystem
+from engine.benchmark.memory.contract import BOOK, FINETUNED, Budget, MemorySpec, MemorySystem
 from engine.benchmark.memory.meter import PhaseMeter
 from engine.benchmark.memory.registry import make_memory
 from engine.benchmark.memory.runner import Prepared, Timeouts, chapters_of, prepare
@@ -95,9 +95,11 @@ class MemorySession:
             system.k = rag.top_k(questions, system.mode)
         meter = PhaseMeter(name)
         services = await self._services(spec, system, meter)
+        budget = self.budget(book, questions)
+        services.budget = None if system.prompt in (BOOK, FINETUNED) else budget
         try:
-            prepared = await prepare(system, services, chapters_of(book.chapter_texts), texts,
-                                     self.budget(book, questions), Timeouts.from_options(spec.options))
+            prepared = await prepare(system, services, chapters_of(book.chapter_texts), texts, budget,
+                                     Timeouts.from_options(spec.options))
             prepared.keep_texts = not is_builtin(spec)  # the built-ins' passages are the book's chunks
             return prepared
         finally:

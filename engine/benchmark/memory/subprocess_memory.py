@@ -313,8 +313,8 @@ class SubprocessMemory(MemorySystem):
             future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
             self._pending[ident] = future
             try:
-                await self._send({"type": "recall", "id": ident, "question": question, "budget": budget.to_json()})
-                message = await self._wait(future, self.timeouts.recall)
+                message = await self._ask({"type": "recall", "id": ident, "question": question,
+                                           "budget": budget.to_json()}, future, self.timeouts.recall)
             finally:
                 if not self._pending.pop(ident, future).done():
                     self._abandoned.add(ident)  # cancelled: its late reply is dropped, not an unknown id
@@ -344,8 +344,7 @@ class SubprocessMemory(MemorySystem):
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._control = future
         try:
-            await self._send(message)
-            reply = await self._wait(future, getattr(self.timeouts, phase))
+            reply = await self._ask(message, future, getattr(self.timeouts, phase))
         except asyncio.CancelledError:
             self._interrupted = True  # stopped mid-phase (the runner's limit): it is not asked to close
             raise
@@ -356,6 +355,22 @@ class SubprocessMemory(MemorySystem):
         if reply["type"] != expected:
             raise self._failed(f"answered {message['type']} with {reply['type']!r} (expected {expected!r})")
         return reply
+
+    async def _ask(self, message: Message, future: asyncio.Future[Message], timeout: float) -> Message:
+        """Send `message` and wait for the reply `future` gets, both within `timeout`
+        (a process that stops reading its stdin blocks the send once the pipe is full).
+        asyncio.timeout, not wait_for: Python 3.11's wait_for may swallow a
+        cancellation that arrives as its inner step ends."""
+        sent = False
+        try:
+            async with asyncio.timeout(timeout):
+                await self._send(message)
+                sent = True
+                return await asyncio.shield(future)  # a timeout leaves the future to _failed
+        except TimeoutError:
+            what = "no reply" if sent else "did not read its stdin"
+            raise self._failed(f"{what} within {timeout:g} s (its {self.phase} timeout); the process was "
+                               f"stopped") from None
 
     async def _send(self, message: Message) -> None:
         if self._fault is not None:
@@ -369,13 +384,6 @@ class SubprocessMemory(MemorySystem):
         except (BrokenPipeError, ConnectionResetError):
             await self._exited()
             raise self._fault or self._failed("closed its stdin") from None
-
-    async def _wait(self, future: asyncio.Future[Message], timeout: float) -> Message:
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except TimeoutError:
-            raise self._failed(f"no reply within {timeout:g} s (its {self.phase} timeout); the process was "
-                               f"stopped") from None
 
     async def _read(self) -> None:
         """Dispatch the process's replies until its stdout ends."""
