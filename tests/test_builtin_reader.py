@@ -177,3 +177,85 @@ def test_threads_asking_about_one_book_at_once_parse_it_once_and_answer_as_alone
     finally:
         tracemalloc.stop()
     assert most < len(book_text) // 2, (most, len(book_text))
+
+
+# -- JSON mode: the offline stand-in for a memory system's extraction LLM ------------
+
+JSON_OBJECT = {"temperature": 0.1, "response_format": {"type": "json_object"}}
+
+
+def additive_extraction_prompt(new_messages: str, earlier: str) -> str:
+    """A user prompt laid out as mem0 2.x's generate_additive_extraction_prompt lays it out."""
+    return "\n\n".join([
+        "## Summary\n", f'## Last k Messages\n[{{"role": "user", "content": "{earlier}"}}]',
+        "## Recently Extracted Memories\n[]", f'## Existing Memories\n[{{"id": "0", "text": "{earlier}"}}]',
+        f"## New Messages\n{new_messages}", "## Observation Date\n2026-11-28", "## Current Date\n2026-11-28",
+        "# Output:"])
+
+
+def test_json_mode_extracts_the_new_messages_sentences_verbatim_as_add_memories():
+    from engine.benchmark.generation.published import load_book
+
+    paragraphs = [p for p in load_book("synaptic-echoes-short").chapter_texts[0].split("\n") if p.strip()][:3]
+    earlier = "Mara Ledbetter sang at the harbour."
+    new = "".join(f"user: {p}\n" for p in paragraphs)
+    reply = respond([{"role": "system", "content": "You are a Memory Extractor. Return JSON."},
+                     {"role": "user", "content": additive_extraction_prompt(new, earlier)}], JSON_OBJECT)
+    memories = json.loads(reply)["memory"]
+    assert [m["id"] for m in memories] == [str(n) for n in range(len(memories))]
+    assert all(m["attributed_to"] == "user" and set(m) == {"id", "text", "attributed_to"} for m in memories)
+    texts = [m["text"] for m in memories]
+    # Verbatim, in order, nothing left out, nothing from the other sections.
+    assert " ".join(texts) == " ".join(" ".join(p.split()) for p in paragraphs)
+    assert not any("Mara Ledbetter sang" in t or "user:" in t for t in texts)
+    assert all(len(t.split()) >= 15 for t in texts[:-1]) and len(texts) > len(paragraphs)
+    # Without response_format the same prompt is an ordinary (non-JSON) question.
+    plain = respond([{"role": "user", "content": additive_extraction_prompt(new, earlier)}], {"temperature": 0.1})
+    assert not plain.startswith("{")
+
+
+def test_json_mode_answers_mem0_1x_fact_extraction_and_update_prompts():
+    text = "Ezra Edwards led a parkour workshop at Bethpage Black Course. He demonstrated cat leaps to the crowd."
+    facts = json.loads(respond([{"role": "system", "content": "Return the facts in json."},
+                                {"role": "user", "content": f"Input:\nuser: {text}\n"}], JSON_OBJECT))["facts"]
+    assert facts == [text]
+    update = ("You are a smart memory manager.\n    Current memory is empty.\n    The new retrieved facts are mentioned "
+              "in the triple backticks.\n\n    ```\n    ['Fact one here.', 'Fact two.']\n    ```\n\n"
+              "    You must return your response in the following JSON structure only:")
+    reply = json.loads(respond([{"role": "user", "content": update}], {"response_format": {"type": "json_schema"}}))
+    assert reply == {"memory": [{"id": "0", "text": "Fact one here.", "event": "ADD"},
+                                {"id": "1", "text": "Fact two.", "event": "ADD"}]}
+
+
+def test_json_mode_sentences_keep_their_closing_quotes_and_rebuild_every_paragraph():
+    from engine.benchmark.generation.published import load_book
+
+    assert builtin_reader.sentences('She waved. "Time for vaults, folks!" Owen froze.') == [
+        "She waved.", '"Time for vaults, folks!"', "Owen froze."]
+    for text in load_book("synaptic-echoes").chapter_texts:
+        for paragraph in filter(None, (p.strip() for p in text.split("\n"))):
+            assert " ".join(builtin_reader.sentences(paragraph)) == " ".join(paragraph.split())
+
+
+def graph_call(schema: str, user: str) -> dict:
+    return json.loads(respond([{"role": "user", "content": user}],
+                              {"response_format": {"type": "json_schema", "json_schema": {"name": schema}}}))
+
+
+def test_json_mode_answers_graphitis_structured_outputs_lexically():
+    text = ("At Bethpage Black Course, Ezra Edwards demonstrated cat leaps. Noa Middleton, the lead instructor, "
+            "nodded to Ezra Edwards. He smiled.")
+    entities = graph_call("ExtractedEntities", f"<ENTITY TYPES>\n[]\n</ENTITY TYPES>\n\n<TEXT>\n{text}\n</TEXT>")
+    names = [e["name"] for e in entities["extracted_entities"]]
+    assert set(names) == {"Ezra Edwards", "Noa Middleton", "Bethpage Black Course"}
+    listed = json.dumps([{"id": n, "name": name} for n, name in enumerate(names)])
+    edges = graph_call("ExtractedEdges", f"<CURRENT_MESSAGE>\n{text}\n</CURRENT_MESSAGE>\n\n<ENTITIES>\n{listed}\n</ENTITIES>")
+    facts = {(frozenset((e["source_entity_name"], e["target_entity_name"])), e["fact"]) for e in edges["edges"]}
+    assert facts == {  # a fact per pair of entities named in one sentence: the sentence, verbatim
+        (frozenset(("Ezra Edwards", "Bethpage Black Course")), "At Bethpage Black Course, Ezra Edwards demonstrated cat leaps."),
+        (frozenset(("Ezra Edwards", "Noa Middleton")), "Noa Middleton, the lead instructor, nodded to Ezra Edwards.")}
+    existing = json.dumps([{"candidate_id": 7, "name": "noa middleton"}])
+    resolved = graph_call("NodeResolutions", f"<ENTITIES>\n{listed}\n</ENTITIES>\n<EXISTING ENTITIES>\n{existing}\n</EXISTING ENTITIES>")
+    assert {r["name"]: r["duplicate_candidate_id"] for r in resolved["entity_resolutions"]} == {
+        "Ezra Edwards": -1, "Noa Middleton": 7, "Bethpage Black Course": -1}
+    assert graph_call("EdgeTimestamps", "<FACT>\nx\n</FACT>") == {"valid_at": None, "invalid_at": None}

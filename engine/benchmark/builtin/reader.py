@@ -20,9 +20,25 @@ so measures how much of the benchmark a lexical shortcut solves:
    event text for full-detail questions, or that no event matches.
 
 Its reply depends only on the messages, so it caches like any model's.
+
+JSON mode (a request with `response_format` {"type": "json_object"} or
+"json_schema"): the extraction calls of memory systems that ask their LLM for
+JSON (mem0's memory extraction). The reader is an offline stand-in for that
+LLM, not an LLM: it returns the sentences of the text it was given, verbatim,
+as the memories (consecutive sentences joined up to about 15 words, the least
+mem0's prompt asks of a memory), every one an ADD; it never invents or
+rewrites a fact. So such a system's whole pipeline (extract, embed, store,
+search) runs offline; what it measures is that pipeline, not extraction.
+graphiti's structured outputs (`json_schema` named ExtractedEntities,
+ExtractedEdges, NodeResolutions, EdgeDuplicate, EdgeTimestamps,
+SummarizedEntities) are answered the same way: entities are the named people
+and places found as above, a fact is a sentence naming two of them, verbatim;
+no date is inferred, no summary written, only same-name entities are merged.
 """
 from __future__ import annotations
 
+import ast
+import json
 import re
 import threading
 from collections import Counter
@@ -424,6 +440,146 @@ def _answer(question: str, parsed_context: Callable[[], _ParsedContext] | None) 
 
 
 def respond(messages: Sequence[Mapping[str, str]], params: Mapping[str, object]) -> str:
+    if _json_mode(params):
+        return json_reply(messages, _schema_name(params))
     user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     span, question = _split(user)
     return _answer(question, None if span is None else lambda: _parsed_in(user, *span))
+
+
+# -- JSON mode: memory systems' extraction calls ------------------------------------
+
+# The space after a sentence's end (its closing quote or bracket kept with it).
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"”’)]))\s+(?=[\"“‘(]?[A-Z0-9])")
+_ROLE_PREFIX = re.compile(r"^(?:user|assistant|system): ", re.M)
+_MEMORY_WORDS = 15  # mem0's additive extraction prompt asks for memories of 15-80 words
+# Where mem0 (2.x) puts the text to extract from in its additive extraction prompt.
+_NEW_MESSAGES = re.compile(r"^## New Messages\n(.*?)(?=\n\n## |\Z)", re.S | re.M)
+# mem0 (1.x) update prompt: the new facts are the last ``` block before the JSON structure.
+_UPDATE_FACTS = re.compile(r"new retrieved facts.*?```\s*(.*?)\s*```", re.S)
+
+
+def _json_mode(params: Mapping[str, object]) -> bool:
+    response_format = params.get("response_format")
+    return isinstance(response_format, Mapping) and response_format.get("type") in ("json_object", "json_schema")
+
+
+def _schema_name(params: Mapping[str, object]) -> str | None:
+    response_format = params.get("response_format")
+    schema = response_format.get("json_schema") if isinstance(response_format, Mapping) else None
+    name = schema.get("name") if isinstance(schema, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of `text` (paragraph by paragraph), verbatim and stripped."""
+    out: list[str] = []
+    for paragraph in text.split("\n"):
+        out.extend(s.strip() for s in _SENTENCE_END.split(paragraph.strip()) if s.strip())
+    return out
+
+
+def memories_of(text: str) -> list[str]:
+    """Consecutive sentences of `text` joined until each memory has at least
+    _MEMORY_WORDS words (the last one may have fewer)."""
+    out: list[str] = []
+    current: list[str] = []
+    for sentence in sentences(text):
+        current.append(sentence)
+        if sum(len(s.split()) for s in current) >= _MEMORY_WORDS:
+            out.append(" ".join(current))
+            current = []
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def _listed(text: str) -> list[str]:
+    """A list of strings written as JSON or as a Python literal, else the memories of the text."""
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(text)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+        if isinstance(value, list):
+            return [str(v) for v in value]
+    return memories_of(text)
+
+
+def _block(text: str, *tags: str) -> str | None:
+    """The text between <TAG> and </TAG> (the first of `tags` found), as graphiti's prompts frame their inputs."""
+    for tag in tags:
+        found = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.S)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _json_block(text: str, tag: str) -> list[dict[str, object]]:
+    block = _block(text, tag)
+    try:
+        value = json.loads(block) if block else []
+    except ValueError:
+        return []
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _entities(text: str) -> list[str]:
+    """Named people and places of `text`, lexically (the reader's own extraction)."""
+    places = [p for p in places_in(text) if len(p.split()) > 1]
+    return list(dict.fromkeys(people(text) + places))
+
+
+def _same_sentence_pairs(text: str, names: Sequence[str]) -> list[dict[str, object]]:
+    """A fact per pair of named entities met one after the other in a sentence: the sentence, verbatim."""
+    edges: list[dict[str, object]] = []
+    for sentence in sentences(text):
+        inside = [n for n in names if n in sentence]
+        for source, target in zip(inside, inside[1:]):
+            edges.append({"source_entity_name": source, "target_entity_name": target,
+                          "relation_type": "MENTIONED_WITH", "fact": sentence})
+    return edges
+
+
+def _graph_reply(schema: str, user: str) -> dict[str, object] | None:
+    """graphiti's structured outputs (its json_schema names), answered lexically: entities are
+    the named people and places; a fact is a sentence naming two of them; no dates are
+    inferred, no summary written, and only same-name entities are duplicates."""
+    if schema == "ExtractedEntities":
+        text = _block(user, "TEXT", "CURRENT_MESSAGE", "CURRENT MESSAGE") or ""
+        return {"extracted_entities": [{"name": n, "entity_type_id": 0} for n in _entities(text)]}
+    if schema == "ExtractedEdges":
+        names = [str(e.get("name")) for e in _json_block(user, "ENTITIES")]
+        return {"edges": _same_sentence_pairs(_block(user, "CURRENT_MESSAGE", "CURRENT MESSAGE") or "", names)}
+    if schema == "NodeResolutions":
+        existing = {str(e.get("name")).lower(): e.get("candidate_id") for e in _json_block(user, "EXISTING ENTITIES")}
+        return {"entity_resolutions": [
+            {"id": e.get("id"), "name": e.get("name"), "duplicate_candidate_id": existing.get(str(e.get("name")).lower(), -1)}
+            for e in _json_block(user, "ENTITIES")]}
+    if schema == "EdgeDuplicate":
+        return {"duplicate_facts": [], "contradicted_facts": []}
+    if schema == "EdgeTimestamps":
+        return {"valid_at": None, "invalid_at": None}
+    if schema == "SummarizedEntities":
+        return {"summaries": []}
+    return None
+
+
+def json_reply(messages: Sequence[Mapping[str, str]], schema: str | None = None) -> str:
+    """The reply to a JSON-mode request: the memories of the text it carries, in
+    the shape the request's prompt asks for (mem0's additive extraction, its
+    1.x fact extraction or memory update; else {"facts": [...]})."""
+    user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    graph = _graph_reply(schema, user) if schema else None
+    if graph is not None:
+        return json.dumps(graph)
+    found = _NEW_MESSAGES.search(user)
+    if found:  # mem0 2.x: {"memory": [{"id", "text", "attributed_to"}]}, ADD only
+        texts = memories_of(_ROLE_PREFIX.sub("", found.group(1)))
+        return json.dumps({"memory": [{"id": str(n), "text": t, "attributed_to": "user"} for n, t in enumerate(texts)]})
+    update = _UPDATE_FACTS.search(user)
+    if update:  # mem0 1.x update: every new fact is an ADD
+        facts = _listed(update.group(1))
+        return json.dumps({"memory": [{"id": str(n), "text": f, "event": "ADD"} for n, f in enumerate(facts)]})
+    text = user.removeprefix("Input:\n")  # mem0 1.x fact extraction
+    return json.dumps({"facts": memories_of(_ROLE_PREFIX.sub("", text))})
