@@ -19,6 +19,11 @@ from providers.base import BAD_REPLY, ProviderError, Result
 # under that key: a batch line's custom_id and the batch ledger's key.
 CALL_KEY: ContextVar[str | None] = ContextVar("tulving_call_key", default=None)
 
+# Output tokens assumed for a chat call sent without a token limit (reasoning
+# models, calls that set none): the paper's max_tokens. What the budget and the
+# rate limits reserve, and what the cost estimate counts.
+UNLIMITED_OUTPUT_TOKENS = 4096
+
 Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
 
@@ -49,6 +54,14 @@ class ChatRequest:
     # request shares with others ends (a book before its question). Providers
     # that cache prompts cache it, and the engine warms it first (engine/warmup.py).
     prefix_end: tuple[int, int] | None = None
+
+
+def output_tokens_allowed(params: Mapping[str, Any]) -> int:
+    """The most output tokens a chat call with these (resolved) parameters
+    may produce: its max_tokens (or max_completion_tokens), else
+    UNLIMITED_OUTPUT_TOKENS. The one reading of the limit: the engine's
+    reservations, the cost estimate and the dry run use it."""
+    return int(params.get("max_tokens") or params.get("max_completion_tokens") or UNLIMITED_OUTPUT_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)

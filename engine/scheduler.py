@@ -53,31 +53,33 @@ import dataclasses
 import itertools
 import logging
 import operator
+import shlex
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cache.backend import ResponseStore, open_cache, open_spending_ledger
 from engine import gc_tuning
 from engine.batching_mode import Batching
 from engine.budget import Budget
+from engine.call import AttemptOutcome, Job
 from engine.config import Config
-from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
+from engine.dispatch import EndpointState, Pool
 from engine.progress import RunProgress
-from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, cached_outcome
+from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, cached_outcome, output_tokens_allowed
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from engine.spending_feed import SpendingFeed
 from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key, prefix_parts
-from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, Provider, ProviderError, Result
+from providers.base import BAD_REPLY, EndpointSpec, Provider, ProviderError, Result
 from providers.kinds import make_provider
 
 log = logging.getLogger(__name__)
 
-# Output tokens reserved for a call that sets no max_tokens (reasoning models).
-DEFAULT_OUTPUT_RESERVE = 4096
 # Tokens of chat formatting per message, added to the prompt estimate.
 _PER_MESSAGE_TOKENS = 4
 # Pulled-but-not-yielded requests: 2 x the concurrency of the endpoints in use,
@@ -97,8 +99,6 @@ MAX_PARKED = 100_000
 MAX_PARKED_CHARS = 512_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
-# A retry waiting this long (or longer) is announced on stderr.
-NOTICE_WAIT = 5.0
 
 
 @dataclass(slots=True)
@@ -133,6 +133,13 @@ class EngineStats:
         return d
 
 
+def rerun_command() -> str:
+    """What resumes this run: the command line, when it is the `tulving` command."""
+    if Path(sys.argv[0]).name in ("tulving", "__main__.py") and len(sys.argv) > 1:
+        return f"`{shlex.join(['tulving', *sys.argv[1:]])}`"
+    return "the same command"
+
+
 def _alive(job: Job) -> bool:
     return not job.cancelled
 
@@ -145,7 +152,7 @@ def _charge_warm_prefix(job: Job, provider: Provider) -> None:
     if provider.cache_reads_count_toward_limits or r.messages is None or r.prefix_end is None:
         return
     prefix = sum(provider.count_tokens(text) for _, text in prefix_parts(r.messages, r.prefix_end))
-    job.limit_input = max(1, job.input_estimate - prefix)
+    job.charge_input(job.input_estimate - prefix)
 
 
 def _copy_result(result: Result) -> Result:
@@ -198,10 +205,9 @@ class Engine:
         self._heartbeat: asyncio.Future[None] | None = None  # the line's clock while nothing arrives
         self._opened_at = time.monotonic()
         self._closed = False
-        self._timers: set[asyncio.TimerHandle] = set()
         self._gc_tuned = False
         self._notices: dict[Hashable, float] = {}
-        self._retry_waiting = 0  # calls sleeping before their next attempt
+        self.rerun_command = rerun_command()  # said when an endpoint is down
         # `batch`: chat calls go through the batch API of endpoints whose kind
         # has one (engine/batching_mode.py chooses the provider of each endpoint).
         self.batch = batch
@@ -247,15 +253,11 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        for timer in self._timers:
-            timer.cancel()
         for wait in self._claim_waits:
             wait.cancel()
         self._claimed_elsewhere.clear()
         for job in list(self._inflight.values()):
-            job.cancelled = True
-            if job.task is not None:
-                job.task.cancel()
+            job.cancel()
         tasks = [j.task for j in self._inflight.values() if j.task is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -302,6 +304,11 @@ class Engine:
             counters = self._batching.counters()
             stats.batches, stats.batches_resumed = counters["batches"], counters["batches_resumed"]
             stats.batched_calls = counters["batched_calls"]
+        endpoints = self._endpoints.values()
+        stats.calls = sum(ep.attempts for ep in endpoints)
+        stats.retries = sum(ep.gate.retries for ep in endpoints)
+        stats.rate_limited = sum(ep.gate.rate_limited for ep in endpoints)
+        stats.retry_after_capped = sum(ep.gate.retry_after_capped for ep in endpoints)
         stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
                                 for name, ep in self._endpoints.items() if ep.learned_limits}
         return stats
@@ -319,7 +326,7 @@ class Engine:
             provider = make_provider(spec, key)
             if self._batching is not None:  # the one place a call's way is chosen: direct or by batch
                 provider = self._batching.provider(provider, spec, key)
-            ep = EndpointState(spec, provider, self, self._budget)
+            ep = EndpointState(spec, provider, self, self._budget, self.retry_policy)
             self._endpoints[spec.name] = ep
             ep.start()
         return ep
@@ -510,7 +517,8 @@ class Engine:
         # provider holds (Job.held).
         held = min(self._parked, MAX_PARKED)
         max_chars = MAX_PENDING_CHARS + min(self._parked_chars, MAX_PARKED_CHARS)
-        room = window + min(self._retry_waiting, window) + held - pending
+        retry_waiting = sum(ep.retry_waiting for ep in self._endpoints.values())
+        room = window + min(retry_waiting, window) + held - pending
         # Prompts answered but not yet stored are held in memory as much as
         # those pulled ahead: the writer's backlog takes its share of the budget.
         cache = self._cache
@@ -579,7 +587,7 @@ class Engine:
                 continue
             job = inflight.get(r.key)
             if job is not None:
-                job.waiters.append((r.request, sink))
+                job.join(r.request, sink)
                 self._stats.deduplicated += 1
                 if job.held:
                     self._park(r.request, 1)
@@ -639,7 +647,7 @@ class Engine:
         if job is None:
             self._queue_new(r, sink, taken)
         else:
-            job.waiters.append((r.request, sink))
+            job.join(r.request, sink)
             self._stats.deduplicated += 1
 
     def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
@@ -647,8 +655,7 @@ class Engine:
         provider = pool.endpoints[0].provider
         if r.messages is not None:
             input_est = sum(provider.count_tokens(m["content"]) + _PER_MESSAGE_TOKENS for m in r.messages)
-            output_est = int(r.params.get("max_tokens") or r.params.get("max_completion_tokens")
-                             or DEFAULT_OUTPUT_RESERVE)
+            output_est = output_tokens_allowed(r.params)
         else:
             request = r.request
             assert isinstance(request, EmbedRequest)  # no messages: an embedding request
@@ -657,16 +664,16 @@ class Engine:
         prompt = None
         if pool.prefix_order and r.messages is not None:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
+        # A call its provider holds in a queue of its own (a batch) gets no
+        # warm-up call first (it would wait for the provider's whole queue);
+        # the providers' prompt caches serve batches on a best-effort basis.
+        held = r.messages is not None and provider.holds_calls
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
-                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken)
+                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken, held=held)
         # In flight under its cache key, for identical requests to join it;
         # one that reads no cache under a key of its own (nobody joins it).
         self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
-        if r.messages is not None and provider.holds_calls:
-            # No warm-up call first (it would wait for the provider's whole
-            # queue, a batch); the providers' prompt caches serve batches on a
-            # best-effort basis.
-            job.held = True
+        if held:
             self._park(r.request, 1)
         elif r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
                 prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
@@ -680,10 +687,10 @@ class Engine:
     def _warmed(self, job: Job, ok: bool) -> None:
         """A call ended for good: queue the calls its prefix held back."""
         for held in self._warmup.finished(job, ok=ok, alive=_alive):
-            assert held.pool is not None  # set when it was created
+            pool = self._pool(held.resolved)
             if ok:  # its prefix is warm now
-                _charge_warm_prefix(held, held.pool.endpoints[0].provider)
-            held.pool.push(held)
+                _charge_warm_prefix(held, pool.endpoints[0].provider)
+            pool.push(held)
 
     def _park(self, request: Request, sign: int) -> None:
         """Count a request waiting on a call its provider holds (sign 1), or
@@ -710,29 +717,29 @@ class Engine:
         for key, waiting in list(self._claimed_elsewhere.items()):
             self._claimed_elsewhere[key] = [w for w in waiting if w[1] is not sink]
         for key, job in list(self._inflight.items()):
-            waiters = [w for w in job.waiters if w[1] is not sink]
-            if len(waiters) == len(job.waiters):
-                continue
             if job.held:
                 for request, its_sink in job.waiters:
                     if its_sink is sink:
                         self._park(request, -1)
-            job.waiters = waiters
-            if not waiters:
-                job.cancelled = True
-                del self._inflight[key]
-                if self._cache is not None:
-                    self._cache.release([job.resolved.key])
-                if job.task is not None:
-                    job.task.cancel()
-                self._warmed(job, ok=False)
+            if not job.leave(sink) or job.waiters:
+                continue
+            job.cancel()
+            del self._inflight[key]
+            if self._cache is not None:
+                self._cache.release([job.resolved.key])
+            self._warmed(job, ok=False)
 
     # -- called by the endpoint dispatchers (dispatch.CallOwner) -------------------------
     def attempt_done(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
-        """How an attempt ended: count, cache and settle the call, or queue it
-        again. Whatever raises here still settles the call: never a hang."""
+        """A call the endpoint's gate is done with: count, cache and settle it
+        (a result, a final error, or refused unsent). Whatever raises here
+        still settles the call: never a hang."""
         try:
-            self._handle_attempt(ep, job, outcome)
+            if outcome.error is None and outcome.result is not None:
+                assert outcome.usage is not None  # a reply without an error has its usage
+                self._succeeded(ep, job, outcome.result, outcome.usage, outcome.cost)
+            elif not job.cancelled:
+                self._settle(job, error=outcome.error, endpoint=ep.name if outcome.sent else None)
         except Exception as exc:  # noqa: BLE001 -- a broken step after the reply settles the call
             log.exception("engine: handling a reply from %s failed", ep.name)
             if not job.cancelled and job.waiters:
@@ -742,27 +749,6 @@ class Engine:
                     self._settle(job, error=ProviderError(BAD_REPLY, f"engine error after the reply: "
                                                                      f"{type(exc).__name__}: {exc}"),
                                  endpoint=ep.name)
-
-    def _handle_attempt(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
-        if not outcome.sent or outcome.final:  # refused unsent, or the engine itself failed: settle now
-            self._settle(job, error=outcome.error, endpoint=ep.name if outcome.sent else None)
-            return
-        if job.first_sent is None:
-            job.first_sent = outcome.started
-        job.last_sent = outcome.started
-        self._stats.calls += 1
-        self._after_reply(ep, job, outcome.started, outcome.result, outcome.error, outcome.usage, outcome.cost)
-
-    def _after_reply(self, ep: EndpointState, job: Job, start: float, result: Result | None,
-                     error: ProviderError | None, usage: tuple[int, int] | None, cost: float) -> None:
-        """Count, cache and settle a finished attempt, or queue it again."""
-        now = time.monotonic()
-        ep.record_reply(error is not None and error.kind == RATE_LIMITED, now, start)
-        if error is None:
-            assert usage is not None and result is not None  # a reply without an error has both
-            self._succeeded(ep, job, result, usage, cost)
-        elif not job.cancelled:
-            self._failed(ep, job, error, start, now)
 
     def _succeeded(self, ep: EndpointState, job: Job, result: Result, usage: tuple[int, int], cost: float) -> None:
         r = job.resolved
@@ -783,49 +769,6 @@ class Engine:
             self._cache.release([r.key])
         if not job.cancelled:
             self._settle(job, result=result, cost=cost, endpoint=ep.name)
-
-    def _failed(self, ep: EndpointState, job: Job, error: ProviderError, start: float, now: float) -> None:
-        """A failed attempt: the endpoint's pacing decides whether and when
-        the call is tried again (engine/pacing.py); counted and reported here."""
-        if error.kind == RATE_LIMITED:
-            self._stats.rate_limited += 1
-            job.rate_limited += 1
-        job.last_error = error
-        decision = ep.after_failure(job, error, now, start, self.retry_policy.delay)
-        if decision.asked is not None:
-            self.notice(f"{ep.name} asked to wait {decision.asked:,.0f} s before retrying (HTTP 429); "
-                        f"waiting {ep.spec.max_retry_after:g} s instead (max_retry_after)", key=("cap", ep.name))
-            self._stats.retry_after_capped += 1
-        delay = decision.delay
-        if decision.allowed and (job.deadline is None or now + delay < job.deadline):
-            self._stats.retries += 1
-            if delay >= NOTICE_WAIT:
-                until = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
-                self.notice(f"waiting for {ep.name}: {error.kind}, retrying until {until} "
-                            f"({delay:.0f} s)", key=("wait", ep.name))
-            self._requeue_later(job, delay)
-            return
-        self._settle(job, error=error, endpoint=ep.name)
-
-    def _requeue_later(self, job: Job, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        timer: asyncio.TimerHandle | None = None
-
-        def requeue() -> None:
-            self._timers.discard(timer)
-            self._retry_waiting -= 1
-            if job.cancelled or self._closed:
-                return
-            try:
-                assert job.pool is not None  # queued once, so it has its pool
-                job.pool.push(job)
-            except Exception as exc:  # noqa: BLE001 -- a call that cannot be queued is settled, never lost
-                self._settle(job, error=ProviderError(BAD_REPLY, f"engine error: could not queue a retry: "
-                                                                 f"{type(exc).__name__}: {exc}"))
-
-        timer = loop.call_later(delay, requeue)
-        self._timers.add(timer)
-        self._retry_waiting += 1
 
     def _cache_put_failed(self, exc: BaseException) -> None:
         self._stats.cache_write_errors += 1
@@ -862,13 +805,13 @@ class Engine:
         first = True
         sent = job.first_sent
         queued = None if sent is None or job.taken_at is None else sent - job.taken_at
+        waiters = job.take_waiters()
         if job.held:
-            for request, _ in job.waiters:
+            for request, _ in waiters:
                 self._park(request, -1)
-        for request, sink in job.waiters:
+        for request, sink in waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
                                     endpoint=endpoint, key=key, joined=not first, queued=queued,
                                     sent_at=job.last_sent))
             first = False
-        job.waiters = []

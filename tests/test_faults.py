@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config, ModelAlias
-from engine.dispatch import EndpointState
+from engine.gate import Gate
 from engine.pacing import RECOVERY_SECONDS, TRIAL_REPLIES
 from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
-from providers.base import BAD_REPLY, EndpointSpec
+from providers.base import BAD_REPLY
 from tests.fault_server import FaultServer, answer_for
+from tests.virtual_gate import make_gate, make_job, reply, too_many
 
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
 RUN_LIMIT = 30.0  # seconds: a run that takes longer has hung
@@ -96,16 +96,17 @@ STEPS = [
     ("engine.dispatch.check_usage", None),                   # reading the reply's usage
     ("engine.config.ModelAlias.cost", None),                 # pricing the call
     ("engine.limiter.EndpointLimits.settle", None),          # refunding the token reservation
-    ("engine.dispatch.EndpointState.record_reply", None),    # counting the reply
+    ("engine.pacing.Pacing.on_reply", None),                 # counting the reply
     ("cache.store.result_to_record", None),                  # turning it into a cache record (cache/codec.py)
     ("cache.store.ResponseCache.put", None),                 # handing it to the cache
     ("engine.limiter.EndpointLimits.reserve", None),         # reserving capacity before the call
     ("engine.dispatch.EndpointState._launch", None),         # starting the call's task
-    ("engine.dispatch.EndpointState.on_rate_limited", {"429": 0.5}),  # after a 429
+    ("engine.pacing.Pacing.on_rate_limited", {"429": 0.5}),  # after a 429
+    ("engine.gate.Gate.observe", {"503": 0.5}),              # the gate's verdict on an attempt
     ("engine.limiter.EndpointLimits.learn", {"429-reset": 0.5}),  # taking the limits a reply's headers report
     ("engine.retry.RetryPolicy.delay", {"503": 0.5}),        # planning the retry
     ("engine.dispatch.Pool.push", {"503": 0.5}),             # queueing the retry (and the first try)
-    ("engine.scheduler.Engine._handle_attempt", None),       # everything after the reply at once
+    ("engine.scheduler.Engine._succeeded", None),            # everything after the reply at once
 ]
 
 
@@ -164,16 +165,13 @@ async def test_a_huge_retry_after_is_capped_and_reported():
     assert any("asked to wait 86,400 s" in n and "waiting 0.5 s instead" in n for n in engine.stats.notices)
 
 
-def _endpoint(rpm: float | None = 600) -> EndpointState:
-    spec = EndpointSpec(name="e", kind="builtin", rpm=rpm, max_concurrency=8)
-    return EndpointState(spec, BuiltinProvider(spec), owner=None)
+def _endpoint(rpm: float | None = 600) -> Gate:
+    return make_gate(rpm=rpm, max_concurrency=8)
 
 
-def _replies(ep: EndpointState, pattern: list[bool], sent_at: float, now: float) -> None:
+def _replies(gate: Gate, pattern: list[bool], sent_at: float, now: float) -> None:
     for limited in pattern:
-        ep.record_reply(limited, now, sent_at)
-        if limited:
-            ep.on_rate_limited(0.0, now, sent_at=sent_at)
+        reply(gate, make_job(rpm=600), now, error=too_many(retry_after=0.0) if limited else None, sent_at=sent_at)
 
 
 def test_a_slow_down_that_does_not_lower_the_429_share_is_undone():
