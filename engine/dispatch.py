@@ -301,9 +301,8 @@ class EndpointState:
         self._said_down = True
         waiting = self.retry_waiting + sum(len(pool.heap) for pool in self.pools
                                            if all(ep.gate.down is not None for ep in pool.endpoints))
-        line = self.gate.down_line(waiting, self.owner.rerun_command)
-        log.warning("%s", line)
-        self.owner.notice(line, key=("down", self.name), every=math.inf)
+        self.owner.notice(self.gate.down_line(waiting, self.owner.rerun_command), key=("down", self.name),
+                          every=math.inf)
         self._wake.set()
 
     def _fail_waiting(self, error: ProviderError) -> None:

@@ -363,5 +363,6 @@ class Gate:
         health = self.health
         last = health.last
         return (f"{self.name} is down: {health.failed_when_down} calls in a row failed ({last}) and none succeeded; "
-                f"not sending its {waiting} waiting calls nor any later one (the other endpoints go on); "
+                f"not sending its {waiting} waiting call{'' if waiting == 1 else 's'} nor any later one (the other "
+                f"endpoints go on); "
                 f"when it is back, rerun {rerun} to resume (finished calls are cached)")

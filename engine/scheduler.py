@@ -69,6 +69,7 @@ from engine.budget import Budget
 from engine.call import AttemptOutcome, Job
 from engine.config import Config
 from engine.dispatch import EndpointState, Pool
+from engine.gate import ENDPOINT_FAULTS
 from engine.progress import RunProgress
 from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, cached_outcome, output_tokens_allowed
 from engine.resolve import Resolved, resolve_many
@@ -684,13 +685,25 @@ class Engine:
                 _charge_warm_prefix(job, provider)
         pool.push(job)
 
-    def _warmed(self, job: Job, ok: bool) -> None:
-        """A call ended for good: queue the calls its prefix held back."""
-        for held in self._warmup.finished(job, ok=ok, alive=_alive):
-            pool = self._pool(held.resolved)
+    def _warmed(self, job: Job, ok: bool, error: ProviderError | None = None) -> None:
+        """A call ended for good: queue the calls its prefix held back (all of
+        them when it succeeded; else the next, which warms it in its place).
+        A call failed by a fault of the endpoint (engine/gate.py
+        ENDPOINT_FAULTS) holds nothing back any more: its prefix cannot be
+        warmed there now, and calls failing one after the other would only
+        delay finding a dead endpoint by a whole allowance of attempts each."""
+        held = self._warmup.finished(job, ok=ok, alive=_alive)
+        if not ok and error is not None and error.kind in ENDPOINT_FAULTS:
+            while held:  # each next one warms in the other's place: take them all
+                nxt = held[0]
+                self._pool(nxt.resolved).push(nxt)
+                held = self._warmup.finished(nxt, ok=False, alive=_alive)
+            return
+        for nxt in held:
+            pool = self._pool(nxt.resolved)
             if ok:  # its prefix is warm now
-                _charge_warm_prefix(held, pool.endpoints[0].provider)
-            pool.push(held)
+                _charge_warm_prefix(nxt, pool.endpoints[0].provider)
+            pool.push(nxt)
 
     def _park(self, request: Request, sign: int) -> None:
         """Count a request waiting on a call its provider holds (sign 1), or
@@ -799,7 +812,7 @@ class Engine:
             del inflight[key]
         elif not job.resolved.request.cache_read:  # in flight under a key of its own (see _queue_new)
             inflight.pop(f"{key}#{job.seq}", None)
-        self._warmed(job, ok=result is not None)
+        self._warmed(job, ok=result is not None, error=error)
         if result is None and self._cache is not None and job.resolved.request.cache_read:
             self._cache.release([key])  # failed: another process may try it
         first = True
