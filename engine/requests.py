@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from providers.base import BAD_REPLY, ProviderError, Result
@@ -62,6 +62,26 @@ def output_tokens_allowed(params: Mapping[str, Any]) -> int:
     UNLIMITED_OUTPUT_TOKENS. The one reading of the limit: the engine's
     reservations, the cost estimate and the dry run use it."""
     return int(params.get("max_tokens") or params.get("max_completion_tokens") or UNLIMITED_OUTPUT_TOKENS)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """Settings a run gives its answering requests (`tulving run --temperature
+    / --max-tokens`): they travel on each request, over the alias's params
+    (the cache key, the estimate and the provenance see them as the request's
+    own), and the loaded config is left as it is."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    def apply(self, request: ChatRequest) -> ChatRequest:
+        """`request` with these settings where it sets none of its own."""
+        changes: dict[str, Any] = {}
+        if self.temperature is not None and request.temperature is None:
+            changes["temperature"] = self.temperature
+        if self.max_tokens is not None and request.max_tokens is None:
+            changes["max_tokens"] = self.max_tokens
+        return replace(request, **changes) if changes else request
 
 
 @dataclass(frozen=True, slots=True)

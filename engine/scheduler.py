@@ -35,12 +35,15 @@ cancelled. A caller that stops iterating early should close the stream
 (`contextlib.aclosing(engine.stream(...))`) so its calls are cancelled at
 once rather than when the generator is collected.
 
-Memory stays bounded whatever the number of requests: at most `window`
-requests (default 2 x the concurrency of the endpoints in use, 16..4096) and
-MAX_PENDING_CHARS prompt characters are held: pulled ahead of the outcomes
+Memory stays bounded whatever the number of requests and of streams: at
+most `window` requests per stream (default 2 x the concurrency of the
+endpoints in use, 16..4096) and MAX_PENDING_CHARS prompt characters over all
+the engine's streams (a run streams each model and mode apart: ten models
+must not hold ten budgets of books) are held: pulled ahead of the outcomes
 yielded, or waiting for the cache's writer (its backlog counts against the
 same budget); and no more are pulled while the writer still holds more than
-MAX_CACHE_BACKLOG_CHARS of request text to store.
+MAX_CACHE_BACKLOG_CHARS of request text to store. A stream with nothing
+pending always pulls one request, so none starves.
 Costs: `max_cost` (USD) refuses, with a "budget" error, any uncached call whose
 worst-case cost (prompt estimate + max_tokens) would take spending plus the
 calls in flight past it; cached requests still yield.
@@ -64,6 +67,7 @@ from typing import Any
 
 from cache.backend import ResponseStore, open_cache, open_spending_ledger
 from engine import gc_tuning
+from engine.batching import Parking
 from engine.batching_mode import Batching
 from engine.budget import Budget
 from engine.call import AttemptOutcome, Job
@@ -93,11 +97,6 @@ MAX_WINDOW = 4096
 # provider's latency) it all goes to requests pulled ahead, which bounds how
 # many book-sized prompts are in flight at once.
 MAX_PENDING_CHARS = 64_000_000
-# Calls a provider holds in a queue of its own (Provider.holds_calls: a batch
-# API) do not count against the window (a whole round must reach one batch),
-# up to these bounds.
-MAX_PARKED = 100_000
-MAX_PARKED_CHARS = 512_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
 
@@ -213,8 +212,8 @@ class Engine:
         # has one (engine/batching_mode.py chooses the provider of each endpoint).
         self.batch = batch
         self._batching: Batching | None = None
-        self._parked = 0            # requests waiting on calls their provider holds (Job.held)
-        self._parked_chars = 0
+        self._parking = Parking()   # requests waiting on calls their provider holds (Job.held)
+        self._pending_chars = 0     # prompt characters pulled by all streams and not yielded yet
         self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
         self._streams_waiting = 0
         self._warmup: Warmup[Job] = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
@@ -379,15 +378,20 @@ class Engine:
         try:
             while True:
                 if not exhausted and sink.empty():
-                    pulled = await self._refill(source, is_async, sink, pending, pending_chars)
+                    # the character budget is the engine's, over all its streams (one per model
+                    # and mode in a run): each pulling its own would hold a share per stream
+                    pulled = await self._refill(source, is_async, sink, pending, self._pending_chars)
                     if pulled is not None:
                         pending, pending_chars = pending + pulled[0], pending_chars + pulled[1]
+                        self._pending_chars += pulled[1]
                         exhausted, hits = pulled[2], pulled[3]
                         # Calls that ended during the lookup came first, then the hits
                         # (handed over here, not through the sink: no queue round trip).
                         if hits:
                             ended = _drain(sink)
-                            pending, pending_chars = pending - len(ended), pending_chars - _chars_of(ended)
+                            done_chars = _chars_of(ended)
+                            pending, pending_chars = pending - len(ended), pending_chars - done_chars
+                            self._pending_chars -= done_chars
                             yield ended + hits if ended else hits
                         continue
                 if pending == 0:
@@ -403,10 +407,13 @@ class Engine:
                     ended = [first, *_drain(sink)]
                 else:
                     ended = _drain(sink)
-                pending, pending_chars = pending - len(ended), pending_chars - _chars_of(ended)
+                done_chars = _chars_of(ended)
+                pending, pending_chars = pending - len(ended), pending_chars - done_chars
+                self._pending_chars -= done_chars
                 yield ended
         finally:
             self._streams_open -= 1
+            self._pending_chars -= pending_chars
             self._abandon(sink)
 
     def _counted(self, outcome: Outcome, progress: RunProgress) -> Outcome:
@@ -516,8 +523,8 @@ class Engine:
         # Calls sleeping before a retry do not hold the window: 30% of 429s
         # must not starve the endpoint of new calls; nor do calls their
         # provider holds (Job.held).
-        held = min(self._parked, MAX_PARKED)
-        max_chars = MAX_PENDING_CHARS + min(self._parked_chars, MAX_PARKED_CHARS)
+        held, held_chars = self._parking.room()
+        max_chars = MAX_PENDING_CHARS + held_chars
         retry_waiting = sum(ep.retry_waiting for ep in self._endpoints.values())
         room = window + min(retry_waiting, window) + held - pending
         # Prompts answered but not yet stored are held in memory as much as
@@ -528,7 +535,7 @@ class Engine:
         if room < max(1, window // 4) or (pending_chars + backlog >= max_chars and pending != 0):
             return None
         # Nothing pending: wait for the writer when its backlog alone fills the budget.
-        room_for_backlog = min(MAX_CACHE_BACKLOG_CHARS, max_chars - pending_chars - 1)
+        room_for_backlog = max(0, min(MAX_CACHE_BACKLOG_CHARS, max_chars - pending_chars - 1))
         if cache is not None and backlog > room_for_backlog:
             await cache.wait_for_room(room_for_backlog)
             backlog = cache.backlog_chars
@@ -706,10 +713,7 @@ class Engine:
             pool.push(nxt)
 
     def _park(self, request: Request, sign: int) -> None:
-        """Count a request waiting on a call its provider holds (sign 1), or
-        no longer waiting (-1): the stream's window does not count them."""
-        self._parked += sign
-        self._parked_chars += sign * _request_chars(request)
+        self._parking.park(_request_chars(request), sign)
 
     # -- for providers that hold calls (batching.BatchHost) ------------------------------
     def feeding(self) -> bool:

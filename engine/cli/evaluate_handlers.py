@@ -44,7 +44,7 @@ from engine.cli.evaluate_defaults import (
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.estimate import Estimator
-from engine.requests import ChatRequest
+from engine.requests import ChatRequest, RequestSettings, output_tokens_allowed
 from engine.scheduler import Engine
 from engine.spending import spending_lines
 from providers.base import BUDGET, Result, TulvingError
@@ -90,7 +90,6 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     check_models(config, args, [*models, args.judge, args.embed_model or ""])
     if args.batch and args.models:
         _refuse_batch_without_api(config, args.models)
-    _override_params(config, models, args)
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
@@ -129,16 +128,13 @@ def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
                                f"which has no batch API: run it without --batch")
 
 
-def _override_params(config: Config, models: list[str], args: argparse.Namespace) -> None:
-    """--temperature / --max-tokens: the answering models' aliases carry them
-    (so they reach the cache key, the estimate and the provenance)."""
-    override = {k: v for k, v in (("temperature", args.temperature), ("max_tokens", args.max_tokens))
-                if v is not None}
-    if not override:
-        return
-    for name in models:
-        alias = config.alias(name)
-        config.models[name] = dataclasses.replace(alias, params={**alias.params, **override})
+def _settings(args: argparse.Namespace) -> RequestSettings | None:
+    """--temperature / --max-tokens: settings every answering request carries
+    (engine/requests.py), so they reach the cache key, the estimate and the
+    provenance; the loaded config is left as it is."""
+    if args.temperature is None and args.max_tokens is None:
+        return None
+    return RequestSettings(temperature=args.temperature, max_tokens=args.max_tokens)
 
 
 def _configuration(args: argparse.Namespace, config: Config, book: Book, default_run: bool) -> dict[str, Any]:
@@ -171,10 +167,12 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
 
 
 def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
-    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []))
+    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []),
+                              settings=_settings(args))
     if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
-        jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
+        jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n},
+                                   settings=_settings(args))
     elif rag_ok:
         _note(f"llama-cpp-python is not installed: {LOCAL_LLM} is left out (pip install 'tulving-bench[local]')")
     return jobs
@@ -189,7 +187,7 @@ def _plan(args: argparse.Namespace, questions: list[Question], models: list[str]
                 samples[(model, mode)] = args.sample
             if args.local_sample and model.startswith("local:"):
                 samples[(model, mode)] = args.local_sample
-    return pipeline.plan_jobs(questions, models, modes, samples)
+    return pipeline.plan_jobs(questions, models, modes, samples, settings=_settings(args))
 
 
 async def _run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question], models: list[str],
@@ -393,7 +391,7 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
         await estimator.add("embed", embed_requests())
         for job in jobs:
             alias = config.alias(job.model)
-            answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
+            answer_max = (job.settings and job.settings.max_tokens) or output_tokens_allowed(alias.params)
             if job.mode in A.RAG_MODES:  # prompts known after retrieval: the template with top-K chunks of the book
                 chunks = rag.chunks_for_mode(book.text, job.mode)[:rag.top_k(questions, job.mode)]
                 sample = A.rag_prompt(chunks, job.questions[0].question) if job.questions else ""
@@ -403,7 +401,8 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
                                       batchable=batch_capable(first))
                 answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
             else:
-                requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
+                requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book,
+                                                  settings=job.settings))
                 found = await estimator.add("answer", requests)
                 answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
             await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
@@ -420,7 +419,8 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
         def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
             for job in jobs:
                 if job.mode not in A.RAG_MODES:
-                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
+                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book,
+                                                 settings=job.settings)
 
         by_batch: Counter[str] = Counter()
         await dry_run_report(config, args.cache, itertools.chain(embed_requests(), direct_answers()),

@@ -37,7 +37,7 @@ from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.generation.bookdir import Book
 from engine.config import Config, ModelAlias
-from engine.requests import ChatRequest, EmbedRequest, Outcome, Request
+from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, RequestSettings
 from engine.resolve import resolve
 from engine.spending import Spending
 from providers.base import ChatResult, TulvingError
@@ -74,6 +74,7 @@ class Job:
     questions: list[Question]
     sample: int | None = None  # the number of questions when run on a sample
     draw: int = 0              # the repeat (`--repeats`): answers are independent draws, cached apart
+    settings: RequestSettings | None = None  # the run's --temperature / --max-tokens, on each answer request
 
     @property
     def name(self) -> str:
@@ -114,7 +115,7 @@ def sample_questions(questions: Sequence[Question], n: int | None) -> list[Quest
 
 
 def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Sequence[str],
-              samples: dict[tuple[str, str], int] | None = None) -> list[Job]:
+              samples: dict[tuple[str, str], int] | None = None, settings: RequestSettings | None = None) -> list[Job]:
     jobs = []
     for model in models:
         for mode in modes:
@@ -122,7 +123,8 @@ def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Seque
             n = (samples or {}).get((model, mode))
             chosen = sample_questions(questions, n)
             jobs.append(Job(model=model, mode=mode, questions=chosen,
-                            sample=len(chosen) if n is not None and len(chosen) < len(questions) else None))
+                            sample=len(chosen) if n is not None and len(chosen) < len(questions) else None,
+                            settings=settings))
     return jobs
 
 
@@ -232,7 +234,8 @@ class JobRunner:
         chunks_for = self._chunks_for if self.job.mode in A.RAG_MODES else None
         yield from A.answer_requests(self.job.questions, model=self.job.model, mode=self.job.mode,
                                          book=self.book, chunks_for=chunks_for,
-                                         tag=lambda q: ("answer", q.q_idx, 0), draw=self.job.draw)
+                                         tag=lambda q: ("answer", q.q_idx, 0), draw=self.job.draw,
+                                         settings=self.job.settings)
 
     def _new_record(self, q: Question) -> ResultRecord:
         data = q.to_json()
