@@ -164,22 +164,18 @@ class Gate:
         self.limits = EndpointLimits(spec, now=now)
         self.pacing = Pacing(max_concurrency, self.limits, now)  # pause, slow-downs, AIMD after 429s
         self.health = Health()
+        self.down: ProviderError | None = None  # once it is down: what the calls not sent to it settle with
         # per-minute limits the provider reported: model -> RateLimitInfo group -> rate
         self.learned_limits: dict[str, dict[str, float]] = {}
         self.rate_limited = 0          # 429 replies
         self.retries = 0               # calls queued again after a failed attempt
         self.retry_after_capped = 0    # 429s whose retry-after exceeded max_retry_after
 
-    @property
-    def down(self) -> ProviderError | None:
-        """The error calls not sent to this endpoint settle with, once it is down."""
-        return self.health.down
-
     # -- admission -------------------------------------------------------------------
     def admit(self, job: Job, now: float, in_flight: int) -> Admission:
         """Whether `job` may be sent now (START takes its rate-limit reservation)."""
-        if self.health.down is not None:
-            return Refuse(self.health.down)
+        if self.down is not None:
+            return Refuse(self.down)
         if job.held:  # its provider queues it (a batch): no slot, no pacing; the budget at the batch price
             refusal = self.budget.admit(job.resolved.alias, job.input_estimate, job.output_estimate, batch=True)
             if refusal is not None:
@@ -234,8 +230,8 @@ class Gate:
         if job.cancelled:  # nobody waits for it any more
             return DONE
         verdict = self._retry(job, error, now, sent_at=None if job.held else outcome.started)
-        if verdict is DONE and error.kind in ENDPOINT_FAULTS:
-            self.health.failed_for_good(error, self.name)
+        if verdict is DONE and error.kind in ENDPOINT_FAULTS and self.health.failed_for_good(error, self.name):
+            self.down = self.health.down
         return verdict
 
     def cancelled(self, job: Job, now: float) -> None:
@@ -290,7 +286,7 @@ class Gate:
         if limited and sent_at is not None:
             self._on_rate_limited(wait, now, sent_at, said_limits=error.rate_limits is not None)
         delay = self.retry_delay(job, error, wait)
-        if delay is None or self.health.down is not None or job.deadline is not None and now + delay >= job.deadline:
+        if delay is None or self.down is not None or job.deadline is not None and now + delay >= job.deadline:
             return DONE
         self.retries += 1
         if delay >= NOTICE_WAIT:

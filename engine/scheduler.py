@@ -523,7 +523,7 @@ class Engine:
         # Calls sleeping before a retry do not hold the window: 30% of 429s
         # must not starve the endpoint of new calls; nor do calls their
         # provider holds (Job.held).
-        held, held_chars = self._parking.room()
+        held, held_chars = self._parking.room() if self._parking.requests else (0, 0)
         max_chars = MAX_PENDING_CHARS + held_chars
         retry_waiting = sum(ep.retry_waiting for ep in self._endpoints.values())
         room = window + min(retry_waiting, window) + held - pending
