@@ -383,7 +383,6 @@ class Engine:
                     pulled = await self._refill(source, is_async, sink, pending, self._pending_chars)
                     if pulled is not None:
                         pending, pending_chars = pending + pulled[0], pending_chars + pulled[1]
-                        self._pending_chars += pulled[1]
                         exhausted, hits = pulled[2], pulled[3]
                         # Calls that ended during the lookup came first, then the hits
                         # (handed over here, not through the sink: no queue round trip).
@@ -539,24 +538,31 @@ class Engine:
         if cache is not None and backlog > room_for_backlog:
             await cache.wait_for_room(room_for_backlog)
             backlog = cache.backlog_chars
-        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars - backlog)
-        hits, hit_chars = await self._submit(chunk, sizes, sink) if chunk else ([], 0)
+        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - backlog)
+        try:
+            hits, hit_chars = await self._submit(chunk, sizes, sink) if chunk else ([], 0)
+        except BaseException:
+            self._pending_chars -= sum(sizes)  # never pending: the stream ends with the error
+            raise
+        self._pending_chars -= hit_chars  # answered by the cache: not pending
         return len(chunk) - len(hits), sum(sizes) - hit_chars, exhausted, hits
 
-    async def _pull(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, limit: int, char_budget: int
+    async def _pull(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, limit: int, max_chars: int
                     ) -> tuple[list[Request], list[int], bool]:
-        """Up to `limit` requests holding up to `char_budget` prompt characters
-        (at least one); returns (requests, the characters of each, exhausted)."""
+        """Up to `limit` requests while the engine's streams hold fewer than
+        `max_chars` prompt characters (at least one); returns (requests, the
+        characters of each, exhausted). Each is counted in the engine's
+        pending characters as it is pulled: streams pulling at the same time
+        (their pulls wait on the cache) see each other's at once."""
         chunk: list[Request] = []
         sizes: list[int] = []
-        chars = 0
         try:
-            while len(chunk) < limit and (chars < char_budget or not chunk):
+            while len(chunk) < limit and (self._pending_chars < max_chars or not chunk):
                 r = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr,arg-type]  # is_async says which
                 chunk.append(r)
                 size = _request_chars(r)
                 sizes.append(size)
-                chars += size
+                self._pending_chars += size
         except (StopIteration, StopAsyncIteration):
             return chunk, sizes, True
         return chunk, sizes, False
