@@ -56,12 +56,13 @@ class ChatRequest:
     prefix_end: tuple[int, int] | None = None
 
 
-def output_tokens_allowed(params: Mapping[str, Any]) -> int:
+def output_tokens_allowed(params: Mapping[str, object]) -> int:
     """The most output tokens a chat call with these (resolved) parameters
     may produce: its max_tokens (or max_completion_tokens), else
     UNLIMITED_OUTPUT_TOKENS. The one reading of the limit: the engine's
     reservations, the cost estimate and the dry run use it."""
-    return int(params.get("max_tokens") or params.get("max_completion_tokens") or UNLIMITED_OUTPUT_TOKENS)
+    limit = params.get("max_tokens") or params.get("max_completion_tokens")
+    return int(limit) if isinstance(limit, (int, float)) and limit > 0 else UNLIMITED_OUTPUT_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +77,11 @@ class RequestSettings:
 
     def apply(self, request: ChatRequest) -> ChatRequest:
         """`request` with these settings where it sets none of its own."""
-        changes: dict[str, Any] = {}
-        if self.temperature is not None and request.temperature is None:
-            changes["temperature"] = self.temperature
-        if self.max_tokens is not None and request.max_tokens is None:
-            changes["max_tokens"] = self.max_tokens
-        return replace(request, **changes) if changes else request
+        temperature = self.temperature if request.temperature is None else request.temperature
+        max_tokens = self.max_tokens if request.max_tokens is None else request.max_tokens
+        if temperature == request.temperature and max_tokens == request.max_tokens:
+            return request
+        return replace(request, temperature=temperature, max_tokens=max_tokens)
 
 
 @dataclass(frozen=True, slots=True)
