@@ -172,6 +172,7 @@ class EndpointState:
         self._retry_timers: set[asyncio.TimerHandle] = set()
         self._said_down = False
         self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None  # when capacity frees (a rate limit, a pause)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -188,6 +189,9 @@ class EndpointState:
         for timer in self._retry_timers:
             timer.cancel()
         self._retry_timers.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._task is not None:
             self._task.cancel()
             try:
@@ -227,22 +231,35 @@ class EndpointState:
 
     # -- the dispatcher ----------------------------------------------------------
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         wake = self._wake
         while True:
             wake.clear()
-            try:
-                delay = self._dispatch_ready()
-            except Exception as exc:  # a bug here must not hang every stream
-                log.exception("dispatcher of endpoint %s failed", self.name)
-                self._fail_waiting(ProviderError(CONFIG, f"engine dispatcher failed: {type(exc).__name__}: {exc}"))
-                delay = None
-            if delay is None:
-                await wake.wait()
-            else:
-                timer = loop.call_later(delay, wake.set)
-                await wake.wait()
-                timer.cancel()
+            self._arm(self._step())
+            await wake.wait()
+
+    def _step(self) -> float | None:
+        """`_dispatch_ready`, a bug in it failing the waiting calls rather than hanging every stream."""
+        try:
+            return self._dispatch_ready()
+        except Exception as exc:  # noqa: BLE001 -- a bug here must not hang every stream
+            log.exception("dispatcher of endpoint %s failed", self.name)
+            self._fail_waiting(ProviderError(CONFIG, f"engine dispatcher failed: {type(exc).__name__}: {exc}"))
+            return None
+
+    def _arm(self, delay: float | None) -> None:
+        """Dispatch again in `delay` seconds (None: on the next signal alone).
+        The timer dispatches itself, not through the task: a wake-up a loop
+        turn late is a send late, and under a sliding-window limit every late
+        send delays the ones a window after it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if delay is not None:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._timed)
+
+    def _timed(self) -> None:
+        self._timer = None
+        self._arm(self._step())
 
     def _dispatch_ready(self) -> float | None:
         """Start every call the gate admits now. Returns None to wait for a
@@ -396,17 +413,14 @@ class EndpointState:
             self._say_down()
         # After a success, start the next waiting call(s) right here rather
         # than waking the dispatcher task for it (a task step per call at zero
-        # latency). The dispatcher is woken when it has a timer to set (a rate
-        # limit, a pause) or something went wrong; its loop handles both.
+        # latency), and set the timer when capacity frees later (a rate limit,
+        # a pause). After a failure the task is woken (a retry's pause first).
         if outcome.usage is None or self._wake.is_set():
             self._wake.set()
             return
-        try:
-            delay = self._dispatch_ready()
-        except Exception:  # noqa: BLE001 -- the dispatcher logs it and fails the waiting calls
-            delay = 0.0
+        delay = self._step()
         if delay is not None:
-            self._wake.set()
+            self._arm(delay)
 
     def _retry_later(self, job: Job, delay: float) -> None:
         """Queue the call again in `delay` seconds (its pool: any replica may take it)."""
