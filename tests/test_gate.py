@@ -253,3 +253,19 @@ def test_auth_failures_take_the_endpoint_down_after_as_many_calls():
     for _ in range(DOWN_AFTER):
         now = _fail_for_good(gate, now, AUTH)
     assert gate.down is not None and gate.down.kind == AUTH
+
+
+# -- the call record has one writer ----------------------------------------------------------
+
+
+def test_only_the_call_record_changes_its_fields():
+    """`Job` (engine/call.py) is read by the engine, the dispatcher and the
+    gate; its fields change only through its own methods."""
+    import re
+    from pathlib import Path
+
+    engine_dir = Path(__file__).resolve().parents[1] / "engine"
+    assignment = re.compile(r"\b(job|nxt|held|other)\.(\w+)\s*(\+|-)?=(?!=)")
+    found = [f"{path.name}: {m.group(0)}" for path in sorted(engine_dir.glob("*.py")) if path.name != "call.py"
+             for m in assignment.finditer(path.read_text(encoding="utf-8"))]
+    assert found == []
