@@ -8,24 +8,27 @@
 For each request pulled (lazily, never more than `window` ahead of the
 outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
-alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
+alias's endpoints (engine/dispatch.py starts it when the endpoint's gate,
+engine/gate.py, admits it).
 A request's own switches (engine/requests.py): `stream` (the provider streams
 the reply, when it can, and the result carries its timings), `cache_read=False`
 (no lookup and no joining: a call of its own, which nobody joins either) and
 `cache_write=False` (the reply is not stored). Each outcome of a call says how
 long it was queued before its first send (`queued`) and when its last attempt
 was sent (`sent_at`); one from the cache has neither, nor timings.
-A failed attempt of a retryable kind is queued again after a backoff
-(engine/retry.py) when the endpoint's pacing allows it (engine/pacing.py: 429s
-have their own allowance of attempts and a capped wait, the endpoint's
-max_retry_after, reported when applied); a call that fails for good yields its
-error and the run goes on. Only successful replies are cached, handed to the
-cache as results (the record format is the cache's own).
+Whether a failed attempt is tried again, and when, is the endpoint's gate's
+decision (engine/gate.py: 429s have their own allowance of attempts and a
+capped wait; an endpoint whose calls keep failing for good is given up); the
+engine only settles the calls the gate is done with (`attempt_done`): a call
+that fails for good yields its error and the run goes on. Only successful
+replies are cached, handed to the cache as results (the record format is the
+cache's own).
 
 Every call ends: whatever raises in an attempt's life (the provider, its
 usage, pricing, the limiter, the cache hand-off, a retry timer), the endpoint
 slot is released and the call settled with a classified error or queued again
-(`_attempt`, `_after_reply`, and `_after_attempt` as the last guard).
+(engine/dispatch.py `_attempt`, `_attempt_ended`, and `_after_attempt` as the
+last guard; `attempt_done` here).
 
 User errors stop the stream by raising `ConfigError` from it: an unknown model
 alias, or an endpoint whose API key variable is unset (checked when the first
