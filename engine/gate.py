@@ -27,8 +27,8 @@ capped (and reported).
 A dead endpoint: when DOWN_AFTER calls in a row failed for good with a fault
 of the endpoint (ENDPOINT_FAULTS: 5xx, timeouts, refused connections, auth,
 crashed workers) and no reply in between said the endpoint works (a
-success, or a refusal of one call such as prompt_too_long; 429s neither
-count nor clear), the endpoint is down: its waiting calls and any later
+success, or a refusal of one call such as prompt_too_long; 429s and bad
+replies neither count nor clear), the endpoint is down: its waiting calls and any later
 ones are refused unsent (`admit` says Refuse, `observe` allows no retry),
 announced once, while the other endpoints go on. Each of those calls used
 its whole allowance of attempts first (max_attempts, with backoff), so a
