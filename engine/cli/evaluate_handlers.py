@@ -94,7 +94,7 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
     args.started = utc_now()
-    args.configuration = _configuration(args, config, book, default_run)
+    args.configuration = _configuration(args, _described(config, models, _settings(args)), book, default_run)
     args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
     args.previous = None
     if not args.dry_run:
@@ -137,6 +137,21 @@ def _settings(args: argparse.Namespace) -> RequestSettings | None:
     return RequestSettings(temperature=args.temperature, max_tokens=args.max_tokens)
 
 
+def _described(config: Config, models: list[str], settings: RequestSettings | None) -> Config:
+    """The config as the run's records (configuration, provenance) describe
+    it: the answering models' params with the run's settings, as they were
+    sent. A copy: the engine's config is left as it is."""
+    if settings is None:
+        return config
+    given = {k: v for k, v in (("temperature", settings.temperature), ("max_tokens", settings.max_tokens))
+             if v is not None}
+    described = dataclasses.replace(config, models=dict(config.models))
+    for name in models:
+        alias = described.alias(name)
+        described.models[name] = dataclasses.replace(alias, params={**alias.params, **given})
+    return described
+
+
 def _configuration(args: argparse.Namespace, config: Config, book: Book, default_run: bool) -> dict[str, Any]:
     return configuration(
         config, book=str(Path(book.path).resolve()) if book.path is not None else str(book.name),
@@ -168,11 +183,10 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
 
 def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
     jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], [A.IN_CONTEXT] + ([A.RAG_PARAGRAPH] if rag_ok else []),
-                              settings=_settings(args))
+                              settings=_settings(args))  # the answering model's (the local one keeps its own)
     if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
-        jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n},
-                                   settings=_settings(args))
+        jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
     elif rag_ok:
         _note(f"llama-cpp-python is not installed: {LOCAL_LLM} is left out (pip install 'tulving-bench[local]')")
     return jobs
@@ -346,7 +360,9 @@ def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, 
     """run.json's configuration, provenance and spending over every invocation of the run."""
     run["configuration"] = args.configuration
     models = [*(j.model for j in jobs), args.judge, *([run["embed_model"]] if run.get("embed_model") else [])]
-    run["provenance"] = provenance(config, models, argv=command_line(), started=args.started, ended=utc_now(),
+    settings = next((j.settings for j in jobs if j.settings is not None), None)
+    described = _described(config, [j.model for j in jobs if j.settings is not None], settings)
+    run["provenance"] = provenance(described, models, argv=command_line(), started=args.started, ended=utc_now(),
                                    cache=getattr(args, "cache", None))
     previous = args.previous or {}
     run["invocations"] = int(previous.get("invocations", 1)) + 1 if args.previous else 1
