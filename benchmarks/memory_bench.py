@@ -1,4 +1,5 @@
-"""Peak memory of a big book in context through the built-in reader (issue 23).
+"""Peak memory of a big book in context: through the built-in reader, and
+through many models served over HTTP, every call answered or every call refused.
 
 Each case runs in its own subprocess (peak RSS is a high-water mark): every
 question of the book answered in-context by builtin:reader and judged by
@@ -20,6 +21,15 @@ book's questions selected 10 per (template, bin) instead of 5.
 Prints, per case: the book's size in MB and tokens, the questions, the RSS
 after loading the book and building its questions (the baseline), the peak
 RSS of the whole run and the wall time.
+
+    python benchmarks/memory_bench.py --models 1,10 [--questions 40]
+
+The same 4,000-event book (1M tokens) in context for each of N models (1 and
+10), served by the loopback server (its own process: only the engine's
+memory counts), judged by builtin:judge; once with every call answered, once
+with a server whose context (50k tokens) refuses every prompt
+(prompt_too_long). Goal: peak RSS within 600 MB whatever N and whatever the
+calls' fate, printed beside the one-model figure of the same run.
 """
 from __future__ import annotations
 
@@ -35,6 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 ARTIFACTS = ROOT / "benchmarks" / "artifacts"
 BOOKS = {2000: ("memory-book-2000", []), 4000: ("memory-book-4000", ["--uniform"])}
 GOAL_MB = 600
@@ -92,6 +103,61 @@ async def child(folder: str, n: int) -> dict[str, float]:
             "answered": answered, "baseline_mb": baseline, "peak_mb": peak_rss_mb(), "wall": wall}
 
 
+async def child_models(folder: str, n: int, models: int, base_url: str) -> dict[str, float]:
+    """`child`, through `models` aliases of one loopback endpoint."""
+    from engine.benchmark.evaluation import pipeline
+    from engine.benchmark.generation.published import load_book
+    from engine.config import Config
+    from engine.scheduler import Engine
+
+    book = load_book(folder)
+    questions = questions_of(book, n)
+    baseline = peak_rss_mb()
+    names = [f"model-{i}" for i in range(models)]
+    jobs = pipeline.plan_jobs(questions, names, ["in-context"])
+    with tempfile.TemporaryDirectory() as tmp:
+        toml = Path(tmp) / "tulving.toml"  # the built-in models (the judge) and the loopback's
+        toml.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{base_url}"\nmax_concurrency = 16\n'
+                        'max_attempts = 2\ntimeout = 600.0\n\n'
+                        + "".join(f'[models.{name}]\nendpoint = "loop"\nmodel = "{name}"\n'
+                                  'params = {max_tokens = 32}\n\n' for name in names))
+        config = Config.load(toml)
+        start = time.perf_counter()
+        async with Engine(config, cache_path=str(Path(tmp) / "cache.sqlite")) as engine:
+            ev = await pipeline.evaluate(engine, config, book, questions, jobs, judge="builtin:judge")
+        wall = time.perf_counter() - start
+    answered = sum(not r.answer_error for r in ev.records)
+    return {"book_mb": len(book.text.encode()) / 1e6, "tokens": book.n_tokens, "questions": len(questions),
+            "answered": answered, "calls": len(ev.records), "baseline_mb": baseline, "peak_mb": peak_rss_mb(),
+            "wall": wall}
+
+
+def run_models_case(models: int, n: int, refuse: bool) -> dict[str, float]:
+    """One many-models case in its own process, against its own loopback server."""
+    from engine_bench import ServerProcess
+
+    folder = book_folder(4000)
+    names = ",".join(f"model-{i}" for i in range(models))
+    server_args = ["--models", names, "--tokens", "cheap", "--latency-ms", "50"]
+    if refuse:
+        server_args += ["--context-tokens", "50000"]
+    with ServerProcess(*server_args) as server:
+        out = subprocess.run([sys.executable, __file__, "--child-models", str(folder), str(n), str(models),
+                              server.base_url], cwd=ROOT, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def models_table(counts: list[int], n: int) -> None:
+    print(f"in-context, 4,000-event book, {n} questions per model, loopback server (own process, 50 ms), "
+          f"builtin:judge, fresh cache; goal: peak <= {GOAL_MB} MB whatever the models and the calls' fate")
+    print(f"{'models':>6} {'calls':>10} {'answered':>8} {'after load MB':>13} {'peak RSS MB':>11} {'wall s':>7}")
+    for refuse in (False, True):
+        for models in counts:
+            r = run_models_case(models, n, refuse)
+            print(f"{models:>6} {'refused' if refuse else 'answered':>10} {r['answered']:>8} "
+                  f"{r['baseline_mb']:>13.0f} {r['peak_mb']:>11.0f} {r['wall']:>7.1f}", flush=True)
+
+
 def run_case(events: int, n: int) -> dict[str, float]:
     folder = book_folder(events)
     out = subprocess.run([sys.executable, __file__, "--child", str(folder), str(n)], cwd=ROOT, check=True,
@@ -103,10 +169,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="2000:312,2000:623,4000:343,4000:686",
                         help="EVENTS:QUESTIONS,... (default %(default)s)")
+    parser.add_argument("--models", help="N1,N2,...: the many-models cases instead (e.g. 1,10)")
+    parser.add_argument("--questions", type=int, default=40, help="questions per model in --models cases")
     parser.add_argument("--child", nargs=2, metavar=("BOOK", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-models", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(child(args.child[0], int(args.child[1])))))
+        return
+    if args.child_models:
+        folder, n, models, base_url = args.child_models
+        print(json.dumps(asyncio.run(child_models(folder, int(n), int(models), base_url))))
+        return
+    if args.models:
+        models_table([int(x) for x in args.models.split(",")], args.questions)
         return
     print(f"in-context, builtin:reader + builtin:judge, fresh cache; goal: peak <= {GOAL_MB} MB, flat in questions")
     print(f"{'events':>6} {'book MB':>7} {'tokens':>9} {'questions':>9} {'after load MB':>13} "

@@ -607,3 +607,30 @@ class BatchWaiting:
         await asyncio.sleep(0)
         if delivered and p.ledger is not None and await p.host.committed():
             await p.ledger.settled_stored(watch.id, delivered)
+
+
+class Parking:
+    """Requests waiting on calls a provider holds in a queue of its own (a
+    batch): the engine's pull window does not count them, up to MAX_REQUESTS
+    and MAX_CHARS of prompt, so a whole round of calls reaches one batch
+    instead of a window's worth (the batch goes out once the streams stop
+    feeding it). The engine parks a request when it starts waiting on such a
+    call and unparks it when the call settles or its stream ends."""
+
+    MAX_REQUESTS = 100_000
+    MAX_CHARS = 512_000_000
+
+    __slots__ = ("requests", "chars")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.chars = 0
+
+    def park(self, chars: int, sign: int = 1) -> None:
+        """One request of `chars` prompt characters waits (sign 1), or no longer (-1)."""
+        self.requests += sign
+        self.chars += sign * chars
+
+    def room(self) -> tuple[int, int]:
+        """(requests, prompt characters) the pull window may hold beyond its own."""
+        return min(self.requests, self.MAX_REQUESTS), min(self.chars, self.MAX_CHARS)

@@ -30,7 +30,7 @@ from typing import Any
 from cache.backend import ResponseStore
 from engine.batching_mode import batch_endpoint
 from engine.config import Config, ModelAlias
-from engine.requests import EmbedRequest, Request
+from engine.requests import UNLIMITED_OUTPUT_TOKENS, EmbedRequest, Request, output_tokens_allowed
 from engine.resolve import Resolved, resolve
 from engine.tokens import count_tokens
 from engine.warmup import prefix_key, prefix_parts
@@ -131,9 +131,7 @@ class Estimator:
             tokens, out = sum(map(self.count, r.request.texts)), 0
         else:
             tokens = extra + PER_MESSAGE_TOKENS * len(r.messages)
-            out = int(r.params.get("max_tokens") or r.params.get("max_completion_tokens") or 0)
-            if not out:  # no limit sent (reasoning models, the reference's Gemini calls): assume the paper's
-                out = UNLIMITED_OUTPUT_TOKENS
+            out = output_tokens_allowed(r.params)  # no limit sent: the paper's max_tokens
             if r.prefix_end is not None:
                 key = prefix_key(alias.model, r.messages, r.prefix_end)
                 shared = self._prefixes.get(key)
@@ -231,9 +229,6 @@ def band_cell(bands: set[str]) -> str:
     labels = sorted(label or "list" for label in bands)
     return "+".join(labels) if labels else "-"
 
-
-# The output assumed for a call sent without a token limit: the paper's max_tokens.
-UNLIMITED_OUTPUT_TOKENS = 4096
 ESTIMATE_NOTE = ("tokens counted offline (cl100k_base); output at max_tokens, an upper bound (replies are "
                  f"usually shorter), or {UNLIMITED_OUTPUT_TOKENS:,} for calls sent without a limit (reasoning "
                  "tokens can exceed it); batch: the batch discount on calls to endpoints whose kind has a batch "

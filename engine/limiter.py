@@ -198,7 +198,7 @@ class EndpointLimits:
     Anthropic limit each model, or model class, apart)."""
 
     __slots__ = ("requests", "input_tokens", "output_tokens", "tokens", "learned", "learned_rates", "_windows",
-                 "_burst", "_buckets", "_charges", "_learned_charges", "input_ratio")
+                 "_burst", "_buckets", "_charges", "_learned_charges", "input_ratio", "limited")
 
     def __init__(self, spec: EndpointSpec, *, burst_seconds: float | None = None, now: float = 0.0):
         if burst_seconds is None:
@@ -239,10 +239,9 @@ class EndpointLimits:
             ("requests", self.requests), ("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens),
             ("tokens", self.tokens)) if b is not None]
         self._buckets = [c[0] for c in self._charges]
+        # any limit configured or learned (read before every call: an attribute, not a property)
+        self.limited = bool(self._buckets) or bool(self.learned)
 
-    @property
-    def limited(self) -> bool:
-        return bool(self._buckets) or bool(self.learned)
 
     def delay(self, input_tokens: int, output_tokens: int, now: float, model: str | None = None) -> float:
         """Seconds until one request of this size (to `model`) fits every limit."""
@@ -302,6 +301,7 @@ class EndpointLimits:
                 bucket.sync_remaining(remaining, now)
         if changed:
             self.learned[model] = buckets
+            self.limited = True
             self.learned_rates.setdefault(model, {}).update(changed)
             self._learned_charges[model] = [(b, *_WEIGHTS[name]) for name, b in buckets.items()]
         return changed

@@ -2,9 +2,10 @@
 
 `Pacing` is driven by its caller with an explicit `now` and no clock, task or
 I/O of its own (aiolimiter's spirit), so every rule below is a unit test away
-(tests/test_pacing.py). The dispatcher (engine/dispatch.py) holds one per
-endpoint and asks it; the engine asks it whether and when a failed call is
-tried again (`retry`).
+(tests/test_pacing.py). Each endpoint's gate (engine/gate.py) holds one, tells
+it every reply and 429, and asks it for the pause, the share of the rate and
+the concurrency cap in force; whether a failed call is tried again is the
+gate's own decision.
 
 After a 429 (`on_rate_limited`): the call itself waits the server's
 retry-after (capped at the endpoint's max_retry_after); the whole endpoint
@@ -19,17 +20,11 @@ replies that follow it (`on_reply`): kept only if it lowered the 429 share
 beyond chance, undone otherwise, after which 429s at that share slow nothing
 down for IGNORE_SECONDS (429s not caused by our speed -- another process on
 the account, a provider's bad minute -- must not starve the run).
-
-429s are the provider's pacing, not a fault of the call: they have their own,
-larger allowance of attempts (RATE_LIMITED_ATTEMPTS), apart from the
-endpoint's max_attempts for other errors.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine.limiter import EndpointLimits, LeakyBucket
@@ -57,10 +52,6 @@ TOO_FAST_SHARE = 0.5         # a 429 share this high is our speed: a running tri
 TOO_FAST_EVIDENCE = 10       # ... over this many replies (over 4, 30% random 429s reach it a third of the time)
 ALL_429S = 0.9               # ... or over 4 replies this share (30% random 429s: 4 of 4 one time in 120)
 MIN_PAUSE_EVIDENCE = 4       # replies needed to judge (with none known at all, a 429 pauses)
-# Attempts a call may spend on 429s, counted apart from max_attempts for other errors.
-RATE_LIMITED_ATTEMPTS = 12
-# Longest back-off of a call after a 429 that names no wait.
-UNNAMED_429_RETRY_CAP = 2.0
 
 
 class _Trial(NamedTuple):
@@ -73,16 +64,6 @@ class _Trial(NamedTuple):
     concurrency: int
 
 
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Whether a failed call is tried again, and when."""
-
-    allowed: bool
-    delay: float = 0.0               # seconds before the next attempt (when allowed)
-    wait: float | None = None        # the server's retry-after, capped at max_retry_after
-    asked: float | None = None       # the server's 429 retry-after, when longer than the cap (to report)
-
-
 def _clearly_lower(after: float, n_after: int, before: float, n_before: int) -> bool:
     """Whether the 429 share `after` a slow-down is lower than `before` beyond
     chance (a one-sided two-proportion z-test at KEPT_Z)."""
@@ -93,32 +74,6 @@ def _clearly_lower(after: float, n_after: int, before: float, n_before: int) -> 
 
 def _share(replies: list[bool]) -> float:
     return sum(replies) / len(replies) if replies else 0.0
-
-
-def retry(*, rate_limited: bool, retryable: bool, retry_after: float | None, attempts: int, limited_attempts: int,
-          max_attempts: int, max_retry_after: float, backoff: Callable[[int, float | None], float]) -> Retry:
-    """Whether a call whose latest attempt failed is tried again, and after
-    how long. `attempts` counts every attempt, `limited_attempts` those
-    answered 429; `backoff(n, wait)` is the retry policy's delay after the
-    n-th failure. A server's wait is capped at `max_retry_after`."""
-    asked = None
-    if retry_after is not None and retry_after > max_retry_after:
-        asked = retry_after if rate_limited else None  # a capped 429 wait is reported
-        retry_after = max_retry_after
-    if rate_limited:  # `retryable` False: the server said not to (x-should-retry: false)
-        allowed = retryable and limited_attempts < max(max_attempts, RATE_LIMITED_ATTEMPTS)
-        nth = limited_attempts
-    else:
-        nth = attempts - limited_attempts
-        allowed = retryable and nth < max_attempts
-    if not allowed:
-        return Retry(False, wait=retry_after, asked=asked)
-    delay = backoff(max(1, nth), retry_after)
-    if rate_limited and retry_after is None:
-        # No wait named: the endpoint's pause and slow-down handle a real
-        # overload; the call itself backs off a bounded time.
-        delay = min(delay, UNNAMED_429_RETRY_CAP)
-    return Retry(True, delay, retry_after, asked)
 
 
 class Pacing:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from providers.base import BAD_REPLY, ProviderError, Result
@@ -18,6 +18,11 @@ from providers.base import BAD_REPLY, ProviderError, Result
 # only for a call its provider holds (Provider.holds_calls), which records it
 # under that key: a batch line's custom_id and the batch ledger's key.
 CALL_KEY: ContextVar[str | None] = ContextVar("tulving_call_key", default=None)
+
+# Output tokens assumed for a chat call sent without a token limit (reasoning
+# models, calls that set none): the paper's max_tokens. What the budget and the
+# rate limits reserve, and what the cost estimate counts.
+UNLIMITED_OUTPUT_TOKENS = 4096
 
 Message = Mapping[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
@@ -49,6 +54,34 @@ class ChatRequest:
     # request shares with others ends (a book before its question). Providers
     # that cache prompts cache it, and the engine warms it first (engine/warmup.py).
     prefix_end: tuple[int, int] | None = None
+
+
+def output_tokens_allowed(params: Mapping[str, object]) -> int:
+    """The most output tokens a chat call with these (resolved) parameters
+    may produce: its max_tokens (or max_completion_tokens), else
+    UNLIMITED_OUTPUT_TOKENS. The one reading of the limit: the engine's
+    reservations, the cost estimate and the dry run use it."""
+    limit = params.get("max_tokens") or params.get("max_completion_tokens")
+    return int(limit) if isinstance(limit, (int, float)) and limit > 0 else UNLIMITED_OUTPUT_TOKENS
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """Settings a run gives its answering requests (`tulving run --temperature
+    / --max-tokens`): they travel on each request, over the alias's params
+    (the cache key, the estimate and the provenance see them as the request's
+    own), and the loaded config is left as it is."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    def apply(self, request: ChatRequest) -> ChatRequest:
+        """`request` with these settings where it sets none of its own."""
+        temperature = self.temperature if request.temperature is None else request.temperature
+        max_tokens = self.max_tokens if request.max_tokens is None else request.max_tokens
+        if temperature == request.temperature and max_tokens == request.max_tokens:
+            return request
+        return replace(request, temperature=temperature, max_tokens=max_tokens)
 
 
 @dataclass(frozen=True, slots=True)

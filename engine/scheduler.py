@@ -8,24 +8,27 @@
 For each request pulled (lazily, never more than `window` ahead of the
 outcomes yielded): resolve the alias, look the cache up in batches, yield hits
 at once, join an identical call already in flight, or queue a new call for the
-alias's endpoints (engine/dispatch.py starts it under the endpoint's limits).
+alias's endpoints (engine/dispatch.py starts it when the endpoint's gate,
+engine/gate.py, admits it).
 A request's own switches (engine/requests.py): `stream` (the provider streams
 the reply, when it can, and the result carries its timings), `cache_read=False`
 (no lookup and no joining: a call of its own, which nobody joins either) and
 `cache_write=False` (the reply is not stored). Each outcome of a call says how
 long it was queued before its first send (`queued`) and when its last attempt
 was sent (`sent_at`); one from the cache has neither, nor timings.
-A failed attempt of a retryable kind is queued again after a backoff
-(engine/retry.py) when the endpoint's pacing allows it (engine/pacing.py: 429s
-have their own allowance of attempts and a capped wait, the endpoint's
-max_retry_after, reported when applied); a call that fails for good yields its
-error and the run goes on. Only successful replies are cached, handed to the
-cache as results (the record format is the cache's own).
+Whether a failed attempt is tried again, and when, is the endpoint's gate's
+decision (engine/gate.py: 429s have their own allowance of attempts and a
+capped wait; an endpoint whose calls keep failing for good is given up); the
+engine only settles the calls the gate is done with (`attempt_done`): a call
+that fails for good yields its error and the run goes on. Only successful
+replies are cached, handed to the cache as results (the record format is the
+cache's own).
 
 Every call ends: whatever raises in an attempt's life (the provider, its
 usage, pricing, the limiter, the cache hand-off, a retry timer), the endpoint
 slot is released and the call settled with a classified error or queued again
-(`_attempt`, `_after_reply`, and `_after_attempt` as the last guard).
+(engine/dispatch.py `_attempt`, `_attempt_ended`, and `_after_attempt` as the
+last guard; `attempt_done` here).
 
 User errors stop the stream by raising `ConfigError` from it: an unknown model
 alias, or an endpoint whose API key variable is unset (checked when the first
@@ -35,12 +38,15 @@ cancelled. A caller that stops iterating early should close the stream
 (`contextlib.aclosing(engine.stream(...))`) so its calls are cancelled at
 once rather than when the generator is collected.
 
-Memory stays bounded whatever the number of requests: at most `window`
-requests (default 2 x the concurrency of the endpoints in use, 16..4096) and
-MAX_PENDING_CHARS prompt characters are held: pulled ahead of the outcomes
+Memory stays bounded whatever the number of requests and of streams: at
+most `window` requests per stream (default 2 x the concurrency of the
+endpoints in use, 16..4096) and MAX_PENDING_CHARS prompt characters over all
+the engine's streams (a run streams each model and mode apart: ten models
+must not hold ten budgets of books) are held: pulled ahead of the outcomes
 yielded, or waiting for the cache's writer (its backlog counts against the
 same budget); and no more are pulled while the writer still holds more than
-MAX_CACHE_BACKLOG_CHARS of request text to store.
+MAX_CACHE_BACKLOG_CHARS of request text to store. A stream with nothing
+pending always pulls one request, so none starves.
 Costs: `max_cost` (USD) refuses, with a "budget" error, any uncached call whose
 worst-case cost (prompt estimate + max_tokens) would take spending plus the
 calls in flight past it; cached requests still yield.
@@ -53,31 +59,35 @@ import dataclasses
 import itertools
 import logging
 import operator
+import shlex
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Hashable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cache.backend import ResponseStore, open_cache, open_spending_ledger
 from engine import gc_tuning
+from engine.batching import Parking
 from engine.batching_mode import Batching
 from engine.budget import Budget
+from engine.call import AttemptOutcome, Job
 from engine.config import Config
-from engine.dispatch import AttemptOutcome, EndpointState, Job, Pool
+from engine.dispatch import EndpointState, Pool
+from engine.gate import ENDPOINT_FAULTS
 from engine.progress import RunProgress
-from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, cached_outcome
+from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, cached_outcome, output_tokens_allowed
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from engine.spending_feed import SpendingFeed
 from engine.warmup import MIN_PREFIX_CHARS, Warmup, prefix_chars, prefix_key, prefix_parts
-from providers.base import BAD_REPLY, RATE_LIMITED, EndpointSpec, Provider, ProviderError, Result
+from providers.base import BAD_REPLY, EndpointSpec, Provider, ProviderError, Result
 from providers.kinds import make_provider
 
 log = logging.getLogger(__name__)
 
-# Output tokens reserved for a call that sets no max_tokens (reasoning models).
-DEFAULT_OUTPUT_RESERVE = 4096
 # Tokens of chat formatting per message, added to the prompt estimate.
 _PER_MESSAGE_TOKENS = 4
 # Pulled-but-not-yielded requests: 2 x the concurrency of the endpoints in use,
@@ -90,15 +100,8 @@ MAX_WINDOW = 4096
 # provider's latency) it all goes to requests pulled ahead, which bounds how
 # many book-sized prompts are in flight at once.
 MAX_PENDING_CHARS = 64_000_000
-# Calls a provider holds in a queue of its own (Provider.holds_calls: a batch
-# API) do not count against the window (a whole round must reach one batch),
-# up to these bounds.
-MAX_PARKED = 100_000
-MAX_PARKED_CHARS = 512_000_000
 # Request text the cache's writer may have queued before pulling more requests waits for it.
 MAX_CACHE_BACKLOG_CHARS = 64_000_000
-# A retry waiting this long (or longer) is announced on stderr.
-NOTICE_WAIT = 5.0
 
 
 @dataclass(slots=True)
@@ -133,6 +136,13 @@ class EngineStats:
         return d
 
 
+def rerun_command() -> str:
+    """What resumes this run: the command line, when it is the `tulving` command."""
+    if Path(sys.argv[0]).name in ("tulving", "__main__.py") and len(sys.argv) > 1:
+        return f"`{shlex.join(['tulving', *sys.argv[1:]])}`"
+    return "the same command"
+
+
 def _alive(job: Job) -> bool:
     return not job.cancelled
 
@@ -145,7 +155,7 @@ def _charge_warm_prefix(job: Job, provider: Provider) -> None:
     if provider.cache_reads_count_toward_limits or r.messages is None or r.prefix_end is None:
         return
     prefix = sum(provider.count_tokens(text) for _, text in prefix_parts(r.messages, r.prefix_end))
-    job.limit_input = max(1, job.input_estimate - prefix)
+    job.charge_input(job.input_estimate - prefix)
 
 
 def _copy_result(result: Result) -> Result:
@@ -198,16 +208,15 @@ class Engine:
         self._heartbeat: asyncio.Future[None] | None = None  # the line's clock while nothing arrives
         self._opened_at = time.monotonic()
         self._closed = False
-        self._timers: set[asyncio.TimerHandle] = set()
         self._gc_tuned = False
         self._notices: dict[Hashable, float] = {}
-        self._retry_waiting = 0  # calls sleeping before their next attempt
+        self.rerun_command = rerun_command()  # said when an endpoint is down
         # `batch`: chat calls go through the batch API of endpoints whose kind
         # has one (engine/batching_mode.py chooses the provider of each endpoint).
         self.batch = batch
         self._batching: Batching | None = None
-        self._parked = 0            # requests waiting on calls their provider holds (Job.held)
-        self._parked_chars = 0
+        self._parking = Parking()   # requests waiting on calls their provider holds (Job.held)
+        self._pending_chars = 0     # prompt characters pulled by all streams and not yielded yet
         self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
         self._streams_waiting = 0
         self._warmup: Warmup[Job] = Warmup()  # calls sharing a prompt prefix wait for the first to warm the provider's cache
@@ -247,15 +256,11 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        for timer in self._timers:
-            timer.cancel()
         for wait in self._claim_waits:
             wait.cancel()
         self._claimed_elsewhere.clear()
         for job in list(self._inflight.values()):
-            job.cancelled = True
-            if job.task is not None:
-                job.task.cancel()
+            job.cancel()
         tasks = [j.task for j in self._inflight.values() if j.task is not None]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -302,6 +307,11 @@ class Engine:
             counters = self._batching.counters()
             stats.batches, stats.batches_resumed = counters["batches"], counters["batches_resumed"]
             stats.batched_calls = counters["batched_calls"]
+        endpoints = self._endpoints.values()
+        stats.calls = sum(ep.attempts for ep in endpoints)
+        stats.retries = sum(ep.gate.retries for ep in endpoints)
+        stats.rate_limited = sum(ep.gate.rate_limited for ep in endpoints)
+        stats.retry_after_capped = sum(ep.gate.retry_after_capped for ep in endpoints)
         stats.learned_limits = {name: {model: dict(rates) for model, rates in ep.learned_limits.items()}
                                 for name, ep in self._endpoints.items() if ep.learned_limits}
         return stats
@@ -319,7 +329,7 @@ class Engine:
             provider = make_provider(spec, key)
             if self._batching is not None:  # the one place a call's way is chosen: direct or by batch
                 provider = self._batching.provider(provider, spec, key)
-            ep = EndpointState(spec, provider, self, self._budget)
+            ep = EndpointState(spec, provider, self, self._budget, self.retry_policy)
             self._endpoints[spec.name] = ep
             ep.start()
         return ep
@@ -371,7 +381,9 @@ class Engine:
         try:
             while True:
                 if not exhausted and sink.empty():
-                    pulled = await self._refill(source, is_async, sink, pending, pending_chars)
+                    # the character budget is the engine's, over all its streams (one per model
+                    # and mode in a run): each pulling its own would hold a share per stream
+                    pulled = await self._refill(source, is_async, sink, pending, self._pending_chars)
                     if pulled is not None:
                         pending, pending_chars = pending + pulled[0], pending_chars + pulled[1]
                         exhausted, hits = pulled[2], pulled[3]
@@ -379,7 +391,9 @@ class Engine:
                         # (handed over here, not through the sink: no queue round trip).
                         if hits:
                             ended = _drain(sink)
-                            pending, pending_chars = pending - len(ended), pending_chars - _chars_of(ended)
+                            done_chars = _chars_of(ended)
+                            pending, pending_chars = pending - len(ended), pending_chars - done_chars
+                            self._pending_chars -= done_chars
                             yield ended + hits if ended else hits
                         continue
                 if pending == 0:
@@ -395,10 +409,13 @@ class Engine:
                     ended = [first, *_drain(sink)]
                 else:
                     ended = _drain(sink)
-                pending, pending_chars = pending - len(ended), pending_chars - _chars_of(ended)
+                done_chars = _chars_of(ended)
+                pending, pending_chars = pending - len(ended), pending_chars - done_chars
+                self._pending_chars -= done_chars
                 yield ended
         finally:
             self._streams_open -= 1
+            self._pending_chars -= pending_chars
             self._abandon(sink)
 
     def _counted(self, outcome: Outcome, progress: RunProgress) -> Outcome:
@@ -508,9 +525,10 @@ class Engine:
         # Calls sleeping before a retry do not hold the window: 30% of 429s
         # must not starve the endpoint of new calls; nor do calls their
         # provider holds (Job.held).
-        held = min(self._parked, MAX_PARKED)
-        max_chars = MAX_PENDING_CHARS + min(self._parked_chars, MAX_PARKED_CHARS)
-        room = window + min(self._retry_waiting, window) + held - pending
+        held, held_chars = self._parking.room() if self._parking.requests else (0, 0)
+        max_chars = MAX_PENDING_CHARS + held_chars
+        retry_waiting = sum(ep.retry_waiting for ep in self._endpoints.values())
+        room = window + min(retry_waiting, window) + held - pending
         # Prompts answered but not yet stored are held in memory as much as
         # those pulled ahead: the writer's backlog takes its share of the budget.
         cache = self._cache
@@ -519,28 +537,35 @@ class Engine:
         if room < max(1, window // 4) or (pending_chars + backlog >= max_chars and pending != 0):
             return None
         # Nothing pending: wait for the writer when its backlog alone fills the budget.
-        room_for_backlog = min(MAX_CACHE_BACKLOG_CHARS, max_chars - pending_chars - 1)
+        room_for_backlog = max(0, min(MAX_CACHE_BACKLOG_CHARS, max_chars - pending_chars - 1))
         if cache is not None and backlog > room_for_backlog:
             await cache.wait_for_room(room_for_backlog)
             backlog = cache.backlog_chars
-        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - pending_chars - backlog)
-        hits, hit_chars = await self._submit(chunk, sizes, sink) if chunk else ([], 0)
+        chunk, sizes, exhausted = await self._pull(source, is_async, room, max_chars - backlog)
+        try:
+            hits, hit_chars = await self._submit(chunk, sizes, sink) if chunk else ([], 0)
+        except BaseException:
+            self._pending_chars -= sum(sizes)  # never pending: the stream ends with the error
+            raise
+        self._pending_chars -= hit_chars  # answered by the cache: not pending
         return len(chunk) - len(hits), sum(sizes) - hit_chars, exhausted, hits
 
-    async def _pull(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, limit: int, char_budget: int
+    async def _pull(self, source: AsyncIterator[Request] | Iterator[Request], is_async: bool, limit: int, max_chars: int
                     ) -> tuple[list[Request], list[int], bool]:
-        """Up to `limit` requests holding up to `char_budget` prompt characters
-        (at least one); returns (requests, the characters of each, exhausted)."""
+        """Up to `limit` requests while the engine's streams hold fewer than
+        `max_chars` prompt characters (at least one); returns (requests, the
+        characters of each, exhausted). Each is counted in the engine's
+        pending characters as it is pulled: streams pulling at the same time
+        (their pulls wait on the cache) see each other's at once."""
         chunk: list[Request] = []
         sizes: list[int] = []
-        chars = 0
         try:
-            while len(chunk) < limit and (chars < char_budget or not chunk):
+            while len(chunk) < limit and (self._pending_chars < max_chars or not chunk):
                 r = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr,arg-type]  # is_async says which
                 chunk.append(r)
                 size = _request_chars(r)
                 sizes.append(size)
-                chars += size
+                self._pending_chars += size
         except (StopIteration, StopAsyncIteration):
             return chunk, sizes, True
         return chunk, sizes, False
@@ -579,7 +604,7 @@ class Engine:
                 continue
             job = inflight.get(r.key)
             if job is not None:
-                job.waiters.append((r.request, sink))
+                job.join(r.request, sink)
                 self._stats.deduplicated += 1
                 if job.held:
                     self._park(r.request, 1)
@@ -639,7 +664,7 @@ class Engine:
         if job is None:
             self._queue_new(r, sink, taken)
         else:
-            job.waiters.append((r.request, sink))
+            job.join(r.request, sink)
             self._stats.deduplicated += 1
 
     def _queue_new(self, r: Resolved, sink: asyncio.Queue[Outcome], taken: float) -> None:
@@ -647,8 +672,7 @@ class Engine:
         provider = pool.endpoints[0].provider
         if r.messages is not None:
             input_est = sum(provider.count_tokens(m["content"]) + _PER_MESSAGE_TOKENS for m in r.messages)
-            output_est = int(r.params.get("max_tokens") or r.params.get("max_completion_tokens")
-                             or DEFAULT_OUTPUT_RESERVE)
+            output_est = output_tokens_allowed(r.params)
         else:
             request = r.request
             assert isinstance(request, EmbedRequest)  # no messages: an embedding request
@@ -657,16 +681,16 @@ class Engine:
         prompt = None
         if pool.prefix_order and r.messages is not None:
             prompt = tuple(itertools.chain.from_iterable((m["role"], m["content"]) for m in r.messages))
+        # A call its provider holds in a queue of its own (a batch) gets no
+        # warm-up call first (it would wait for the provider's whole queue);
+        # the providers' prompt caches serve batches on a best-effort basis.
+        held = r.messages is not None and provider.holds_calls
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
-                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken)
+                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken, held=held)
         # In flight under its cache key, for identical requests to join it;
         # one that reads no cache under a key of its own (nobody joins it).
         self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
-        if r.messages is not None and provider.holds_calls:
-            # No warm-up call first (it would wait for the provider's whole
-            # queue, a batch); the providers' prompt caches serve batches on a
-            # best-effort basis.
-            job.held = True
+        if held:
             self._park(r.request, 1)
         elif r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
                 prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
@@ -677,19 +701,28 @@ class Engine:
                 _charge_warm_prefix(job, provider)
         pool.push(job)
 
-    def _warmed(self, job: Job, ok: bool) -> None:
-        """A call ended for good: queue the calls its prefix held back."""
-        for held in self._warmup.finished(job, ok=ok, alive=_alive):
-            assert held.pool is not None  # set when it was created
+    def _warmed(self, job: Job, ok: bool, error: ProviderError | None = None) -> None:
+        """A call ended for good: queue the calls its prefix held back (all of
+        them when it succeeded; else the next, which warms it in its place).
+        A call failed by a fault of the endpoint (engine/gate.py
+        ENDPOINT_FAULTS) holds nothing back any more: its prefix cannot be
+        warmed there now, and calls failing one after the other would only
+        delay finding a dead endpoint by a whole allowance of attempts each."""
+        held = self._warmup.finished(job, ok=ok, alive=_alive)
+        if not ok and error is not None and error.kind in ENDPOINT_FAULTS:
+            while held:  # each next one warms in the other's place: take them all
+                nxt = held[0]
+                self._pool(nxt.resolved).push(nxt)
+                held = self._warmup.finished(nxt, ok=False, alive=_alive)
+            return
+        for nxt in held:
+            pool = self._pool(nxt.resolved)
             if ok:  # its prefix is warm now
-                _charge_warm_prefix(held, held.pool.endpoints[0].provider)
-            held.pool.push(held)
+                _charge_warm_prefix(nxt, pool.endpoints[0].provider)
+            pool.push(nxt)
 
     def _park(self, request: Request, sign: int) -> None:
-        """Count a request waiting on a call its provider holds (sign 1), or
-        no longer waiting (-1): the stream's window does not count them."""
-        self._parked += sign
-        self._parked_chars += sign * _request_chars(request)
+        self._parking.park(_request_chars(request), sign)
 
     # -- for providers that hold calls (batching.BatchHost) ------------------------------
     def feeding(self) -> bool:
@@ -710,29 +743,30 @@ class Engine:
         for key, waiting in list(self._claimed_elsewhere.items()):
             self._claimed_elsewhere[key] = [w for w in waiting if w[1] is not sink]
         for key, job in list(self._inflight.items()):
-            waiters = [w for w in job.waiters if w[1] is not sink]
-            if len(waiters) == len(job.waiters):
-                continue
             if job.held:
                 for request, its_sink in job.waiters:
                     if its_sink is sink:
                         self._park(request, -1)
-            job.waiters = waiters
-            if not waiters:
-                job.cancelled = True
-                del self._inflight[key]
-                if self._cache is not None:
-                    self._cache.release([job.resolved.key])
-                if job.task is not None:
-                    job.task.cancel()
-                self._warmed(job, ok=False)
+            if not job.leave(sink) or job.waiters:
+                continue
+            job.cancel()
+            del self._inflight[key]
+            if self._cache is not None:
+                self._cache.release([job.resolved.key])
+            self._warmed(job, ok=False)
 
     # -- called by the endpoint dispatchers (dispatch.CallOwner) -------------------------
     def attempt_done(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
-        """How an attempt ended: count, cache and settle the call, or queue it
-        again. Whatever raises here still settles the call: never a hang."""
+        """A call the endpoint's gate is done with: count, cache and settle it
+        (a result, a final error, or refused unsent). Whatever raises here
+        still settles the call: never a hang."""
         try:
-            self._handle_attempt(ep, job, outcome)
+            if outcome.error is None and outcome.result is not None:
+                assert outcome.usage is not None  # a reply without an error has its usage
+                self._succeeded(ep, job, outcome.result, outcome.usage, outcome.cost)
+            elif not job.cancelled:
+                self._stats.cost += outcome.cost  # billed without an answer (ProviderError.billed): spent all the same
+                self._settle(job, error=outcome.error, cost=outcome.cost, endpoint=ep.name if outcome.sent else None)
         except Exception as exc:  # noqa: BLE001 -- a broken step after the reply settles the call
             log.exception("engine: handling a reply from %s failed", ep.name)
             if not job.cancelled and job.waiters:
@@ -742,28 +776,6 @@ class Engine:
                     self._settle(job, error=ProviderError(BAD_REPLY, f"engine error after the reply: "
                                                                      f"{type(exc).__name__}: {exc}"),
                                  endpoint=ep.name)
-
-    def _handle_attempt(self, ep: EndpointState, job: Job, outcome: AttemptOutcome) -> None:
-        if not outcome.sent or outcome.final:  # refused unsent, or the engine itself failed: settle now
-            self._settle(job, error=outcome.error, endpoint=ep.name if outcome.sent else None)
-            return
-        if job.first_sent is None:
-            job.first_sent = outcome.started
-        job.last_sent = outcome.started
-        self._stats.calls += 1
-        self._after_reply(ep, job, outcome.started, outcome.result, outcome.error, outcome.usage, outcome.cost)
-
-    def _after_reply(self, ep: EndpointState, job: Job, start: float, result: Result | None,
-                     error: ProviderError | None, usage: tuple[int, int] | None, cost: float) -> None:
-        """Count, cache and settle a finished attempt, or queue it again."""
-        now = time.monotonic()
-        ep.record_reply(error is not None and error.kind == RATE_LIMITED, now, start)
-        if error is None:
-            assert usage is not None and result is not None  # a reply without an error has both
-            self._succeeded(ep, job, result, usage, cost)
-        elif not job.cancelled:
-            self._stats.cost += cost  # billed without an answer (ProviderError.billed): spent all the same
-            self._failed(ep, job, error, start, now, cost)
 
     def _succeeded(self, ep: EndpointState, job: Job, result: Result, usage: tuple[int, int], cost: float) -> None:
         r = job.resolved
@@ -784,50 +796,6 @@ class Engine:
             self._cache.release([r.key])
         if not job.cancelled:
             self._settle(job, result=result, cost=cost, endpoint=ep.name)
-
-    def _failed(self, ep: EndpointState, job: Job, error: ProviderError, start: float, now: float,
-                cost: float = 0.0) -> None:
-        """A failed attempt: the endpoint's pacing decides whether and when
-        the call is tried again (engine/pacing.py); counted and reported here."""
-        if error.kind == RATE_LIMITED:
-            self._stats.rate_limited += 1
-            job.rate_limited += 1
-        job.last_error = error
-        decision = ep.after_failure(job, error, now, start, self.retry_policy.delay)
-        if decision.asked is not None:
-            self.notice(f"{ep.name} asked to wait {decision.asked:,.0f} s before retrying (HTTP 429); "
-                        f"waiting {ep.spec.max_retry_after:g} s instead (max_retry_after)", key=("cap", ep.name))
-            self._stats.retry_after_capped += 1
-        delay = decision.delay
-        if decision.allowed and (job.deadline is None or now + delay < job.deadline):
-            self._stats.retries += 1
-            if delay >= NOTICE_WAIT:
-                until = time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
-                self.notice(f"waiting for {ep.name}: {error.kind}, retrying until {until} "
-                            f"({delay:.0f} s)", key=("wait", ep.name))
-            self._requeue_later(job, delay)
-            return
-        self._settle(job, error=error, cost=cost, endpoint=ep.name)
-
-    def _requeue_later(self, job: Job, delay: float) -> None:
-        loop = asyncio.get_running_loop()
-        timer: asyncio.TimerHandle | None = None
-
-        def requeue() -> None:
-            self._timers.discard(timer)
-            self._retry_waiting -= 1
-            if job.cancelled or self._closed:
-                return
-            try:
-                assert job.pool is not None  # queued once, so it has its pool
-                job.pool.push(job)
-            except Exception as exc:  # noqa: BLE001 -- a call that cannot be queued is settled, never lost
-                self._settle(job, error=ProviderError(BAD_REPLY, f"engine error: could not queue a retry: "
-                                                                 f"{type(exc).__name__}: {exc}"))
-
-        timer = loop.call_later(delay, requeue)
-        self._timers.add(timer)
-        self._retry_waiting += 1
 
     def _cache_put_failed(self, exc: BaseException) -> None:
         self._stats.cache_write_errors += 1
@@ -858,19 +826,19 @@ class Engine:
             del inflight[key]
         elif not job.resolved.request.cache_read:  # in flight under a key of its own (see _queue_new)
             inflight.pop(f"{key}#{job.seq}", None)
-        self._warmed(job, ok=result is not None)
+        self._warmed(job, ok=result is not None, error=error)
         if result is None and self._cache is not None and job.resolved.request.cache_read:
             self._cache.release([key])  # failed: another process may try it
         first = True
         sent = job.first_sent
         queued = None if sent is None or job.taken_at is None else sent - job.taken_at
+        waiters = job.take_waiters()
         if job.held:
-            for request, _ in job.waiters:
+            for request, _ in waiters:
                 self._park(request, -1)
-        for request, sink in job.waiters:
+        for request, sink in waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,
                                     endpoint=endpoint, key=key, joined=not first, queued=queued,
                                     sent_at=job.last_sent))
             first = False
-        job.waiters = []

@@ -5,23 +5,36 @@ survived with the slow-down undone when it does not help."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config, ModelAlias
-from engine.dispatch import EndpointState
+from engine.gate import Gate
 from engine.pacing import RECOVERY_SECONDS, TRIAL_REPLIES
 from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
-from providers.base import BAD_REPLY, EndpointSpec
+from providers.base import (
+    AUTH,
+    BAD_REPLY,
+    CONNECTION,
+    OVERLOADED,
+    PROMPT_TOO_LONG,
+    ChatResult,
+    EndpointSpec,
+    Provider,
+    ProviderError,
+)
 from tests.fault_server import FaultServer, answer_for
+from tests.virtual_gate import make_gate, make_job, reply, too_many
 
 FAST_RETRY = RetryPolicy(base=0.01, cap=0.05)
-RUN_LIMIT = 30.0  # seconds: a run that takes longer has hung
+RUN_LIMIT = 600.0  # seconds: a hang guard only (a run of these takes a second or two, whatever the load)
 
 
 def config_for(server: FaultServer, *, client: str = "pool", kind: str = "openai", **endpoint: Any) -> Config:
@@ -98,16 +111,17 @@ STEPS = [
     ("engine.dispatch.check_usage", None),                   # reading the reply's usage
     ("engine.config.ModelAlias.cost", None),                 # pricing the call
     ("engine.limiter.EndpointLimits.settle", None),          # refunding the token reservation
-    ("engine.dispatch.EndpointState.record_reply", None),    # counting the reply
+    ("engine.pacing.Pacing.on_reply", None),                 # counting the reply
     ("cache.store.result_to_record", None),                  # turning it into a cache record (cache/codec.py)
     ("cache.store.ResponseCache.put", None),                 # handing it to the cache
     ("engine.limiter.EndpointLimits.reserve", None),         # reserving capacity before the call
     ("engine.dispatch.EndpointState._launch", None),         # starting the call's task
-    ("engine.dispatch.EndpointState.on_rate_limited", {"429": 0.5}),  # after a 429
+    ("engine.pacing.Pacing.on_rate_limited", {"429": 0.5}),  # after a 429
+    ("engine.gate.Gate.observe", {"503": 0.5}),              # the gate's verdict on an attempt
     ("engine.limiter.EndpointLimits.learn", {"429-reset": 0.5}),  # taking the limits a reply's headers report
     ("engine.retry.RetryPolicy.delay", {"503": 0.5}),        # planning the retry
     ("engine.dispatch.Pool.push", {"503": 0.5}),             # queueing the retry (and the first try)
-    ("engine.scheduler.Engine._handle_attempt", None),       # everything after the reply at once
+    ("engine.scheduler.Engine._succeeded", None),            # everything after the reply at once
 ]
 
 
@@ -166,16 +180,13 @@ async def test_a_huge_retry_after_is_capped_and_reported():
     assert any("asked to wait 86,400 s" in n and "waiting 0.5 s instead" in n for n in engine.stats.notices)
 
 
-def _endpoint(rpm: float | None = 600) -> EndpointState:
-    spec = EndpointSpec(name="e", kind="builtin", rpm=rpm, max_concurrency=8)
-    return EndpointState(spec, BuiltinProvider(spec), owner=None)
+def _endpoint(rpm: float | None = 600) -> Gate:
+    return make_gate(rpm=rpm, max_concurrency=8)
 
 
-def _replies(ep: EndpointState, pattern: list[bool], sent_at: float, now: float) -> None:
+def _replies(gate: Gate, pattern: list[bool], sent_at: float, now: float) -> None:
     for limited in pattern:
-        ep.record_reply(limited, now, sent_at)
-        if limited:
-            ep.on_rate_limited(0.0, now, sent_at=sent_at)
+        reply(gate, make_job(rpm=600), now, error=too_many(retry_after=0.0) if limited else None, sent_at=sent_at)
 
 
 def test_a_slow_down_that_does_not_lower_the_429_share_is_undone():
@@ -203,3 +214,94 @@ async def test_a_base_url_with_a_query_string_keeps_it_after_the_path():
         config = config_for(server, base_url=server.openai_base_url + "?api-version=2024-10-21")
         outcomes, _ = await run_bounded(config, requests(2, salt="query"))
     assert all(o.ok for o in outcomes), [str(o.error) for o in outcomes]
+
+
+# -- a dead endpoint, through the engine with in-process providers -----------------------------
+
+class Scripted(Provider):
+    """A provider in process: answers, or fails every call with `fails` (a dead server)."""
+
+    def __init__(self, spec: EndpointSpec, fails: ProviderError | None = None):
+        super().__init__(spec)
+        self.fails = fails
+        self.calls = 0
+
+    async def chat(self, model: str, messages: Sequence[Mapping[str, str]], *,
+                   params: Mapping[str, object], timeout: float, stream: bool = False) -> ChatResult:
+        self.calls += 1
+        await asyncio.sleep(0)
+        if self.fails is not None:
+            raise ProviderError(self.fails.kind, self.fails.message, status=self.fails.status)
+        return ChatResult(text=f"answer to {messages[-1]['content']}", input_tokens=3, output_tokens=2)
+
+
+def _two_endpoints(monkeypatch, dead_error: ProviderError, replicas: bool = False) -> tuple[Config, dict]:
+    providers: dict[str, Scripted] = {}
+
+    def make(spec: EndpointSpec, key: str | None) -> Scripted:
+        providers[spec.name] = Scripted(spec, dead_error if spec.name == "dead" else None)
+        return providers[spec.name]
+
+    monkeypatch.setattr("engine.scheduler.make_provider", make)
+    endpoint = {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "max_concurrency": 4, "max_attempts": 3}
+    models = {"good": {"endpoint": "okay", "model": "g"}, "bad": {"endpoint": "dead", "model": "b"}}
+    if replicas:
+        models["both"] = {"endpoints": ["dead", "okay"], "model": "x"}
+    return Config.from_dicts({"okay": endpoint, "dead": endpoint}, models), providers
+
+
+def _asks(model: str, n: int) -> list[ChatRequest]:
+    return [ChatRequest(model=model, messages=[{"role": "user", "content": f"{model} {i}"}]) for i in range(n)]
+
+
+@pytest.mark.parametrize("kind,status", [(OVERLOADED, 500), (CONNECTION, None), (AUTH, 401)])
+async def test_a_dead_endpoint_is_given_up_while_the_healthy_one_finishes(monkeypatch, kind, status):
+    config, providers = _two_endpoints(monkeypatch, ProviderError(kind, "no", status=status))
+    engine = Engine(config, retry_policy=RetryPolicy(base=0.001, cap=0.002))
+    async with engine:
+        outcomes = await engine.run(_asks("good", 200) + _asks("bad", 200))
+    good, bad = outcomes[:200], outcomes[200:]
+    assert all(o.ok for o in good)
+    assert all(o.error is not None and o.error.kind == kind for o in bad)
+    # Not 200 calls x 3 attempts: once DOWN_AFTER calls had failed for good, the
+    # rest (all but those already started, within the engine's window) were not sent.
+    unsent = [o for o in bad if o.attempts == 0]
+    assert len(unsent) >= 150 and all("endpoint dead is down" in str(o.error) for o in unsent)
+    assert providers["dead"].calls == sum(o.attempts for o in bad) <= 3 * (200 - len(unsent))
+    said = [n for n in engine.stats.notices if "is down" in n]
+    assert len(said) == 1 and said[0].startswith("dead is down") and "rerun" in said[0]
+
+
+async def test_a_replica_serves_the_calls_of_a_dead_one(monkeypatch):
+    config, providers = _two_endpoints(monkeypatch, ProviderError(OVERLOADED, "no", status=503), replicas=True)
+    async with Engine(config, retry_policy=RetryPolicy(base=0.001, cap=0.002)) as engine:
+        outcomes = await engine.run(_asks("both", 300))
+    failed = [o for o in outcomes if not o.ok]  # those whose every attempt met the dead one first
+    assert len(failed) <= 50 and all(o.endpoint == "okay" for o in outcomes if o.ok)
+    assert len([n for n in engine.stats.notices if "dead is down" in n]) == 1
+
+
+async def test_a_failed_calls_error_keeps_no_frame_alive(monkeypatch):
+    """The error of a failed call, kept in its outcome, must not keep the
+    call's request body (and prompt) alive through its traceback's frames."""
+    bodies: list[weakref.ref] = []
+
+    class Body:  # stands for a request body: a provider's local while it sends it
+        pass
+
+    class Refusing(Scripted):
+        async def chat(self, model, messages, *, params, timeout, stream=False):
+            body = Body()
+            bodies.append(weakref.ref(body))
+            try:
+                raise OSError("connection reset")
+            except OSError as exc:
+                raise ProviderError(PROMPT_TOO_LONG, "too long", status=400) from exc
+
+    config, _ = _two_endpoints(monkeypatch, ProviderError(OVERLOADED, "unused"))
+    monkeypatch.setattr("engine.scheduler.make_provider", lambda spec, key: Refusing(spec))
+    async with Engine(config) as engine:
+        outcomes = await engine.run(_asks("good", 20))
+    gc.collect()
+    assert all(o.error is not None and o.error.kind == PROMPT_TOO_LONG for o in outcomes)
+    assert len(bodies) == 20 and all(ref() is None for ref in bodies)

@@ -1,5 +1,5 @@
 """Limits learned from the provider's reply headers (engine/limiter.py
-`EndpointLimits.learn`, engine/dispatch.py `learn_limits`), the concurrency
+`EndpointLimits.learn`, engine/gate.py `learn_limits`), the concurrency
 AIMD on 429s that say nothing, and `tulving models --probe`.
 
 The buckets are checked with explicit times; the engine runs against the
@@ -19,15 +19,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from engine.benchmark.builtin.provider import BuiltinProvider
 from engine.config import Config
-from engine.dispatch import EndpointState, Job
+from engine.gate import Gate
 from engine.limiter import EndpointLimits, LeakyBucket, learned_window
 from engine.loopback.server import LoopbackServer, constant
 from engine.pacing import TRIAL_REPLIES
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
 from providers.base import EndpointSpec, RateLimitInfo
+from tests.virtual_gate import make_gate, make_job, reply, too_many
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -142,63 +142,60 @@ def test_scale_above_one_never_lifts_a_configured_or_learned_limit():
 
 # -- concurrency AIMD on 429s that say nothing ------------------------------------------------
 
-def _endpoint(**spec) -> EndpointState:
-    es = EndpointSpec(name="e", kind="builtin", **{"max_concurrency": 16, **spec})
-    return EndpointState(es, BuiltinProvider(es), owner=None)
+def _endpoint(**spec) -> Gate:
+    """An endpoint's gate on a clock the test gives (tests/virtual_gate.py)."""
+    return make_gate(**{"max_concurrency": 16, "rpm": None, **spec})
 
 
-def _succeed(ep: EndpointState, n: int) -> None:
-    job = Job(resolved=None, seq=0, input_estimate=0, output_estimate=0)
+def _succeed(gate: Gate, n: int, now: float = 11.0) -> None:
     for _ in range(n):
-        ep.in_flight += 1
-        ep.release(job, (1, 1))
+        reply(gate, make_job(), now)
 
 
-async def test_a_429_saying_nothing_halves_concurrency_which_regrows_additively():
-    ep = _endpoint()
-    assert ep.pacing.concurrency_cap(1.0) == 16
-    ep.on_rate_limited(None, now=10.0, sent_at=9.0)  # no retry-after, no rate-limit header
-    assert ep.pacing.concurrency_cap(1.0) == 8
-    _succeed(ep, 8)  # one cap's worth of successful replies: +1
-    assert ep.pacing.concurrency_cap(1.0) == 9
-    _succeed(ep, 9)
-    assert ep.pacing.concurrency_cap(1.0) == 10
-    _succeed(ep, 200)
-    assert ep.pacing.concurrency_cap(1.0) == 16
+def test_a_429_saying_nothing_halves_concurrency_which_regrows_additively():
+    gate = _endpoint()
+    assert gate.pacing.concurrency_cap(1.0) == 16
+    reply(gate, make_job(), 10.0, error=too_many(), sent_at=9.0)  # no retry-after, no rate-limit header
+    assert gate.pacing.concurrency_cap(1.0) == 8
+    _succeed(gate, 8)  # one cap's worth of successful replies: +1
+    assert gate.pacing.concurrency_cap(1.0) == 9
+    _succeed(gate, 9)
+    assert gate.pacing.concurrency_cap(1.0) == 10
+    _succeed(gate, 200)
+    assert gate.pacing.concurrency_cap(1.0) == 16
 
 
-async def test_a_429_with_header_information_leaves_concurrency_to_the_limits():
-    for kwargs in ({"retry_after": 1.0}, {"retry_after": None, "limits": RateLimitInfo(requests_remaining=0)}):
-        ep = _endpoint()
-        ep.on_rate_limited(now=10.0, sent_at=9.0, **kwargs)
-        assert ep.pacing.concurrency_cap(1.0) == 16
+def test_a_429_with_header_information_leaves_concurrency_to_the_limits():
+    for error in (too_many(retry_after=1.0), too_many(limits=RateLimitInfo(requests_remaining=0))):
+        gate = _endpoint()
+        reply(gate, make_job(), 10.0, error=error, sent_at=9.0)
+        assert gate.pacing.concurrency_cap(1.0) == 16
 
 
-async def test_a_concurrency_slow_down_that_does_not_lower_the_429_share_is_undone():
-    ep = _endpoint(rpm=600)
+def test_a_concurrency_slow_down_that_does_not_lower_the_429_share_is_undone():
+    gate = _endpoint(rpm=600)
     every_third = [i % 3 == 0 for i in range(30)]  # 33% of replies are 429s whatever we do
 
     def replies(pattern: list[bool], sent_at: float, now: float) -> None:
         for limited in pattern:
-            ep.record_reply(limited, now, sent_at)
-            if limited:
-                ep.on_rate_limited(None, now, sent_at=sent_at)
+            reply(gate, make_job(rpm=600), now, error=too_many() if limited else None, sent_at=sent_at)
 
     replies(every_third[:12], sent_at=0.0, now=1.0)
-    assert ep.pacing.concurrency_cap(1.0) == 8
+    assert gate.pacing.concurrency_cap(1.0) == 9  # halved by the first 429, then +1 after 8 successes
     replies(every_third[:TRIAL_REPLIES], sent_at=2.0, now=3.0)  # the same share at half: undone
-    assert ep.pacing.reverted == 1 and ep.pacing.concurrency_cap(ep.pacing.factor(3.0)) == 16
+    assert gate.pacing.reverted == 1 and gate.pacing.concurrency_cap(gate.pacing.factor(3.0)) == 16
 
 
-async def test_a_reported_request_limit_replaces_an_inferred_one():
-    ep = _endpoint()
-    ep.on_rate_limited(None, now=10.0, sent_at=9.0)  # no limit known: a rate is inferred
-    assert ep.limits.requests is not None and ep.pacing._inferred
-    ep.learn_limits(RateLimitInfo(requests_limit=600), 11.0, "m")
-    assert ep.limits.requests is None and not ep.pacing._inferred  # the provider's own figure instead
-    assert ep.learned_limits == {"m": {"requests": 600}}
-    ep.on_rate_limited(None, now=20.0, sent_at=19.0)  # the next slow-down halves it, inferring nothing
-    assert ep.limits.requests is None and ep.pacing.factor(20.0) == 0.5
+def test_a_reported_request_limit_replaces_an_inferred_one():
+    gate = _endpoint()
+    reply(gate, make_job(), 10.0, error=too_many(), sent_at=9.0)  # no limit known: a rate is inferred
+    assert gate.limits.requests is not None and gate.pacing._inferred
+    gate.learn_limits(RateLimitInfo(requests_limit=600), 11.0, "m")
+    assert gate.limits.requests is None and not gate.pacing._inferred  # the provider's own figure instead
+    assert gate.learned_limits == {"m": {"requests": 600}}
+    # the next slow-down (its trial over: TRIAL_SECONDS later) halves the rate, inferring nothing
+    reply(gate, make_job(), 50.0, error=too_many(), sent_at=49.0)
+    assert gate.limits.requests is None and gate.pacing.factor(50.0) == 0.5
 
 
 # -- the engine against the loopback server --------------------------------------------------
@@ -224,7 +221,7 @@ async def _run(config: Config, n: int, salt: str) -> Engine:
 def no_learning(monkeypatch):
     """The engine as it was: reply headers ignored (the control run)."""
     def disable() -> None:
-        monkeypatch.setattr(EndpointState, "learn_limits", lambda self, *args: None)
+        monkeypatch.setattr(Gate, "learn_limits", lambda self, *args: None)
     return disable
 
 

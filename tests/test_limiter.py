@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.benchmark.builtin.provider import BuiltinProvider
-from engine.dispatch import EndpointState
+from engine.budget import Budget
+from engine.gate import Gate
 from engine.limiter import COLD_MARGIN, SEND_WINDOW, EndpointLimits, LeakyBucket
 from engine.pacing import INFERRED_DOUBLING, RECOVERY_SECONDS
 from engine.retry import RetryPolicy
@@ -89,29 +89,37 @@ def test_retry_policy_honours_retry_after_and_backs_off_exponentially():
     assert len({policy.delay(2) for _ in range(20)}) > 1  # jittered
 
 
-async def test_a_429_pauses_the_endpoint_halves_its_rate_once_and_recovers():
-    spec = EndpointSpec(name="e", kind="builtin", rpm=600, max_concurrency=8)
-    ep = EndpointState(spec, BuiltinProvider(spec), owner=None)
-    ep.on_rate_limited(2.0, now=100.0, sent_at=99.9)
-    ep.on_rate_limited(None, now=100.1, sent_at=99.95)  # sent before the slow-down: same episode
+def _paced(spec: EndpointSpec) -> Gate:
+    """An endpoint's gate, for its pacing and limits (no loop, no clock)."""
+    return Gate(spec, Budget(), _Quiet(), max_concurrency=spec.max_concurrency, now=0.0)
+
+
+class _Quiet:
+    def notice(self, message: str, *, key: object = None, every: float = 10.0) -> None:
+        pass
+
+
+def test_a_429_pauses_the_endpoint_halves_its_rate_once_and_recovers():
+    ep = _paced(EndpointSpec(name="e", kind="builtin", rpm=600, max_concurrency=8))  # before any reply
+    ep.pacing.on_rate_limited(2.0, now=100.0, sent_at=99.9)
+    ep.pacing.on_rate_limited(None, now=100.1, sent_at=99.95)  # sent before the slow-down: same episode
     assert ep.pacing.paused_until == pytest.approx(102.0)
     assert ep.pacing.factor(101.0) == 0.5
     assert ep.pacing.factor(102.0 + RECOVERY_SECONDS / 4) == pytest.approx(0.75)
     assert ep.pacing.factor(102.0 + RECOVERY_SECONDS) == 1.0
-    ep.on_rate_limited(None, now=200.0, sent_at=150.0)  # a new episode, default pause
+    ep.pacing.on_rate_limited(None, now=200.0, sent_at=150.0)  # a new episode, default pause
     assert ep.pacing.paused_until == pytest.approx(201.0)
     assert ep.pacing.factor(200.5) == 0.5
-    ep.on_rate_limited(None, now=200.6, sent_at=200.2)  # sent after the slow-down: still too fast
+    ep.pacing.on_rate_limited(None, now=200.6, sent_at=200.2)  # sent after the slow-down: still too fast
     assert ep.pacing.factor(200.7) == 0.25
 
 
-async def test_without_a_set_rpm_a_429_installs_the_achieved_rate_then_probes_upwards():
-    spec = EndpointSpec(name="e", kind="builtin", max_concurrency=8)
-    ep = EndpointState(spec, BuiltinProvider(spec), owner=None)
+def test_without_a_set_rpm_a_429_installs_the_achieved_rate_then_probes_upwards():
+    ep = _paced(EndpointSpec(name="e", kind="builtin", max_concurrency=8))
     assert ep.limits.requests is None
     ep.pacing._mark_time = 0.0
     ep.pacing.succeeded = 100  # 100 calls in 10 s
-    ep.on_rate_limited(0.5, now=10.0)
+    ep.pacing.on_rate_limited(0.5, now=10.0)
     assert ep.limits.requests.rate * 60 == pytest.approx(600)
     assert ep.pacing.factor(10.5) == pytest.approx(0.9)
     assert ep.pacing.factor(10.5 + INFERRED_DOUBLING) == pytest.approx(1.8)

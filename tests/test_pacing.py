@@ -10,12 +10,9 @@ from engine.pacing import (
     IGNORE_SECONDS,
     INFERRED_DOUBLING,
     PAUSE_WINDOW,
-    RATE_LIMITED_ATTEMPTS,
     RECOVERY_SECONDS,
     TRIAL_REPLIES,
-    UNNAMED_429_RETRY_CAP,
     Pacing,
-    retry,
 )
 from providers.base import EndpointSpec
 
@@ -154,40 +151,7 @@ def test_without_a_known_rate_a_429_infers_the_achieved_one_which_then_doubles()
     assert p.limits.requests is None and p.factor(12.0 + INFERRED_DOUBLING) == 1.0
 
 
-# -- retries --------------------------------------------------------------------------------
-def backoff(nth: int, wait: float | None) -> float:
-    return wait if wait is not None else float(nth)
-
-
-def decide(**kw):
-    args = {"rate_limited": True, "retryable": True, "retry_after": None, "attempts": 1, "limited_attempts": 1,
-            "max_attempts": 3, "max_retry_after": 60.0, "backoff": backoff}
-    return retry(**{**args, **kw})
-
-
-def test_a_servers_retry_after_is_capped_and_the_cap_reported_for_429s():
-    d = decide(retry_after=86_400.0)
-    assert d.allowed and d.delay == 60.0 and d.wait == 60.0 and d.asked == 86_400.0
-    d = decide(retry_after=5.0)
-    assert d.delay == 5.0 and d.asked is None
-    d = decide(rate_limited=False, retry_after=86_400.0, limited_attempts=0)  # a 503's wait: capped, unreported
-    assert d.delay == 60.0 and d.asked is None
-
-
-def test_a_429_naming_no_wait_backs_off_a_bounded_time():
-    assert decide(limited_attempts=9).delay == UNNAMED_429_RETRY_CAP
-    assert decide(limited_attempts=1).delay == 1.0
-
-
-def test_429s_have_their_own_allowance_apart_from_other_errors():
-    limit = max(3, RATE_LIMITED_ATTEMPTS)
-    # Many 429s do not use up the attempts for other errors, nor the reverse.
-    assert decide(attempts=limit, limited_attempts=limit - 1).allowed
-    assert not decide(attempts=limit, limited_attempts=limit).allowed
-    assert decide(rate_limited=False, attempts=limit + 2, limited_attempts=limit).allowed  # 2 others < 3
-    assert not decide(rate_limited=False, attempts=limit + 3, limited_attempts=limit).allowed
-    assert not decide(rate_limited=False, retryable=False, attempts=1, limited_attempts=0).allowed
-    assert decide(rate_limited=False, attempts=2, limited_attempts=0).delay == 2.0  # the n-th other failure
+# (whether and when a failed call is tried again: the gate's, tests/test_gate.py)
 
 
 def test_occasional_429s_do_not_keep_a_slow_down():

@@ -2,7 +2,10 @@
 
 Servers are engine.loopback.server instances speaking the OpenAI API; the
 engine reaches them through the real OpenAI-format provider. Latencies are a
-few ms and limits high enough that each test takes about a second.
+few ms and limits high enough that each test takes about a second. No test
+asserts a time: what the limits allow is checked on the servers' side (their
+429s, their count of calls in any second), the timing itself on a virtual
+clock in tests/test_gate.py and tests/test_pacing.py.
 """
 from __future__ import annotations
 
@@ -80,13 +83,12 @@ async def test_request_rate_limit_holds_without_429s():
     # Server and client both at 1200 RPM (20/s); the server allows a 1 s burst.
     async with LoopbackServer(models=SERVED, rpm=1200) as server:
         async with Engine(make_config(server, rpm=1200, max_concurrency=32)) as engine:
-            start = time.monotonic()
             outcomes = await engine.run([chat(i) for i in range(50)])
-            elapsed = time.monotonic() - start
     assert all(o.ok for o in outcomes)
+    # The client throttled itself: the server (which refuses past its rate) saw
+    # no call too many. (The pacing's timing: tests/test_gate.py, on a virtual clock.)
     assert server.stats.rate_limited == 0
     assert server.stats.max_accepted_in(1.0) <= 20 + 10 + 1  # rate x 1 s + client burst
-    assert elapsed >= (50 - 11) / 20 - 0.1  # the client really throttled itself
 
 
 async def test_input_token_limit_holds_and_is_corrected_from_usage():
@@ -110,9 +112,8 @@ async def test_retry_after_is_honoured():
     assert all(o.ok for o in outcomes)
     assert server.stats.rate_limited >= 1
     assert engine.stats.rate_limited == server.stats.rate_limited
-    first, second = server.stats.accepted_times[:2]
-    assert second - first >= 0.95
-    # The pause held the endpoint: not a burst of retries, one or two 429s.
+    # The call waited the server's retry-after (how long: tests/test_gate.py, on a
+    # virtual clock): not a burst of retries, one or two 429s.
     assert server.stats.rate_limited <= 2
 
 
@@ -121,14 +122,14 @@ async def test_an_endpoint_without_a_set_rate_learns_the_servers_after_429s():
     # slow 1 ms calls down, so the engine infers a request rate from the 429s.
     async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
         async with Engine(make_config(server, max_concurrency=16, max_attempts=20)) as engine:
-            start = time.monotonic()
             outcomes = await engine.run([chat(i) for i in range(200)])
-            elapsed = time.monotonic() - start
+            limits = engine._endpoints["lb0"].gate.limits
     assert all(o.ok for o in outcomes)
     assert server.stats.rate_limited <= 80, server.stats.rate_limited  # unthrottled: hundreds
-    # Near the server's rate (150 calls past the burst at 50/s = 3 s); a rate
-    # that collapses after a 429 episode takes tens of seconds.
-    assert elapsed < 3 * (200 - 50) / 50, elapsed
+    # It paced itself by a request rate it inferred or the server reported (that
+    # the rate neither collapses nor stalls after a 429 episode:
+    # tests/test_pacing.py, on a virtual clock).
+    assert limits.knows_request_limit()
 
 
 async def test_injected_faults_lose_no_result():
@@ -191,17 +192,13 @@ async def test_replicas_share_the_load_and_each_keeps_its_limits():
     async with LoopbackServer(models=SERVED, rpm=1200, latency=constant(0.01)) as a, \
             LoopbackServer(models=SERVED, rpm=1200, latency=constant(0.01)) as b:
         async with Engine(make_config(a, b, rpm=1200, max_concurrency=3)) as engine:
-            start = time.monotonic()
             outcomes = await engine.run([chat(i) for i in range(60)])
-            elapsed = time.monotonic() - start
     assert all(o.ok for o in outcomes)
     assert a.stats.requests >= 15 and b.stats.requests >= 15
     assert a.stats.requests + b.stats.requests == 60
     assert a.stats.rate_limited == b.stats.rate_limited == 0
     assert a.stats.max_in_flight <= 3 and b.stats.max_in_flight <= 3
-    assert {o.endpoint for o in outcomes} == {"lb0", "lb1"}
-    # Two replicas at 20/s each: faster than one could be.
-    assert elapsed < (60 - 10) / 20
+    assert {o.endpoint for o in outcomes} == {"lb0", "lb1"}  # both served: the load was shared
 
 
 async def test_requests_are_pulled_lazily_within_the_window():

@@ -55,7 +55,7 @@ from engine.cli.run_memories import (
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.estimate import Estimator
-from engine.requests import ChatRequest, EmbedRequest
+from engine.requests import ChatRequest, EmbedRequest, RequestSettings, output_tokens_allowed
 from engine.scheduler import Engine
 from engine.spending import spending_lines
 from providers.base import BUDGET, UNMATCHED, Result, TulvingError
@@ -103,13 +103,12 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     check_models(config, args, [*models, args.judge, args.embed_model or "", args.memory_model or ""])
     if args.batch and args.models:
         _refuse_batch_without_api(config, args.models)
-    _override_params(config, models, args)
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
     args.out_dir = str(out)
     args.started = utc_now()
-    args.configuration = _configuration(args, config, book, default_run)
+    args.configuration = _configuration(args, _described(config, models, _settings(args)), book, default_run)
     args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
     args.previous = None
     if not args.dry_run:
@@ -143,16 +142,28 @@ def _refuse_batch_without_api(config: Config, models: list[str]) -> None:
                                f"which has no batch API: run it without --batch")
 
 
-def _override_params(config: Config, models: list[str], args: argparse.Namespace) -> None:
-    """--temperature / --max-tokens: the answering models' aliases carry them
-    (so they reach the cache key, the estimate and the provenance)."""
-    override = {k: v for k, v in (("temperature", args.temperature), ("max_tokens", args.max_tokens))
-                if v is not None}
-    if not override:
-        return
+def _settings(args: argparse.Namespace) -> RequestSettings | None:
+    """--temperature / --max-tokens: settings every answering request carries
+    (engine/requests.py), so they reach the cache key, the estimate and the
+    provenance; the loaded config is left as it is."""
+    if args.temperature is None and args.max_tokens is None:
+        return None
+    return RequestSettings(temperature=args.temperature, max_tokens=args.max_tokens)
+
+
+def _described(config: Config, models: list[str], settings: RequestSettings | None) -> Config:
+    """The config as the run's records (configuration, provenance) describe
+    it: the answering models' params with the run's settings, as they were
+    sent. A copy: the engine's config is left as it is."""
+    if settings is None:
+        return config
+    given = {k: v for k, v in (("temperature", settings.temperature), ("max_tokens", settings.max_tokens))
+             if v is not None}
+    described = dataclasses.replace(config, models=dict(config.models))
     for name in models:
-        alias = config.alias(name)
-        config.models[name] = dataclasses.replace(alias, params={**alias.params, **override})
+        alias = described.alias(name)
+        described.models[name] = dataclasses.replace(alias, params={**alias.params, **given})
+    return described
 
 
 def _configuration(args: argparse.Namespace, config: Config, book: Book, default_run: bool) -> dict[str, Any]:
@@ -186,7 +197,8 @@ async def _embedder_works(engine: Engine, model: str) -> str | None:
 
 def _default_plan(args: argparse.Namespace, questions: list[Question], rag_ok: bool) -> list[pipeline.Job]:
     modes = [m for m in DEFAULT_MODES if rag_ok or m != A.RAG_PARAGRAPH]
-    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], modes)
+    jobs = pipeline.plan_jobs(questions, [DEFAULT_READER], modes,
+                              settings=_settings(args))  # the answering model's (the local one keeps its own)
     if rag_ok and importlib.util.find_spec("llama_cpp") is not None:
         n = args.local_sample or DEFAULT_LOCAL_SAMPLE
         jobs += pipeline.plan_jobs(questions, [LOCAL_LLM], [A.RAG_PARAGRAPH], {(LOCAL_LLM, A.RAG_PARAGRAPH): n})
@@ -204,7 +216,8 @@ def _plan(args: argparse.Namespace, questions: list[Question], models: list[str]
                 samples[(model, mode)] = args.sample
             if args.local_sample and model.startswith("local:"):
                 samples[(model, mode)] = args.local_sample
-    return plan_memory_jobs(args.memory_plan, pipeline.plan_jobs(questions, models, modes, samples), questions)
+    return plan_memory_jobs(args.memory_plan, pipeline.plan_jobs(questions, models, modes, samples,
+                                                                 settings=_settings(args)), questions)
 
 
 async def _run(args: argparse.Namespace, config: Config, book: Book, questions: list[Question], models: list[str],
@@ -373,7 +386,9 @@ def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, 
     """run.json's configuration, provenance and spending over every invocation of the run."""
     run["configuration"] = args.configuration
     models = [*(j.model for j in jobs), args.judge, *([run["embed_model"]] if run.get("embed_model") else [])]
-    run["provenance"] = provenance(config, models, argv=command_line(), started=args.started, ended=utc_now(),
+    settings = next((j.settings for j in jobs if j.settings is not None), None)
+    described = _described(config, [j.model for j in jobs if j.settings is not None], settings)
+    run["provenance"] = provenance(described, models, argv=command_line(), started=args.started, ended=utc_now(),
                                    cache=getattr(args, "cache", None))
     previous = args.previous or {}
     run["invocations"] = int(previous.get("invocations", 1)) + 1 if args.previous else 1
@@ -422,7 +437,7 @@ async def _estimate_job(estimator: Estimator, args: argparse.Namespace, config: 
                                AGENT_ANSWER_TOKENS)
         return
     alias = config.alias(job.model)
-    answer_max = int(alias.params.get("max_tokens") or alias.params.get("max_completion_tokens") or 0)
+    answer_max = (job.settings and job.settings.max_tokens) or output_tokens_allowed(alias.params)
     if _retrieved(job):
         # the template with top-K chunks of the book (an outside memory system: as many paragraphs as
         # the paper's rag-paragraph, the default budget)
@@ -435,7 +450,8 @@ async def _estimate_job(estimator: Estimator, args: argparse.Namespace, config: 
                               batchable=batch_capable(first))
         answers: dict[int, str | None] = {q.q_idx: None for q in job.questions}
     else:
-        requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book))
+        requests = list(A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book,
+                                          settings=job.settings))
         found = await estimator.add("answer", requests)
         answers = {q.q_idx: _cached_text(record) for q, record in zip(job.questions, found)}
     await _add_judge_calls(estimator, job, answers, book, args.judge, answer_max)
@@ -469,7 +485,8 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
         def direct_answers() -> Iterator[ChatRequest]:  # prompts known without retrieval
             for job in jobs:
                 if not _retrieved(job) and job.model != pipeline.AGENT:
-                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book)
+                    yield from A.answer_requests(job.questions, model=job.model, mode=job.mode, book=book,
+                                                 settings=job.settings)
 
         by_batch: Counter[str] = Counter()
         await dry_run_report(config, args.cache, itertools.chain(_dry_run_embeds(book, jobs, embed_model),

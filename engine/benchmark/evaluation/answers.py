@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from engine.requests import ChatRequest
+from engine.requests import ChatRequest, RequestSettings
 from providers.base import TulvingError
 
 if TYPE_CHECKING:  # annotations only: `tulving run --help` lists MODES without loading books
@@ -145,10 +145,12 @@ def messages(user_prompt: str) -> list[dict[str, str]]:
 
 def answer_requests(questions: Iterable[Question], *, model: str, mode: str, book: Book,
                     chunks_for: Callable[[Question], Sequence[str]] | None = None,
-                    tag: Callable[[Question], object] = lambda q: q.q_idx, draw: int = 0) -> Iterator[ChatRequest]:
+                    tag: Callable[[Question], object] = lambda q: q.q_idx, draw: int = 0,
+                    settings: RequestSettings | None = None) -> Iterator[ChatRequest]:
     """One answering request per question, built only when the consumer asks
     for it. `chunks_for(question)` gives the retrieved chunks (RAG modes);
-    `draw`: the repeat (`--repeats`), an independent sample cached on its own."""
+    `draw`: the repeat (`--repeats`), an independent sample cached on its own;
+    `settings`: the run's --temperature / --max-tokens, on every request."""
     check_mode(mode)
     if mode in RAG_MODES and chunks_for is None:
         raise ValueError(f"mode {mode} needs chunks_for")
@@ -165,4 +167,5 @@ def answer_requests(questions: Iterable[Question], *, model: str, mode: str, boo
         else:
             assert chunks_for is not None  # a RAG mode: checked above
             prompt = rag_prompt(chunks_for(q), q.question)
-        yield ChatRequest(model=model, messages=messages(prompt), tag=tag(q), prefix_end=shared, draw=draw)
+        request = ChatRequest(model=model, messages=messages(prompt), tag=tag(q), prefix_end=shared, draw=draw)
+        yield settings.apply(request) if settings is not None else request

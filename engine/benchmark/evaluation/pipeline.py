@@ -48,7 +48,7 @@ from engine.benchmark.memory.contract import BOOK, FINETUNED, Passage
 from engine.benchmark.memory.runner import Prepared
 from engine.benchmark.memory.session import MemorySession, MemorySettings
 from engine.config import Config, ModelAlias
-from engine.requests import ChatRequest, Outcome, Request
+from engine.requests import ChatRequest, Outcome, Request, RequestSettings
 from engine.resolve import resolve
 from engine.spending import Spending
 from providers.base import ChatResult, TulvingError
@@ -95,6 +95,7 @@ class Job:
     sample: int | None = None  # the number of questions when run on a sample
     draw: int = 0              # the repeat (`--repeats`): answers are independent draws, cached apart
     given: dict[int, GivenAnswer] | None = None  # q_idx -> answer made elsewhere: no answering call
+    settings: RequestSettings | None = None  # the run's --temperature / --max-tokens, on each answer request
 
     @property
     def name(self) -> str:
@@ -136,7 +137,7 @@ def sample_questions(questions: Sequence[Question], n: int | None) -> list[Quest
 
 
 def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Sequence[str],
-              samples: dict[tuple[str, str], int] | None = None) -> list[Job]:
+              samples: dict[tuple[str, str], int] | None = None, settings: RequestSettings | None = None) -> list[Job]:
     """One job per (model, memory system); the names are checked by the
     caller against the registry (engine/benchmark/memory/registry.py)."""
     jobs = []
@@ -145,7 +146,8 @@ def plan_jobs(questions: Sequence[Question], models: Sequence[str], modes: Seque
             n = (samples or {}).get((model, mode))
             chosen = sample_questions(questions, n)
             jobs.append(Job(model=model, mode=mode, questions=chosen,
-                            sample=len(chosen) if n is not None and len(chosen) < len(questions) else None))
+                            sample=len(chosen) if n is not None and len(chosen) < len(questions) else None,
+                            settings=settings))
     return jobs
 
 
@@ -284,14 +286,17 @@ class JobRunner:
         elif self.prepared.prompt == FINETUNED:
             prompt = A.finetuned_prompt(q.question, title)
         else:
-            max_out = int(self.alias.params.get("max_tokens") or 0)
+            settings = self.job.settings
+            max_out = (settings.max_tokens if settings is not None and settings.max_tokens
+                       else int(self.alias.params.get("max_tokens") or 0))
             kept = rag.fit_chunks([p.text for p in evidence.passages], q.question,
                                   context_tokens=self.alias.context_tokens, max_output_tokens=max_out,
                                   model=self.job.model)
             item.record.n_chunks = len(kept)
             prompt = A.rag_prompt(kept, q.question)
-        return ChatRequest(model=self.job.model, messages=A.messages(prompt), tag=("answer", q.q_idx, 0),
-                           prefix_end=shared, draw=self.job.draw)
+        request = ChatRequest(model=self.job.model, messages=A.messages(prompt), tag=("answer", q.q_idx, 0),
+                              prefix_end=shared, draw=self.job.draw)
+        return self.job.settings.apply(request) if self.job.settings is not None else request
 
     def _joined(self, passages: Sequence[Passage]) -> str:
         """The book the in-context passages join to, joined once per job."""
