@@ -98,10 +98,34 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     args.configuration = _configuration(args, config, book, default_run)
     args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
     args.previous = None
+    made = _missing_folders(out)
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
         args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
-    return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+    try:
+        return lifecycle.run(_run(args, config, book, questions, models, modes, default_run, out))
+    except BaseException:  # an error, Ctrl-C: the folders this run made and left empty go
+        _remove_empty(made)
+        raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a command made (deepest first) that are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (the run wrote something), or gone: leave it
+            return
 
 
 async def _before_the_engine(args: argparse.Namespace, config: Config, models: list[str]) -> float:
