@@ -41,6 +41,7 @@ from engine.cli.evaluate_defaults import (
     LOCAL_LLM,
     OFFLINE_EMBED,
 )
+from engine.cli.run_counts import cached_line, planned_line
 from engine.config import Config
 from engine.errors import EXIT_BUDGET, EXIT_INCOMPLETE, EXIT_STORAGE, StorageError, printable
 from engine.estimate import Estimator
@@ -258,9 +259,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
                 f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
                                                           "without new calls")
         raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
-    if not getattr(args, "quiet", False):
-        for line in spending_lines(run["spending_this_invocation"]):
-            print(line, file=sys.stderr)
+    _print_counts(args, run, jobs, [*evaluation.records, *(r for rs in extra for r in rs)])
     if unpriced_line(args):
         print(unpriced_line(args), file=sys.stderr)
     print(leaderboard_text(summary))
@@ -270,6 +269,19 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
               f"(sd {sr['sd']}), Chronological Awareness {ca['mean']} (sd {ca['sd']})")
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
     return run_exit_code([*evaluation.records, *(r for rs in extra for r in rs)], engine_stats, args)
+
+
+def _print_counts(args: argparse.Namespace, run: dict[str, Any], jobs: list[pipeline.Job],
+                  records: list[ResultRecord]) -> None:
+    """Under the progress line's total (stderr, not with --quiet): why the
+    calls differ from the plan, then what each model and role cost."""
+    if getattr(args, "quiet", False):
+        return
+    spent = run["spending_this_invocation"]
+    planned = planned_line(args.repeats * pipeline.expected_calls(jobs), records, spent)
+    for line in [planned, cached_line(spent), *spending_lines(spent)]:
+        if line:
+            print(line, file=sys.stderr)
 
 
 async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Config, book: Book,

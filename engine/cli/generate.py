@@ -240,7 +240,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
         _say(args, line)
     print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
           f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
-          f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
+          f"{run.calls + run.cache_hits} calls ({run.cache_hits} cached), {elapsed:.1f} s")  # docs/reports.md's words
     return _exit_status(args, run, engine.stats.cache_write_errors)
 
 

@@ -276,7 +276,7 @@ class JobRunner:
         else:
             self.spending.add("judge", self.judge_alias, outcome)
         self.stats.calls += 1
-        self.stats.cache_hits += bool(outcome.cached)
+        self.stats.cache_hits += bool(outcome.cached or outcome.joined)  # nothing sent: cached, as spending counts it
         self.stats.spent += outcome.cost or 0.0
         if outcome.cached and outcome.tag and outcome.tag[0] == "answer":
             self.stats.cached_answers.append(outcome.tag[1])
@@ -418,7 +418,7 @@ class _CountingEngine:
             if self._spending is not None:
                 self._spending.add("embed", self._engine.config.alias(o.request.model), o)
             self._stats.calls += 1
-            self._stats.cache_hits += bool(o.cached)
+            self._stats.cache_hits += bool(o.cached or o.joined)
             self._stats.spent += o.cost or 0.0
         return outcomes
 

@@ -271,9 +271,10 @@ def _partial(run: Mapping[str, Any]) -> str | None:
 
 SPENDING_HEAD = ["model", "role", "calls", "cached", "tokens in", "prompt cache read", "prompt cache written",
                  "tokens out", "spent (USD)", "list price (USD)", "prompt caching saved (USD)"]
-SPENDING_NOTE = ("Calls made by this execution (cached ones cost nothing). List price: the same calls at the "
-                 "alias's prices without prompt caching or batch; prompt caching saved: list price without "
-                 "caching minus with it, at the price each call paid.")
+SPENDING_NOTE = ("Calls of this execution, cached ones among them (answered by Tulving's cache or by an identical "
+                 "call of the run: nothing sent, free). List price: the same calls at the alias's prices without "
+                 "prompt caching or batch; prompt caching saved: list price without caching minus with it, at the "
+                 "price each call paid.")
 
 
 def spending_rows(spending: Iterable[Mapping[str, Any]]) -> list[list[str]]:
@@ -445,7 +446,7 @@ def render_markdown(summary: Scores) -> str:
     parts.append("## Simple recall: F1 by number of matching events\n\nMean±sd of the F1 of 'all' questions "
                  "per bin (question count in the header), as in the paper's tables.\n\n" + _md_table(head, rows))
     detail_head = ["Model", "Mode", "Latest", "Order: exact/considered", "Order: tau", "Order",
-                   "judge re-draws", "calls", "cache hits", "cost (USD)"]
+                   "judge re-draws", "calls", "cached", "cost (USD)"]
     detail_rows = []
     for row in summary["runs"]:
         detail_rows.append([row["model"], row["mode"], _fmt(row["latest"]["score"], 2),

@@ -11,7 +11,7 @@
 - leaderboard: Simple Recall and Chronological Awareness, with the published
   rows beside the user's when the book is a published one;
 - published_f1_by_bin: the paper's F1-by-bin rows for a published book;
-- execution: calls, cache hits, spending and wall time of each configuration.
+- execution: calls (cached ones among them), spending and wall time of each configuration.
 
 Every table that holds scores has "judge failures" (questions left out of the
 scores) and "notes" (sampled jobs) columns, so neither is ever hidden.
@@ -349,7 +349,7 @@ def published_f1_table(runset: RunSet) -> Table | None:
 def execution_table(runset: RunSet) -> Table:
     """What each configuration's execution took (run.json): not scores, so
     it differs between two executions of the same run (shards, reruns)."""
-    head = _label_head(runset) + ["questions", "calls", "cache hits", "answers from cache", "spent (USD)",
+    head = _label_head(runset) + ["questions", "calls", "cached", "answers from cache", "spent (USD)",
                                   "cost at prices (USD)", "wall (s)", "shards"]
     rows = []
     for k, recs in runset.groups.items():
@@ -364,9 +364,10 @@ def execution_table(runset: RunSet) -> Table:
             "-" if "wall_seconds" not in job else f"{job['wall_seconds']:.1f}",
             ", ".join(run.get("shards", [])) or "-"])
     return Table(key="execution", title="Execution: calls, cache, cost, time", head=head, rows=rows,
-                 note="From run.json (merged over shards: calls, cache hits and spending added, the longest wall "
-                      "time). Cost at prices: the answers' and judgments' cost at the aliases' prices, cached "
-                      "or not. These figures belong to one execution, not to the scores.")
+                 note="From run.json (merged over shards: calls, cached calls and spending added, the longest "
+                      "wall time). Calls: the answers and judgments asked, cached ones among them (answered "
+                      "without sending anything). Cost at prices: the answers' and judgments' cost at the "
+                      "aliases' prices, cached or not. These figures belong to one execution, not to the scores.")
 
 
 def spending_table(runset: RunSet) -> Table:
