@@ -95,6 +95,8 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     book = _load_book(args.book)
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
+    # The default run's local LLM answers a question or two within its minute: a smoke check, never ranked.
+    args.smoke = {(LOCAL_LLM, A.RAG_PARAGRAPH)} if default_run else set()
     args.started = utc_now()
     args.configuration = _configuration(args, config, book, default_run)
     args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
@@ -381,7 +383,11 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
 
 
 def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, jobs: list[pipeline.Job]) -> None:
-    """run.json's configuration, provenance and spending over every invocation of the run."""
+    """run.json's configuration, provenance and spending over every invocation of the run; the
+    jobs that are a smoke check (the default run's local LLM on a question or two) marked so."""
+    for job in run["jobs"]:
+        if (job["model"], job["mode"]) in getattr(args, "smoke", ()):
+            job["smoke"] = True
     run["configuration"] = args.configuration
     models = [*(j.model for j in jobs), args.judge, *([run["embed_model"]] if run.get("embed_model") else [])]
     run["provenance"] = provenance(config, models, argv=command_line(), started=args.started, ended=utc_now(),
@@ -639,7 +645,7 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
     for note in files.notes:
         _note(note)
     print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
-          f"{files.questions} questions, {files.seconds:.1f} s)")
+          f"{files.results} results of {files.questions} questions, {files.seconds:.1f} s)")
     return 0
 
 
