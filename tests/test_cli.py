@@ -131,7 +131,7 @@ def test_config_check_prints_the_merged_config_without_secrets(tmp_path):
     result = tulving("--config", str(config), "config", "check", TULVING_TEST_KEY="very-secret-123")
     assert result.returncode == 0, result.stderr
     assert "[endpoints.loop]" in result.stdout and "[models.gpt-4o]" in result.stdout
-    assert "TULVING_TEST_KEY (set)" in result.stdout
+    assert 'key_env = "TULVING_TEST_KEY"  # set' in result.stdout
     assert "very-secret-123" not in result.stdout + result.stderr
 
 
@@ -212,3 +212,27 @@ def test_version_is_the_installed_distributions():
     import tomllib
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert version("tulving-bench") == declared  # the install is of this source tree
+
+
+def test_config_check_output_is_a_config_that_reads_back_the_same(tmp_path):
+    """Pasted back as TOML (it printed `key_env = 'X (not set)'` and Python
+    reprs: `{'max_tokens': 4096}`, `True`), the output is a valid config
+    whose check prints the same; whether a key is set is a comment."""
+    config = loopback_config(tmp_path / "c.toml", "http://127.0.0.1:9/v1", key_env="TULVING_TEST_KEY")
+    first = tulving("--config", str(config), "config", "check")
+    assert first.returncode == 0, first.stderr
+    assert 'key_env = "TULVING_TEST_KEY"  # not set' in first.stdout and "(not set)" not in first.stdout
+    assert "params = { temperature = " in first.stdout and "True" not in first.stdout
+    pasted = tmp_path / "pasted.toml"
+    pasted.write_text(first.stdout)
+    again = tulving("--config", str(pasted), "config", "check")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[1:] == first.stdout.splitlines()[1:]  # all but the "# config: FILE" line
+
+
+def test_book_stats_of_a_packaged_book_prints_without_out(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "engine.cli", "book", "stats", "synaptic-echoes-short"],
+                            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("synaptic-echoes-short: 19 chapters from 20 events")
+    assert "not saved" in result.stdout and not list(tmp_path.iterdir())  # nothing written anywhere
