@@ -197,7 +197,8 @@ def cd_diagram(folder: Path, average_ranks: Mapping[str, float], cliques: Sequen
 def bootstrap_differences(folder: Path, a: Sequence[float], b: Sequence[float], diffs: Sequence[float],
                           ci: tuple[float, float], labels: tuple[str, str], caption: str) -> Figure:
     """Gardner-Altman: both configurations' F1 (left) and the bootstrap
-    distribution of the mean difference b - a with its CI (right)."""
+    distribution of the mean difference a - b with its CI (right), as
+    `tulving compare` asks "does A score higher than B?"."""
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 4), gridspec_kw={"width_ratios": [2, 1]})
     rng = np.random.default_rng(0)  # jitter only
@@ -207,11 +208,11 @@ def bootstrap_differences(folder: Path, a: Sequence[float], b: Sequence[float], 
     ax1.set_xticks([0, 1], [_t(labels[0]), _t(labels[1])], fontsize=7)
     ax1.set_ylabel("F1 per question")
     ax2.hist(diffs, bins=40, orientation="horizontal", color="tab:gray", alpha=0.7)
-    mean = float(np.mean(b) - np.mean(a))
+    mean = float(np.mean(a) - np.mean(b))
     ax2.axhline(mean, color="black")
     ax2.axhspan(ci[0], ci[1], color="tab:blue", alpha=0.2)
     ax2.axhline(0, color="tab:red", linestyle=":")
-    ax2.set_ylabel("mean difference (B - A)")
+    ax2.set_ylabel("mean difference (A - B; above 0: A higher)")
     ax2.set_xlabel("bootstrap resamples")
     fig.suptitle("Paired bootstrap of the mean F1 difference")
     return _save(fig, folder, "bootstrap_differences", "Paired bootstrap of the mean F1 difference", caption)
