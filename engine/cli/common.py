@@ -141,8 +141,14 @@ async def dry_run_estimate(config: Config, cache_path: str | os.PathLike[str] | 
     return estimator
 
 
-def print_estimate(estimator: Estimator) -> None:
-    print(f"cost estimate, before any call ({ESTIMATE_NOTE}):")
+def print_estimate(estimator: Estimator, *, assumptions_below: bool = False) -> None:
+    """The estimator's table by model and role; its assumptions in a sentence,
+    unless the command prints them below as a table (`tulving run --dry-run`)."""
+    if assumptions_below:
+        print("cost estimate by model and role, before any call (worst case: every reply at its max_tokens; "
+              "assumptions below):")
+    else:
+        print(f"cost estimate, before any call ({ESTIMATE_NOTE}):")
     print(estimator.table())
     total = estimator.totals()
     if total.prefix_tokens:

@@ -25,7 +25,7 @@ from engine.benchmark.evaluation.report import Scores, add_realism, leaderboard_
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
 from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, run_key
 from engine.benchmark.generation.bookdir import Book, check_output_folder
-from engine.cli import lifecycle, run_spending
+from engine.cli import dry_run_view, lifecycle, run_spending
 from engine.cli.common import (
     check_models,
     dry_run_estimate,
@@ -452,6 +452,7 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    dry_run_view.print_view(config, estimator, jobs, batch=args.batch)
     print(await run_spending.dry_run_line(args))
     if unpriced_line(args):
         print(unpriced_line(args))
@@ -497,7 +498,7 @@ def _print_dry_run(estimator: Estimator, jobs: list[pipeline.Job], n_rag: int) -
         print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
     print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
           f"made for answers not already judged in the cache")
-    print_estimate(estimator)
+    print_estimate(estimator, assumptions_below=True)
     return total - cached
 
 
