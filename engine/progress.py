@@ -266,13 +266,13 @@ class RunProgress:
         """"12.5/s ETA 40s"; "ETA unknown, no reply for 25s" when the replies
         stopped for longer than the rate promised (slow calls at the end)."""
         remaining = max(self.expected, self.done) - self.done
-        if not remaining or rate <= 0:
+        if not remaining:
             return f"{rate:,.1f}/s"
-        eta = remaining / rate
         quiet = now - self._changed_at if self._changed_at else 0.0
+        eta = remaining / rate if rate > 0 else 0.0
         if quiet >= max(2 * eta, 5.0):  # the rate is of calls that are over: it says nothing of these
             return f"ETA unknown, no reply for {duration(quiet)}"
-        return f"{rate:,.1f}/s ETA {duration(eta)}"
+        return f"{rate:,.1f}/s ETA {duration(eta)}" if rate > 0 else f"{rate:,.1f}/s"
 
     def _label(self) -> str:
         """The streams open now ("now: local:smollm2 / rag-paragraph +1"), "" when none."""

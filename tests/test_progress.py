@@ -85,6 +85,9 @@ def test_when_replies_stop_for_longer_than_the_rate_promised_the_eta_says_so(mon
     line._tick()
     text = line.line()
     assert "ETA unknown, no reply for 30s" in text and "ETA 0s" not in text
+    clock[0] += 60  # the last reply has left the rate's 30 s window: the rate is 0, and still no ETA
+    line._tick()
+    assert "ETA unknown, no reply for 1m30s" in line.line()
 
 
 def test_durations_read_as_a_clock():
