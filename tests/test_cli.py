@@ -236,3 +236,23 @@ def test_book_stats_of_a_packaged_book_prints_without_out(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("synaptic-echoes-short: 19 chapters from 20 events")
     assert "not saved" in result.stdout and not list(tmp_path.iterdir())  # nothing written anywhere
+
+
+def test_the_getting_started_and_readme_examples_name_no_retired_model():
+    """Every alias the newcomer's pages pass to --models, --judge, --model or
+    --embed-model is one `tulving models` lists as callable (they used
+    claude-3-5-sonnet, claude-sonnet-4 and o3-mini, retired)."""
+    from engine.config import Config
+
+    config = Config.load()
+    named = set()
+    for page in (ROOT / "docs" / "getting-started.md", ROOT / "README.md"):
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+            for line in block.splitlines():
+                if "finetune" in line:  # a base model id to fine-tune, not an alias
+                    continue
+                for value in re.findall(r"--(?:models?|judge|embed-model) (\S+)", line):
+                    named.update(value.split(","))
+    known = {name for name in named if name in config.models}
+    assert {"gpt-6.1-sol", "claude-sonnet-5-5"} <= known
+    assert [name for name in sorted(known) if config.retirement(config.models[name])] == []
