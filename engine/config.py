@@ -51,7 +51,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from engine.cache_section import CacheSettings, cache_settings
-from engine.errors import TulvingError
+from engine.errors import TulvingError, did_you_mean
 from engine.prices import BAND_KEYS, PRICE_FIELDS, PriceBand, band_of, price_band
 from providers.base import EndpointSpec, ProviderError
 from providers.kinds import KindRegistry, OptionError, ProviderKind, registry, validate_options
@@ -329,8 +329,10 @@ class Config:
             alias = self._ad_hoc(name, endpoint, model)
             self.models[name] = alias
             return alias
-        raise ConfigError(f"unknown model {name!r}: declare it under [models] or write endpoint/model "
-                          f"(known aliases: {', '.join(sorted(self.models))})")
+        guess = did_you_mean(name, self.models)
+        raise ConfigError(f"unknown model {name!r}{': ' + guess if guess else ''} (`tulving models` lists the "
+                          f"{len(self.models)} aliases with their status; for another model, declare it under "
+                          f"[models] of your config or write endpoint/model)")
 
     def _ad_hoc(self, name: str, endpoint: str, model: str) -> ModelAlias:
         """"endpoint/model": a declared alias's settings and prices when one of

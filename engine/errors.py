@@ -14,6 +14,7 @@ Exit codes (README, "Using it"):
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from providers.base import TulvingError as TulvingError  # the shared base: every layer raises it
 
@@ -57,3 +58,12 @@ def printable(text: object) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """"did you mean 'X'?" for the known name closest to a mistyped `word`,
+    else "": the start of an error's next step."""
+    import difflib  # only on the way to an error
+
+    close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""

@@ -9,10 +9,19 @@ never restart; only the label in front (the open streams) changes in place.
   every model x mode and their judge calls; two calls per event for
   `generate`) plus the requests of streams that know their length (the
   embeddings). Re-draws and retries come on top: the total grows with them.
-- Cached hits (and requests answered by an identical call in flight) are
-  counted apart from calls, as are calls --max-cost kept unsent; the ETA comes from the rate of
-  the last ~30 s; the spend is what this invocation's calls cost, with what
-  is left under --max-cost when there is a cap.
+- The counts use the run's one vocabulary (docs/reports.md, "What the
+  counts mean"): a *call* is one thing asked of a model (an answer, a
+  judgment, a batch of embeddings), whoever answers it; *cached* are the
+  calls answered without sending anything (by Tulving's cache, or by an
+  identical call of this run in flight); *failed* and *not sent* (kept back
+  by --max-cost) are calls too. The line is the whole run's: it starts with
+  `run:` and names the streams open now at its end (`now: ...`), never in
+  front of the count.
+- The ETA comes from the rate of the last ~30 s; when no reply has come for
+  longer than that ETA (the last calls are slow ones: a local model after
+  the built-in reader), it says so instead of counting down a wrong figure.
+  The spend is what this invocation's calls cost, with what is left under
+  --max-cost when there is a cap.
 - On a terminal the line is redrawn in place (`\\r`, then the rest of the
   line cleared; padded with spaces instead on TERM=dumb), cut to the
   terminal's width so it never wraps, at most 10 times a second. A line
@@ -111,6 +120,8 @@ class RunProgress:
         self._guard: _StderrGuard | None = None
         self._skip = 0           # outcomes to count before the clock is read again
         self._last_tick = 0.0
+        self._seen_done = 0      # the count when the clock last saw it change, and when
+        self._changed_at = 0.0
 
     # -- what the engine and its callers tell ---------------------------------------------
     def expect(self, calls: int) -> None:
@@ -215,41 +226,60 @@ class RunProgress:
     # -- the line -------------------------------------------------------------------------
     def line(self, *, final: bool = False, width: int = 0) -> str:
         """The line; within `width` columns when given (0: any length): the
-        elapsed time goes first, then the label, then the end is cut."""
+        streams open now go first, then the elapsed time, then the `run:`
+        head, then the end is cut."""
         now = time.monotonic()
-        parts = [self._done(final), self._counts(), self._money()]
+        parts = [self._counts(final), self._money()]
         rate = None if final else self._rate(now)
         if rate is not None:
-            remaining = max(self.expected, self.done) - self.done
-            parts.append(f"{rate:,.1f}/s" + (f" ETA {duration(remaining / rate)}" if rate > 0 and remaining else ""))
+            parts.append(self._eta(rate, now))
         body = " | ".join(parts)
-        head = "total" if final else self._label()
+        head = "total" if final else "run"
         elapsed = duration(now - (self.started or now))
-        for candidate in (f"{head}: {body} | {elapsed}", f"{head}: {body}", body):
+        now_open = "" if final else self._label()
+        candidates = [f"{head}: {body} | {elapsed}", f"{head}: {body}", body]
+        if now_open:
+            candidates.insert(0, f"{head}: {body} | {elapsed} | {now_open}")
+        for candidate in candidates:
             if not width or len(candidate) < width:
                 return candidate
         return body[:width - 1]
 
-    def _done(self, final: bool) -> str:
-        # The final count alone: the total was an upper bound (a chronological judgment is
-        # asked only of answers that name items), and what is missing the run says itself.
+    def _counts(self, final: bool) -> str:
+        """"1,880/1,889 calls (99%), 629 cached": every call of the run, the
+        cached ones among them. The final count stands alone: the total was
+        an upper bound (a chronological judgment is asked only of answers that
+        name items), and the run says itself what was not needed."""
         if final:
-            return f"{self.done:,} done"
-        total = max(self.expected, self.done)
-        return f"{self.done:,}/{total:,} done" + (f" ({100 * self.done // total}%)" if total else "")
-
-    def _counts(self) -> str:
-        called = self.done - self.cached - self.not_sent
-        text = f"{called:,} calls, {self.cached:,} cached"
+            text = f"{self.done:,} calls"
+        else:
+            total = max(self.expected, self.done)
+            text = f"{self.done:,}/{total:,} calls" + (f" ({100 * self.done // total}%)" if total else "")
+        text += f", {self.cached:,} cached"
         if self.failed:
             text += f", {self.failed:,} failed"
         if self.not_sent:
             text += f", {self.not_sent:,} not sent (--max-cost)"
         return text
 
+    def _eta(self, rate: float, now: float) -> str:
+        """"12.5/s ETA 40s"; "ETA unknown, no reply for 25s" when the replies
+        stopped for longer than the rate promised (slow calls at the end)."""
+        remaining = max(self.expected, self.done) - self.done
+        if not remaining:
+            return f"{rate:,.1f}/s"
+        quiet = now - self._changed_at if self._changed_at else 0.0
+        eta = remaining / rate if rate > 0 else 0.0
+        if quiet >= max(2 * eta, 5.0):  # the rate is of calls that are over: it says nothing of these
+            return f"ETA unknown, no reply for {duration(quiet)}"
+        return f"{rate:,.1f}/s ETA {duration(eta)}" if rate > 0 else f"{rate:,.1f}/s"
+
     def _label(self) -> str:
-        labels = [label for label in self.labels if label] or ["run"]
-        return printable(labels[0]) + (f" +{len(labels) - 1}" if len(labels) > 1 else "")
+        """The streams open now ("now: local:smollm2 / rag-paragraph +1"), "" when none."""
+        labels = [label for label in self.labels if label]
+        if not labels:
+            return ""
+        return "now: " + printable(labels[0]) + (f" +{len(labels) - 1}" if len(labels) > 1 else "")
 
     def _money(self) -> str:
         text = f"{usd(self.spent)} spent"
@@ -269,6 +299,7 @@ class RunProgress:
     def _start(self) -> None:
         if self.started is None:
             self.started = now = time.monotonic()
+            self._changed_at = now
             self._next_plain = now + self.every
             self._samples.clear()
             self._samples.append((now, self.done))
@@ -281,6 +312,8 @@ class RunProgress:
         # Outcomes less than 1 ms apart (a cached rerun): the clock is read once per 100 of them.
         self._skip = _FAST_SKIP if now - self._last_tick < 0.001 else 0
         self._last_tick = now
+        if self.done != self._seen_done:
+            self._seen_done, self._changed_at = self.done, now
         if now >= self._next_sample:
             self._next_sample = now + _SAMPLE_EVERY
             self._samples.append((now, self.done))

@@ -208,6 +208,7 @@ class Engine:
         self._heartbeat: asyncio.Future[None] | None = None  # the line's clock while nothing arrives
         self._opened_at = time.monotonic()
         self._closed = False
+        self._did_nothing = False  # ended in an error before its first outcome
         self._gc_tuned = False
         self._notices: dict[Hashable, float] = {}
         self.rerun_command = rerun_command()  # said when an endpoint is down
@@ -229,6 +230,9 @@ class Engine:
     async def __aexit__(self, *exc: object) -> None:
         if exc[0] is not None:  # an error ends the run: it, not a final progress line, is what is printed last
             self._progress.abandon()
+            # An error before the first outcome (a missing key): the invocation did nothing, and leaves no
+            # entry in the spending ledger.
+            self._did_nothing = self._stats.requests == 0
         await self.close()
 
     async def open(self) -> None:
@@ -276,7 +280,7 @@ class Engine:
             self._batching.close()
         try:
             if self._spending_feed is not None:  # every call settled by now: the invocation's last totals
-                await self._spending_feed.close()
+                await self._spending_feed.close(failed=self._did_nothing)
             cache = self._cache
             if cache is not None:
                 try:

@@ -3,9 +3,9 @@
 run counts it under `--max-cost`, even when this one is killed.
 
     feed = SpendingFeed(open_spending_ledger(cache_path), run_key, budget, label="book: models")
-    feed.start()          # writes the totals every INTERVAL seconds while they change
+    feed.start()          # writes the totals every INTERVAL seconds while they change (from the first call)
     ...
-    await feed.close()    # the last totals, then the ledger closed
+    await feed.close()    # the last totals (an invocation without a call: $0, unless it failed), then closed
 
 The run's key is a plain string computed above the engine (the benchmark
 knows what makes a run: engine/benchmark/evaluation/run_record.py `run_key`);
@@ -31,12 +31,16 @@ class SpendingFeed:
                  interval: float = INTERVAL):
         self.ledger, self.run, self.budget, self.label, self.interval = ledger, run, budget, label, interval
         self.invocation = uuid.uuid4().hex[:16]
-        self._written: tuple[float, int] | None = None
+        # As if (0 paid, 0 calls) were written: the first write waits for a call
+        # (or for `close`), so an invocation that fails before its first call
+        # (a missing key) leaves no entry.
+        self._written: tuple[float, int] | None = (0.0, 0)
+        self._recorded = False
         self._task: asyncio.Task[None] | None = None
         self._failed = False
 
     def start(self) -> None:
-        """Record the invocation at once (0 paid), then keep its totals current."""
+        """Keep the invocation's totals current, from its first call on."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._tick())
 
@@ -57,16 +61,21 @@ class SpendingFeed:
                 self._failed = True
                 log.warning("cannot record spending in the cache's ledger: %s", exc)
             return
-        self._written = paid
+        self._written, self._recorded = paid, True
 
-    async def close(self) -> None:
-        """The last totals written, the ledger closed (idempotent)."""
+    async def close(self, *, failed: bool = False) -> None:
+        """The last totals written, the ledger closed (idempotent). An
+        invocation that made no call is recorded (at $0) unless it `failed`
+        (ended in an error before its first outcome): then it did nothing and
+        leaves nothing."""
         task, self._task = self._task, None
         if task is None:
             return
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         try:
+            if not self._recorded and not failed:
+                self._written = None  # the $0 entry of an invocation that ended without a call
             await self.write()
         finally:
             self.ledger.close()

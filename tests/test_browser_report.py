@@ -194,3 +194,59 @@ async def test_report_renders_and_filters_in_a_real_browser(report):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         browser.stop()
+
+
+# Every cell of one word (a name, a figure: "builtin:reader", "0.718") or
+# marked as a name or figure (class label / num), in the first 40 rows of each
+# table, on one line: its height is one line's, whatever the page's width.
+WRAPPED = """(() => {
+  const out = [];
+  const cells = [...document.querySelectorAll('table.data')].flatMap(
+    t => [...t.tBodies[0].rows].slice(0, 40).flatMap(r => [...r.cells]));
+  for (const td of cells) {
+    const text = td.textContent.trim();
+    if (!text || !(/^\\S+$/.test(text) || td.classList.contains('label') || td.classList.contains('num'))) continue;
+    const style = getComputedStyle(td);
+    const line = parseFloat(style.fontSize) * 1.6;
+    const range = document.createRange(); range.selectNodeContents(td);
+    if (range.getBoundingClientRect().height > line) out.push(td.textContent);
+    if (out.length > 5) break;
+  }
+  return {wrapped: out, width: window.innerWidth, overflow: document.documentElement.scrollWidth - window.innerWidth,
+          board: [...document.querySelectorAll('#t-leaderboard tbody tr')].map(r => r.cells[4].textContent)};
+})()"""
+
+
+async def test_the_report_reads_at_a_glance_at_1400_px_and_at_a_phones_width(report):
+    """Names and figures never wrap (the drill-down showed "builtin:r / eader"
+    and "1. / 00 / 0"), wide tables scroll inside their box rather than the
+    page, the leaderboard gives its intervals; a screenshot of the top of the
+    page at each width is saved under benchmarks/artifacts/ to look at."""
+    executable = find_browser()
+    if executable is None:
+        pytest.skip("no headless browser: install Debian's chromium (apt-get install chromium; .ci/run does)")
+    browser = Browser(executable)
+    try:
+        browser.start((report / "index.html").resolve().as_uri())
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{browser.port}/json/list") as resp:
+                page_target = next(t for t in await resp.json() if t["type"] == "page")
+            async with session.ws_connect(page_target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                page = Page(ws)
+                await page.wait_loaded()
+                ARTIFACTS.mkdir(parents=True, exist_ok=True)
+                for width, mobile in ((1400, False), (390, True)):
+                    await page.send("Emulation.setDeviceMetricsOverride", width=width, height=1000,
+                                    deviceScaleFactor=1, mobile=mobile)
+                    await asyncio.sleep(0.3)
+                    facts = await page.eval(WRAPPED)
+                    assert facts["wrapped"] == [], (width, facts["wrapped"])
+                    # Nothing wider than the screen outside a scrolling box (a phone would zoom the page out).
+                    assert facts["width"] == width and facts["overflow"] <= 1, (width, facts)
+                    assert all(re.fullmatch(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", c) for c in facts["board"][:2])
+                    shot = await page.send("Page.captureScreenshot", format="png")
+                    path = ARTIFACTS / f"report_{width}px.png"
+                    path.write_bytes(base64.b64decode(shot["data"]))
+                    print(f"screenshot: {path}")
+    finally:
+        browser.stop()

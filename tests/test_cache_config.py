@@ -62,7 +62,7 @@ def test_the_config_names_a_postgresql_cache_with_its_password_in_a_variable(tmp
     assert _calls(tmp_path, "over") == _calls(tmp_path, "first") and (tmp_path / "own.sqlite").exists()
     check = _tulving(tmp_path, environ, "--config", "tulving.toml", "config", "check")
     assert check.returncode == 0, check.stderr
-    assert f"url = {url!r}" in check.stdout and "password_env = 'CACHE_PW' (set)" in check.stdout
+    assert f'url = "{url}"' in check.stdout and 'password_env = "CACHE_PW"  # set' in check.stdout
     for path in tmp_path.rglob("*"):
         if path.is_file() and path.name != "tulving.toml":
             assert password.encode() not in path.read_bytes(), path

@@ -132,7 +132,7 @@ def test_config_check_prints_the_merged_config_without_secrets(tmp_path):
     result = tulving("--config", str(config), "config", "check", TULVING_TEST_KEY="very-secret-123")
     assert result.returncode == 0, result.stderr
     assert "[endpoints.loop]" in result.stdout and "[models.gpt-4o]" in result.stdout
-    assert "TULVING_TEST_KEY (set)" in result.stdout
+    assert 'key_env = "TULVING_TEST_KEY"  # set' in result.stdout
     assert "very-secret-123" not in result.stdout + result.stderr
 
 
@@ -213,3 +213,47 @@ def test_version_is_the_installed_distributions():
     import tomllib
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert version("tulving-bench") == declared  # the install is of this source tree
+
+
+def test_config_check_output_is_a_config_that_reads_back_the_same(tmp_path):
+    """Pasted back as TOML (it printed `key_env = 'X (not set)'` and Python
+    reprs: `{'max_tokens': 4096}`, `True`), the output is a valid config
+    whose check prints the same; whether a key is set is a comment."""
+    config = loopback_config(tmp_path / "c.toml", "http://127.0.0.1:9/v1", key_env="TULVING_TEST_KEY")
+    first = tulving("--config", str(config), "config", "check")
+    assert first.returncode == 0, first.stderr
+    assert 'key_env = "TULVING_TEST_KEY"  # not set' in first.stdout and "(not set)" not in first.stdout
+    assert "params = { temperature = " in first.stdout and "True" not in first.stdout
+    pasted = tmp_path / "pasted.toml"
+    pasted.write_text(first.stdout)
+    again = tulving("--config", str(pasted), "config", "check")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[1:] == first.stdout.splitlines()[1:]  # all but the "# config: FILE" line
+
+
+def test_book_stats_of_a_packaged_book_prints_without_out(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "engine.cli", "book", "stats", "synaptic-echoes-short"],
+                            cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("synaptic-echoes-short: 19 chapters from 20 events")
+    assert "not saved" in result.stdout and not list(tmp_path.iterdir())  # nothing written anywhere
+
+
+def test_the_getting_started_and_readme_examples_name_no_retired_model():
+    """Every alias the newcomer's pages pass to --models, --judge, --model or
+    --embed-model is one `tulving models` lists as callable (they used
+    claude-3-5-sonnet, claude-sonnet-4 and o3-mini, retired)."""
+    from engine.config import Config
+
+    config = Config.load()
+    named = set()
+    for page in (ROOT / "docs" / "getting-started.md", ROOT / "README.md"):
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), re.S):
+            for line in block.splitlines():
+                if "finetune" in line:  # a base model id to fine-tune, not an alias
+                    continue
+                for value in re.findall(r"--(?:models?|judge|embed-model) (\S+)", line):
+                    named.update(value.split(","))
+    known = {name for name in named if name in config.models}
+    assert {"gpt-6.1-sol", "claude-sonnet-5-5"} <= known
+    assert [name for name in sorted(known) if config.retirement(config.models[name])] == []

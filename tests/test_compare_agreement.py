@@ -54,12 +54,17 @@ def test_compare_same_questions_is_paired(runs):
     assert "2000 resamples, seed 7" in result.stdout
     data = json.loads((runs / "cmp" / "compare.json").read_text())
     boot = data["bootstrap"]
-    assert boot["mean_difference"] == pytest.approx((y - x).mean())
-    assert boot["ci_low"] < boot["mean_difference"] < boot["ci_high"] < 0
-    reference = stats.bootstrap((x, y), lambda u, v, axis=-1: np.mean(v - u, axis=axis), paired=True,
+    # Oriented as the question it answers, "does A score higher than B?": A - B (it printed B - A).
+    assert boot["mean_difference"] == pytest.approx((x - y).mean())
+    assert 0 < boot["ci_low"] < boot["mean_difference"] < boot["ci_high"]
+    reference = stats.bootstrap((x, y), lambda u, v, axis=-1: np.mean(u - v, axis=axis), paired=True,
                                 vectorized=True, n_resamples=2000, method="percentile",
                                 random_state=np.random.default_rng(7)).confidence_interval
-    assert (boot["ci_low"], boot["ci_high"]) == pytest.approx((reference.low, reference.high))
+    assert (boot["ci_low"], boot["ci_high"]) == pytest.approx((reference.low, reference.high), abs=1e-9)
+    assert "does A score higher than B?" in result.stdout and "mean difference A - B = +" in result.stdout
+    assert "answer: yes: A scores higher than B (the 95% CI of A - B lies above 0)" in result.stdout
+    reverse = tulving(runs, "compare", "worse", "good", "--resamples", "2000", "--seed", "7")
+    assert "answer: no: B scores higher than A (the 95% CI of A - B lies below 0)" in reverse.stdout
     assert (runs / "cmp" / "figures" / "bootstrap_differences.png").stat().st_size > 1000
     # Same seed, same interval.
     again = tulving(runs, "compare", "good", "worse", "--resamples", "2000", "--seed", "7")
@@ -75,6 +80,8 @@ def test_compare_different_books_is_mann_whitney(runs):
     assert "test: unpaired -- different books" in result.stdout
     assert f"'A scores higher than B': p = {greater:.3g}" in result.stdout
     assert f"'B higher than A': p = {less:.3g}" in result.stdout
+    verdict = ("yes: A scores higher" if greater < 0.05 else "no: B scores higher" if less < 0.05 else "not shown")
+    assert f"answer: {verdict}" in result.stdout
 
 
 def test_compare_asks_which_configuration(runs):

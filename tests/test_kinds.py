@@ -146,7 +146,7 @@ def test_a_third_party_distribution_adds_a_kind_to_config_check_and_the_referenc
     env = {"PYTHONPATH": os.pathsep.join([str(plugin), str(ROOT)])}
     checked = cli("--config", str(tmp_path / "tulving.toml"), "config", "check", env=env, cwd=tmp_path)
     assert checked.returncode == 0, checked.stderr
-    assert "[endpoints.mine]\nkind = 'echo'\n" in checked.stdout and "options = {'shout': True}" in checked.stdout
+    assert '[endpoints.mine]\nkind = "echo"\n' in checked.stdout and "options = { shout = true }" in checked.stdout
     reference = cli("config", "reference", env=env, cwd=tmp_path)
     assert "### `echo`" in reference.stdout and "| `shout` | bool |" in reference.stdout
     plain = cli("--config", str(tmp_path / "tulving.toml"), "config", "check", cwd=tmp_path)

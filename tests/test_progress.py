@@ -27,8 +27,8 @@ async def test_concurrent_streams_and_rounds_count_on_one_line_that_never_restar
     assert len(first) == 7 and len(second) == 5 and all(o.cached for o in again)
     err = capsys.readouterr().err
     assert "\r" not in err
-    assert [line for line in err.splitlines() if " done | " in line] == [
-        "total: 19 done | 12 calls, 7 cached | $0.0000 spent | 0s"]
+    assert [line for line in err.splitlines() if line.startswith("total: ")] == [
+        "total: 19 calls, 7 cached | $0.0000 spent | 0s"]
 
 
 async def test_a_run_counts_its_cache_hits_with_its_calls(tmp_path, capsys):
@@ -42,19 +42,52 @@ async def test_a_run_counts_its_cache_hits_with_its_calls(tmp_path, capsys):
         assert engine.stats.requests == 16 and engine.stats.cache_hits == 7 and engine.stats.calls == 9
     assert [o.cached for o in first] == [False] * 7 and [o.cached for o in mixed] == [True] * 7 + [False] * 2
     err = capsys.readouterr().err
-    assert [line for line in err.splitlines() if " done | " in line] == [
-        "total: 16 done | 9 calls, 7 cached | $0.0000 spent | 0s"]
+    assert [line for line in err.splitlines() if line.startswith("total: ")] == [
+        "total: 16 calls, 7 cached | $0.0000 spent | 0s"]
 
 
-def test_a_narrow_line_drops_the_elapsed_time_then_the_label_then_is_cut():
+def test_the_line_counts_the_whole_run_and_names_the_open_streams_last():
+    """The count in front is the run's ("run:"), never one stream's: the
+    streams open now come at the end ("now: ..."), and go first when the line
+    is too narrow, then the elapsed time, then the head; then the end is cut."""
     progress = RunProgress(enabled=False)
     progress.stream_opened("a rather long label", 10)
+    progress.stream_opened("another", 5)
     full = progress.line()
-    assert full.startswith("a rather long label: 0/10 done (0%) | 0 calls, 0 cached | $0.0000 spent | ")
-    assert progress.line(width=len(full)) == full.rsplit(" | ", 1)[0]
-    assert progress.line(width=51) == "0/10 done (0%) | 0 calls, 0 cached | $0.0000 spent"
-    assert progress.line(width=20) == "0/10 done (0%) | 0 "
+    assert full.startswith("run: 0/15 calls (0%), 0 cached | $0.0000 spent | ")
+    assert full.endswith(" | now: a rather long label +1")
+    without_label = full.rsplit(" | ", 1)[0]
+    assert progress.line(width=len(full)) == without_label
+    assert progress.line(width=len(without_label)) == without_label.rsplit(" | ", 1)[0]
+    assert progress.line(width=46) == "0/15 calls (0%), 0 cached | $0.0000 spent"
+    assert progress.line(width=20) == "0/15 calls (0%), 0 "
     assert progress.line(width=len(full) + 1) == full
+
+
+def test_when_replies_stop_for_longer_than_the_rate_promised_the_eta_says_so(monkeypatch):
+    """Fast calls, then slow ones (the built-in reader, then a local model):
+    the rate of the fast ones promised "ETA 0s"; once no reply came for longer
+    than that, the line says the ETA is unknown and for how long nothing came."""
+    from engine import progress as P
+    from engine.requests import Outcome
+
+    clock = [100.0]
+    monkeypatch.setattr(P.time, "monotonic", lambda: clock[0])
+    line = RunProgress(enabled=False)
+    line.expect(110)
+    request = ChatRequest("builtin:reader", [{"role": "user", "content": "q"}])
+    for _ in range(100):  # 100 replies over 2 s: 50/s
+        clock[0] += 0.02
+        line.advance(Outcome(request=request, result=None, cached=False))
+        line._tick()
+    assert "ETA 0s" in line.line()
+    clock[0] += 30  # then nothing for 30 s
+    line._tick()
+    text = line.line()
+    assert "ETA unknown, no reply for 30s" in text and "ETA 0s" not in text
+    clock[0] += 60  # the last reply has left the rate's 30 s window: the rate is 0, and still no ETA
+    line._tick()
+    assert "ETA unknown, no reply for 1m30s" in line.line()
 
 
 def test_durations_read_as_a_clock():
@@ -75,8 +108,8 @@ async def test_the_line_keeps_its_clock_while_a_long_call_is_out(tmp_path, capsy
         async with Engine(make_config(server), cache_path=str(tmp_path / "c.sqlite"), progress=True) as engine:
             [outcome] = await engine.run([chat(1)], label="slow")
     assert outcome.ok
-    lines = [line for line in capsys.readouterr().err.splitlines() if " done" in line]
-    waiting = [line for line in lines if line.startswith("slow: 0/1 done")]
+    lines = [line for line in capsys.readouterr().err.splitlines() if " calls" in line]
+    waiting = [line for line in lines if line.startswith("run: 0/1 calls")]
     assert len(waiting) >= 3, lines  # 1.6 s of waiting, a line every 0.3 s
-    assert waiting[-1].endswith(" | 1s")  # the clock went on while nothing arrived
-    assert lines[-1].startswith("total: 1 done | 1 calls, 0 cached")
+    assert waiting[-1].endswith(" | 1s | now: slow")  # the clock went on while nothing arrived
+    assert lines[-1].startswith("total: 1 calls, 0 cached")

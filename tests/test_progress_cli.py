@@ -23,10 +23,11 @@ from tests.test_trust import SERVED, env
 
 RUN = ["run", "--book", "synaptic-echoes-short", "--models", "sonnet-loop,gpt4o-loop", "--sample", "12",
        "--out", "run"]
-# "<label>: 12/40 done (30%) | 10 calls, 2 cached | $0.0100 spent, cap ... | 3.1/s ETA 4s | 3s"
-LINE = re.compile(r"^((?P<label>.+?): )?(?P<done>[\d,]+)(/(?P<total>[\d,]+))? done( \(\d+%\))? \| "
-                  r"(?P<calls>[\d,]+) calls, (?P<cached>[\d,]+) cached(, [\d,]+ failed)?"
-                  r"(, [\d,]+ not sent \(--max-cost\))? \| (?P<spent>\$[\d,.]+) spent")
+# "run: 12/40 calls (30%), 2 cached | $0.0100 spent, cap ... | 3.1/s ETA 4s | 3s | now: <label>"; the final
+# "total: 40 calls, 2 cached | $0.0100 spent | 5s". A call is counted whoever answers it, cached ones among them.
+LINE = re.compile(r"^((?P<head>run|total): )?(?P<done>[\d,]+)(/(?P<total>[\d,]+))? calls( \(\d+%\))?, "
+                  r"(?P<cached>[\d,]+) cached(, [\d,]+ failed)?(, [\d,]+ not sent \(--max-cost\))? \| "
+                  r"(?P<spent>\$[\d,.]+) spent.*?( \| now: (?P<label>.+))?$")
 CLEAR = "\x1b[K"
 
 
@@ -91,22 +92,21 @@ def drawings(drawn: str) -> list[re.Match[str]]:
 
 def assert_never_back(lines: list[re.Match[str]]) -> None:
     """Counts only grow, across rounds and phases; every line but the final one shows done/total."""
-    for key in ("done", "calls", "cached"):
+    for key in ("done", "cached"):
         values = [_n(m[key]) for m in lines]
         assert values == sorted(values), (key, values)
-    running = [m for m in lines if m["label"] != "total"]
+    running = [m for m in lines if m["head"] != "total"]
     assert all(m["total"] is not None and _n(m["done"]) <= _n(m["total"]) for m in running)
     totals = [_n(m["total"]) for m in running]
     assert totals == sorted(totals), totals
-    assert lines[-1]["label"] == "total" and lines[-1]["total"] is None
+    assert lines[-1]["head"] == "total" and lines[-1]["total"] is None and lines[-1]["label"] is None
 
 
 def run_totals(folder: Path) -> tuple[int, int, float]:
-    """(calls made, cached hits, USD spent) of this invocation, from run.json."""
+    """(calls, of which cached, USD spent) of this invocation, from run.json: the summary's figures."""
     run = json.loads((folder / "run.json").read_text())
     rows = run["spending_this_invocation"]
-    return (sum(r["calls"] - r["cached"] for r in rows), sum(r["cached"] for r in rows),
-            sum(r["spent_usd"] for r in rows))
+    return sum(r["calls"] for r in rows), sum(r["cached"] for r in rows), sum(r["spent_usd"] for r in rows)
 
 
 async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_closed_with_the_totals(tmp_path):
@@ -130,15 +130,16 @@ async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_clo
     assert_never_back(lines)
     # One line for the whole run: the first drawing already knows both models' answers and judgments.
     assert _n(lines[0]["total"]) >= 2 * 2 * 12
-    assert len({m["label"] for m in lines}) >= 2  # the phase label changes in place
+    # The streams open now are named at the end, after the run-wide count, and change in place.
+    assert all(m["head"] == "run" for m in lines[:-1]) and len({m["label"] for m in lines[:-1]}) >= 2
     # The notice is a line of its own, not glued to a half-drawn progress line.
     [notice] = [line for line in shown if "rate_limited" in line]
-    assert notice.startswith("tulving: waiting for ") and " done | " not in notice
+    assert notice.startswith("tulving: waiting for ") and " calls" not in notice
     # The final line: every call and the spend, with the cap.
     progress_lines = [line for line in shown if LINE.match(line)]
     final = LINE.match(progress_lines[-1])
-    assert final is not None and final["label"] == "total"
-    assert (_n(final["calls"]), _n(final["cached"])) == (calls, cached) and calls > 0
+    assert final is not None and final["head"] == "total"
+    assert (_n(final["done"]), _n(final["cached"])) == (calls, cached) and calls > cached
     assert final["spent"] == usd(spent) and spent > 0 and "cap $50.00 (" in progress_lines[-1]
     assert drawn.endswith("\n") and not drawn.endswith("\n\n")
     assert len(progress_lines) == 1  # only the final one stays on the screen
@@ -146,8 +147,8 @@ async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_clo
     assert CLEAR not in again and "\x1b" not in again
     assert all(line.strip() for line in screen_lines(again))
     final = LINE.match([line for line in screen_lines(again) if LINE.match(line)][-1])
-    assert final is not None and final["label"] == "total"
-    assert _n(final["calls"]) == 0 and _n(final["cached"]) == calls + cached and final["spent"] == usd(0.0)
+    assert final is not None and final["head"] == "total"
+    assert _n(final["done"]) == _n(final["cached"]) == calls and final["spent"] == usd(0.0)
 
 
 async def test_a_shorter_line_leaves_nothing_of_the_longer_one_on_a_dumb_terminal(tmp_path):
@@ -165,9 +166,9 @@ async def test_a_shorter_line_leaves_nothing_of_the_longer_one_on_a_dumb_termina
     lines = drawings(drawn)
     assert_never_back(lines)
     # A chapter call and its check per event, known before the first is sent (retries come on top).
-    assert _n(lines[0]["total"]) >= 60 and _n(lines[-1]["calls"]) + _n(lines[-1]["cached"]) >= 60
-    # Too narrow for the whole line: the elapsed time and the label go before the counts and the spend.
-    assert any(m["label"] is None for m in lines)
+    assert _n(lines[0]["total"]) >= 60 and _n(lines[-1]["done"]) >= 60
+    # Too narrow for the whole line: the open streams, then the elapsed time, go before the counts and the spend.
+    assert any(m["head"] == "run" and m["label"] is None for m in lines)
 
 
 async def test_without_a_terminal_plain_lines_and_no_carriage_return(tmp_path):
@@ -186,8 +187,8 @@ async def test_without_a_terminal_plain_lines_and_no_carriage_return(tmp_path):
     assert len(lines) >= 2  # lines while it runs, then the final one
     assert_never_back(lines)  # type: ignore[arg-type]
     final = lines[-1]
-    assert final is not None and final["label"] == "total"
-    assert (_n(final["calls"]), _n(final["cached"]), final["spent"]) == (calls, cached, usd(spent))
+    assert final is not None and final["head"] == "total"
+    assert (_n(final["done"]), _n(final["cached"]), final["spent"]) == (calls, cached, usd(spent))
     assert not any(LINE.match(line) for line in quiet.splitlines()) and "\r" not in quiet
     # A cadence that is not a number of seconds: one line, before any call.
     code, _, err = await run_piped(tmp_path, "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",

@@ -151,3 +151,85 @@ def test_tables_agree_with_scores_json(report):
         ca = run["chronological_awareness"]
         expected = ("undefined" if run["chronological_asked"] else "-") if ca is None else f"{ca:.3f}"
         assert row["Chronological Awareness"] == expected
+
+
+def test_the_leaderboard_gives_each_score_its_95_percent_interval(report):
+    runs = {r["model"]: r for r in json.loads((report / "scores.json").read_text())["runs"]}
+    html = (report / "index.html").read_text()
+    for row in _csv(report, "leaderboard"):
+        run = runs[row["Model"]]
+        low, high = run["simple_recall_ci"]
+        assert (row["Simple Recall 95% CI low"], row["Simple Recall 95% CI high"]) == (f"{low:.3f}", f"{high:.3f}")
+        # As the CLI and report.md show it, in the HTML leaderboard too.
+        assert f"{run['simple_recall']:.3f} [{low:.3f}, {high:.3f}]</td>" in html
+
+
+def test_the_page_counts_questions_and_results_and_explains_the_cue_notation(report):
+    html = (report / "index.html").read_text()
+    # 3 configurations over the 456 questions: 456 + 456 + SAMPLE results (it said "952 questions").
+    assert f"3 configurations over 456 questions: {2 * 456 + SAMPLE} results" in html
+    assert "answered questions" not in html
+    breakdowns = html[html.index('<section id="breakdowns">'):]
+    assert breakdowns.index("time (t), space (s), entity (ent) or content (c)") < breakdowns.index("<table")
+    # Scores with 2 decimals in every table but the leaderboard's 3 (the Latest column had 4).
+    assert all(re.fullmatch(r"\d\.\d\d", row["Latest"]) for row in _csv(report, "latest"))
+
+
+def test_names_and_figures_never_wrap_and_text_wraps_between_words(report):
+    html = (report / "index.html").read_text()
+    assert "word-break" not in html  # it broke "builtin:reader" into "builtin:r" / "eader"
+    drill = html[html.index('id="drill"'):]
+    first = drill[drill.index("<tbody>"):].split("</tr>")[0]
+    classes = re.findall(r'<td class="(\w+)">', first)
+    assert classes[:9] == ["label"] * 9 and classes[9:13] == ["text"] * 4 and classes[13:18] == ["num"] * 5
+    board = html[html.index('id="t-leaderboard"'):].split("</table>")[0]
+    assert '<td class="label">builtin:reader</td>' in board and '<td class="num">456/456</td>' in board
+
+
+def test_a_smoke_check_is_listed_apart_and_never_ranked(tmp_path):
+    good = offline_run(tmp_path, "good")
+    smoke = renamed_run(good, tmp_path / "smoke", "local:tiny", 2)
+    run = json.loads((smoke / "run.json").read_text())
+    run["jobs"][0]["smoke"] = True
+    (smoke / "run.json").write_text(json.dumps(run))
+    alone = tulving(tmp_path, "report", "smoke")
+    assert alone.returncode == 0, alone.stderr
+    assert "local:tiny" not in alone.stdout.split("Smoke check")[0].split("\n", 2)[2]  # not a row of the table
+    assert "Smoke check, not ranked: local:tiny / in-context answered 2 of the 456 questions" in alone.stdout
+    assert "## Smoke check (not ranked)" in (smoke / "report.md").read_text()
+    both = tulving(tmp_path, "report", "good", "smoke", "--out", "rep")
+    assert both.returncode == 0, both.stderr
+    board = {r["Model"]: r for r in _csv(tmp_path / "rep", "leaderboard")}
+    assert board["builtin:reader"]["#"] == "1"
+    assert board["local:tiny"]["#"] == "-" and board["local:tiny"]["notes"].startswith("smoke check, not ranked")
+
+
+def test_the_f1_figure_names_every_published_run_legibly_and_its_legend_hides_no_point():
+    """The short book's 11 published rows end close together: their names
+    used to overlap in a heap, and the legend sat on the lowest points."""
+    from engine.benchmark.evaluation import figures as F
+    from engine.benchmark.evaluation.tables import _load_published
+
+    rows = _load_published("paper_f1_by_bin.json")["short_book"]
+    published = {f"{r['model']} / {r['memory']}": {b: c["mean"] for b, c in r["bins"].items()} for r in rows}
+    bins = ["0", "1", "2", "3-5"]
+    series = {"builtin:reader / in-context": {"0": (1.0, 0.0), "1": (0.61, 0.49), "2": (0.55, 0.43), "3-5": (0.71, 0.36)},
+              "local:smollm2 / rag-paragraph": {"0": (0.0, 0.0), "1": (0.02, 0.1)}}
+    fig = F.f1_by_bin_figure(series, bins, "F1", published)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    [ax] = fig.axes
+    names = [t for t in ax.texts]
+    assert sorted(t.get_text() for t in names) == sorted(published)
+    boxes = [t.get_window_extent(renderer) for t in names]
+    assert all(b.height >= 8 for b in boxes)  # 6.5 pt at 100 dpi: about 9 px, legible
+    assert not [(names[i].get_text(), names[j].get_text()) for i in range(len(boxes)) for j in range(i)
+                if boxes[i].overlaps(boxes[j])]
+    legend = ax.get_legend().get_window_extent(renderer)
+    points = [(float(x), m) for per in series.values() for x, (b, (m, _)) in enumerate(per.items())]
+    shown = ax.transData.transform(points)
+    assert not [p for p in shown if legend.contains(*p)]
+    assert legend.y1 < ax.get_window_extent(renderer).y0  # under the axes
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

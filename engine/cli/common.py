@@ -15,6 +15,7 @@ from typing import Any
 
 from cache.backend import ResponseStore, is_postgres_url, open_cache
 from engine.batching_mode import batch_endpoint
+from engine.cli import lifecycle
 from engine.cli.config_file import LOCAL_CONFIG as LOCAL_CONFIG
 from engine.cli.config_file import cache_notes as cache_notes
 from engine.cli.config_file import choose_cache as choose_cache
@@ -76,9 +77,9 @@ def open_engine(args: argparse.Namespace, config: Config | None = None, **kwargs
     out = getattr(args, "out", None)
     if isinstance(cache, str) and is_postgres_url(cache) and isinstance(out, str) and out:
         os.environ.setdefault("TULVING_SPILL_DIR", out)
-    return Engine(config or load_config(args), cache_path=getattr(args, "cache", None) or None,
-                  progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
-                  batch=bool(getattr(args, "batch", False)), **kwargs)
+    return lifecycle.watch(Engine(config or load_config(args), cache_path=getattr(args, "cache", None) or None,
+                                  progress=not getattr(args, "quiet", False), max_cost=getattr(args, "max_cost", None),
+                                  batch=bool(getattr(args, "batch", False)), **kwargs))
 
 
 async def dry_run_report(config: Config, cache_path: str | os.PathLike[str] | None,
@@ -140,8 +141,14 @@ async def dry_run_estimate(config: Config, cache_path: str | os.PathLike[str] | 
     return estimator
 
 
-def print_estimate(estimator: Estimator) -> None:
-    print(f"cost estimate, before any call ({ESTIMATE_NOTE}):")
+def print_estimate(estimator: Estimator, *, assumptions_below: bool = False) -> None:
+    """The estimator's table by model and role; its assumptions in a sentence,
+    unless the command prints them below as a table (`tulving run --dry-run`)."""
+    if assumptions_below:
+        print("cost estimate by model and role, before any call (worst case: every reply at its max_tokens; "
+              "assumptions below):")
+    else:
+        print(f"cost estimate, before any call ({ESTIMATE_NOTE}):")
     print(estimator.table())
     total = estimator.totals()
     if total.prefix_tokens:

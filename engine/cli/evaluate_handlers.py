@@ -27,7 +27,7 @@ from engine.benchmark.evaluation.report import Scores, add_realism, leaderboard_
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, load_results, write_results
 from engine.benchmark.evaluation.run_record import carried_spending, check_out_folder, configuration, run_key
 from engine.benchmark.generation.bookdir import Book, check_output_folder
-from engine.cli import lifecycle, run_spending
+from engine.cli import dry_run_view, lifecycle, run_spending
 from engine.cli.common import (
     check_models,
     dry_run_estimate,
@@ -44,6 +44,7 @@ from engine.cli.evaluate_defaults import (
     LOCAL_LLM,
     OFFLINE_EMBED,
 )
+from engine.cli.run_counts import cached_line, planned_line
 from engine.cli.run_memories import (
     memory_failures,
     memory_identity,
@@ -107,14 +108,41 @@ def cmd_run(args: argparse.Namespace, config: Config) -> int:
     questions = _questions(args, book)
     out = Path(args.out or Path("runs") / str(book.name))
     args.out_dir = str(out)
+    # The default run's local LLM answers a question or two within its minute: a smoke check, never ranked.
+    args.smoke = {(LOCAL_LLM, A.RAG_PARAGRAPH)} if default_run else set()
     args.started = utc_now()
     args.configuration = _configuration(args, _described(config, models, _settings(args)), book, default_run)
     args.run_key = run_key(args.configuration, book.text)  # the run in the cache's spending ledger
     args.previous = None
+    made = _missing_folders(out)
     if not args.dry_run:
         check_output_folder(out)  # an unwritable --out is found before the first call, not after the last
         args.previous = check_out_folder(out, args.configuration, overwrite=args.overwrite)
-    return lifecycle.run(_run(args, config, book, questions, models, args.memory_plan.names, default_run, out))
+    try:
+        return lifecycle.run(_run(args, config, book, questions, models, args.memory_plan.names, default_run,
+                                  out))
+    except BaseException:  # an error, Ctrl-C: the folders this run made and left empty go
+        _remove_empty(made)
+        raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a command made (deepest first) that are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (the run wrote something), or gone: leave it
+            return
 
 
 async def _before_the_engine(args: argparse.Namespace, config: Config, models: list[str]) -> float:
@@ -265,9 +293,7 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
                 f"would pay for them again" if lost else "the replies are in the cache: rerun to write it "
                                                           "without new calls")
         raise StorageError(f"cannot write the run folder {out}: {exc.strerror or exc}; {then}") from None
-    if not getattr(args, "quiet", False):
-        for line in spending_lines(run["spending_this_invocation"]):
-            print(line, file=sys.stderr)
+    _print_counts(args, run, jobs, [*evaluation.records, *(r for rs in extra for r in rs)])
     if unpriced_line(args):
         print(unpriced_line(args), file=sys.stderr)
     print(leaderboard_text(summary))
@@ -277,6 +303,19 @@ async def _run(args: argparse.Namespace, config: Config, book: Book, questions: 
               f"(sd {sr['sd']}), Chronological Awareness {ca['mean']} (sd {ca['sd']})")
     print(f"\nresults: {out / RESULTS_FILE}  report: {out / 'report.md'}  ({wall:.1f} s)")
     return run_exit_code([*evaluation.records, *(r for rs in extra for r in rs)], engine_stats, args)
+
+
+def _print_counts(args: argparse.Namespace, run: dict[str, Any], jobs: list[pipeline.Job],
+                  records: list[ResultRecord]) -> None:
+    """Under the progress line's total (stderr, not with --quiet): why the
+    calls differ from the plan, then what each model and role cost."""
+    if getattr(args, "quiet", False):
+        return
+    spent = run["spending_this_invocation"]
+    planned = planned_line(args.repeats * pipeline.expected_calls(jobs), records, spent)
+    for line in [planned, cached_line(spent), *spending_lines(spent)]:
+        if line:
+            print(line, file=sys.stderr)
 
 
 async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Config, book: Book,
@@ -383,7 +422,11 @@ def _run_record(book: Book, questions: list[Question], ev: pipeline.Evaluation, 
 
 
 def _add_history(run: dict[str, Any], args: argparse.Namespace, config: Config, jobs: list[pipeline.Job]) -> None:
-    """run.json's configuration, provenance and spending over every invocation of the run."""
+    """run.json's configuration, provenance and spending over every invocation of the run; the
+    jobs that are a smoke check (the default run's local LLM on a question or two) marked so."""
+    for job in run["jobs"]:
+        if (job["model"], job["mode"]) in getattr(args, "smoke", ()):
+            job["smoke"] = True
     run["configuration"] = args.configuration
     models = [*(j.model for j in jobs), args.judge, *([run["embed_model"]] if run.get("embed_model") else [])]
     settings = next((j.settings for j in jobs if j.settings is not None), None)
@@ -471,6 +514,7 @@ async def _dry_run(args: argparse.Namespace, config: Config, book: Book, questio
 
     estimator = await dry_run_estimate(config, args.cache, fill)
     uncached = _print_dry_run(estimator, jobs, n_rag)
+    dry_run_view.print_view(config, estimator, jobs, batch=args.batch)
     outside = [j.mode for j in jobs if j.mode not in A.MODES]
     if outside:
         print(f"memory systems {', '.join(dict.fromkeys(outside))}: their own model calls (ingest, recall) depend "
@@ -521,7 +565,7 @@ def _print_dry_run(estimator: Estimator, jobs: list[pipeline.Job], n_rag: int) -
         print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
     print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
           f"made for answers not already judged in the cache")
-    print_estimate(estimator)
+    print_estimate(estimator, assumptions_below=True)
     return total - cached
 
 
@@ -674,7 +718,7 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
     for note in files.notes:
         _note(note)
     print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "
-          f"{files.questions} questions, {files.seconds:.1f} s)")
+          f"{files.results} results of {files.questions} questions, {files.seconds:.1f} s)")
     return 0
 
 

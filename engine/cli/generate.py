@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     book_sub = book.add_subparsers(dest="book_command", metavar="ACTION")
     s = book_sub.add_parser("stats", help="generation statistics of a book (printed, saved as stats.json)")
     s.add_argument("book", help="published book name or book folder")
-    s.add_argument("--out", help="folder for stats.json (default: the book folder)")
+    s.add_argument("--out", help="folder for stats.json (default: the book folder; a packaged book: printed only)")
     s.set_defaults(func=stats_handler)
     c = book_sub.add_parser("chrono", help="write the chronologically ordered variant of a book")
     c.add_argument("book", help="published book name or book folder")
@@ -240,7 +240,7 @@ async def _generate(args: argparse.Namespace, universe: Universe, events: list[d
         _say(args, line)
     print(f"wrote {out}: {len(chapters)} chapters from {len(events)} events "
           f"({len(run.failed_events)} dropped), {metadata['n_tokens']} tokens; "
-          f"{run.calls} calls, {run.cache_hits} cached, {elapsed:.1f} s")
+          f"{run.calls + run.cache_hits} calls ({run.cache_hits} cached), {elapsed:.1f} s")  # docs/reports.md's words
     return _exit_status(args, run, engine.stats.cache_write_errors)
 
 
@@ -260,10 +260,17 @@ def _exit_status(args: argparse.Namespace, run: ChapterRun, cache_write_errors: 
 
 # -- book ... --------------------------------------------------------------------------------------
 def stats_handler(args: argparse.Namespace) -> int:
+    """The book's statistics, printed; saved as stats.json (and positions.png)
+    in --out, else in the book's folder; a published book (packaged, not a
+    folder of the user's) with no --out is printed only."""
+    from engine.benchmark.generation.stats import compute_stats, format_stats
+
     book = load_book(args.book)
     folder = Path(args.out) if args.out else book.path
     if folder is None:
-        raise TulvingError(f"{args.book} is a published book: give --out for stats.json")
+        print(format_stats(compute_stats(book)))
+        print(f"(not saved: {args.book} is a packaged book; --out DIR saves stats.json and positions.png there)")
+        return 0
     folder.mkdir(parents=True, exist_ok=True)
     stats, report = write_stats(book, folder)
     print(report)

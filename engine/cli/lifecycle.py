@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:  # asyncio is imported by `run`: `tulving --help` and the SIGTERM handler need none of it
     import asyncio
 
+    from engine.scheduler import Engine
+
 T = TypeVar("T")
 
 
@@ -31,10 +33,37 @@ _running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = []
 _terminating = False
 
 
+# The engines the command opened (common.open_engine): what an interrupted run kept.
+_engines: list[Engine] = []
+
+
 def reset() -> None:
-    """Forget an earlier SIGTERM (one CLI invocation's state, tests call main() repeatedly)."""
+    """Forget an earlier SIGTERM and the engines (one CLI invocation's state, tests call main() repeatedly)."""
     global _terminating
     _terminating = False
+    _engines.clear()
+
+
+def watch(engine: Engine) -> Engine:
+    """Remember an engine the command opens, for `kept_line` if it is interrupted."""
+    _engines.append(engine)
+    return engine
+
+
+def kept_line() -> str:
+    """After Ctrl-C or SIGTERM: what the command's engines kept and how to go
+    on ("" when it opened none): the replies received are in the cache, and
+    the same command, run again, takes them from there instead of paying again."""
+    if not _engines:
+        return ""
+    replies = sum(e.stats.succeeded for e in _engines)
+    caches = sorted({str(e.cache_path) for e in _engines if e.cache_path})
+    if not replies:
+        return "no reply had arrived yet"
+    where = f" in the cache {caches[0]}" if len(caches) == 1 else " in the cache"
+    return (f"the {replies:,} {'reply' if replies == 1 else 'replies'} received are kept{where}: rerun the same "
+            f"command to resume (they are not paid again)" if caches else
+            f"{replies:,} replies received, but no cache keeps them: a rerun calls again")
 
 
 def terminating() -> bool:

@@ -56,11 +56,30 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "invalid choice" (a mistyped command, action
+    or option value) names the closest choice first; the subcommands' parsers
+    are of this class too (add_subparsers builds them with the parent's)."""
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            from engine.errors import did_you_mean  # only on the way to an error
+
+            guess = did_you_mean(value, map(str, action.choices or ())) if isinstance(value, str) else ""
+            if not guess:
+                raise
+            choices = ", ".join(map(repr, action.choices or ()))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}: {guess} (choose from {choices})"
+                                         ) from exc
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of the global options and every command. `command`'s module
     registers its commands in full; every other command is a placeholder
     (its name and help, for `tulving --help` and the list of choices)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tulving",
         description="Episodic Memory Benchmark for LLMs: generate books, evaluate models, at high throughput.",
         epilog="Configuration: a TOML file of [endpoints.*] and [models.*] merged over the built-in defaults "
@@ -185,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     except KeyboardInterrupt:
         terminated = lifecycle.terminating()
-        _print_err("tulving: terminated" if terminated else "tulving: interrupted")
+        kept = lifecycle.kept_line()
+        _print_err(("tulving: terminated" if terminated else "tulving: interrupted") + (f": {kept}" if kept else ""))
         from engine.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
         return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED

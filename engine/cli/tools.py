@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import json
 import os
+import re
 import sys
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
@@ -107,36 +110,68 @@ def _not_installed(kind: str, model: str) -> str | None:
     return None
 
 
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_value(value: object) -> str:
+    """`value` written as TOML: strings quoted as TOML basic strings, true and
+    false, dates bare, lists as arrays, mappings as inline tables."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{toml_key(str(k))} = {toml_value(v)}" for k, v in value.items()) + " }" \
+            if value else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
 def _cmd_config_check(args: argparse.Namespace) -> int:
+    """The configuration as read, in TOML: the output, saved to a file, is a
+    config that reads back the same (whether a key is set: a comment, never
+    the key)."""
     config = load_config(args)
-    print(f"# config: {config.source} (valid)")
+    print(f"# config: {config.source} (valid); this output is itself a config file")
     for name in sorted(config.endpoints):
         ep = config.endpoints[name]
-        print(f"[endpoints.{name}]")
+        print(f"[endpoints.{toml_key(name)}]")
         for f in fields(ep):
             value = getattr(ep, f.name)
             if f.name == "name" or value is None or (f.name == "options" and not value):
                 continue
+            note = ""
             if f.name == "key_env":  # the variable's name only, never its value
-                value = f"{value} ({'set' if os.environ.get(value) else 'not set'})"
-            print(f"{f.name} = {value!r}")
+                note = f"  # {'set' if os.environ.get(value) else 'not set'}"
+            print(f"{f.name} = {toml_value(value)}{note}")
         print()
     for name in sorted(config.models):
-        alias = config.models[name]
-        print(f"[models.{name}]")
-        print(f"endpoints = {list(alias.endpoints)!r}")
-        print(f"model = {alias.model!r}")
-        if alias.params:
-            print(f"params = {dict(alias.params)!r}")
-        for attr in ("price_in", "price_cached_in", "price_cache_write", "price_out", "batch_discount",
-                     "context_tokens", "token_param", "retired", "shutdown", "replacement", "checked"):
-            if getattr(alias, attr) is not None:
-                print(f"{attr} = {getattr(alias, attr)!r}")
-        if alias.reasoning:
-            print("reasoning = true")
-        print()
+        _print_model(config, name)
     _print_cache_section(config)
     return 0
+
+
+def _print_model(config: Config, name: str) -> None:
+    alias = config.models[name]
+    print(f"[models.{toml_key(name)}]")
+    print(f"endpoints = {toml_value(list(alias.endpoints))}")
+    print(f"model = {toml_value(alias.model)}")
+    if alias.params:
+        print(f"params = {toml_value(dict(alias.params))}")
+    for attr in ("price_in", "price_cached_in", "price_cache_write", "price_out", "batch_discount",
+                 "context_tokens", "token_param", "retired", "shutdown", "replacement", "checked"):
+        if getattr(alias, attr) is not None:
+            print(f"{attr} = {toml_value(getattr(alias, attr))}")
+    if alias.reasoning:
+        print("reasoning = true")
+    print()
 
 
 def _print_cache_section(config: Config) -> None:
@@ -147,9 +182,10 @@ def _print_cache_section(config: Config) -> None:
         return
     print("[cache]")
     if cache.url is not None:
-        print(f"url = {cache.url!r}")
+        print(f"url = {toml_value(cache.url)}")
     if cache.password_env is not None:
-        print(f"password_env = {cache.password_env!r} ({'set' if os.environ.get(cache.password_env) else 'not set'})")
+        print(f"password_env = {toml_value(cache.password_env)}  "
+              f"# {'set' if os.environ.get(cache.password_env) else 'not set'}")
     print()
 
 

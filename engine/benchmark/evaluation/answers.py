@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from engine.errors import did_you_mean
 from engine.requests import ChatRequest, RequestSettings
 from providers.base import TulvingError
 
@@ -93,7 +94,8 @@ _FINETUNING_SYSTEM_TEMPLATE = 'You are an expert in memory tests regarding the f
 
 def check_mode(mode: str) -> str:
     if mode not in MODES:
-        raise TulvingError(f"unknown memory mode {mode!r} (known: {', '.join(MODES)})")
+        guess = did_you_mean(mode, MODES)
+        raise TulvingError(f"unknown memory mode {mode!r}{': ' + guess if guess else ''} (known: {', '.join(MODES)})")
     return mode
 
 

@@ -1,10 +1,12 @@
-"""`tulving compare RUN_A RUN_B`: is configuration A better than B, and by how much?
+"""`tulving compare RUN_A RUN_B`: does configuration A score higher than B, and by how much?
 
-The test is picked from what the two runs share:
+Every figure is oriented as that question: a difference is A - B (positive:
+A higher), and the output ends with the answer in words. The test is picked
+from what the two runs share:
 - the same questions (same book: the same q_idx and question text on both
   sides) -> paired: Wilcoxon signed-rank (zero_method 'pratt', two-sided)
   on the per-question F1, and a paired bootstrap confidence interval of the
-  mean difference B - A (number of resamples and seed stated), drawn as a
+  mean difference A - B (number of resamples and seed stated), drawn as a
   Gardner-Altman figure;
 - different questions (another book: ordered vs unordered, book A vs book B,
   realistic vs not) -> unpaired: one-sided Mann-Whitney U, "A tends to score
@@ -59,21 +61,40 @@ class Comparison:
     def text(self, *, realism: bool = True) -> str:
         lines = [f"A: {self.a}  (n={self.n_a}, mean F1 {self.mean_a:.3f})",
                  f"B: {self.b}  (n={self.n_b}, mean F1 {self.mean_b:.3f})",
-                 f"questions: '{self.get}'; test: {self.test} -- {self.why}"]
+                 f"questions: '{self.get}'; does A score higher than B? test: {self.test} -- {self.why}"]
         if self.test == "paired":
-            lines.append(f"Wilcoxon signed-rank (zero_method 'pratt', two-sided): {p_is(self.p_value)}")
+            lines.append(f"Wilcoxon signed-rank (zero_method 'pratt', two-sided: A and B differ): {p_is(self.p_value)}")
             b = self.bootstrap or {}
-            lines.append(f"mean difference B - A = {b.get('mean_difference', 0):+.4f}, "
+            lines.append(f"mean difference A - B = {b.get('mean_difference', 0):+.4f}, "
                          f"{100 * b.get('confidence', 0.95):.0f}% CI [{b.get('ci_low', 0):+.4f}, "
                          f"{b.get('ci_high', 0):+.4f}] (paired percentile bootstrap, "
-                         f"{b.get('n_resamples')} resamples, seed {b.get('seed')})")
+                         f"{b.get('n_resamples')} resamples, seed {b.get('seed')}; positive: A higher)")
         else:
             lines.append(f"Mann-Whitney U, one-sided, H1 'A scores higher than B': {p_is(self.p_value)} "
                          f"(reverse, 'B higher than A': {p_is(self.p_reverse or 0.0)})")
+        lines.append(f"answer: {self.answer()}")
         lines += [f"note: {n}" for n in self.notes]
         if self.realism and realism:
             lines += ["", realism_markdown(self.realism, self.get)]
         return "\n".join(lines)
+
+    def answer(self, alpha: float = 0.05) -> str:
+        """The question "does A score higher than B?" answered in words, from
+        the bootstrap interval of A - B (paired) or the one-sided tests (unpaired)."""
+        if self.test == "paired":
+            b = self.bootstrap or {}
+            low, high = b.get("ci_low", 0.0), b.get("ci_high", 0.0)
+            level = f"{100 * b.get('confidence', 0.95):.0f}%"
+            if low > 0:
+                return f"yes: A scores higher than B (the {level} CI of A - B lies above 0)"
+            if high < 0:
+                return f"no: B scores higher than A (the {level} CI of A - B lies below 0)"
+            return f"not shown: the {level} CI of A - B contains 0"
+        if self.p_value < alpha:
+            return f"yes: A scores higher than B (one-sided p < {alpha:g})"
+        if (self.p_reverse or 1.0) < alpha:
+            return f"no: B scores higher than A (the reverse one-sided p < {alpha:g})"
+        return f"not shown: neither one-sided p is below {alpha:g}"
 
 
 @dataclass(slots=True)
@@ -183,7 +204,7 @@ def _paired(recs_a: list[ResultRecord], recs_b: list[ResultRecord], keys: tuple[
         notes.append(f"{len(f1a) - len(common)} question(s) with a judge failure on a side left out")
     x = [float(both[q][0]) for q in common]
     y = [float(both[q][1]) for q in common]
-    boot = paired_bootstrap(x, y, n_resamples=resamples, seed=seed)
+    boot = paired_bootstrap(y, x, n_resamples=resamples, seed=seed)  # of mean(x - y): A - B, as the question
     result = Comparison(labels[0], labels[1], "paired", get, len(x), len(y), float(np.mean(x)), float(np.mean(y)),
                         "the same questions on both sides", wilcoxon_p(x, y),
                         bootstrap={k: v for k, v in asdict(boot).items() if k != "distribution"}, notes=notes)

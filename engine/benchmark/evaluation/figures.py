@@ -33,6 +33,7 @@ from engine.benchmark.generation.stats import ITEMS, LEVELS, N_HIST_BINS
 from engine.benchmark.generation.stats import item_positions as positions_of
 
 if TYPE_CHECKING:  # matplotlib is optional (the plots extra): imported when a figure is drawn
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure as MplFigure
 
 
@@ -75,32 +76,63 @@ def _save(fig: MplFigure, folder: Path, name: str, title: str, caption: str = ""
 def f1_by_bin(folder: Path, series: Mapping[str, Mapping[str, tuple[float, float]]], bins: Sequence[str],
               name: str = "f1_by_bin", title: str = "F1 by number of matching events",
               published: Mapping[str, Mapping[str, float]] | None = None) -> Figure:
+    """The paper's main figure, written as `name`.png and .svg (see `f1_by_bin_figure`)."""
+    return _save(f1_by_bin_figure(series, bins, title, published), folder, name, title)
+
+
+def f1_by_bin_figure(series: Mapping[str, Mapping[str, tuple[float, float]]], bins: Sequence[str], title: str,
+                     published: Mapping[str, Mapping[str, float]] | None = None) -> MplFigure:
     """`series`: label -> bin -> (mean, sd). One line with sd error bars per
     label; `published` (label -> bin -> mean, the paper's rows for this book)
-    as thin grey dashed lines behind them, each named at its right end."""
+    as thin grey dashed lines behind them, each named in the right margin at
+    a height of its own (a leader line to its end: labels never overlap).
+    The legend goes under the axes, where it can hide no point."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig: MplFigure
+    fig, ax = plt.subplots(figsize=(9, 5))
     x = np.arange(len(bins))
+    ends: list[tuple[float, float, str]] = []   # (x, y) of each published line's last point, its label
     for i, (label, per_bin) in enumerate((published or {}).items()):
         ys = [per_bin.get(b, np.nan) for b in bins]
-        ax.plot(x, ys, color="0.6", linestyle="--", linewidth=0.8, zorder=1,
-                label="published (paper)" if i == 0 else None)
+        ax.plot(x, ys, color="0.65", linestyle="--", linewidth=0.8, zorder=1,
+                label="published (paper), named on the right" if i == 0 else None)
         last = max((j for j, y in enumerate(ys) if not np.isnan(y)), default=None)
         if last is not None:
-            ax.text(x[last] + 0.05, ys[last], _t(label), fontsize=5, color="0.45", va="center")
+            ends.append((float(x[last]), float(ys[last]), _t(label)))
+    _name_ends(ax, ends, right=len(bins) - 1 + 0.25)
     n = max(1, len(series))
     for i, (label, stats) in enumerate(series.items()):
         shift = (i - (n - 1) / 2) * 0.06
         points = [stats.get(b, (np.nan, np.nan)) for b in bins]
-        ax.errorbar(x + shift, [m for m, _ in points], yerr=[s for _, s in points], marker="o", capsize=3, label=_t(label))
+        ax.errorbar(x + shift, [m for m, _ in points], yerr=[s for _, s in points], marker="o", capsize=3,
+                    label=_t(label), zorder=3)
     ax.set_xticks(x, bins)
+    ax.set_xlim(-0.3, len(bins) - 1 + (1.6 if ends else 0.3))
     ax.set_xlabel("matching events (bin)")
     ax.set_ylabel("F1 (mean ± sd)")
     ax.set_ylim(-0.05, 1.1)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     ax.set_title(title)
-    return _save(fig, folder, name, title)
+    return fig
+
+
+def _name_ends(ax: Axes, ends: list[tuple[float, float, str]], right: float, gap: float = 0.045) -> None:
+    """Labels at x = `right`, one per line end, spread to at least `gap`
+    apart (data units) within the y axis, each joined to its end."""
+    if not ends:
+        return
+    order = sorted(range(len(ends)), key=lambda i: ends[i][1])
+    ys = [ends[i][1] for i in order]
+    for k in range(1, len(ys)):  # push up what is too close to the one below
+        ys[k] = max(ys[k], ys[k - 1] + gap)
+    top = 1.08
+    for k in range(len(ys) - 1, -1, -1):  # then down from the top what went past it
+        ys[k] = min(ys[k], top - (len(ys) - 1 - k) * gap, ys[k + 1] - gap if k + 1 < len(ys) else top)
+    for k, i in enumerate(order):
+        x_end, y_end, label = ends[i]
+        ax.plot([x_end, right - 0.03], [y_end, ys[k]], color="0.8", linewidth=0.5, zorder=1)
+        ax.text(right, ys[k], label, fontsize=6.5, color="0.35", va="center")
 
 
 def cue_heatmaps(folder: Path, cells: Mapping[str, Mapping[tuple[str, str], float]], cues: Sequence[str],
@@ -165,7 +197,8 @@ def cd_diagram(folder: Path, average_ranks: Mapping[str, float], cliques: Sequen
 def bootstrap_differences(folder: Path, a: Sequence[float], b: Sequence[float], diffs: Sequence[float],
                           ci: tuple[float, float], labels: tuple[str, str], caption: str) -> Figure:
     """Gardner-Altman: both configurations' F1 (left) and the bootstrap
-    distribution of the mean difference b - a with its CI (right)."""
+    distribution of the mean difference a - b with its CI (right), as
+    `tulving compare` asks "does A score higher than B?"."""
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 4), gridspec_kw={"width_ratios": [2, 1]})
     rng = np.random.default_rng(0)  # jitter only
@@ -175,11 +208,11 @@ def bootstrap_differences(folder: Path, a: Sequence[float], b: Sequence[float], 
     ax1.set_xticks([0, 1], [_t(labels[0]), _t(labels[1])], fontsize=7)
     ax1.set_ylabel("F1 per question")
     ax2.hist(diffs, bins=40, orientation="horizontal", color="tab:gray", alpha=0.7)
-    mean = float(np.mean(b) - np.mean(a))
+    mean = float(np.mean(a) - np.mean(b))
     ax2.axhline(mean, color="black")
     ax2.axhspan(ci[0], ci[1], color="tab:blue", alpha=0.2)
     ax2.axhline(0, color="tab:red", linestyle=":")
-    ax2.set_ylabel("mean difference (B - A)")
+    ax2.set_ylabel("mean difference (A - B; above 0: A higher)")
     ax2.set_xlabel("bootstrap resamples")
     fig.suptitle("Paired bootstrap of the mean F1 difference")
     return _save(fig, folder, "bootstrap_differences", "Paired bootstrap of the mean F1 difference", caption)

@@ -361,7 +361,7 @@ class JobRunner:
         else:
             self.spending.add("judge", self.judge_alias, outcome)
         self.stats.calls += 1
-        self.stats.cache_hits += bool(outcome.cached)
+        self.stats.cache_hits += bool(outcome.cached or outcome.joined)  # nothing sent: cached, as spending counts it
         self.stats.spent += outcome.cost or 0.0
         if outcome.cached and outcome.tag and outcome.tag[0] == "answer":
             self.stats.cached_answers.append(outcome.tag[1])

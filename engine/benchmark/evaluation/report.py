@@ -34,6 +34,7 @@ from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.scores import BINS, bin_mean, chronological_awareness, simple_recall
 from engine.benchmark.evaluation.statistics import format_ranking, rank_runs
 from engine.errors import printable
+from engine.progress import duration
 from providers.base import BUDGET
 
 
@@ -76,6 +77,8 @@ class JobFigures(TypedDict, total=False):
     cache_hits: int
     spent_usd: float
     wall_seconds: float
+    smoke: bool               # a smoke check (the default run's local LLM on a question or two): never ranked
+    answer_seconds: float     # a smoke check's mean answer latency (kept by the cache: a rerun's too)
 
 
 class RunRow(Execution, JobFigures):
@@ -186,6 +189,8 @@ def _add_job_figures(figures: RunRow, job: Mapping[str, Any]) -> None:
         figures["spent_usd"] = job["spent_usd"]
     if "wall_seconds" in job:
         figures["wall_seconds"] = job["wall_seconds"]
+    if job.get("smoke"):
+        figures["smoke"] = True
 
 
 def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
@@ -220,6 +225,8 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
         _add_job_figures(row, job)
     if memory is not None or any(r.evidence_tokens is not None for r in records):
         row["memory"] = memory_figures(records, memory)
+    if row.get("smoke") and records:
+        row["answer_seconds"] = round(sum(r.latency for r in records) / len(records), 1)
     return row
 
 
@@ -238,7 +245,9 @@ def summarize(records: Iterable[ResultRecord], run: Mapping[str, Any] | None = N
     # Runs on a sample are not comparable: they are listed after the full runs.
     # Incomplete runs (calls failed) are not comparable either: listed last.
     # A row without a single valid judgment has no score at all: last, never ranked.
-    rows.sort(key=lambda row: (row["no_valid_judgments"], row["incomplete"] > 0, row["sample"] is not None,
+    # A smoke check is no score: after everything.
+    rows.sort(key=lambda row: (bool(row.get("smoke")), row["no_valid_judgments"], row["incomplete"] > 0,
+                               row["sample"] is not None,
                                -(row["simple_recall"] if row["simple_recall"] is not None else -1),
                                -(row["chronological_awareness"] or 0), row["model"], row["mode"]))
     judges = sorted({r.judge for recs in groups.values() for r in recs})
@@ -294,9 +303,10 @@ def _partial(run: Mapping[str, Any]) -> str | None:
 
 SPENDING_HEAD = ["model", "role", "calls", "cached", "tokens in", "prompt cache read", "prompt cache written",
                  "tokens out", "spent (USD)", "list price (USD)", "prompt caching saved (USD)"]
-SPENDING_NOTE = ("Calls made by this execution (cached ones cost nothing). List price: the same calls at the "
-                 "alias's prices without prompt caching or batch; prompt caching saved: list price without "
-                 "caching minus with it, at the price each call paid.")
+SPENDING_NOTE = ("Calls of this execution, cached ones among them (answered by Tulving's cache or by an identical "
+                 "call of the run: nothing sent, free). List price: the same calls at the alias's prices without "
+                 "prompt caching or batch; prompt caching saved: list price without caching minus with it, at the "
+                 "price each call paid.")
 
 
 def spending_rows(spending: Iterable[Mapping[str, Any]]) -> list[list[str]]:
@@ -382,11 +392,34 @@ def _score_cell(row: RunRow, name: str, asked: bool) -> str:
     return f"{text} [{ci[0]:.3f}, {ci[1]:.3f}]" if value is not None and ci else text
 
 
+def smoke_lines(summary: Scores) -> list[str]:
+    """The smoke checks, set apart from the leaderboard: what they show (the
+    model answers end to end) and what a score of it would take."""
+    total = summary.get("questions") or 0
+    lines = []
+    for row in summary["runs"]:
+        if not row.get("smoke"):
+            continue
+        model, mode = printable(row["model"]), printable(row["mode"])
+        embed = f" --embed-model {summary['embed_model']}" if mode.startswith("rag") and summary.get("embed_model") \
+            else ""
+        each, n = row.get("answer_seconds"), row["questions"]
+        pace = (f" (at this run's {each:.0f} s an answer, all {total} take about {duration(total * each)})"
+                if each else "")
+        lines.append(f"Smoke check, not ranked: {model} / {mode} answered {n} of the {total} questions (Simple "
+                     f"Recall {_fmt(row['simple_recall'])} on {row['scored']} scored): a sign that it runs end to "
+                     f"end, not a score. To score it: tulving run --models {model} --modes {mode}{embed}{pace}.")
+    return lines
+
+
 def leaderboard_rows(summary: Scores) -> list[list[str]]:
+    """The leaderboard's rows (smoke checks apart: `smoke_lines`)."""
     total = summary.get("questions") or 0
     rows = []
     rank = 0
     for row in summary["runs"]:
+        if row.get("smoke"):
+            continue
         ranked = not row.get("incomplete") and not row.get("no_valid_judgments")
         rank += ranked  # an incomplete run, or one without a valid judgment, is listed, not ranked
         rows.append([str(rank) if ranked else "-", printable(row["model"]),
@@ -427,9 +460,10 @@ def _title(summary: Scores) -> str:
 
 def leaderboard_text(summary: Scores) -> str:
     partial = f"{summary['partial']}\n" if summary.get("partial") else ""
-    note = budget_note(summary["runs"])
+    note = budget_note([row for row in summary["runs"] if not row.get("smoke")])
+    smoke = "".join(f"\n\n{line}" for line in smoke_lines(summary))
     return (f"Leaderboard ({_title(summary)})\n{partial}" + _plain_table(_LEADER_HEAD, leaderboard_rows(summary))
-            + (f"\n{note}" if note else ""))
+            + (f"\n{note}" if note else "") + smoke)
 
 
 def _bins_present(summary: Scores) -> list[str]:
@@ -466,7 +500,7 @@ def render_markdown(summary: Scores) -> str:
                  "Chronological Awareness: mean of Latest (F1 of 'latest' questions, bins 2+) and Order "
                  "(exact-match share x Kendall tau). Judge failures and answer errors are left out of the "
                  f"scores and counted. {INTERVALS_NOTE}.\n\n" + _md_table(_LEADER_HEAD, leaderboard_rows(summary)))
-    note = budget_note(summary["runs"])
+    note = budget_note([row for row in summary["runs"] if not row.get("smoke")])
     if note:
         parts.append(note[0].upper() + note[1:] + ".")
     memory_rows = memory_table(summary["runs"], summary.get("memory") or {})
@@ -476,11 +510,13 @@ def render_markdown(summary: Scores) -> str:
                      "Chapter recall and precision: of the ground-truth chapters, by the chapters the evidence came "
                      "from. Ingest and recall: the system's own time, calls and dollars (docs/memory-systems.md)."
                      "\n\n" + _md_table(MEMORY_HEAD, memory_rows))
+    if smoke_lines(summary):
+        parts.append("## Smoke check (not ranked)\n\n" + "\n\n".join(smoke_lines(summary)))
     head, rows = bin_table_rows(summary)
     parts.append("## Simple recall: F1 by number of matching events\n\nMean±sd of the F1 of 'all' questions "
                  "per bin (question count in the header), as in the paper's tables.\n\n" + _md_table(head, rows))
     detail_head = ["Model", "Mode", "Latest", "Order: exact/considered", "Order: tau", "Order",
-                   "judge re-draws", "calls", "cache hits", "cost (USD)"]
+                   "judge re-draws", "calls", "cached", "cost (USD)"]
     detail_rows = []
     for row in summary["runs"]:
         detail_rows.append([row["model"], row["mode"], _fmt(row["latest"]["score"], 2),

@@ -33,7 +33,7 @@ from engine.benchmark.evaluation.agreement import (
     disagreement_table,
     summary_table,
 )
-from engine.benchmark.evaluation.html_report import DrillRow, Section, render_html
+from engine.benchmark.evaluation.html_report import CUE_NOTE, DrillRow, Section, render_html
 from engine.benchmark.evaluation.memory_report import MEMORY_HEAD, budget_note, memory_table, memory_usd
 from engine.benchmark.evaluation.realism import (
     REALISM_TITLE,
@@ -68,7 +68,8 @@ class ReportFiles:
     out: Path
     tables: int
     figures: int
-    questions: int        # drill-down rows
+    questions: int        # the books' questions the runs answered
+    results: int          # drill-down rows: one per configuration and question
     seconds: float
     notes: list[str]
 
@@ -123,8 +124,8 @@ def drill_rows(runset: RunSet) -> list[DrillRow]:
                 cells=[key.model, key.mode, key.book, key.judge, r.q_idx, r.get, r.bin, r.cue or "",
                        r.retrieval_type, r.question, "; ".join(map(str, r.correct_answer or [])),
                        _evidence(r), r.answer if not r.answer_error else f"[{r.answer_error}]", _items(r),
-                       "-" if r.f1 is None else f"{r.f1:.3f}", "-" if r.tau is None else f"{r.tau:.2f}",
-                       f"{r.input_tokens}/{r.output_tokens}", f"{r.latency:.2f}", f"{r.cost + r.judge_cost:.5f}",
+                       "-" if r.f1 is None else f"{r.f1:.2f}", "-" if r.tau is None else f"{r.tau:.2f}",
+                       f"{r.input_tokens:,}/{r.output_tokens:,}", f"{r.latency:.2f}", f"{r.cost + r.judge_cost:.4f}",
                        from_cache, status]))
     return rows
 
@@ -392,13 +393,14 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
                          extra_sections)
     drill = drill_rows(runset)
     folders = ", ".join(str(f) for f in runset.folders)
-    intro = (f"Runs: {folders}. {len(runset.groups)} configurations, {len(drill)} answered questions. "
-             + " ".join(notes))
+    questions = len({(k.book, r.q_idx) for k, recs in runset.groups.items() for r in recs})
+    intro = (f"Runs: {folders}. {len(runset.groups)} configurations over {questions} questions: {len(drill)} "
+             f"results (one per configuration and question). " + " ".join(notes))
     title = "Episodic Memory Benchmark report"
     (out / "index.html").write_text(render_html(title, intro, sections, drill), encoding="utf-8")
     (out / "report.md").write_text(_markdown(title, intro, sections))
     n_figures = sum(len(v) for v in figures.values()) + sum(len(s.figures) for s in extra_sections)
-    return ReportFiles(out=out, tables=len(all_tables), figures=n_figures, questions=len(drill),
+    return ReportFiles(out=out, tables=len(all_tables), figures=n_figures, questions=questions, results=len(drill),
                        seconds=time.perf_counter() - started, notes=notes)
 
 
@@ -416,7 +418,7 @@ def _sections(tables: list[Table], ranking_tables: list[Table], agreement_tables
         Section("recall", "F1 by number of matching events",
                 tables=pick("f1_by_bin_all", "f1_by_bin_latest", "f1_by_bin_chronological", "published_f1_by_bin"),
                 figures=figures.get("recall", [])),
-        Section("breakdowns", "By cue, retrieval type and cue size",
+        Section("breakdowns", "By cue, retrieval type and cue size", text=CUE_NOTE,
                 tables=pick("f1_by_cue_bin", "f1_by_trace_bin", "f1_by_cue_items_bin", "f1_by_cue_trace"),
                 figures=figures.get("breakdowns", [])),
         Section("chronology", "Latest state and chronological order", tables=pick("latest", "chronological")),

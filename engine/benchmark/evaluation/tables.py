@@ -11,7 +11,7 @@
 - leaderboard: Simple Recall and Chronological Awareness, with the published
   rows beside the user's when the book is a published one;
 - published_f1_by_bin: the paper's F1-by-bin rows for a published book;
-- execution: calls, cache hits, spending and wall time of each configuration.
+- execution: calls (cached ones among them), spending and wall time of each configuration.
 
 Every table that holds scores has "judge failures" (questions left out of the
 scores) and "notes" (sampled jobs) columns, so neither is ever hidden.
@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from engine.benchmark.datadir import data_dir
+from engine.benchmark.evaluation.intervals import NOTE as INTERVALS_NOTE
+from engine.benchmark.evaluation.intervals import score_intervals
 from engine.benchmark.evaluation.report import BASELINE_NOTES, SPENDING_HEAD, SPENDING_NOTE, spending_rows
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.evaluation.runset import RunKey, RunSet, job_of
@@ -57,7 +59,24 @@ class Stat:
         return f"{self.mean:.2f}±{self.sd:.2f}" if self.sd is not None else f"{self.mean:.2f}"
 
 
-Cell = str | Stat
+@dataclass(frozen=True, slots=True)
+class Score:
+    """A leaderboard score with its 95% interval: "0.718 [0.661, 0.768]"
+    (None: not asked, "-"; nan: asked but undefined); CSV gives the value and
+    the interval's two ends as columns of their own."""
+    value: float | None
+    ci: Sequence[float] | None = None
+
+    def text(self) -> str:
+        if self.value is None:
+            return "-"
+        if math.isnan(self.value):
+            return "undefined"
+        return f"{self.value:.3f}" + (f" [{self.ci[0]:.3f}, {self.ci[1]:.3f}]" if self.ci else "")
+
+
+Cell = str | Stat | Score
+NUMERIC = (Stat, Score)  # cells shown right-aligned, never wrapped
 
 
 @dataclass(slots=True)
@@ -231,7 +250,7 @@ def latest_table(runset: RunSet) -> Table:
         cells: list[Cell] = _label_cells(runset, k)
         cells += [f1_stat(r for r in part if r.bin == b) if any(r.bin == b for r in part) else "" for b in LATEST_BINS]
         exact = sum(1 for r in part if r.f1 is not None and r.f1 >= 1.0 - 1e-9)
-        cells += [f"{parts.latest:.4f}", f"{exact}/{sum(r.f1 is not None for r in part)}", str(_failures(part)),
+        cells += [f"{parts.latest:.2f}", f"{exact}/{sum(r.f1 is not None for r in part)}", str(_failures(part)),
                   _notes(runset, k, part)]
         rows.append(cells)
     return Table(key="latest", title="Latest-state questions", head=head, rows=rows,
@@ -280,9 +299,13 @@ def leaderboard_table(runset: RunSet) -> Table:
         sr, _ = simple_recall(recs)
         any_chrono = any(r.get in ("latest", "chronological") for r in recs)
         ca = chronological_awareness(recs)[0] if any_chrono else None
+        ci = score_intervals(recs)
+        smoke = bool(job_of(runset.runs[(k.book, k.judge)], k).get("smoke"))
+        notes = "; ".join(n for n in ("smoke check, not ranked" if smoke else "", _notes(runset, k, recs)) if n)
         entries.append((k.book, runset.samples.get(k) is not None, "this report", _label_cells(runset, k),
                         None if math.isnan(sr) else sr, ca, f"{sum(r.f1 is not None for r in recs)}/{len(recs)}",
-                        str(_failures(recs)), _notes(runset, k, recs), k.judge))
+                        str(_failures(recs)), notes, k.judge, smoke,
+                        (ci.simple_recall, ci.chronological_awareness)))
     published_note = ""
     if LEADERBOARD_BOOK in {k.book for k in runset.groups}:
         board = _load_published("leaderboard.json")
@@ -292,37 +315,34 @@ def leaderboard_table(runset: RunSet) -> Table:
                 cells = [row["model"], board.get("memory", "in-context")] + \
                     ([LEADERBOARD_BOOK] if books else []) + (["published"] if judges else [])
                 entries.append((LEADERBOARD_BOOK, False, "published", cells, row.get("simple_recall"),
-                                row.get("chronological_awareness"), "", "", "", str(board.get("judge"))))
-    # By book and judge, each ranked on its own; samples last; then by Simple Recall, Chronological Awareness.
-    entries.sort(key=lambda e: (e[0], e[9], e[1], -(e[4] if e[4] is not None else -1), -_sortable(e[5])))
-    rows = [[rank, e[2], *e[3], "-" if e[4] is None else f"{e[4]:.3f}", _score_cell(e[5]),
+                                row.get("chronological_awareness"), "", "", "", str(board.get("judge")), False,
+                                (None, None)))
+    # By book and judge, each ranked on its own; samples last, smoke checks after them; then by Simple
+    # Recall, Chronological Awareness.
+    entries.sort(key=lambda e: (e[0], e[9], e[10], e[1], -(e[4] if e[4] is not None else -1), -_sortable(e[5])))
+    rows = [[rank, e[2], *e[3], Score(e[4], e[11][0]), Score(e[5], e[11][1] if e[5] is not None else None),
              e[6], e[7], e[8]] for rank, e in zip(_ranks(entries), entries)]
     return Table(key="leaderboard", title="Leaderboard", head=head, rows=rows, label_columns=2 + len(_label_head(runset)),
                  note="Simple Recall: mean over bins of the mean F1 of 'all' questions. Chronological Awareness: "
-                      "mean of Latest and Order. Ranked within each book and judge (rows of different books or judges "
-                      "are not comparable); sampled jobs are listed last." + published_note)
+                      f"mean of Latest and Order. {INTERVALS_NOTE}. Ranked within each book and judge (rows of "
+                      "different books or judges are not comparable); sampled jobs are listed last, smoke checks "
+                      "(a question or two, to show a model runs) after them, not ranked." + published_note)
 
 
 def _ranks(entries: Sequence[tuple[Any, ...]]) -> list[str]:
     """1, 2, ... within each (book, judge) of the sorted entries (e[0], e[9]): rows
-    of different books or judges are not comparable; a row without a score has no rank."""
+    of different books or judges are not comparable; a row without a score, or
+    a smoke check (e[10]), has no rank."""
     ranks, group, n = [], None, 0
     for e in entries:
         if (e[0], e[9]) != group:
             group, n = (e[0], e[9]), 0
-        if e[4] is None:
+        if e[4] is None or e[10]:
             ranks.append("-")
             continue
         n += 1
         ranks.append(str(n))
     return ranks
-
-
-def _score_cell(x: float | None) -> str:
-    """None: the questions were not asked; nan: asked, but the score is undefined."""
-    if x is None:
-        return "-"
-    return "undefined" if math.isnan(x) else f"{x:.3f}"
 
 
 def _sortable(x: float | None) -> float:
@@ -349,7 +369,7 @@ def published_f1_table(runset: RunSet) -> Table | None:
 def execution_table(runset: RunSet) -> Table:
     """What each configuration's execution took (run.json): not scores, so
     it differs between two executions of the same run (shards, reruns)."""
-    head = _label_head(runset) + ["questions", "calls", "cache hits", "answers from cache", "spent (USD)",
+    head = _label_head(runset) + ["questions", "calls", "cached", "answers from cache", "spent (USD)",
                                   "cost at prices (USD)", "wall (s)", "shards"]
     rows = []
     for k, recs in runset.groups.items():
@@ -364,9 +384,10 @@ def execution_table(runset: RunSet) -> Table:
             "-" if "wall_seconds" not in job else f"{job['wall_seconds']:.1f}",
             ", ".join(run.get("shards", [])) or "-"])
     return Table(key="execution", title="Execution: calls, cache, cost, time", head=head, rows=rows,
-                 note="From run.json (merged over shards: calls, cache hits and spending added, the longest wall "
-                      "time). Cost at prices: the answers' and judgments' cost at the aliases' prices, cached "
-                      "or not. These figures belong to one execution, not to the scores.")
+                 note="From run.json (merged over shards: calls, cached calls and spending added, the longest "
+                      "wall time). Calls: the answers and judgments asked, cached ones among them (answered "
+                      "without sending anything). Cost at prices: the answers' and judgments' cost at the "
+                      "aliases' prices, cached or not. These figures belong to one execution, not to the scores.")
 
 
 def spending_table(runset: RunSet) -> Table:
@@ -408,7 +429,7 @@ def visible_controls(text: str) -> str:
 
 
 def cell_text(cell: Cell) -> str:
-    return cell.text() if isinstance(cell, Stat) else str(cell)
+    return cell.text() if isinstance(cell, NUMERIC) else str(cell)
 
 
 def md_cell(cell: Cell) -> str:
@@ -430,9 +451,15 @@ def to_markdown(table: Table) -> str:
 def to_csv(table: Table) -> str:
     """CSV with each Stat column given as `<col> mean`, `<col> sd`, `<col> n`."""
     stat_cols = [i for i in range(len(table.head)) if any(isinstance(r[i], Stat) for r in table.rows)]
+    score_cols = [i for i in range(len(table.head)) if any(isinstance(r[i], Score) for r in table.rows)]
     head = []
     for i, h in enumerate(table.head):
-        head += [f"{h} mean", f"{h} sd", f"{h} n"] if i in stat_cols else [h]
+        if i in stat_cols:
+            head += [f"{h} mean", f"{h} sd", f"{h} n"]
+        elif i in score_cols:
+            head += [h, f"{h} 95% CI low", f"{h} 95% CI high"]
+        else:
+            head.append(h)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(head)
@@ -441,10 +468,20 @@ def to_csv(table: Table) -> str:
         for i, cell in enumerate(row):
             if i in stat_cols:
                 out += [_num(cell.mean), _num(cell.sd), cell.n] if isinstance(cell, Stat) else ["", "", ""]
+            elif i in score_cols:
+                out += _score_csv(cell)
             else:
                 out.append(visible_controls(str(cell)))
         writer.writerow(out)
     return buf.getvalue()
+
+
+def _score_csv(cell: Cell) -> list[str | int]:
+    """A Score's value (as the table shows it: "-", "undefined", "0.718") and its interval's ends."""
+    if not isinstance(cell, Score):
+        return [cell_text(cell), "", ""]
+    value = Score(cell.value).text()
+    return [value, *([f"{cell.ci[0]:.3f}", f"{cell.ci[1]:.3f}"] if cell.ci and value[0].isdigit() else ["", ""])]
 
 
 def _num(x: float | None) -> str:

@@ -31,6 +31,7 @@ from engine.benchmark.generation.bookdir import (
     split_chapters,
 )
 from engine.benchmark.generation.checks import check_assembled_chapter
+from engine.errors import did_you_mean
 
 LONG = "synaptic-echoes"
 SHORT = "synaptic-echoes-short"
@@ -53,6 +54,23 @@ def first_events(raw: dict[str, Any], n_events: int) -> dict[str, Any]:
             "meta_events": raw["meta_events"][:n_events], "metadata": {}}
 
 
+def _missing_book(key: str) -> str:
+    """Why `key` names no book, and what to do: fetch a released book that is
+    not installed yet, or the closest name to a mistyped one."""
+    from engine.benchmark.release.layout import CATALOGUE
+
+    fetchable = [p.name for p in CATALOGUE]
+    if key in fetchable:
+        return (f"book {key!r} is published but not installed: `tulving data fetch` downloads the release "
+                f"(or `tulving data import FILE` imports the archive fetched by hand)")
+    user = user_data_dir()
+    installed = sorted(p.name for p in (user / "books").iterdir() if p.is_dir()) \
+        if user is not None and (user / "books").is_dir() else []
+    guess = did_you_mean(key, [*PUBLISHED, *installed, *fetchable])
+    return (f"no book named {key!r} and no such folder{': ' + guess if guess else ''} (packaged: "
+            f"{', '.join(PUBLISHED)}; `tulving books` lists the installed and fetchable ones)")
+
+
 def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
     """A published book by name, a user's book by name (TULVING_DATA), or a
     book folder (see engine/benchmark/generation/bookdir.py)."""
@@ -67,9 +85,7 @@ def load_book(name_or_path: str | Path, *, verify: bool = True) -> Book:
         folder = book_dir(key)
         path = folder if folder is not None else Path(key)
         if not path.is_dir():
-            user = user_data_dir()
-            where = f", none in {user / 'books'}" if user is not None else ""
-            raise BookError(f"no book named {key!r} (published: {', '.join(PUBLISHED)}{where}) and no such folder")
+            raise BookError(_missing_book(key))
         raw = read_book_dir(path)
         metadata = raw["metadata"]
         name = metadata.get("name", path.name)

@@ -4,6 +4,10 @@
 
 A zip already there whose hash is the expected one is used as it is.
 
+The folder is made when the first bytes arrive: a fetch that cannot reach
+the server leaves nothing behind, and its error names the way by hand
+(download the zip elsewhere, `tulving data import FILE`).
+
 The bytes go to `folder/release.zip.part`; a rerun after an interruption asks
 the server for the rest (HTTP Range) and appends, or starts over when the
 server ignores the range. The download must reach the size the server
@@ -24,7 +28,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.benchmark.release.layout import DOWNLOAD_URL, ReleaseError
+from engine.benchmark.release.layout import DOI_URL, DOWNLOAD_URL, ReleaseError
 
 # The release zip's SHA-256 and size: not known yet (figshare could not be
 # reached where this was written). Set them once a download has been verified.
@@ -37,6 +41,9 @@ _CHUNK = 1 << 16
 _TIMEOUT = 60.0
 
 Progress = Callable[[int, int | None], None]
+# The next step when this machine cannot download: another one can.
+BY_HAND = (f": download the release by hand from {DOI_URL} (\"Download all\", one zip) and import it with "
+           f"`tulving data import FILE`")
 
 
 def _open(url: str, offset: int) -> tuple[object, int, int | None]:
@@ -50,10 +57,10 @@ def _open(url: str, offset: int) -> tuple[object, int, int | None]:
         if exc.code == 416 and offset:  # the part already holds every byte
             total = (exc.headers.get("Content-Range") or "").rpartition("/")[2]
             return None, offset, int(total) if total.isdigit() else offset
-        raise ReleaseError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+        raise ReleaseError(f"{url}: cannot download (HTTP {exc.code} {exc.reason}){BY_HAND}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise ReleaseError(f"{url}: cannot download ({reason})") from None
+        raise ReleaseError(f"{url}: cannot download ({reason}){BY_HAND}") from None
     if response.status == 206:
         total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
         start = int(response.headers.get("Content-Range", "bytes 0-").split()[1].split("-")[0])
@@ -68,6 +75,7 @@ def _download(url: str, part: Path, progress: Progress) -> int | None:
     response, start, total = _open(url, offset)
     if response is None:
         return total
+    part.parent.mkdir(parents=True, exist_ok=True)  # only now: a fetch that cannot start leaves no folder behind
     with response, open(part, "r+b" if start and part.exists() else "wb") as out:  # type: ignore[attr-defined]
         out.seek(start)
         out.truncate()
@@ -136,7 +144,6 @@ def _verify(part: Path, total: int | None, folder: Path, url: str) -> None:
 def fetch(url: str | None, folder: Path, progress: Progress = lambda done, total: None) -> Path:
     """Download (or finish downloading) the release into folder; the verified zip's path."""
     url = url or DOWNLOAD_URL
-    folder.mkdir(parents=True, exist_ok=True)
     part, final = folder / PART, folder / ZIP
     want_sha, _ = expected(folder)
     if final.is_file() and not part.exists() and want_sha is not None and sha256_of(final) == want_sha:
