@@ -11,7 +11,7 @@ uvloop.
    (`--calls`): the engine (cache writes on) vs a bare aiohttp + orjson loop
    at the same concurrency, in interleaved rounds (this 2-core machine is
    shared: one run alone can be 20% off); prints medians and ranges, and
-   each round's engine/bare ratios. Targets (issue 23): >= 1.0x the bare
+   each round's engine/bare ratios. Targets: >= 1.0x the bare
    loop's calls/s at <= 1.0x its CPU per call (and >= 5,000 calls/s).
 2. Limit utilisation: the server enforces 3,000 RPM and 1.2M input TPM with 50 ms
    latency; 5,000 requests of mixed sizes; the client is configured with the
@@ -19,7 +19,7 @@ uvloop.
    of calls answered 429.
 3. Cached rerun of 10,000 requests through `Engine.run`, in interleaved
    rounds with the bare read of the same rows (sqlite3 + orjson, the floor).
-   Target (issue 23): >= 50,000 requests/s, under 20 us of work a request;
+   Target: >= 50,000 requests/s, under 20 us of work a request;
    also prints the engine's rate over the bare read's, round by round (the
    host's speed moves; that share of the floor does not).
 """

@@ -1,4 +1,4 @@
-"""Peak memory of a big book in context through the built-in reader (issue 23).
+"""Peak memory of a big book in context through the built-in reader.
 
 Each case runs in its own subprocess (peak RSS is a high-water mark): every
 question of the book answered in-context by builtin:reader and judged by

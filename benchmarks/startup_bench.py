@@ -1,4 +1,4 @@
-"""Start-up of the `tulving` command (issue 23): wall time from exec to exit
+"""Start-up of the `tulving` command: wall time from exec to exit
 of the installed console script against bare interpreters.
 
     python benchmarks/startup_bench.py [--rounds 15] [--also TREE]
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-GOAL = 0.25  # seconds before the first line (issue 23)
+GOAL = 0.25  # seconds before the first line
 
 
 def cases(bad: Path, also: Path | None) -> dict[str, list[str]]:

@@ -680,14 +680,14 @@ class ResponseCache:
         A lookup of a batch's keys in a file the OS has cached takes well under
         a millisecond, and handing it to the reader thread and back cost more
         than the read (a cached rerun of 10,000 requests: 30,209 -> 35,850
-        requests/s side by side, benchmarks/artifacts/issue23_rerun_inline.txt).
+        requests/s side by side, benchmarks/results/rerun_inline_reads.txt).
         Slow storage (a cold disk, a network file system) must not stall the
         loop's calls: after INLINE_SLOW_READS reads in a row that each took
         over `inline_read_seconds`, every later lookup goes to the thread.
         In a row, because slow storage is slow on every read, while a garbage
         collection that lands in a read or one moment of a busy host is not
         (switching on the first slow read sent most reruns to the thread after
-        a few lookups: benchmarks/artifacts/issue23_inline_switch.txt). Wall
+        a few lookups: benchmarks/results/rerun_inline_switch.txt). Wall
         time only: on a busy host `time.thread_time` cost 0.6-0.8 ms a call
         inside a rerun on this machine's VM (2-3 us when quiet), more than
         the read.
@@ -1032,7 +1032,7 @@ class ResponseCache:
                 conn.execute(f"DELETE FROM claims WHERE lease_until < ? AND key IN ({marks})", [now, *part])
                 # One statement for the chunk's keys, passed as a JSON array (an
                 # executemany of a row a key cost 5.7-7.9 us a key, this 4.2-4.8:
-                # benchmarks/artifacts/issue23_claims.py); a key whose stored row is damaged
+                # benchmarks/results/cache_claims_sqlite.py); a key whose stored row is damaged
                 # (read as a miss) is claimed whatever `entries` holds, to be paid again.
                 damaged_keys = [k for k in part if k in self.corrupt_keys] if self.corrupt_keys else []
                 if self._claims_by_json:

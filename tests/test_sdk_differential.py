@@ -76,8 +76,8 @@ DELIBERATE = {
 # Headers both send whose values may differ, and why.
 VALUES_MAY_DIFFER = {
     "user-agent": "each client names itself",
-    "accept": "Tulving asks application/json everywhere, a streamed or file download included (issue 21 "
-              "lists the downloads); the APIs ignore it",
+    "accept": "Tulving asks application/json everywhere, a streamed or file download included; "
+              "the APIs ignore it",
     "host": "the same server; spelled by each client",
 }
 # Tulving's JSON content type is a session default, so it also rides on body-less GETs; the SDKs send none there.

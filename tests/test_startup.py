@@ -1,4 +1,4 @@
-"""Start-up (issue 23): `tulving --help`, `--version` and a config error load
+"""Start-up: `tulving --help`, `--version` and a config error load
 none of the heavy libraries, and only the named command's module is imported.
 
 Each case runs the real entry point (tulving_bench.main, what the `tulving`

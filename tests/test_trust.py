@@ -1,4 +1,4 @@
-"""A run a user can trust (issue 22), through the CLI as a subprocess: money
+"""A run a user can trust, through the CLI as a subprocess: money
 (--max-cost across resumes, spending kept by cached reruns, every price in
 `config check`, fine-tuned prices), provenance in run.json and scores.json
 without secrets, no run overwritten or mixed (--out of another configuration
