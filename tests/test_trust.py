@@ -118,7 +118,7 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
         assert estimate["usd"] == round(estimate["tokens"] * 3.00 / 1e6, 4)
         assert f"about ${estimate['usd']:,.2f} at $3.00 per million" in out
         jobs = server.stats.by_path["/v1/fine_tuning/jobs"]
-        code, out2, err2 = await run_cli(tmp_path, "--max-cost", str(estimate["usd"] / 2), "--config", str(config),
+        code, _, err2 = await run_cli(tmp_path, "--max-cost", str(estimate["usd"] / 2), "--config", str(config),
                                          "finetune", "--book", "synaptic-echoes-short", "--model",
                                          "gpt-4o-mini-2024-07-18", "--endpoint", "loop", "--data-out", "ft/d2.jsonl",
                                          environ=e)
@@ -325,7 +325,7 @@ async def test_the_leaderboard_shows_seeded_95_percent_intervals(tmp_path):
     assert low < row["simple_recall"] < high
     assert f"{row['simple_recall']:.3f} [{low:.3f}, {high:.3f}]" in out
     assert "Simple Recall [95% CI]" in out and "2000 resamples, seed 0" in (tmp_path / "out" / "report.md").read_text()
-    code, out2, err = await run_cli(tmp_path, "report", "out", environ=e)
+    code, _, err = await run_cli(tmp_path, "report", "out", environ=e)
     assert code == 0 and json.loads((tmp_path / "out" / "scores.json").read_text())["runs"][0]["simple_recall_ci"] \
         == [low, high]
 

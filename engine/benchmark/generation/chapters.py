@@ -79,10 +79,6 @@ class ChapterRun:
     batches: int = 0      # engine streams started
     spending: Spending = field(default_factory=Spending)  # the "write" role: chapters and their LLM checks
 
-    @property
-    def done_events(self) -> int:
-        return len(self.valid) + len(self.failed_events)
-
     def why_none_passed(self) -> str:
         """One line: how many chapters failed the checks, and why (the most
         frequent reasons of the candidates' failures)."""
@@ -253,8 +249,3 @@ class ChapterGenerator:
         self._retry(tag, result, batch_size)
         if len(result.failed_events) > dropped:
             result.error_events.append(tag.event)
-
-
-async def generate_chapters(engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[MetaEvent],
-                            styles: Mapping[str, Sequence[str]], **options: Any) -> ChapterRun:
-    return await ChapterGenerator(engine, events, metas, styles, **options).run()
