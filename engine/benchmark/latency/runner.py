@@ -154,8 +154,9 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
         for index, offset in enumerate(schedule(point)):
             if failures:
                 break
-            wait = origin + offset - clock()
-            if wait > 0:
+            # A loop's timers may wake early by its clock's staleness (uvloop's
+            # counts whole milliseconds, cached per iteration): wait again until due.
+            while (wait := origin + offset - clock()) > 0:
                 await asyncio.sleep(wait)
             if closed_loop and slots is not None:
                 await slots.acquire()
