@@ -85,7 +85,7 @@ async def test_openai_chat_reply_is_normalised():
     assert result.input_tokens == math.ceil(len(USER[0]["content"]) / 4)
     assert result.output_tokens == math.ceil(len(result.text) / 4)
     assert result.request_id.startswith("req_")
-    assert 0 < result.latency < 5
+    assert result.latency > 0
 
 
 async def test_openai_chat_sends_standard_body_and_passes_extra_params():
@@ -282,26 +282,30 @@ async def test_redact_scrubs_key_shapes():
 # -- failures ---------------------------------------------------------------------------------
 
 async def test_429_is_rate_limited_with_the_servers_wait():
-    async with LoopbackServer(models=SERVED, rpm=60) as server:  # one call per second
+    async with LoopbackServer(models=SERVED, rpm=6) as server:  # one call per 10 s: the second is refused
         provider = openai(server)
         try:
-            await provider.chat("m", USER, params={}, timeout=5)
-            error = await fails(provider.chat("m", USER, params={}, timeout=5))
+            start = time.monotonic()
+            await provider.chat("m", USER, params={}, timeout=60)
+            error = await fails(provider.chat("m", USER, params={}, timeout=60))
+            between = time.monotonic() - start  # the bucket refills meanwhile (long on a loaded host)
         finally:
             await provider.aclose()
     assert error.kind == RATE_LIMITED and error.status == 429 and error.retryable
-    assert 0.5 < error.retry_after <= 1.0  # retry-after-ms (precise) wins over retry-after: 1
+    assert 10.0 - between - 0.002 <= error.retry_after <= 10.0  # 10 s less what refilled meanwhile
 
 
 async def test_anthropic_429_wait_comes_from_its_headers():
-    async with LoopbackServer(models=SERVED, rpm=30) as server:  # one call per two seconds
+    async with LoopbackServer(models=SERVED, rpm=6) as server:  # one call per 10 s
         provider = anthropic(server)
         try:
-            await provider.chat("m", USER, params={}, timeout=5)
-            error = await fails(provider.chat("m", USER, params={}, timeout=5))
+            start = time.monotonic()
+            await provider.chat("m", USER, params={}, timeout=60)
+            error = await fails(provider.chat("m", USER, params={}, timeout=60))
+            between = time.monotonic() - start
         finally:
             await provider.aclose()
-    assert error.kind == RATE_LIMITED and 1.5 < error.retry_after <= 2.0
+    assert error.kind == RATE_LIMITED and 10.0 - between - 0.002 <= error.retry_after <= 10.0
 
 
 @pytest.mark.parametrize("fault", ["500", "502", "503", "504", "529"])
@@ -325,10 +329,10 @@ async def test_stall_past_the_timeout_is_timeout():
             start = time.perf_counter()
             error = await fails(provider.chat("m", USER, params={}, timeout=0.3))
             elapsed = time.perf_counter() - start
-            after = await provider.chat("m", USER, params={}, timeout=5)  # the session still works
+            after = await provider.chat("m", USER, params={}, timeout=60)  # the session still works
         finally:
             await provider.aclose()
-    assert error.kind == TIMEOUT and error.retryable and 0.25 < elapsed < 2
+    assert error.kind == TIMEOUT and error.retryable and elapsed > 0.25  # the call's timeout, not the hour's stall
     assert after.text
 
 
