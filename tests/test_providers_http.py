@@ -74,7 +74,7 @@ class Recorder:
 # -- normal replies -------------------------------------------------------------------------
 
 async def test_openai_chat_reply_is_normalised():
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(in_process=True, models=SERVED) as server:
         provider = openai(server, KEY)
         try:
             result = await provider.chat("gpt-x", USER, params={"temperature": 1.0}, timeout=5)
@@ -90,7 +90,7 @@ async def test_openai_chat_reply_is_normalised():
 
 async def test_openai_chat_sends_standard_body_and_passes_extra_params():
     recorder = Recorder()
-    async with LoopbackServer(models=SERVED, reply=recorder) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=recorder) as server:
         provider = openai(server)
         messages = [{"role": "system", "content": "Be brief."}, *USER]
         params = {"temperature": 0.5, "max_tokens": 50, "seed": 7, "stop": ["\n\n"], "top_p": 0.9,
@@ -103,7 +103,7 @@ async def test_openai_chat_sends_standard_body_and_passes_extra_params():
 
 
 async def test_openai_finish_reasons_length_stop_and_content_filter():
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "one two three four five six seven eight nine ten") as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "one two three four five six seven eight nine ten") as server:
         provider = openai(server)
         try:
             cut = await provider.chat("m", USER, params={"max_tokens": 3}, timeout=5)
@@ -112,7 +112,7 @@ async def test_openai_finish_reasons_length_stop_and_content_filter():
             await provider.aclose()
     assert cut.finish_reason == "length" and cut.output_tokens <= 3 and cut.text
     assert stopped.finish_reason == "stop" and stopped.text == "one two three "
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: ("partial answer", "content_filter")) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: ("partial answer", "content_filter")) as server:
         provider = openai(server)
         try:
             filtered = await provider.chat("m", USER, params={}, timeout=5)
@@ -124,7 +124,7 @@ async def test_openai_finish_reasons_length_stop_and_content_filter():
 
 async def test_openai_embeddings_vectors_match_texts():
     texts = ["Maya met Sam in Paris", "the weather in Oslo", "Sam met Maya in Paris"]
-    async with LoopbackServer(models=SERVED, embed_dim=32) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, embed_dim=32) as server:
         provider = openai(server)
         try:
             result = await provider.embed("emb", texts, timeout=5)
@@ -157,7 +157,7 @@ async def test_openai_embeddings_are_put_back_in_input_order():
 
 async def test_anthropic_reply_is_normalised_and_body_translated():
     recorder = Recorder()
-    async with LoopbackServer(models=SERVED, reply=recorder, api_keys=[KEY]) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=recorder, api_keys=[KEY]) as server:
         provider = anthropic(server, KEY)
         messages = [{"role": "system", "content": "Rule one."}, {"role": "system", "content": "Rule two."}, *USER]
         try:
@@ -175,7 +175,7 @@ async def test_anthropic_reply_is_normalised_and_body_translated():
 
 async def test_drop_params_option_keeps_named_params_off_the_wire():
     recorder = Recorder()
-    async with LoopbackServer(models=SERVED, reply=recorder) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=recorder) as server:
         providers = [openai(server, options={"drop_params": ["seed"]}),
                      anthropic(server, options={"drop_params": ["temperature"]})]
         try:
@@ -189,7 +189,7 @@ async def test_drop_params_option_keeps_named_params_off_the_wire():
 
 
 async def test_anthropic_finish_reasons():
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "alpha beta gamma delta epsilon zeta eta theta") as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "alpha beta gamma delta epsilon zeta eta theta") as server:
         provider = anthropic(server)
         try:
             cut = await provider.chat("c", USER, params={"max_tokens": 2}, timeout=5)
@@ -258,7 +258,7 @@ async def test_keys_go_in_the_right_header_and_only_when_set():
 
 async def test_401_is_auth_and_the_echoed_key_never_appears():
     wrong = "sk-wrong-ALSOSECRET-9876543210"
-    async with LoopbackServer(models=SERVED, api_keys=[KEY]) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, api_keys=[KEY]) as server:
         errors = []
         for make in (openai, anthropic):
             provider = make(server, wrong)
@@ -282,7 +282,7 @@ async def test_redact_scrubs_key_shapes():
 # -- failures ---------------------------------------------------------------------------------
 
 async def test_429_is_rate_limited_with_the_servers_wait():
-    async with LoopbackServer(models=SERVED, rpm=6) as server:  # one call per 10 s: the second is refused
+    async with LoopbackServer(in_process=True, models=SERVED, rpm=6) as server:  # one call per 10 s: the second is refused
         provider = openai(server)
         try:
             start = time.monotonic()
@@ -296,7 +296,7 @@ async def test_429_is_rate_limited_with_the_servers_wait():
 
 
 async def test_anthropic_429_wait_comes_from_its_headers():
-    async with LoopbackServer(models=SERVED, rpm=6) as server:  # one call per 10 s
+    async with LoopbackServer(in_process=True, models=SERVED, rpm=6) as server:  # one call per 10 s
         provider = anthropic(server)
         try:
             start = time.monotonic()
@@ -310,7 +310,7 @@ async def test_anthropic_429_wait_comes_from_its_headers():
 
 @pytest.mark.parametrize("fault", ["500", "502", "503", "504", "529"])
 async def test_server_errors_are_overloaded(fault):
-    async with LoopbackServer(models=SERVED, faults=Faults.first(2, fault)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, faults=Faults.first(2, fault)) as server:
         kinds = []
         for make in (openai, anthropic):
             provider = make(server)
@@ -323,7 +323,7 @@ async def test_server_errors_are_overloaded(fault):
 
 
 async def test_stall_past_the_timeout_is_timeout():
-    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "stall")) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, faults=Faults.first(1, "stall")) as server:
         provider = openai(server)
         try:
             start = time.perf_counter()
@@ -337,7 +337,7 @@ async def test_stall_past_the_timeout_is_timeout():
 
 
 async def test_reset_and_truncated_body_are_connection_errors():
-    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["reset", "truncate", None] * 2)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, faults=Faults(schedule=["reset", "truncate", None] * 2)) as server:
         kinds = []
         for make in (openai, anthropic):
             provider = make(server)
@@ -351,7 +351,7 @@ async def test_reset_and_truncated_body_are_connection_errors():
 
 
 async def test_non_json_200_is_bad_reply():
-    async with LoopbackServer(models=SERVED, faults=Faults(schedule=["bad_json", "bad_json"])) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, faults=Faults(schedule=["bad_json", "bad_json"])) as server:
         provider = openai(server)
         try:
             chat = await fails(provider.chat("m", USER, params={}, timeout=5))
@@ -373,7 +373,7 @@ async def test_refused_connection_is_connection_error():
 
 async def test_context_length_is_prompt_too_long_for_both_apis():
     long = [{"role": "user", "content": "word " * 400}]
-    async with LoopbackServer(models=SERVED, context_tokens=100) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, context_tokens=100) as server:
         errors = []
         for make in (openai, anthropic):
             provider = make(server)
@@ -387,7 +387,7 @@ async def test_context_length_is_prompt_too_long_for_both_apis():
 
 
 async def test_content_policy_400_is_content_filter():
-    async with LoopbackServer(models=SERVED, faults=Faults.first(1, "content_filter")) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, faults=Faults.first(1, "content_filter")) as server:
         provider = openai(server)
         try:
             error = await fails(provider.chat("m", USER, params={}, timeout=5))
@@ -397,7 +397,7 @@ async def test_content_policy_400_is_content_filter():
 
 
 async def test_malformed_request_is_bad_request():
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(in_process=True, models=SERVED) as server:
         provider = openai(server)
         try:
             error = await fails(provider.chat("", USER, params={}, timeout=5))
@@ -446,7 +446,7 @@ def test_retry_after_formats():
 # -- connection pool and CPU cost ---------------------------------------------------------------
 
 async def test_connector_caps_concurrency_at_max_concurrency():
-    async with LoopbackServer(models=SERVED, latency=lambda: 0.02) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, latency=lambda: 0.02) as server:
         provider = openai(server, max_concurrency=4)
         try:
             results = await asyncio.gather(*(provider.chat("m", USER, params={}, timeout=10) for _ in range(24)))
@@ -456,7 +456,7 @@ async def test_connector_caps_concurrency_at_max_concurrency():
 
 
 async def test_a_provider_survives_successive_event_loops():
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(in_process=True, models=SERVED) as server:
         provider = OpenAIProvider(EndpointSpec(name="o", kind="openai", base_url=server.openai_base_url))
 
         def successive_runs():  # e.g. two asyncio.run() calls in one program
@@ -553,7 +553,7 @@ async def test_a_book_sized_non_ascii_prompt_keeps_no_utf8_copy_after_it_is_sent
     recorder = Recorder()
     prompt = "Chapter 1. Élodie met Zoë in Montréal.\n\n" * 5_000 + "Where did Élodie meet Zoë?"
     size = sys.getsizeof(prompt)
-    async with LoopbackServer(models=SERVED, reply=recorder) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=recorder) as server:
         for provider in (openai(server), anthropic(server)):
             try:
                 await provider.chat("gpt-x" if provider.kind == "openai" else "claude-x",
