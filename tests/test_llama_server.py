@@ -17,7 +17,11 @@ from engine.benchmark.evaluation.results import load_results
 from tests.llama_server import LlamaServer
 from tests.test_run_cli import tulving
 
-SAMPLE = 2  # each RAG prompt is a few thousand tokens: CPU time on a small machine
+SAMPLE = 2
+# Closed-book ("finetuned" mode: the question alone): the server, its wire and
+# its missing usage are the subject, not RAG, whose prompts of a few thousand
+# tokens (and the embedder they need) cost most of these tests' CPU.
+MODE = ("--modes", "finetuned")
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +44,13 @@ def config(tmp_path: Path, server: LlamaServer, *, stream: bool) -> Path:
 def test_run_sample_answers_rag_questions_through_the_server(tmp_path, llama):
     cfg = config(tmp_path, llama, stream=True)
     result = tulving(tmp_path, "--config", str(cfg), "--cache", "c.sqlite", "run", "--book",
-                     "synaptic-echoes-short", "--models", "smollm2-server", "--modes", "rag-paragraph",
-                     "--embed-model", "local:minilm", "--judge", "builtin:judge", "--sample", str(SAMPLE),
+                     "synaptic-echoes-short", "--models", "smollm2-server", *MODE, "--judge", "builtin:judge",
+                     "--sample", str(SAMPLE),
                      "--out", "out", timeout=1200)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "smollm2-server" in result.stdout and "Leaderboard" in result.stdout
     records = [r for r in load_results(tmp_path / "out" / "results.jsonl") if r.model == "smollm2-server"]
-    assert len(records) == SAMPLE and all(r.mode == "rag-paragraph" for r in records)
+    assert len(records) == SAMPLE and all(r.mode == "finetuned" for r in records)
     assert all(r.answer and r.answer.strip() for r in records), [r.answer for r in records]
     assert all(r.input_tokens > 0 and 0 < r.output_tokens <= 32 for r in records)
     assert all(r.f1 is not None for r in records)
@@ -79,8 +83,7 @@ def test_batch_is_refused_at_start_and_auto_goes_direct(tmp_path, llama):
     before any call, in one line naming the option; `batch = "auto"` goes direct."""
     cfg = config(tmp_path, llama, stream=False)
     run = ["--config", str(cfg), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short", "--models",
-           "smollm2-server", "--modes", "rag-paragraph", "--embed-model", "local:minilm", "--judge", "builtin:judge",
-           "--sample", "1", "--batch"]
+           "smollm2-server", *MODE, "--judge", "builtin:judge", "--sample", "1", "--batch"]
     refused = tulving(tmp_path, *run, "--out", "refused", timeout=600)
     assert refused.returncode != 0
     [line] = refused.stderr.strip().splitlines()

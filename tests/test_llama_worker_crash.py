@@ -26,9 +26,9 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is the [local] extra")
 
 MARKER = "ZQX-CRASH-HOOK"
 CONTEXT = " ".join(f"On day {i} the archivist of the harbour town sorted {i * 3} letters and two maps."
-                   for i in range(1, 25))
+                   for i in range(1, 9))  # a shared prefix to reuse; short: the crash is the subject
 QUESTIONS = ["How many maps?", f"Who sorted the letters? {MARKER}", "Which town?", "What did the archivist do?",
-             "On which day were 30 letters sorted?"]
+             "On which day were 24 letters sorted?"]
 
 
 def requests(model: str = "local:smollm2") -> list[ChatRequest]:
