@@ -13,9 +13,10 @@ TCP (a reset is a `ConnectionResetError`). Nothing else changes: the pool's
 slots, keep-alive and timeouts, the aiohttp session of the control-plane
 calls, the error classification. TLS is not spoken in process.
 
-    unmount = mount("http://loopback-1.invalid/v1", web_server)
+    unmount = mount("http://in-process-1.invalid/v1", web_server)
     ...                       # clients configured with that base URL reach web_server
     unmount()
+    base_url, unmount = mount_on_loopback(web_server)   # at http://127.0.0.1:PORT, PORT held for it
 
 Each pipe end delivers on its own protocol's event loop, so a server mounted
 from one loop serves clients running in another thread's loop (a CLI run
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
@@ -67,6 +69,28 @@ def mount(base_url: str, server: ServerFactory, loop: asyncio.AbstractEventLoop 
             if _mounted.get(origin, (None,))[0] is server:
                 del _mounted[origin]
     return unmount
+
+
+def mount_on_loopback(server: ServerFactory, loop: asyncio.AbstractEventLoop | None = None
+                      ) -> tuple[str, Callable[[], None]]:
+    """Mount `server` at `http://127.0.0.1:PORT`, a port of this machine's
+    loopback that a bound socket holds (never listening) until the unmount:
+    no real server can take it, a client in another process is refused, and
+    the origin is a loopback one, as a server on this machine would have
+    (the config treats such endpoints as free). Returns (base URL, unmount)."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        base_url = f"http://127.0.0.1:{holder.getsockname()[1]}"
+        unmount = mount(base_url, server, loop)
+    except BaseException:
+        holder.close()
+        raise
+
+    def release() -> None:
+        unmount()
+        holder.close()
+    return base_url, release
 
 
 def mounted(origin: Origin) -> bool:

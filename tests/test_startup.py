@@ -128,7 +128,7 @@ def test_generate_s_help_names_the_itermax_the_generator_uses():
     from engine.benchmark.generation.chapters import DEFAULT_ITERMAX
     from engine.cli.generate import ITERMAX_HELP
 
-    assert f"default {DEFAULT_ITERMAX}:" in ITERMAX_HELP
+    assert f"(default {DEFAULT_ITERMAX})" in ITERMAX_HELP
 
 
 def test_a_command_help_and_a_usage_error_import_nothing_heavy(tmp_path):

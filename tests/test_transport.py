@@ -5,6 +5,7 @@ a close mid-body, a client that gives up) happens to a pipe the same way."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 
 import pytest
@@ -26,7 +27,9 @@ def client(**options) -> JsonHttpClient:
 
 async def test_the_pool_and_the_aiohttp_session_reach_the_loopback_without_a_socket():
     async with LoopbackServer(in_process=True, models=["m"]) as server:
-        assert server.openai_base_url.startswith("http://in-process-")
+        assert server.openai_base_url.startswith("http://127.0.0.1:")  # a loopback port held for it
+        with pytest.raises(ConnectionRefusedError):  # bound, never listening: another process is refused
+            socket.create_connection(("127.0.0.1", server.port), timeout=10).close()
         http = client()
         url = server.openai_base_url + "/chat/completions"
         replies = await asyncio.gather(*[http.post(url, BODY, 10) for _ in range(6)])

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # The chapters' generator (the engine), the events' sampler (numpy) and the
 # estimate are imported by the handlers: `--help` and a bad option or config
 # answer before they load (tests/test_startup.py).
-ITERMAX_HELP = "candidates per event (default 10: engine/benchmark/generation/chapters.py's DEFAULT_ITERMAX)"
+ITERMAX_HELP = "candidates per event (default 10)"  # chapters.DEFAULT_ITERMAX: tests/test_startup.py checks it
 
 # Events a universe can hold: the filter keeps one event per (date, entity) pair.
 MAX_EVENTS = N_UNIVERSE * N_UNIVERSE

@@ -445,11 +445,11 @@ class LoopbackServer:
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
         if self.in_process:
-            base = transport.fresh_base_url()
-            self.host, self.port, self.ssl_context = transport.origin_of(base)[1], 80, None
             server = self._runner.server
             assert server is not None  # set up above
-            self._unmount = transport.mount(base, server)
+            base, self._unmount = transport.mount_on_loopback(server)
+            _, self.host, self.port = transport.origin_of(base)
+            self.ssl_context = None
         else:
             site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, ssl_context=self.ssl_context)
             await site.start()

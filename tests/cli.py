@@ -1,0 +1,101 @@
+"""`tulving ARGS...` run by the tests in their own process: the command line's
+entry point (engine/cli/main.py `main(argv)`, what the console script calls)
+with the command's own working directory, environment and captured output,
+its exit code returned as a process's would be.
+
+    done = tulving(tmp_path, "--cache", "c.sqlite", "run", "--sample", "3", env=env)
+    done = await atulving(...)        # from a test's event loop (the command runs its own loop in a thread)
+    done.returncode, done.stdout, done.stderr
+
+A command run so costs what it does, not a Python start and the import of
+numpy, scipy, aiohttp and the engine (about half a second of CPU each time on
+2 shared cores, and most tests run several). For the tests whose subject is
+the process itself (start-up imports, signals, a kill, a native crash, a
+module hidden from a fresh interpreter), `subprocess_tulving` starts
+`python -m engine.cli` as before.
+
+What a command changes in the process is put back after it: the working
+directory, sys.argv (run.json records it), the environment (the CLI moves a URL's password to $PGPASSWORD),
+the event loop policy (commands run on uvloop), stdout and stderr. One
+command at a time (a lock): they share the process's cwd and environment.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+_one_at_a_time = threading.Lock()
+
+
+@dataclass
+class Done:
+    """A finished command, shaped as subprocess.CompletedProcess is read."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The tests' environment, without a user's TULVING_* settings, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TULVING")}
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def _process_state(cwd: Path | str, env: Mapping[str, str] | None, args: tuple[str, ...]) -> Iterator[None]:
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    saved_policy = asyncio.get_event_loop_policy()
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = ["tulving", *args]  # what run.json records as the command
+        yield
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        asyncio.set_event_loop_policy(saved_policy)
+
+
+def tulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> Done:
+    """Run one command in this process (not from a running event loop: see `atulving`)."""
+    out, err = io.StringIO(), io.StringIO()
+    with _one_at_a_time, _process_state(cwd, env, args), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors and --help
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return Done(list(args), int(code or 0), out.getvalue(), err.getvalue())
+
+
+async def atulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> Done:
+    """`tulving` from a test's event loop: the command, which runs an event loop
+    of its own, runs in a worker thread while the test's loop (e.g. an
+    in-process loopback server) keeps serving."""
+    return await asyncio.to_thread(tulving, cwd, *args, env=env)
+
+
+def subprocess_tulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None,
+                       timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m engine.cli ARGS...` in a fresh interpreter (this checkout first on its path)."""
+    env = dict(cli_env() if env is None else env)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
