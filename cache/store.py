@@ -554,24 +554,37 @@ class ResponseCache:
 
     # -- lifecycle ----------------------------------------------------------------
     async def open(self) -> ResponseCache:
-        """Create the file (and parent directories) and schema if needed; start
-        the reader and the writer. Raises CacheError for a file that is not a cache."""
+        """Create the file (and parent directories) and schema if needed, and
+        connect. Raises CacheError for a file that is not a cache.
+
+        Both connections open here, on the caller's thread: a millisecond of
+        SQLite, where handing each to a thread and back cost a cached rerun
+        more than all its reads on a busy host (benchmarks/engine_bench.py
+        part 3 prints the opening). The writer thread starts with the first
+        row to write, the reader thread with the first lookup sent to it: a
+        rerun whose lookups all read inline starts neither."""
         if self._open:
             return self
-        self._reader = _ReaderThread("tulving-cache-read")
         try:
-            self._write_conn = await self._reader.run(self._open_writer)
-            self._read_conn = await self._reader.run(self._open_reader)
+            self._write_conn = self._open_writer()
+            self._read_conn = self._open_reader()
         except BaseException:
             if self._write_conn is not None:
                 self._write_conn.close()
-            self._reader.stop(wait=False)
+                self._write_conn = None
             raise
-        self._writer = threading.Thread(target=self._writer_main, name="tulving-cache-write", daemon=True)
-        self._writer.start()
         self._open = True
         _OPEN_CACHES.add(self)
         return self
+
+    def _start_writer(self) -> None:
+        self._writer = threading.Thread(target=self._writer_main, name="tulving-cache-write", daemon=True)
+        self._writer.start()
+
+    def _reader_thread(self) -> _ReaderThread:
+        if self._reader is None:
+            self._reader = _ReaderThread("tulving-cache-read")
+        return self._reader
 
     def _open_writer(self) -> sqlite3.Connection:
         conn = connect(self.path, create=True)
@@ -606,6 +619,8 @@ class ResponseCache:
         """Wait until everything put so far is committed."""
         if not self._open or self._closed and self._writer is None:
             return
+        if self._writer is None and not self._items:
+            return  # nothing was ever put: nothing to commit
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._send(_Flush(loop, future))
@@ -618,12 +633,18 @@ class ResponseCache:
         await self.flush()
         await self._end_claims()
         self._closed = True
-        await asyncio.to_thread(self._stop_writer)
+        if self._writer is not None:
+            await asyncio.to_thread(self._stop_writer)
+        elif self._write_conn is not None:  # never written: the writer never started
+            self._write_conn.close()
+        self._write_conn = None
         _OPEN_CACHES.discard(self)
-        assert self._reader is not None  # open
-        if self._read_conn is not None:
-            await self._reader.run(self._read_conn.close)
-        self._reader.stop()  # idle by now: it exits at once
+        if self._reader is not None:
+            if self._read_conn is not None:
+                await self._reader.run(self._read_conn.close)
+            self._reader.stop()  # idle by now: it exits at once
+        elif self._read_conn is not None:
+            self._read_conn.close()
 
     def _stop_writer(self, timeout: float | None = None) -> None:
         writer = self._writer
@@ -652,7 +673,6 @@ class ResponseCache:
             missing = list(keys)
         if missing:
             corrupt: list[str] = []
-            assert self._reader is not None  # _check_open passed
             try:
                 if (len(missing) <= INLINE_READ_KEYS and self.inline_read_seconds > 0 and not self._thread_reads
                         and self._last_read_hit):
@@ -660,7 +680,7 @@ class ResponseCache:
                 else:
                     self._thread_reads += 1
                     try:
-                        read = await self._reader.run(read_results, self._read_conn, missing, corrupt)
+                        read = await self._reader_thread().run(read_results, self._read_conn, missing, corrupt)
                     finally:
                         self._thread_reads -= 1
                 # A lookup that mostly missed is followed by calls: the next one
@@ -750,6 +770,8 @@ class ResponseCache:
         self._queued_chars += size
         items = self._items
         items.append((key, identity, canonical, response, time.time(), size))
+        if self._writer is None:
+            self._start_writer()
         # Wake the writer once per batch, not once per row: a thread switch
         # per put costs more than the row itself.
         if not self._wake.is_set():
@@ -772,6 +794,8 @@ class ResponseCache:
 
     def _send(self, item: _Flush | object) -> None:
         """A flush marker or _STOP: handled as soon as the writer sees it."""
+        if self._writer is None and item is not _STOP:
+            self._start_writer()
         self._items.append(item)
         self._urgent.set()
         self._wake.set()
