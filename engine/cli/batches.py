@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cache.location import is_postgres_url
 from engine.cli import lifecycle
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from cache.batches import LedgerBatch  # its module opens SQLite and loads numpy: not for --help
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("batches", help=command_help("batches"),
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--all", action="store_true", help="also batches whose results are all in the cache")

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from engine.benchmark.evaluation.answers import FINETUNED, IN_CONTEXT
 from engine.benchmark.latency import load as load_shapes
@@ -143,7 +143,7 @@ def _plan(args: argparse.Namespace) -> BenchPlan:
     """Every option checked and parsed, before anything is sent."""
     alias = args.command == "bench-latency"
 
-    def default(name: str) -> Any:
+    def default(name: str) -> int | None:
         return DEFAULTS[name][1 if alias else 0]
 
     models = _models(args.models)
@@ -160,6 +160,7 @@ def _plan(args: argparse.Namespace) -> BenchPlan:
     if any(p.duration is not None and math.isinf(p.rate) and not p.max_concurrency for p in planned):
         raise TulvingError("--duration at --rate inf needs --max-concurrency (a closed loop)")
     output_tokens = _int(args.output_tokens, "--output-tokens", 1) or default("output_tokens")
+    assert output_tokens is not None  # DEFAULTS gives both commands one
     return {
         "models": models, "points": planned, "sweep": sweep,
         "warmup": default("warmup") if args.warmup is None else _int(args.warmup, "--warmup", 0),

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.benchmark.generation.bookdir import MetaEvent
+from engine.benchmark.generation.bookdir import CandidateLog, MetaEvent
 from engine.benchmark.generation.checks import exact_check, parse_llm_check
 from engine.benchmark.generation.prompts import chapter_messages, verification_messages
 from engine.config import Config
@@ -69,7 +69,7 @@ class ChapterRun:
     """What chapter generation produced."""
 
     valid: dict[int, tuple[int, str]] = field(default_factory=dict)  # event -> (draw, raw candidate)
-    log: list[dict[str, Any]] = field(default_factory=list)          # one record per candidate
+    log: list[CandidateLog] = field(default_factory=list)          # one record per candidate
     failed_events: list[int] = field(default_factory=list)
     calls: int = 0        # outcomes that were not cache hits
     cache_hits: int = 0
