@@ -75,21 +75,52 @@ def _process_state(cwd: Path | str, env: Mapping[str, str] | None, args: tuple[s
 
 
 def tulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> Done:
-    """Run one command in this process (not from a running event loop: see `atulving`)."""
-    out, err = io.StringIO(), io.StringIO()
+    """Run one command in this process. Called from a running event loop (a
+    synchronous helper inside an async test), the command runs in a thread
+    while this one waits: the test's loop stands still meanwhile, so a server
+    it serves needs `atulving` instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _tulving(cwd, args, env)
+    done: list[Done] = []
+    thread = threading.Thread(target=lambda: done.append(_tulving(cwd, args, env)), name="tulving-cli")
+    thread.start()
+    thread.join()
+    if not done:
+        raise RuntimeError(f"tulving {' '.join(args)} raised (see the thread's traceback above)")
+    return done[0]
+
+
+class _Stream(io.TextIOWrapper):
+    """A captured stdout or stderr with a binary buffer, as a process's has
+    (commands write bytes to sys.stdout.buffer)."""
+
+    def __init__(self) -> None:
+        self.written = io.BytesIO()
+        super().__init__(self.written, encoding="utf-8", write_through=True)
+
+    def text(self) -> str:
+        """What `subprocess.run(..., text=True)` would read: UTF-8, universal newlines."""
+        self.flush()
+        return self.written.getvalue().decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _tulving(cwd: Path | str, args: tuple[str, ...], env: Mapping[str, str] | None) -> Done:
+    out, err = _Stream(), _Stream()
     with _one_at_a_time, _process_state(cwd, env, args), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main(list(args))
         except SystemExit as exc:  # argparse's usage errors and --help
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return Done(list(args), int(code or 0), out.getvalue(), err.getvalue())
+    return Done(list(args), int(code or 0), out.text(), err.text())
 
 
 async def atulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None) -> Done:
     """`tulving` from a test's event loop: the command, which runs an event loop
     of its own, runs in a worker thread while the test's loop (e.g. an
     in-process loopback server) keeps serving."""
-    return await asyncio.to_thread(tulving, cwd, *args, env=env)
+    return await asyncio.to_thread(_tulving, cwd, args, env)
 
 
 def subprocess_tulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None,
