@@ -1,4 +1,4 @@
-"""`tulving generate` end to end, as a subprocess: a small book with
+"""`tulving generate` end to end (in the test's process, tests/cli.py; the killed run as a process): a small book with
 builtin:writer, rerun from the cache, --events-only, --dry-run, errors, and a
 run killed mid-way then resumed against the loopback HTTP server."""
 from __future__ import annotations
@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from engine.benchmark.datadir import published_book_dir
 from engine.benchmark.generation import load_book
 from engine.cli.main import main
 from engine.loopback.server import LoopbackServer, constant
+from tests import cli
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def tulving(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=120)
+def tulving(*args: str, cwd: Path) -> cli.Done:
+    """The command in this process (tests/cli.py); the killed run below is a real process."""
+    return cli.tulving(cwd, *args, env=ENV)
 
 
 def published_events(n: int) -> list[dict]:
