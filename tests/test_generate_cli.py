@@ -126,16 +126,18 @@ model = "writer-http"
 params = {{ temperature = 1.0, max_tokens = 4096 }}
 """)
 
-        async def start(cache: Path, out: Path):
+        def command(cache: Path, out: Path) -> list[str]:
+            return ["--quiet", "--config", str(config), "--cache", str(cache), "generate", "--events", "20",
+                    "--model", "loop-writer", "--out", str(out)]
+
+        async def start(cache: Path, out: Path):  # a process, to be killed
             return await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "engine.cli", "--quiet", "--config", str(config), "--cache", str(cache),
-                "generate", "--events", "20", "--model", "loop-writer", "--out", str(out),
+                sys.executable, "-m", "engine.cli", *command(cache, out),
                 cwd=tmp_path, env=ENV, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
-        # reference: an uninterrupted run
-        proc = await start(tmp_path / "ref.sqlite", tmp_path / "ref")
-        out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()
+        # reference: an uninterrupted run (in this process, tests/cli.py)
+        done = await cli.atulving(tmp_path, *command(tmp_path / "ref.sqlite", tmp_path / "ref"), env=ENV)
+        assert done.returncode == 0, done.stderr
         total = server.stats.by_path["/v1/chat/completions"]
         assert total > 20
 
@@ -152,13 +154,12 @@ params = {{ temperature = 1.0, max_tokens = 4096 }}
         assert 0 < kept < total
 
         before = server.stats.by_path["/v1/chat/completions"]
-        proc = await start(cache, tmp_path / "book")
-        out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()
+        done = await cli.atulving(tmp_path, *command(cache, tmp_path / "book"), env=ENV)
+        assert done.returncode == 0, done.stderr
         resumed = server.stats.by_path["/v1/chat/completions"] - before
         # every call completed (cached) before the kill is replayed, none is sent again
         assert resumed == total - kept
-        assert f"; {resumed} calls, {kept} cached" in out.decode()
+        assert f"; {resumed} calls, {kept} cached" in done.stdout
         assert (tmp_path / "book" / "book.txt").read_bytes() == (tmp_path / "ref" / "book.txt").read_bytes()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -342,7 +343,8 @@ def test_p_values_that_underflow_are_printed_as_a_bound():
     assert p_is(0.0) == "p < 1e-300" and p_is(1e-320) == "p < 1e-300" and p_is(0.0123) == "p = 0.0123"
 
 
-async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path):
+async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path, realism_cache):
+    shutil.copy(realism_cache, tmp_path / "c.sqlite")  # every call below answered from it (tests/conftest.py)
     e = env(tmp_path)
     steps = [("generate", "--events", "40", "--model", "builtin:writer", "--out", "book"),
              ("book", "realism", "book", "--model", "builtin:writer"),
