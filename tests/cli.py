@@ -9,10 +9,10 @@ its exit code returned as a process's would be.
 
 A command run so costs what it does, not a Python start and the import of
 numpy, scipy, aiohttp and the engine (about half a second of CPU each time on
-2 shared cores, and most tests run several). For the tests whose subject is
-the process itself (start-up imports, signals, a kill, a native crash, a
-module hidden from a fresh interpreter), `subprocess_tulving` starts
-`python -m engine.cli` as before.
+2 shared cores, and most tests run several). The tests whose subject is the
+process itself (start-up imports, signals, a kill, a native crash, a module
+hidden from a fresh interpreter, a trust store read at start-up) still start
+`python -m engine.cli`.
 
 What a command changes in the process is put back after it: the working
 directory, sys.argv (run.json records it), the environment (the CLI moves a URL's password to $PGPASSWORD),
@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import io
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Mapping
@@ -34,7 +33,6 @@ from pathlib import Path
 
 from engine.cli.main import main
 
-REPO = Path(__file__).resolve().parents[1]
 _one_at_a_time = threading.Lock()
 
 
@@ -46,13 +44,6 @@ class Done:
     returncode: int
     stdout: str
     stderr: str
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The tests' environment, without a user's TULVING_* settings, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TULVING")}
-    env.update(extra)
-    return env
 
 
 @contextlib.contextmanager
@@ -121,12 +112,3 @@ async def atulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = 
     of its own, runs in a worker thread while the test's loop (e.g. an
     in-process loopback server) keeps serving."""
     return await asyncio.to_thread(_tulving, cwd, args, env)
-
-
-def subprocess_tulving(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None,
-                       timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`python -m engine.cli ARGS...` in a fresh interpreter (this checkout first on its path)."""
-    env = dict(cli_env() if env is None else env)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
