@@ -1,4 +1,4 @@
-"""Time to the first HTTP call of a run of 10 RAG models (issue 23).
+"""Time to the first HTTP call of a run of 10 RAG models.
 
 Ten OpenAI-format models on one loopback server answer the book's questions
 in rag-paragraph mode, the RAG index embedded by the offline MiniLM

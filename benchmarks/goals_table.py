@@ -1,4 +1,4 @@
-"""The table of issue 23's goals, regenerated: runs each goal's benchmark
+"""The table of the speed goals, regenerated: runs each goal's benchmark
 script in turn (one at a time, so none disturbs another), keeps what each
 printed in full, and prints a Markdown table of the lines that carry the
 figures and their same-run baselines, headed by the commit and the time.
@@ -27,7 +27,7 @@ def _stripped_startswith(*prefixes: str) -> Callable[[str], bool]:
     return lambda line: line.strip().startswith(prefixes)
 
 
-# name, goal (issue 23), script and arguments, which of its lines carry the figures
+# name, goal, script and arguments, which of its lines carry the figures
 GOALS: list[tuple[str, str, list[str], Callable[[str], bool]]] = [
     ("limits", "3,000 RPM over sliding 1 s windows: >= 0.97 of the limit, <= 15 429s, 0 lost, whatever the "
      "headers say (per-minute headers, none, a token bucket); 30% random 429s within 1.3x the bound",
@@ -91,7 +91,7 @@ def main() -> int:
             lines.append(f"exit {done.returncode}: " + (done.stderr.strip().splitlines() or ["?"])[-1])
         rows.append(f"| {goal} | `{shown}` ({seconds:.0f} s) | {cell(lines)} |")
     load = open("/proc/loadavg").read().split()[0] if os.path.exists("/proc/loadavg") else "?"
-    print(f"Issue 23's goals on {commit()}, {started}, {os.cpu_count()} CPUs, load average {load} at the end\n")
+    print(f"The speed goals on {commit()}, {started}, {os.cpu_count()} CPUs, load average {load} at the end\n")
     print("| goal | command | what it printed (figures and their same-run baselines) |")
     print("|---|---|---|")
     print("\n".join(rows))

@@ -1,4 +1,4 @@
-"""Issue 23, rate limits: how close to a provider's limit the engine paces, and
+"""Rate limits: how close to a provider's limit the engine paces, and
 how it reacts to 429s it did not cause. Each figure next to its baseline,
 measured in the same run, in interleaved rounds (median [min-max]).
 

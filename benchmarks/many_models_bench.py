@@ -1,4 +1,4 @@
-"""Issue 23, many models at once: 10 models over 4 endpoints with different
+"""Many models at once: 10 models over 4 endpoints with different
 limits, the client configured with the limits the servers enforce; the call
 phase against the limit-bound minimum, next to a simple client that paces
 each endpoint by its known limits, in interleaved rounds.

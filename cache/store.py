@@ -554,24 +554,37 @@ class ResponseCache:
 
     # -- lifecycle ----------------------------------------------------------------
     async def open(self) -> ResponseCache:
-        """Create the file (and parent directories) and schema if needed; start
-        the reader and the writer. Raises CacheError for a file that is not a cache."""
+        """Create the file (and parent directories) and schema if needed, and
+        connect. Raises CacheError for a file that is not a cache.
+
+        Both connections open here, on the caller's thread: a millisecond of
+        SQLite, where handing each to a thread and back cost a cached rerun
+        more than all its reads on a busy host (benchmarks/engine_bench.py
+        part 3 prints the opening). The writer thread starts with the first
+        row to write, the reader thread with the first lookup sent to it: a
+        rerun whose lookups all read inline starts neither."""
         if self._open:
             return self
-        self._reader = _ReaderThread("tulving-cache-read")
         try:
-            self._write_conn = await self._reader.run(self._open_writer)
-            self._read_conn = await self._reader.run(self._open_reader)
+            self._write_conn = self._open_writer()
+            self._read_conn = self._open_reader()
         except BaseException:
             if self._write_conn is not None:
                 self._write_conn.close()
-            self._reader.stop(wait=False)
+                self._write_conn = None
             raise
-        self._writer = threading.Thread(target=self._writer_main, name="tulving-cache-write", daemon=True)
-        self._writer.start()
         self._open = True
         _OPEN_CACHES.add(self)
         return self
+
+    def _start_writer(self) -> None:
+        self._writer = threading.Thread(target=self._writer_main, name="tulving-cache-write", daemon=True)
+        self._writer.start()
+
+    def _reader_thread(self) -> _ReaderThread:
+        if self._reader is None:
+            self._reader = _ReaderThread("tulving-cache-read")
+        return self._reader
 
     def _open_writer(self) -> sqlite3.Connection:
         conn = connect(self.path, create=True)
@@ -606,6 +619,8 @@ class ResponseCache:
         """Wait until everything put so far is committed."""
         if not self._open or self._closed and self._writer is None:
             return
+        if self._writer is None and not self._items:
+            return  # nothing was ever put: nothing to commit
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._send(_Flush(loop, future))
@@ -618,12 +633,18 @@ class ResponseCache:
         await self.flush()
         await self._end_claims()
         self._closed = True
-        await asyncio.to_thread(self._stop_writer)
+        if self._writer is not None:
+            await asyncio.to_thread(self._stop_writer)
+        elif self._write_conn is not None:  # never written: the writer never started
+            self._write_conn.close()
+        self._write_conn = None
         _OPEN_CACHES.discard(self)
-        assert self._reader is not None  # open
-        if self._read_conn is not None:
-            await self._reader.run(self._read_conn.close)
-        self._reader.stop()  # idle by now: it exits at once
+        if self._reader is not None:
+            if self._read_conn is not None:
+                await self._reader.run(self._read_conn.close)
+            self._reader.stop()  # idle by now: it exits at once
+        elif self._read_conn is not None:
+            self._read_conn.close()
 
     def _stop_writer(self, timeout: float | None = None) -> None:
         writer = self._writer
@@ -652,7 +673,6 @@ class ResponseCache:
             missing = list(keys)
         if missing:
             corrupt: list[str] = []
-            assert self._reader is not None  # _check_open passed
             try:
                 if (len(missing) <= INLINE_READ_KEYS and self.inline_read_seconds > 0 and not self._thread_reads
                         and self._last_read_hit):
@@ -660,7 +680,7 @@ class ResponseCache:
                 else:
                     self._thread_reads += 1
                     try:
-                        read = await self._reader.run(read_results, self._read_conn, missing, corrupt)
+                        read = await self._reader_thread().run(read_results, self._read_conn, missing, corrupt)
                     finally:
                         self._thread_reads -= 1
                 # A lookup that mostly missed is followed by calls: the next one
@@ -680,14 +700,14 @@ class ResponseCache:
         A lookup of a batch's keys in a file the OS has cached takes well under
         a millisecond, and handing it to the reader thread and back cost more
         than the read (a cached rerun of 10,000 requests: 30,209 -> 35,850
-        requests/s side by side, benchmarks/artifacts/issue23_rerun_inline.txt).
+        requests/s side by side, benchmarks/results/rerun_inline_reads.txt).
         Slow storage (a cold disk, a network file system) must not stall the
         loop's calls: after INLINE_SLOW_READS reads in a row that each took
         over `inline_read_seconds`, every later lookup goes to the thread.
         In a row, because slow storage is slow on every read, while a garbage
         collection that lands in a read or one moment of a busy host is not
         (switching on the first slow read sent most reruns to the thread after
-        a few lookups: benchmarks/artifacts/issue23_inline_switch.txt). Wall
+        a few lookups: benchmarks/results/rerun_inline_switch.txt). Wall
         time only: on a busy host `time.thread_time` cost 0.6-0.8 ms a call
         inside a rerun on this machine's VM (2-3 us when quiet), more than
         the read.
@@ -750,6 +770,8 @@ class ResponseCache:
         self._queued_chars += size
         items = self._items
         items.append((key, identity, canonical, response, time.time(), size))
+        if self._writer is None:
+            self._start_writer()
         # Wake the writer once per batch, not once per row: a thread switch
         # per put costs more than the row itself.
         if not self._wake.is_set():
@@ -772,6 +794,8 @@ class ResponseCache:
 
     def _send(self, item: _Flush | object) -> None:
         """A flush marker or _STOP: handled as soon as the writer sees it."""
+        if self._writer is None and item is not _STOP:
+            self._start_writer()
         self._items.append(item)
         self._urgent.set()
         self._wake.set()
@@ -1032,7 +1056,7 @@ class ResponseCache:
                 conn.execute(f"DELETE FROM claims WHERE lease_until < ? AND key IN ({marks})", [now, *part])
                 # One statement for the chunk's keys, passed as a JSON array (an
                 # executemany of a row a key cost 5.7-7.9 us a key, this 4.2-4.8:
-                # benchmarks/artifacts/issue23_claims.py); a key whose stored row is damaged
+                # benchmarks/results/cache_claims_sqlite.py); a key whose stored row is damaged
                 # (read as a miss) is claimed whatever `entries` holds, to be paid again.
                 damaged_keys = [k for k in part if k in self.corrupt_keys] if self.corrupt_keys else []
                 if self._claims_by_json:

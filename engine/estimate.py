@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from cache.backend import ResponseStore
 from engine.batching_mode import batch_endpoint
@@ -34,6 +33,7 @@ from engine.requests import UNLIMITED_OUTPUT_TOKENS, EmbedRequest, Request, outp
 from engine.resolve import Resolved, resolve
 from engine.tokens import count_tokens
 from engine.warmup import prefix_key, prefix_parts
+from providers.base import Result
 from providers.kinds import kind_of, opt_bool
 
 PER_MESSAGE_TOKENS = 4      # chat formatting per message (as the scheduler reserves)
@@ -95,11 +95,12 @@ class Estimator:
             found = self._rows[(model, role)] = EstimateRow(model=model, role=role)
         return found
 
-    async def add(self, role: str, requests: Iterable[Request], *, extra_input_tokens: int = 0) -> list[Any]:
+    async def add(self, role: str, requests: Iterable[Request], *, extra_input_tokens: int = 0
+                  ) -> list[Result | None]:
         """Count `requests` under `role`; `extra_input_tokens` are added to
         each prompt (a part not known yet, e.g. the answer a judge will read).
         Returns each request's cached response (None where it is not cached)."""
-        found: list[Any] = []
+        found: list[Result | None] = []
         chunk: list[Resolved] = []
         for request in requests:
             chunk.append(resolve(self.config, request))
@@ -110,7 +111,7 @@ class Estimator:
             found += await self._add_chunk(role, chunk, extra_input_tokens)
         return found
 
-    async def _add_chunk(self, role: str, chunk: Sequence[Resolved], extra: int) -> list[Any]:
+    async def _add_chunk(self, role: str, chunk: Sequence[Resolved], extra: int) -> list[Result | None]:
         hits = await self.cache.get_many([r.key for r in chunk]) if self.cache is not None else {}
         for r in chunk:
             row = self.row(r.alias.name, role)

@@ -21,7 +21,7 @@ second after the start).
 
 A bucket alone still lets its burst *plus* a second of rate -- 1.5x a
 second's share -- into one trailing second, which a server counting over
-any sliding second refuses (issue 23: every 429 followed such a burst). So
+any sliding second refuses (benchmarks/limits_bench.py: every 429 followed such a burst). So
 each bucket also keeps a log of what it admitted: no trailing SEND_WINDOW
 holds more than a second's share of the rate. The window is a little longer
 than a second because the server counts arrivals, which trail our sends by

@@ -33,7 +33,7 @@ DEFAULT_PAUSE = 1.0          # seconds to pause after a 429 that names no wait
 # From half rate back to full rate after a 429 (a known request rate: an
 # unknown one is inferred). Short: the pacing keeps within known limits, so a
 # kept slow-down is mostly the start's cluster of late arrivals; 30 s cost a
-# 30 s run a quarter of its rate (issue 23). 429s that persist halve again.
+# 30 s run a quarter of its rate (benchmarks/limits_bench.py). 429s that persist halve again.
 RECOVERY_SECONDS = 8.0
 MIN_FACTOR = 1 / 16
 INFERRED_DOUBLING = 20.0     # seconds for an inferred request rate to double
@@ -137,7 +137,7 @@ class Pacing:
         seconds of a pause it set or lengthened, else None."""
         share, counted = self.recent_429_share(PAUSE_WINDOW)
         # Judged on SHARE_WINDOW replies: over PAUSE_WINDOW's 10, 30% random 429s
-        # reach the margin above their share one time in twenty (issue 23).
+        # reach the margin above their share one time in twenty (limits_bench.py --cases random429).
         ignoring = now < self._ignore_until and self.recent_429_share()[0] < self._ignored_share + IGNORE_MARGIN
         paused = None
         if not ignoring and (counted == 0 or counted >= MIN_PAUSE_EVIDENCE and share >= PAUSE_SHARE):
@@ -159,7 +159,7 @@ class Pacing:
         """A 429 among many successes under known limits: the pacing keeps
         within them, so it is a send that met the window's edge late (network
         jitter), not our speed. The call waits its retry; nothing slows down
-        (a halving trial per such 429 cost a run 1-2 s each, issue 23)."""
+        (a halving trial per such 429 cost a run 1-2 s each: benchmarks/limits_bench.py)."""
         share, counted = self.recent_429_share()
         return (self._trial is None and self.limits.limited and counted >= SHARE_WINDOW
                 and share <= STRAY_SHARE)
@@ -204,7 +204,7 @@ class Pacing:
         share_before, share_after = _share(before), _share(after)
         # Kept only when it lowered the share beyond chance (or we are far too
         # fast): occasional 429s (1-2%) cannot show that, and a slow-down kept
-        # for them held the rate at 0.7 while calls waited (issue 23).
+        # for them held the rate at 0.7 while calls waited (benchmarks/limits_bench.py).
         if (max(share_before, share_after) >= ALWAYS_KEPT_SHARE
                 or _clearly_lower(share_after, len(after), share_before, len(before))):
             return None  # kept

@@ -136,6 +136,6 @@ class Outcome:
 def cached_outcome(request: Request, result: Result, key: str) -> Outcome:
     """`Outcome(request=request, result=result, cached=True, key=key)`, built
     positionally: made for every cache hit, where the keywords cost more than
-    the call (0.55 -> 0.35 us, benchmarks/artifacts/issue23_read_parts.py).
+    the call (0.55 -> 0.35 us, benchmarks/results/rerun_read_parts.py).
     tests/test_scheduler.py checks the two are equal."""
     return Outcome(request, result, None, True, False, 0, 0.0, None, key)

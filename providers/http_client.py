@@ -27,7 +27,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import orjson
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.tracing import Trace
 
+from providers import transport
 from providers.base import CONFIG, EndpointSpec, Provider, ProviderError, holds_long_string, with_long_strings_copied
 from providers.http_errors import bad_reply, exception_error, redact, status_error
 from providers.http_pool import TIMEOUT_OPTIONS, HttpConfigError, HttpPool, merged_headers
@@ -210,7 +213,7 @@ class JsonHttpClient:
     async def _stream_aiohttp(self, url: str, payload: bytes, timeout: float) -> _AiohttpStream:
         session = self._session
         if session is None or session.closed or self._loop is not asyncio.get_running_loop():
-            session = self._open_session()
+            session = self._open_session(url)
         response = await session.post(url, data=payload, timeout=self._timeout(timeout))
         return _AiohttpStream(response, perf_counter())
 
@@ -218,18 +221,22 @@ class JsonHttpClient:
                             ) -> tuple[int, Mapping[str, str], bytes]:
         session = self._session
         if session is None or session.closed or self._loop is not asyncio.get_running_loop():
-            session = self._open_session()
+            session = self._open_session(url)
         async with session.post(url, data=payload, timeout=self._timeout(timeout)) as resp:
             return resp.status, resp.headers, await resp.read()
 
-    def _open_session(self) -> aiohttp.ClientSession:
+    def _open_session(self, url: str) -> aiohttp.ClientSession:
         # A session belongs to the loop it was created in: reopen when called
         # from another loop (e.g. successive asyncio.run calls).
         if self._session is not None and not self._session.closed:
             _abandon(self._session)
         self._loop = asyncio.get_running_loop()
-        connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0,
-                                         keepalive_timeout=self._pool_options.get("keepalive_timeout", 30.0))
+        keepalive = self._pool_options.get("keepalive_timeout", 30.0)
+        connector: aiohttp.BaseConnector
+        if transport.mounted(transport.origin_of(url)):  # a server in this process (providers/transport.py)
+            connector = _InProcessConnector(limit=self._limit, limit_per_host=0, keepalive_timeout=keepalive)
+        else:
+            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, keepalive_timeout=keepalive)
         # The headers are the session's defaults: merged in C-backed multidicts
         # once per call rather than converted from a dict each time.
         self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
@@ -257,7 +264,7 @@ class JsonHttpClient:
         ProviderError with the key scrubbed."""
         session = self._session
         if session is None or session.closed or self._loop is not asyncio.get_running_loop():
-            session = self._open_session()
+            session = self._open_session(url)
         headers = {"Content-Type": content_type} if body is not None else {}
         if accept is not None:
             headers["Accept"] = accept
@@ -296,6 +303,17 @@ class JsonHttpClient:
                 await session.close()
             except RuntimeError:  # its loop is gone; nothing left to release
                 pass
+
+
+class _InProcessConnector(aiohttp.BaseConnector):
+    """aiohttp's connections to an in-process server (providers/transport.py)."""
+
+    async def _create_connection(self, req: aiohttp.ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout
+                                 ) -> ResponseHandler:
+        url = req.url
+        protocol = self._factory()
+        transport.connect((url.scheme, url.host or "", url.port or 80), protocol)
+        return protocol
 
 
 class _StreamSource(Protocol):

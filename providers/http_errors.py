@@ -30,12 +30,11 @@ the server echoes the key back (`redact`).
 """
 from __future__ import annotations
 
-import asyncio
 import re
+import sys
 from collections.abc import Mapping
 from email.utils import parsedate_to_datetime
 
-import aiohttp
 import orjson
 
 from providers.base import (
@@ -266,15 +265,18 @@ def stream_error(data: bytes, *, endpoint: str, secret: str | None, request_id: 
 
 def exception_error(exc: BaseException, *, endpoint: str, timeout: float, secret: str | None) -> ProviderError:
     """Classify an exception raised while sending or reading a call."""
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+    if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since Python 3.11
         # The pool's own limits say which one ran out (connect_timeout, ...).
         detail = str(exc) or f"no complete reply within {timeout:g} s"
         return ProviderError(TIMEOUT, redact(f"{endpoint}: {detail}", secret))
-    if isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
+    # aiohttp's errors can only come from aiohttp once it is loaded: importing it
+    # here for isinstance would cost every command that never calls (`tulving --help`).
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None and isinstance(exc, (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError)):
         return ProviderError(CONFIG, redact(f"{endpoint}: invalid URL {exc}", secret))
-    if isinstance(exc, aiohttp.ClientPayloadError):
+    if aiohttp is not None and isinstance(exc, aiohttp.ClientPayloadError):
         return ProviderError(CONNECTION, redact(f"{endpoint}: reply body cut short ({exc})", secret))
-    if isinstance(exc, (aiohttp.ClientError, OSError)):
+    if isinstance(exc, OSError) or aiohttp is not None and isinstance(exc, aiohttp.ClientError):
         what = type(exc).__name__
         return ProviderError(CONNECTION, redact(f"{endpoint}: {what}: {exc}", secret))
     return ProviderError(BAD_REPLY, redact(f"{endpoint}: {type(exc).__name__}: {exc}", secret))

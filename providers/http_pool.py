@@ -55,6 +55,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from providers import transport
+
 _Origin = tuple[str, str, int]  # scheme, host, port
 _Reply = tuple[int, dict[str, str], bytes]  # status, lower-cased headers, decoded body
 
@@ -721,6 +723,11 @@ class HttpPool:
         return None
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, target: _Target, deadline: float) -> _Connection:
+        if transport.mounted(target.origin):  # a server in this process (providers/transport.py)
+            conn = _Connection(loop, self, target.origin)
+            transport.connect(target.origin, conn)
+            self.connections_opened += 1
+            return conn
         context = None
         if target.tls:
             context = self._ssl_context or default_ssl_context()

@@ -152,7 +152,7 @@ LOCAL_EMBED = ProviderKind(
 # above costs 2.50 in / 15.00 out, not modelled); implicit-cache reads cost 10%
 # of input; Batch Mode costs 50%; thinking tokens are billed as output.
 # The leaderboard's Gemini rows are sent the user prompt only, no system
-# instruction and no generation config: the issue (tulving issue 21) says the
+# instruction and no generation config: as reported when Gemini was added, the
 # reference called `generate_content(model=..., contents=user_prompt)`; the
 # stored versions of its models_wrapper.py (ahstat/episodic-memory-benchmark,
 # 7 versions, newest d3f5d78) show no Gemini branch, so the ids are Google's.
@@ -210,7 +210,7 @@ GEMINI = ProviderKind(
     },
 )
 
-# -- OpenAI-compatible services (issue 21) -------------------------------------------
+# -- OpenAI-compatible services ------------------------------------------------------
 # Each speaks OpenAI's /chat/completions through OpenAIProvider (Azure only keys it
 # differently: providers/azure_openai.py). Facts below were checked on 2026-11-26
 # through the search index of the providers' pages (not fetched live); each says where.

@@ -40,3 +40,32 @@ def long_questions(long_book):
 @pytest.fixture(scope="session")
 def short_questions(short_book):
     return build_questions(short_book)
+
+
+# The realism ablation's runs (tests/test_trust.py, tests/test_report_realism.py):
+# a 40-event book written and rated by the built-in writer, the built-in reader
+# in context and by RAG with MiniLM, and a 5-question run on the short book.
+REALISM_STEPS = (("generate", "--events", "40", "--model", "builtin:writer", "--out", "book"),
+                 ("book", "realism", "book", "--model", "builtin:writer"),
+                 ("run", "--book", "book", "--models", "builtin:reader", "--out", "run"),
+                 ("run", "--book", "book", "--models", "builtin:reader", "--modes", "rag-paragraph", "--embed-model",
+                  "local:minilm", "--out", "rag"),
+                 ("run", "--book", "synaptic-echoes-short", "--models", "builtin:reader", "--sample", "5",
+                  "--out", "unrated"))
+
+
+@pytest.fixture(scope="session")
+def realism_cache(tmp_path_factory):
+    """A response cache holding every call of REALISM_STEPS, made once per
+    session: the tests that run those steps copy it first, so that each still
+    runs every command (all answered from the cache) without paying for the
+    writing, the ratings, the answers and MiniLM's embeddings twice."""
+    from tests.cli import tulving
+
+    folder = tmp_path_factory.mktemp("realism")
+    env = {k: v for k, v in os.environ.items() if k not in ("TULVING_CONFIG", "TULVING_CACHE")}
+    env.update(XDG_CACHE_HOME=str(folder / "xdg-cache"), XDG_CONFIG_HOME=str(folder / "xdg-config"))
+    for step in REALISM_STEPS:
+        done = tulving(folder, "--quiet", "--cache", "c.sqlite", *step, env=env)
+        assert done.returncode == 0, done.stderr
+    return folder / "c.sqlite"

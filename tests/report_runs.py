@@ -5,11 +5,11 @@ answer error) and a run on a sample."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from engine.benchmark.evaluation.results import load_results, write_results
+from tests.cli import Done
+from tests.cli import tulving as run_in_process
 from tests.test_run_cli import env
 
 EVIL_MODEL = "evil|<b>$\\frac$model</b>"  # markup, a pipe, and TeX that matplotlib must not parse
@@ -19,9 +19,9 @@ SAMPLE = 40
 EVIL_JUDGE_FAILURES = 3
 
 
-def tulving(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=env(), capture_output=True,
-                          text=True, timeout=timeout)
+def tulving(cwd: Path, *args: str) -> Done:
+    """The command run in this process (tests/cli.py), in the tests' environment."""
+    return run_in_process(cwd, *args, env=env())
 
 
 def offline_run(cwd: Path, out: str = "run", *extra: str, cache: str = "c.sqlite") -> Path:

@@ -106,7 +106,7 @@ def loopback_config(tmp_path, server) -> Config:
 
 
 async def test_retrieval_through_the_engine_is_cached(tmp_path, short_book, short_questions):
-    async with LoopbackServer(embed_dim=256) as server:
+    async with LoopbackServer(in_process=True, embed_dim=256) as server:
         config = loopback_config(tmp_path, server)
         cache = str(tmp_path / "cache.sqlite")
         async with Engine(config, cache_path=cache) as engine:

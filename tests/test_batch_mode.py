@@ -5,6 +5,7 @@ the real cache file; the engine in-process for the finer cases."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import ChatResult
 from providers.kinds import batch_api_for
+from tests import cli
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -106,10 +108,9 @@ def write_config(tmp_path: Path, server: Server, *, kind: str = "openai", **opti
     return path
 
 
-def tulving(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml",
-                           "--cache", "cache.sqlite", *args], cwd=tmp_path, env=env(), capture_output=True,
-                          text=True, timeout=timeout)
+def tulving(tmp_path: Path, *args: str) -> cli.Done:
+    """The command in this process (tests/cli.py); the runs killed below are real processes."""
+    return cli.tulving(tmp_path, "--quiet", "--config", "tulving.toml", "--cache", "cache.sqlite", *args, env=env())
 
 
 RUN = ["run", "--book", "synaptic-echoes-short", "--models", "lb-reader", "--modes", "in-context",
@@ -190,7 +191,8 @@ def test_rounds_that_depend_on_earlier_answers_are_successive_batches(tmp_path, 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twice(tmp_path, server_factory, kind):
-    server = server_factory("--batch-polls", "400")  # long enough to kill the run while it waits
+    # Ends on its 100th poll: the run is killed after its 3rd; the rerun's ~97 polls are 2 s of waiting.
+    server = server_factory("--batch-polls", "100")
     write_config(tmp_path, server, kind=kind, batch_poll_max=0.02)
     poll_path = "/v1/batches/{batch_id}" if kind == "openai" else "/v1/messages/batches/{batch_id}"
     args = [sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache", "cache.sqlite",
@@ -198,7 +200,7 @@ def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twi
     proc = subprocess.Popen(args, cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the batch is recorded and being polled
-        if server.batches(kind) and server.stats()["by_path"].get(poll_path, 0) >= 5:
+        if server.batches(kind) and server.stats()["by_path"].get(poll_path, 0) >= 3:
             break
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)
@@ -225,6 +227,14 @@ def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twi
     assert engine["batches"] == 0 and engine["batches_resumed"] == 1 and engine["batched_calls"] == 0
 
 
+def _in_ledger(cache: Path, batch_id: str) -> bool:
+    try:
+        with contextlib.closing(sqlite3.connect(cache)) as conn:
+            return conn.execute("SELECT 1 FROM batches WHERE id = ?", (batch_id,)).fetchone() is not None
+    except sqlite3.OperationalError:  # the file or its ledger table not made yet
+        return False
+
+
 def test_batches_cancel_ends_the_wait_with_cancelled_calls(tmp_path, server_factory):
     server = server_factory("--batch-polls", "400")
     write_config(tmp_path, server, batch_poll_max=0.02)
@@ -235,8 +245,9 @@ def test_batches_cancel_ends_the_wait_with_cancelled_calls(tmp_path, server_fact
     deadline = time.monotonic() + 120
     while not server.openai_batches() and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)  # recorded in the ledger right after creation
     batch_id = server.openai_batches()[0]["id"]
+    while not _in_ledger(tmp_path / "cache.sqlite", batch_id) and time.monotonic() < deadline:
+        time.sleep(0.05)  # recorded in the ledger right after creation
     cancel = tulving(tmp_path, "batches", "cancel", batch_id)
     assert cancel.returncode == 0, cancel.stderr
     assert f"batch {batch_id} on lb: cancelling" in cancel.stdout

@@ -7,6 +7,7 @@ import asyncio
 import json
 import random
 import sqlite3
+import threading
 from datetime import UTC
 
 import numpy as np
@@ -186,6 +187,33 @@ async def test_hits_and_misses_persist_across_instances(tmp_path):
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("SELECT count(*) FROM entries WHERE op = 'chat' AND model = 'gpt-4o'").fetchone()[0] == 800
+
+
+def _cache_threads(before: frozenset[threading.Thread] = frozenset()) -> list[str]:
+    """The cache threads running now that were not in `before` (another test's cache left open aside)."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("tulving-cache-") and t not in before)
+
+
+async def test_a_cached_rerun_starts_no_thread_and_the_first_write_starts_the_writer(tmp_path):
+    """Opening connects on the caller's thread; the writer starts with the
+    first row, the reader thread with the first lookup sent to it: a rerun whose
+    lookups all hit, read inline, never starts either (opening stays cheap)."""
+    before = frozenset(threading.enumerate())
+    path = tmp_path / "cache.sqlite"
+    key = request_key(chat_identity())
+    async with ResponseCache(path) as cache:
+        assert _cache_threads(before) == []
+        cache.put(key, chat_identity(), ChatResult(text="hello"))
+        assert _cache_threads(before) == ["tulving-cache-write"]
+    assert _cache_threads(before) == []
+    async with ResponseCache(path) as cache:
+        assert await cache.get_many([key]) == {key: ChatResult(text="hello")}
+        await cache.flush()  # nothing put: nothing to wait for
+        assert _cache_threads(before) == []
+    async with ResponseCache(path, inline_read_seconds=0) as cache:  # every lookup on the reader thread
+        assert await cache.get_many([key]) == {key: ChatResult(text="hello")}
+        assert _cache_threads(before) == ["tulving-cache-read"]
+    assert _cache_threads(before) == []
 
 
 async def test_put_is_visible_before_the_commit_and_flush_commits(tmp_path):

@@ -1,5 +1,5 @@
 """The response cache named by the config file's [cache] section, through the
-CLI as a subprocess against a real PostgreSQL server: the URL in the file,
+CLI (in this process, tests/cli.py) against a real PostgreSQL server: the URL in the file,
 the password from the variable `password_env` names or from a password file
 ($PGPASSFILE), never from the file; `--cache` overrides it; a password
 written in the file, or a named variable left unset, is one line."""
@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from cache.location import split_password
+from tests import cli
 from tests.test_run_cli import REPO
 
 SAMPLE = "12"
@@ -26,12 +25,12 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return e
 
 
-def _tulving(tmp_path: Path, environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=tmp_path, env=environ,
-                          capture_output=True, text=True, timeout=300)
+def _tulving(tmp_path: Path, environ: dict[str, str], *args: str) -> cli.Done:
+    """The command in this process (tests/cli.py), with exactly `environ` as its environment."""
+    return cli.tulving(tmp_path, *args, env=environ)
 
 
-def _run(tmp_path: Path, environ: dict[str, str], out: str, *global_args: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, environ: dict[str, str], out: str, *global_args: str) -> cli.Done:
     return _tulving(tmp_path, environ, "--quiet", "--config", "tulving.toml", *global_args, "run", "--book",
                     "synaptic-echoes-short", "--models", "builtin:reader", "--modes", "in-context", "--judge",
                     "builtin:judge", "--sample", SAMPLE, "--out", out)

@@ -222,7 +222,7 @@ async def test_generation_over_http_loopback(tmp_path, universe, events):
     def reply(api, body):
         return builtin_writer.respond(body["messages"], body)
 
-    async with LoopbackServer(models=SERVED, reply=reply) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=reply) as server:
         config = _config(flaw_rate=0.3, kind="openai", base_url=server.openai_base_url, max_concurrency=16)
         run = await _generate(config, events, universe, tmp_path / "c.sqlite", model="loop-writer",
                               seed_draws=True)
@@ -271,7 +271,7 @@ async def test_a_refused_key_stops_generation_with_one_clear_error(tmp_path, uni
     from engine.benchmark.generation.chapters import GenerationError
 
     monkeypatch.setenv("TULVING_TEST_KEY", "sk-wrong-key-123")
-    async with LoopbackServer(models=SERVED, api_keys=["sk-right"]) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, api_keys=["sk-right"]) as server:
         config = _config(kind="openai", base_url=server.openai_base_url, key_env="TULVING_TEST_KEY")
         with pytest.raises(GenerationError) as info:
             await _generate(config, events, universe, tmp_path / "c.sqlite", model="loop-writer")

@@ -1,4 +1,7 @@
-"""The `tulving` command line, run as a real subprocess (`python -m engine.cli`)."""
+"""The `tulving` command line: its commands run in the test's process
+(tests/cli.py: the entry point with its own environment and captured output),
+and as a real subprocess (`python -m engine.cli`) where a fresh process is
+the point: a server it starts, a trust store read at start-up."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +20,7 @@ from engine.config import Config
 from engine.loopback.server import LoopbackServer
 from engine.requests import ChatRequest
 from engine.scheduler import Engine
+from tests import cli
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -31,13 +35,18 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def tulving(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=ROOT, env=_env(**env),
-                          capture_output=True, text=True, timeout=60)
+def tulving(*args: str, **env: str) -> cli.Done:
+    return cli.tulving(ROOT, *args, env=_env(**env))
 
 
 async def atulving(*args: str, **env: str) -> tuple[int, str, str]:
-    """The CLI in a subprocess while this event loop serves a loopback server."""
+    """The CLI while this event loop serves a loopback server."""
+    done = await cli.atulving(ROOT, *args, env=_env(**env))
+    return done.returncode, done.stdout, done.stderr
+
+
+async def atulving_process(*args: str, **env: str) -> tuple[int, str, str]:
+    """The CLI in a fresh process (its trust store read from SSL_CERT_FILE at start-up)."""
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "engine.cli", *args, cwd=ROOT,
                                                 env=_env(**env), stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
@@ -137,7 +146,7 @@ def test_config_check_prints_the_merged_config_without_secrets(tmp_path):
 
 
 async def test_bench_latency_against_a_loopback_server(tmp_path):
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(in_process=True, models=SERVED) as server:
         config = loopback_config(tmp_path / "c.toml", server.openai_base_url)
         code, out, err = await atulving("--config", str(config), "--quiet", "bench-latency", "--model", "m",
                                         "-n", "12", "-c", "3")
@@ -162,11 +171,12 @@ async def test_https_endpoint_with_a_key_trusted_through_ssl_cert_file(tmp_path)
         config = loopback_config(tmp_path / "c.toml", server.openai_base_url, key_env="LOOP_KEY")
         config.write_text(config.read_text().replace("max_concurrency = 4", "max_concurrency = 4\nmax_attempts = 1"))
         args = ("--config", str(config), "--quiet", "bench-latency", "--model", "m", "-n", "6", "-c", "3")
-        code, out, err = await atulving(*args, LOOP_KEY="sk-tls-1234567890", SSL_CERT_FILE=str(ca_file))
+        code, out, err = await atulving_process(*args, LOOP_KEY="sk-tls-1234567890", SSL_CERT_FILE=str(ca_file))
         assert code == 0, err
         assert re.search(r"^m\s+inf c3\s+6\s+6\s+0\s", out, re.M) and server.stats.by_status == {200: 6}
         # Without the CA the certificate is refused: nothing reaches the handlers.
-        code, out, err = await atulving(*args, LOOP_KEY="sk-tls-1234567890", SSL_CERT_FILE=str(tmp_path / "none.pem"))
+        code, out, err = await atulving_process(*args, LOOP_KEY="sk-tls-1234567890",
+                                                SSL_CERT_FILE=str(tmp_path / "none.pem"))
         assert code == 1 and re.search(r"^m\s+inf c3\s+6\s+0\s+6 \(connection 6\)", out, re.M), out
         assert server.stats.requests == 6
 
@@ -184,7 +194,7 @@ def test_serve_loopback_starts_a_server():
 
 async def test_dry_run_report_counts_cached_requests_without_calling(tmp_path):
     cache = str(tmp_path / "cache.sqlite")
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(in_process=True, models=SERVED) as server:
         config = Config.load(loopback_config(tmp_path / "c.toml", server.openai_base_url))
         requests = [ChatRequest(model="m", messages=[{"role": "user", "content": f"q{i}"}]) for i in range(10)]
         assert await dry_run_report(config, cache, requests) == (10, 0)  # no cache file yet

@@ -34,7 +34,7 @@ def write_config(tmp_path: Path, server: LoopbackServer, concurrency: int = 8) -
 
 
 async def test_the_run_summary_and_report_split_cost_by_model_and_role(tmp_path):
-    async with LoopbackServer(models=SERVED, latency=constant(0.02)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, latency=constant(0.02)) as server:
         config = write_config(tmp_path, server)
         code, out, err = await atulving(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run",
                                         "--book", "synaptic-echoes-short", "--models", "sonnet-loop,gpt4o-loop",
@@ -85,7 +85,7 @@ async def test_dry_run_prints_calls_tokens_and_dollars_by_model_and_role(tmp_pat
     from engine.benchmark.evaluation.pipeline import sample_questions
     from engine.tokens import count_tokens
 
-    async with LoopbackServer(models=SERVED, latency=constant(0.02)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, latency=constant(0.02)) as server:
         config = write_config(tmp_path, server)
         args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
                 "--models", "sonnet-loop,gpt4o-loop", "--sample", "4", "--out", "run"]
@@ -139,7 +139,7 @@ async def test_max_cost_is_a_hard_cap_under_concurrent_calls_and_a_rerun_continu
         asked.append((body["model"], text))
         return "an answer of a few words"
 
-    async with LoopbackServer(models=SERVED, reply=reply, latency=constant(0.1)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=reply, latency=constant(0.1)) as server:
         config = write_config(tmp_path, server, concurrency=8)
         args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
                 "--models", "sonnet-loop,gpt4o-loop", "--sample", "24", "--out", "run"]

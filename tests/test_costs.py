@@ -150,7 +150,7 @@ async def test_spending_equals_hand_computed_dollars_and_the_cache_keeps_the_cou
     questions = short_questions[:4]
     requests = list(A.answer_requests(questions, model="m", mode=A.IN_CONTEXT, book=short_book))
     cache = str(tmp_path / "c.sqlite")
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "seven words make up this reply here",
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "seven words make up this reply here",
                               latency=constant(0.02)) as server:
         async with Engine(priced_config(server, "anthropic", **SONNET), cache_path=cache) as engine:
             outcomes = await engine.run(requests)
@@ -177,7 +177,7 @@ async def test_spending_equals_hand_computed_dollars_and_the_cache_keeps_the_cou
 async def test_openai_cached_tokens_are_priced_at_the_cached_price(short_book, short_questions):
     requests = list(A.answer_requests(short_questions[:3], model="m", mode=A.IN_CONTEXT, book=short_book))
     gpt = dict(price_in=2.5, price_cached_in=1.25, price_out=10.0)
-    async with LoopbackServer(models=SERVED, latency=constant(0.02)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, latency=constant(0.02)) as server:
         async with Engine(priced_config(server, "openai", **gpt)) as engine:
             outcomes = await engine.run(requests)
     for o in outcomes:
@@ -188,7 +188,7 @@ async def test_openai_cached_tokens_are_priced_at_the_cached_price(short_book, s
 
 
 async def test_a_request_without_a_prefix_marker_is_not_held_back():
-    async with LoopbackServer(models=SERVED, latency=constant(0.05)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, latency=constant(0.05)) as server:
         async with Engine(priced_config(server, "anthropic")) as engine:
             await engine.run([ChatRequest(model="m", messages=[{"role": "user", "content": "BOOK " * 3000 + str(i)}])
                               for i in range(4)])
@@ -224,7 +224,7 @@ async def test_spending_counts_a_joined_call_once_and_scales_the_saving_to_the_p
     from engine.spending import Spending, caching_saving
 
     request = ChatRequest(model="m", messages=[{"role": "user", "content": "same prompt"}])
-    async with LoopbackServer(models=SERVED, latency=constant(0.05)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, latency=constant(0.05)) as server:
         config = priced_config(server, "anthropic", **SONNET)
         async with Engine(config) as engine:
             outcomes = await engine.run([request, request])

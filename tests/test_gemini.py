@@ -47,7 +47,7 @@ async def call(server: LoopbackServer, messages: list[dict], params: dict | None
 
 
 async def test_a_call_sends_contents_and_system_instruction_and_reads_the_answer():
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(in_process=True, api_keys=[KEY]) as server:
         server.gemini.recorded = []
         result = await call(server, [SYSTEM, USER], {"temperature": 1.0, "max_tokens": 200, "seed": 3,
                                                      "stop": ["\n\n"]})
@@ -64,7 +64,7 @@ async def test_a_call_sends_contents_and_system_instruction_and_reads_the_answer
 
 
 async def test_a_streamed_call_gives_the_same_result_with_timings():
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(in_process=True, api_keys=[KEY]) as server:
         plain = await call(server, [SYSTEM, USER])
         streamed = await call(server, [SYSTEM, USER], stream=True)
         assert server.stats.streams == 1
@@ -74,16 +74,16 @@ async def test_a_streamed_call_gives_the_same_result_with_timings():
 
 
 async def test_max_tokens_is_length_and_a_safety_stop_is_a_final_empty_answer():
-    async with LoopbackServer(reply=lambda api, body: ("not shown", "content_filter")) as server:
+    async with LoopbackServer(in_process=True, reply=lambda api, body: ("not shown", "content_filter")) as server:
         blocked = await call(server, [USER])
     assert blocked.text == "" and blocked.finish_reason == "content_filter"
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         cut = await call(server, [USER], {"max_tokens": 3})
     assert cut.finish_reason == "length" and cut.output_tokens <= 3
 
 
 async def test_thinking_tokens_are_output_and_thought_parts_are_not_the_answer():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         server.gemini.thinking_tokens = 40
         result = await call(server, [USER], {"thinking_budget": 128, "include_thoughts": True})
         plain = await call(server, [USER])
@@ -100,7 +100,7 @@ async def test_implicit_cache_reads_are_reported_and_priced_at_the_cached_price(
     book = "Chapter one. " * 800
     first = [{"role": "user", "content": book + "Who was in Boston?"}]
     second = [{"role": "user", "content": book + "Who was in Paris?"}]
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         cold = await call(server, [{"role": "user", "content": book}])
         warm = await call(server, second)
         other = await call(server, first)
@@ -116,7 +116,7 @@ async def test_implicit_cache_reads_are_reported_and_priced_at_the_cached_price(
 # -- errors ---------------------------------------------------------------------------------
 
 async def test_a_429_waits_the_retry_delay_google_asks_for():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         server.gemini.busy, server.gemini.retry_delay = 1, 17
         with pytest.raises(ProviderError) as err:
             await call(server, [USER])
@@ -133,7 +133,7 @@ async def test_a_429_waits_the_retry_delay_google_asks_for():
     (MODEL, KEY, [SYSTEM], BAD_REQUEST, 400, "contents is not specified"),
 ])
 async def test_errors_are_final_and_one_line_without_the_key(model, key, messages, kind, status, words):
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(in_process=True, api_keys=[KEY]) as server:
         with pytest.raises(ProviderError) as err:
             await call(server, messages, model=model, key=key)
     assert err.value.kind == kind and err.value.status == status and not err.value.retryable
@@ -144,7 +144,7 @@ async def test_errors_are_final_and_one_line_without_the_key(model, key, message
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize(("status", "name"), [(500, "INTERNAL"), (503, "UNAVAILABLE")])
 async def test_server_failures_are_overloaded_and_retryable_before_and_inside_a_stream(status, name, stream):
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         if stream:
             server.gemini.stream_error = status
         else:
@@ -157,7 +157,7 @@ async def test_server_failures_are_overloaded_and_retryable_before_and_inside_a_
 
 
 async def test_a_prompt_over_the_context_is_prompt_too_long():
-    async with LoopbackServer(context_tokens=50) as server:
+    async with LoopbackServer(in_process=True, context_tokens=50) as server:
         with pytest.raises(ProviderError) as err:
             await call(server, [{"role": "user", "content": "word " * 400}])
     assert err.value.kind == PROMPT_TOO_LONG and "exceeds the maximum number of tokens" in str(err.value)
@@ -166,7 +166,7 @@ async def test_a_prompt_over_the_context_is_prompt_too_long():
 async def test_a_stream_cut_before_its_finish_reason_is_a_connection_error(monkeypatch):
     from engine.loopback import gemini as loopback_gemini
 
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         original = loopback_gemini.GeminiApi.generate
 
         def unfinished(self, model, body):
@@ -180,7 +180,7 @@ async def test_a_stream_cut_before_its_finish_reason_is_a_connection_error(monke
 
 
 async def test_the_engine_retries_a_429_and_then_answers():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         server.gemini.busy, server.gemini.retry_delay = 2, 0
         config = Config.from_dicts({"g": {"kind": "gemini", "base_url": server.gemini_base_url, "max_attempts": 3}},
                                    {"m": {"endpoint": "g", "model": MODEL}})
@@ -190,7 +190,7 @@ async def test_the_engine_retries_a_429_and_then_answers():
 
 
 async def test_list_models_reads_every_page():
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(in_process=True, api_keys=[KEY]) as server:
         server.gemini.models = {f"gemini-test-{i:03d}" for i in range(2345)}
         provider = GeminiProvider(spec(server), KEY)
         try:
@@ -204,7 +204,7 @@ async def test_list_models_reads_every_page():
 
 @pytest.mark.parametrize("uploaded", [False, True])
 async def test_a_batch_answers_as_direct_calls_do(uploaded):
-    async with LoopbackServer(api_keys=[KEY]) as server:
+    async with LoopbackServer(in_process=True, api_keys=[KEY]) as server:
         api = GeminiBatchApi(spec(server), KEY)
         api.inline_bytes = 0 if uploaded else api.inline_bytes
         questions = [[SYSTEM, {"role": "user", "content": f"question {i}"}] for i in range(5)]
@@ -226,7 +226,7 @@ async def test_a_batch_answers_as_direct_calls_do(uploaded):
 
 
 async def test_a_batch_line_the_api_refuses_is_a_final_error_and_the_others_answer():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         api = GeminiBatchApi(spec(server), None)
         try:
             lines = [api.line("good", MODEL, [USER], {}), api.line("bad", MODEL, [{"role": "user", "content": ""}], {})]
@@ -239,7 +239,7 @@ async def test_a_batch_line_the_api_refuses_is_a_final_error_and_the_others_answ
 
 
 async def test_a_cancelled_batch_ends_without_answers():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         server.gemini.batch_polls = 100
         api = GeminiBatchApi(spec(server), None)
         try:
@@ -252,7 +252,7 @@ async def test_a_cancelled_batch_ends_without_answers():
 
 
 async def test_the_engine_batches_gemini_calls_at_the_batch_price(tmp_path):
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         config = Config.from_dicts(
             {"g": {"kind": "gemini", "base_url": server.gemini_base_url,
                    "options": {"batch_poll": 0.01, "batch_poll_max": 0.02}}},
@@ -288,7 +288,7 @@ def test_the_leaderboard_rows_send_the_user_prompt_only():
 
 
 async def test_an_unreadable_result_line_costs_only_that_line_and_an_upload_is_found_again():
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         api = GeminiBatchApi(spec(server), None)
         api.inline_bytes = 0
         try:

@@ -1,24 +1,22 @@
-"""`tulving run --batch` on a Gemini endpoint, end to end: the CLI as a
-subprocess against the loopback server in another process, Batch Mode over
-real HTTP, then a direct run on a fresh cache scoring the same."""
+"""`tulving run --batch` on a Gemini endpoint, end to end: the CLI (in this
+process, tests/cli.py) against the loopback server in another process, Batch
+Mode over real HTTP, then a direct run on a fresh cache scoring the same."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli
 from tests.test_batch_mode import env, records, scores, server_factory  # noqa: F401 (a fixture)
 
 RUN = ["run", "--book", "synaptic-echoes-short", "--models", "gem-reader", "--modes", "in-context",
        "--judge", "builtin:judge"]
 
 
-def tulving(tmp_path: Path, cache: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache",
-                           cache, *args], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
+def tulving(tmp_path: Path, cache: str, *args: str) -> cli.Done:
+    return cli.tulving(tmp_path, "--quiet", "--config", "tulving.toml", "--cache", cache, *args, env=env())
 
 
 def write_config(tmp_path: Path, server) -> None:  # noqa: ANN001 -- tests.test_batch_mode.Server

@@ -82,7 +82,7 @@ async def test_generate_content_is_the_sdks_request_and_the_sdk_reads_the_reply(
 
 
 async def test_the_leaderboard_alias_sends_what_the_reference_call_sends():
-    """The reference: `client.models.generate_content(model=..., contents=user_prompt)` (issue 21)."""
+    """The reference: `client.models.generate_content(model=..., contents=user_prompt)`."""
     config = Config.load(None)
     request = ChatRequest(model="gemini-2.5-pro", messages=[{"role": "system", "content": SYSTEM},
                                                             {"role": "user", "content": PROMPT}])

@@ -1,4 +1,4 @@
-"""`tulving generate` end to end, as a subprocess: a small book with
+"""`tulving generate` end to end (in the test's process, tests/cli.py; the killed run as a process): a small book with
 builtin:writer, rerun from the cache, --events-only, --dry-run, errors, and a
 run killed mid-way then resumed against the loopback HTTP server."""
 from __future__ import annotations
@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from engine.benchmark.datadir import published_book_dir
 from engine.benchmark.generation import load_book
 from engine.cli.main import main
 from engine.loopback.server import LoopbackServer, constant
+from tests import cli
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def tulving(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=120)
+def tulving(*args: str, cwd: Path) -> cli.Done:
+    """The command in this process (tests/cli.py); the killed run below is a real process."""
+    return cli.tulving(cwd, *args, env=ENV)
 
 
 def published_events(n: int) -> list[dict]:
@@ -127,16 +127,18 @@ model = "writer-http"
 params = {{ temperature = 1.0, max_tokens = 4096 }}
 """)
 
-        async def start(cache: Path, out: Path):
+        def command(cache: Path, out: Path) -> list[str]:
+            return ["--quiet", "--config", str(config), "--cache", str(cache), "generate", "--events", "20",
+                    "--model", "loop-writer", "--out", str(out)]
+
+        async def start(cache: Path, out: Path):  # a process, to be killed
             return await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "engine.cli", "--quiet", "--config", str(config), "--cache", str(cache),
-                "generate", "--events", "20", "--model", "loop-writer", "--out", str(out),
+                sys.executable, "-m", "engine.cli", *command(cache, out),
                 cwd=tmp_path, env=ENV, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
-        # reference: an uninterrupted run
-        proc = await start(tmp_path / "ref.sqlite", tmp_path / "ref")
-        out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()
+        # reference: an uninterrupted run (in this process, tests/cli.py)
+        done = await cli.atulving(tmp_path, *command(tmp_path / "ref.sqlite", tmp_path / "ref"), env=ENV)
+        assert done.returncode == 0, done.stderr
         total = server.stats.by_path["/v1/chat/completions"]
         assert total > 20
 
@@ -153,13 +155,12 @@ params = {{ temperature = 1.0, max_tokens = 4096 }}
         assert 0 < kept < total
 
         before = server.stats.by_path["/v1/chat/completions"]
-        proc = await start(cache, tmp_path / "book")
-        out, err = await proc.communicate()
-        assert proc.returncode == 0, err.decode()
+        done = await cli.atulving(tmp_path, *command(cache, tmp_path / "book"), env=ENV)
+        assert done.returncode == 0, done.stderr
         resumed = server.stats.by_path["/v1/chat/completions"] - before
         # every call completed (cached) before the kill is replayed, none is sent again
         assert resumed == total - kept
-        assert f"; {resumed + kept} calls ({kept} cached)" in out.decode()
+        assert f"; {resumed + kept} calls ({kept} cached)" in done.stdout
         assert (tmp_path / "book" / "book.txt").read_bytes() == (tmp_path / "ref" / "book.txt").read_bytes()
 
 

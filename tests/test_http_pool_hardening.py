@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import time
 import zlib
 
 import pytest
@@ -106,9 +105,9 @@ async def test_the_servers_keep_alive_timeout_shortens_the_idle_time():
     async with RawServer(keep_alive_server(("Keep-Alive: timeout=1, max=100",))) as server, \
             open_pool() as pool:  # 30 s of its own
         assert (await pool.post(server.url, b"x", timeout=5))[2] == b"x"
-        start = time.monotonic()
-        await wait_for(lambda: server.eofs == [1], seconds=3)  # closed by the pool before the server's 1 s
-        assert time.monotonic() - start < 1.0
+        [conn] = [c for conns in pool._idle.values() for c in conns]
+        assert conn.keepalive == keep_alive_hint("timeout=1, max=100") == 0.5  # the server's 1 s, less a margin
+        await wait_for(lambda: server.eofs == [1])  # then the pool closes it, unasked (the server never does)
         assert (await pool.post(server.url, b"y", timeout=5))[2] == b"y"
         assert pool.connections_opened == 2
 
@@ -254,10 +253,8 @@ async def test_connect_timeout_bounds_a_tls_handshake_that_never_ends():
     context = ssl.create_default_context()
     ca.configure_trust(context)
     async with RawServer(silent) as server, open_pool(ssl_context=context, connect_timeout=0.2) as pool:
-        start = time.monotonic()
         with pytest.raises(TimeoutError, match="connect_timeout"):
             await pool.post(f"https://127.0.0.1:{server.port}/v1", b"", timeout=30)
-        assert time.monotonic() - start < 5
 
 
 def stalls(after: bytes):
@@ -272,16 +269,12 @@ def stalls(after: bytes):
 
 async def test_first_byte_timeout_and_read_timeout_fire_before_the_total():
     async with RawServer(stalls(b"")) as server, open_pool(first_byte_timeout=0.2) as pool:
-        start = time.monotonic()
-        with pytest.raises(TimeoutError, match="first_byte_timeout"):
+        with pytest.raises(TimeoutError, match="first_byte_timeout"):  # the limit that fired, not the call's 30 s
             await pool.post(server.url, b"", timeout=30)
-        assert time.monotonic() - start < 5
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart of it"
     async with RawServer(stalls(head)) as server, open_pool(read_timeout=0.2) as pool:
-        start = time.monotonic()
         with pytest.raises(TimeoutError, match="read_timeout"):
             await pool.post(server.url, b"", timeout=30)
-        assert time.monotonic() - start < 5
     async with RawServer(stalls(head)) as server, open_pool(first_byte_timeout=0.2, read_timeout=0.2) as pool:
         with pytest.raises(TimeoutError, match="read_timeout"):
             await pool.post(server.url, b"", timeout=30)
@@ -329,12 +322,10 @@ async def test_a_consumer_that_lags_is_not_a_read_timeout_but_a_server_that_stal
             await asyncio.sleep(0.5)  # the pool stopped reading, on our behalf: not the server's delay
             assert conn.error is None
             received = 0
-            start = time.monotonic()
             with pytest.raises(TimeoutError, match="read_timeout"):
                 async for piece in stream:
                     received += len(piece)
-            assert received == size
-            assert time.monotonic() - start < 10  # the between-reads limit, not the call's 30 s
+            assert received == size  # and the error names the between-reads limit, not the call's 30 s
 
 
 # -- the endpoint options -----------------------------------------------------------------------
@@ -365,13 +356,12 @@ async def test_the_aiohttp_client_takes_connect_and_read_timeouts():
                             options={"http_client": "aiohttp", "read_timeout": 0.2})
         provider = OpenAIProvider(spec, "sk-x")
         try:
-            start = time.monotonic()
             with pytest.raises(ProviderError) as info:
                 await provider.chat("m", USER, params={}, timeout=30)
-            assert time.monotonic() - start < 5
         finally:
             await provider.aclose()
     assert info.value.kind == TIMEOUT
+    assert "within 30 s" not in str(info.value)  # aiohttp's socket read limit fired, not the call's total
 
 
 # -- unasked bytes and TLS ----------------------------------------------------------------------

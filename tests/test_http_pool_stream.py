@@ -212,12 +212,10 @@ async def test_a_stream_that_stalls_times_out_and_frees_its_slot():
             await writer.drain()
 
     async with RawServer(handler) as server, open_pool(limit=1) as pool:
-        start = time.monotonic()
         stream = await pool.post_stream(server.url, b"", timeout=0.3)
         assert await stream.__anext__() == b"data: 1\n\n"
-        with pytest.raises(TimeoutError):
-            await stream.__anext__()  # the call's timeout bounds reading the body too
-        assert time.monotonic() - start < 3
+        with pytest.raises(TimeoutError):  # not the body's end, 10 s later: the call's timeout bounds it too
+            await stream.__anext__()
         async with await pool.post_stream(server.url, b"", timeout=5) as again:
             assert await again.read() == b"data: 1\n\n"
         assert pool.connections_opened == 2

@@ -10,6 +10,7 @@ the test offline and quick while every Tulving file comes from the wheel.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -51,14 +52,15 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = wheels.glob("tulving_bench-*.whl")
     venv = root / "venv"
-    made = _run([sys.executable, "-m", "venv", str(venv)], cwd=root, env=_clean_env())
+    # Without pip of its own (ensurepip is most of a venv's making): this pip installs into it.
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root, env=_clean_env())
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
     site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                      cwd=root, env=_clean_env()).stdout.strip())
     (site / "deps_from_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    done = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
-                cwd=root, env=_clean_env())
+    done = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
+                 "--no-index", str(wheel)], cwd=root, env=_clean_env())
     assert done.returncode == 0, done.stderr[-2000:]
     work = root / "work"
     work.mkdir()
@@ -97,11 +99,16 @@ def test_questions_from_the_installed_package(installed):
 
 
 def test_the_main_job_runs_offline_from_the_installed_package(installed):
+    """README's `tulving run`, every part of it (the built-in reader in context
+    and by RAG, MiniLM, SmolLM2's sample, the built-in judge) from the installed package."""
     tulving, work = installed
     done = _run([str(tulving), "--quiet", "--cache", "cache.sqlite", "run", "--out", "run"], cwd=work,
                 env=_clean_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Leaderboard (synaptic-echoes-short" in done.stdout
+    run = json.loads((work / "run" / "run.json").read_text())
+    assert {(job["model"], job["mode"]) for job in run["jobs"]} >= {
+        ("builtin:reader", "in-context"), ("builtin:reader", "rag-paragraph"), ("local:smollm2", "rag-paragraph")}
     for name in ("results.jsonl", "scores.json", "report.md", "run.json"):
         assert (work / "run" / name).is_file(), name
 

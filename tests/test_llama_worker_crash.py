@@ -26,9 +26,9 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is the [local] extra")
 
 MARKER = "ZQX-CRASH-HOOK"
 CONTEXT = " ".join(f"On day {i} the archivist of the harbour town sorted {i * 3} letters and two maps."
-                   for i in range(1, 25))
+                   for i in range(1, 9))  # a shared prefix to reuse; short: the crash is the subject
 QUESTIONS = ["How many maps?", f"Who sorted the letters? {MARKER}", "Which town?", "What did the archivist do?",
-             "On which day were 30 letters sorted?"]
+             "On which day were 24 letters sorted?"]
 
 
 def requests(model: str = "local:smollm2") -> list[ChatRequest]:
@@ -98,8 +98,10 @@ def test_tulving_run_survives_a_worker_crash_and_the_rerun_asks_only_the_failed_
     picked = [short_questions[i] for i in (0, 100, 200, 300)]
     assert len({q.question for q in picked}) == 4
     write_questions(tmp_path / "q.jsonl", picked)
+    # --max-tokens 8: the crash and the rerun are the subject, not SmolLM2's 140-token answers (10 s each here).
     args = ["--quiet", "--cache", "cache.sqlite", "run", "--book", "synaptic-echoes-short", "--questions", "q.jsonl",
-            "--models", "local:smollm2", "--modes", "finetuned", "--judge", "builtin:judge", "--out", "out"]
+            "--models", "local:smollm2", "--modes", "finetuned", "--max-tokens", "8", "--judge", "builtin:judge",
+            "--out", "out"]
 
     first = tulving(tmp_path, *args, crash_on=picked[2].question)
     # The run ends normally, with the exit code of an incomplete run (not a signal's).

@@ -26,17 +26,20 @@ RETIRED_LINE = ("claude-3-5-sonnet (claude-3-5-sonnet-20240620) was retired by A
 
 
 def _over_loopback(tmp_path: Path, server: LoopbackServer, models: str = "") -> Path:
-    """The public endpoints' names pointed at the loopback: the shipped aliases keep their settings."""
+    """The public endpoints' names pointed at the loopback: the shipped aliases keep their settings
+    (but the rate limits: Anthropic's 40,000 input tokens a minute would pace two in-context
+    prompts of the short book over 20 s, and the subject here is the aliases)."""
     path = tmp_path / "tulving.toml"
+    unlimited = "rpm = 1000000\ninput_tpm = 1000000000\noutput_tpm = 1000000000\n"
     path.write_text(f'[endpoints.anthropic]\nbase_url = "{server.anthropic_base_url}"\nfree = true\nkey_env = "LOOP_KEY"\n'
-                    f'max_attempts = 3\n\n'
+                    f'max_attempts = 3\n{unlimited}\n'
                     f'[endpoints.openai]\nbase_url = "{server.openai_base_url}"\nfree = true\nkey_env = "LOOP_KEY"\n'
-                    f'max_attempts = 3\n\n{models}')
+                    f'max_attempts = 3\n{unlimited}\n{models}')
     return path
 
 
 async def test_a_retired_alias_stops_every_command_before_any_call(tmp_path):
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         config = str(_over_loopback(tmp_path, server))
         for command in (["run", "--models", "claude-3-5-sonnet", "--sample", "2", "--out", str(tmp_path / "r")],
                         ["run", "--models", "builtin:reader", "--judge", "claude-3-5-sonnet", "--sample", "2",
@@ -58,7 +61,7 @@ async def test_a_retired_alias_stops_every_command_before_any_call(tmp_path):
 
 
 async def test_a_declared_alias_of_a_retired_name_is_the_users(tmp_path):
-    async with LoopbackServer(models=["claude-3-5-sonnet-20240620"]) as server:
+    async with LoopbackServer(in_process=True, models=["claude-3-5-sonnet-20240620"]) as server:
         declared = ('[models.claude-3-5-sonnet]\nendpoint = "anthropic"\nmodel = "claude-3-5-sonnet-20240620"\n'
                     'params = { max_tokens = 20 }\n')
         config = str(_over_loopback(tmp_path, server, declared))
@@ -70,7 +73,7 @@ async def test_a_declared_alias_of_a_retired_name_is_the_users(tmp_path):
 
 async def test_a_404_for_the_model_is_final_and_names_the_replacement(tmp_path, monkeypatch):
     monkeypatch.setenv("LOOP_KEY", "k")
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         # declared by the user (so not stopped up front), but the server has retired the id
         declared = ('[models.old-sonnet]\nendpoint = "anthropic"\nmodel = "claude-3-5-sonnet-20240620"\n\n'
                     '[models.odd]\nendpoint = "openai"\nmodel = "o1-2024-12-17"\n')
@@ -92,7 +95,7 @@ async def test_the_default_loopback_refuses_a_made_up_id_as_the_real_apis_do(tmp
     """Without `models=`, the loopback serves only the registry's current ids:
     a made-up one is a final one-line 404 through both providers."""
     monkeypatch.setenv("LOOP_KEY", "k")
-    async with LoopbackServer() as server:
+    async with LoopbackServer(in_process=True) as server:
         declared = ('[models.mine-gpt]\nendpoint = "openai"\nmodel = "made-up-gpt"\n\n'
                     '[models.mine-claude]\nendpoint = "anthropic"\nmodel = "made-up-claude"\n')
         config = Config.load(_over_loopback(tmp_path, server, declared))
@@ -146,7 +149,7 @@ async def test_the_loopback_refuses_what_the_real_apis_refuse():
 
 
 async def test_models_remote_marks_what_the_key_cannot_use(tmp_path):
-    async with LoopbackServer(models=["my-own-model"]) as server:
+    async with LoopbackServer(in_process=True, models=["my-own-model"]) as server:
         config = _over_loopback(tmp_path, server, '[models.mine]\nendpoint = "openai"\nmodel = "my-own-model"\n')
         broken = tmp_path / "broken.toml"
         broken.write_text(config.read_text() + '\n[endpoints.gone]\nkind = "openai"\n'

@@ -17,7 +17,7 @@ POLL = "/v1/batches/{batch_id}"
 
 
 def test_a_batch_submitted_by_one_process_is_collected_by_another(tmp_path, server_factory, pg_url):  # noqa: F811
-    server = server_factory("--batch-polls", "400")  # long enough to kill the first run while it waits
+    server = server_factory("--batch-polls", "100")  # the first run is killed after its 3rd poll
     write_config(tmp_path, server, batch_poll_max=0.02)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -26,17 +26,19 @@ def test_a_batch_submitted_by_one_process_is_collected_by_another(tmp_path, serv
         return [sys.executable, "-m", "engine.cli", "--quiet", "--config", str(tmp_path / "tulving.toml"),
                 "--cache", pg_url, *RUN, "--batch", "--out", out]
 
-    first = subprocess.Popen(args("out"), cwd=tmp_path / "a", env=env(), stdout=subprocess.DEVNULL,
+    # The killed run's claims lapse after their lease: 2 s here, not the default 30 s the second run waited.
+    environ = {**env(), "TULVING_CACHE_LEASE": "2"}
+    first = subprocess.Popen(args("out"), cwd=tmp_path / "a", env=environ, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the batch is recorded and being polled
-        if server.batches("openai") and server.stats()["by_path"].get(POLL, 0) >= 5:
+        if server.batches("openai") and server.stats()["by_path"].get(POLL, 0) >= 3:
             break
         time.sleep(0.1)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     assert len(server.batches("openai")) == 1
-    second = subprocess.run(args("out"), cwd=tmp_path / "b", env=env(), capture_output=True, text=True, timeout=300)
+    second = subprocess.run(args("out"), cwd=tmp_path / "b", env=environ, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     assert len(server.batches("openai")) == 1  # collected, not submitted again
     assert server.stats()["batch_requests"] == {"succeeded": 456}  # each request answered (and paid) once

@@ -109,7 +109,7 @@ async def test_unparsable_judge_reply_is_drawn_again(tmp_path, book, questions):
         seen[key] = seen.get(key, 0) + 1
         return "I refuse to output JSON." if seen[key] == 1 else builtin_judge.respond(body["messages"], {})
 
-    async with LoopbackServer(models=SERVED, reply=flaky) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=flaky) as server:
         config = loop_config(tmp_path, server)
         ev = await evaluate(config, book, questions, tmp_path, judge="loop-judge")
     (tmp_path / "ref").mkdir()
@@ -119,7 +119,7 @@ async def test_unparsable_judge_reply_is_drawn_again(tmp_path, book, questions):
 
 
 async def test_judge_that_never_parses_gives_failures_not_a_crash(tmp_path, book, questions):
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "garbage, no JSON here") as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "garbage, no JSON here") as server:
         config = loop_config(tmp_path, server)
         ev = await evaluate(config, book, questions, tmp_path, judge="loop-judge")
         sent = server.stats.by_path["/v1/chat/completions"]
@@ -136,7 +136,7 @@ async def test_judge_that_never_parses_gives_failures_not_a_crash(tmp_path, book
 
 
 async def test_failed_answers_are_recorded_and_not_judged(tmp_path, book, questions):
-    async with LoopbackServer(models=SERVED, context_tokens=50) as server:  # every in-context prompt is too long
+    async with LoopbackServer(in_process=True, models=SERVED, context_tokens=50) as server:  # every in-context prompt is too long
         config = loop_config(tmp_path, server)
         ev = await evaluate(config, book, questions[:5], tmp_path, model="loop-answerer")
     assert all(r.answer_error and r.f1 is None and r.judge_draws == 0 for r in ev.records)
@@ -175,7 +175,7 @@ class IndexWatchingEngine(RecordingEngine):
 async def test_in_context_answers_go_out_while_the_rag_index_is_embedded(tmp_path, book, questions):
     from engine.loopback.server import constant
 
-    async with LoopbackServer(embed_dim=64, latency=constant(0.2), models=["text-embedding-3-small"]) as server:
+    async with LoopbackServer(in_process=True, embed_dim=64, latency=constant(0.2), models=["text-embedding-3-small"]) as server:
         path = tmp_path / "tulving.toml"
         path.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                         '[models.loop-embed]\nendpoint = "loop"\nmodel = "text-embedding-3-small"\n')

@@ -104,7 +104,7 @@ async def test_the_line_keeps_its_clock_while_a_long_call_is_out(tmp_path, capsy
     from tests.test_scheduler import SERVED, chat, make_config
 
     monkeypatch.setenv("TULVING_PROGRESS_EVERY", "0.3")
-    async with LoopbackServer(models=SERVED, latency=constant(1.6)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, latency=constant(1.6)) as server:
         async with Engine(make_config(server), cache_path=str(tmp_path / "c.sqlite"), progress=True) as engine:
             [outcome] = await engine.run([chat(1)], label="slow")
     assert outcome.ok

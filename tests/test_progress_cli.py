@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.progress import EVERY_ENV, usd
+from engine.scheduler import NOTICE_WAIT
 from tests.test_cost_cli import write_config
 from tests.test_trust import SERVED, env
 
@@ -110,8 +111,9 @@ def run_totals(folder: Path) -> tuple[int, int, float]:
 
 
 async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_closed_with_the_totals(tmp_path):
-    # The 12th call is rate-limited for 5 s: the engine's notice comes while the line is drawn.
-    faults = Faults(schedule=[None] * 11 + ["429"], try_again=5.0)
+    # The 12th call is rate-limited for 5 s (a wait the engine announces: NOTICE_WAIT): its notice comes
+    # while the line is drawn.
+    faults = Faults(schedule=[None] * 11 + ["429"], try_again=NOTICE_WAIT)
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words",
                               latency=constant(0.05), faults=faults) as server:
         config = write_config(tmp_path, server, concurrency=4)

@@ -143,7 +143,7 @@ def test_errors_carry_the_limits_of_their_reply():
 # -- every result and error of the HTTP providers, over real HTTP --------------------------
 
 async def test_providers_attach_the_limits_to_results_and_errors():
-    async with LoopbackServer(models=SERVED, rpm=600, input_tpm=60_000, output_tpm=6_000) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, rpm=600, input_tpm=60_000, output_tpm=6_000) as server:
         openai = OpenAIProvider(EndpointSpec(name="o", kind="openai", base_url=server.openai_base_url), None)
         anthropic = AnthropicProvider(EndpointSpec(name="a", kind="anthropic", base_url=server.anthropic_base_url),
                                       None)
@@ -171,7 +171,7 @@ async def test_providers_attach_the_limits_to_results_and_errors():
 
 
 async def test_a_429_error_carries_the_limits():
-    async with LoopbackServer(models=SERVED, rpm=60) as server:  # enforced as one request a second
+    async with LoopbackServer(in_process=True, models=SERVED, rpm=60) as server:  # enforced as one request a second
         openai = OpenAIProvider(EndpointSpec(name="o", kind="openai", base_url=server.openai_base_url), None)
         anthropic = AnthropicProvider(EndpointSpec(name="a", kind="anthropic", base_url=server.anthropic_base_url),
                                       None)

@@ -27,6 +27,7 @@ from engine.benchmark.release import books, importer, runs
 from engine.benchmark.release.importer import import_release
 from engine.benchmark.release.layout import ReleaseError, answer_mode, size_class
 from engine.errors import StorageError
+from tests import cli
 from tests.release_archive import EXPERIMENT, MODEL_A, MODEL_B, build_release, zip_folder
 from tests.test_run_cli import env
 
@@ -51,11 +52,11 @@ def release_long(tmp_path_factory) -> tuple[Path, Path]:
     return _built(tmp_path_factory.mktemp("release-long"), long=True)
 
 
-def tulving(data: Path, *args: str) -> subprocess.CompletedProcess:
+def tulving(data: Path, *args: str) -> cli.Done:
+    """The command in this process (tests/cli.py), with its data folder at `data`."""
     e = env()
     e["TULVING_DATA"] = str(data)
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], env=e, capture_output=True, text=True,
-                          timeout=600)
+    return cli.tulving(data.parent, *args, env=e)
 
 
 def copy_release(release: tuple[Path, Path], tmp_path: Path) -> Path:

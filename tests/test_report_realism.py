@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 from engine.benchmark.evaluation.statistics import format_p
+from tests.conftest import REALISM_STEPS
 from tests.test_trust import env, run_cli
 
 IN_CONTEXT, RAG = "builtin:reader / in-context", "builtin:reader / rag-paragraph"
 
 
-async def test_the_report_of_several_runs_splits_each_configuration_by_realism(tmp_path):
+async def test_the_report_of_several_runs_splits_each_configuration_by_realism(tmp_path, realism_cache):
+    shutil.copy(realism_cache, tmp_path / "c.sqlite")  # every call of the steps answered from it (tests/conftest.py)
     e = env(tmp_path)
-    steps = [("generate", "--events", "40", "--model", "builtin:writer", "--out", "book"),
-             ("book", "realism", "book", "--model", "builtin:writer"),
-             ("run", "--book", "book", "--models", "builtin:reader", "--out", "run"),
-             ("run", "--book", "book", "--models", "builtin:reader", "--modes", "rag-paragraph", "--embed-model",
-              "local:minilm", "--out", "rag"),
-             ("run", "--book", "synaptic-echoes-short", "--models", "builtin:reader", "--sample", "5",
-              "--out", "unrated")]
-    for step in steps:
+    for step in REALISM_STEPS:
         code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
         assert code == 0, err
     alone = {name: json.loads((tmp_path / name / "scores.json").read_text())["realism"] for name in ("run", "rag")}

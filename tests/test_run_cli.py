@@ -1,7 +1,8 @@
-"""`tulving run / questions / finetune / report` as real subprocesses."""
+"""`tulving run / questions / finetune / report`: the main job (the short book,
+every question, as README's `tulving run` does it) as a real subprocess, the
+other commands in the test's process (tests/cli.py: the same entry point)."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from engine.benchmark.evaluation.questions import single_event_questions, write_
 from engine.benchmark.evaluation.results import load_results
 from engine.benchmark.generation.published import load_book
 from engine.loopback.server import LoopbackServer
+from tests import cli
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -31,16 +33,20 @@ def env() -> dict[str, str]:
 
 
 def tulving(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m engine.cli ARGS...` in a fresh process."""
     return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
+def in_process(cwd: Path, *args: str) -> cli.Done:
+    """The command in this process (tests/cli.py)."""
+    return cli.tulving(cwd, *args, env=env())
+
+
 async def atulving(cwd: Path, *args: str) -> tuple[int, str, str]:
-    """The same, without blocking the event loop that serves the loopback server."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "engine.cli", *args, cwd=cwd, env=env(),
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 300)
-    return proc.returncode, out.decode(), err.decode()
+    """The command in this process, while the test's event loop serves a loopback server."""
+    done = await cli.atulving(cwd, *args, env=env())
+    return done.returncode, done.stdout, done.stderr
 
 
 def loop_config(tmp_path: Path, server: LoopbackServer) -> Path:
@@ -76,18 +82,18 @@ def test_run_writes_results_and_a_rerun_replays_them(tmp_path):
     assert run["jobs"][0]["cache_hits"] == run["jobs"][0]["calls"] > 0
     assert (out / "results.jsonl").read_bytes() == first_bytes
 
-    dry = tulving(tmp_path, *args, "--dry-run")
+    dry = in_process(tmp_path, *args, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "embedding and answering calls known now: 456, of which the cache holds 456" in dry.stdout
 
-    report = tulving(tmp_path, "report", "out")
+    report = in_process(tmp_path, "report", "out")
     assert report.returncode == 0 and line.split()[3] in report.stdout
 
 
 async def test_a_judge_that_never_parses_is_reported_not_fatal(tmp_path, short_questions):
     subset = short_questions[::40]
     write_questions(tmp_path / "q.jsonl", subset)
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "no json, sorry") as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "no json, sorry") as server:
         config = loop_config(tmp_path, server)
         code, out, err = await atulving(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite",
                                         "run", "--questions", "q.jsonl", "--models", "builtin:reader",
@@ -101,7 +107,7 @@ async def test_a_judge_that_never_parses_is_reported_not_fatal(tmp_path, short_q
 
 
 async def test_finetune_against_the_loopback_server_records_the_model(tmp_path):
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(models=SERVED) as server:  # fine-tuning speaks through the openai SDK (httpx): TCP
         config = loop_config(tmp_path, server)
         code, out, err = await atulving(tmp_path, "--config", str(config), "finetune", "--book",
                                         "synaptic-echoes-short", "--model", "gpt-4o-mini-2024-07-18",
@@ -121,7 +127,7 @@ async def test_finetune_against_the_loopback_server_records_the_model(tmp_path):
 
 
 def test_questions_command_writes_json_lines(tmp_path):
-    result = tulving(tmp_path, "questions", "--book", "synaptic-echoes-short", "--out", "q.jsonl")
+    result = in_process(tmp_path, "questions", "--book", "synaptic-echoes-short", "--out", "q.jsonl")
     assert result.returncode == 0, result.stderr
     lines = (tmp_path / "q.jsonl").read_text().splitlines()
     assert len(lines) == 456
@@ -138,7 +144,7 @@ def test_questions_command_writes_json_lines(tmp_path):
     (["report", "nowhere"], "no results"),
 ])
 def test_bad_input_is_a_one_line_error(tmp_path, args, message):
-    result = tulving(tmp_path, "--quiet", "--cache", "c.sqlite", *args)
+    result = in_process(tmp_path, "--quiet", "--cache", "c.sqlite", *args)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tulving: error:") and message in lines[0]
@@ -148,7 +154,7 @@ async def test_an_api_key_never_reaches_the_cache_results_report_or_output(tmp_p
     """A real keyed endpoint (the loopback server requires the key): the run
     succeeds, and the key's bytes appear in no file it wrote and no output."""
     key = "sk-tulving-secret-4f9d2c"
-    async with LoopbackServer(models=SERVED, api_keys=[key]) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, api_keys=[key]) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.keyed]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
                           'key_env = "TULVING_TEST_SECRET"\n\n'
@@ -181,8 +187,8 @@ def test_a_default_run_without_its_embedder_runs_in_context_and_exits_0(tmp_path
     config.write_text('[endpoints.noembed]\nkind = "local-embed"\n'
                       f'options = {{ model_dir = "{tmp_path / "no-such-minilm"}" }}\n\n'
                       '[models.broken-embed]\nendpoint = "noembed"\nmodel = "all-MiniLM-L6-v2"\n')
-    done = tulving(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
-                   "--embed-model", "broken-embed", "--out", "out")
+    done = in_process(tmp_path, "--config", str(config), "--cache", "c.sqlite", "run", "--book",
+                      "synaptic-echoes-short", "--embed-model", "broken-embed", "--out", "out")
     assert done.returncode == 0, done.stderr
     assert "broken-embed is unavailable" in done.stderr and "running without rag-paragraph" in done.stderr
     assert "incomplete" not in done.stderr

@@ -73,13 +73,10 @@ DELIBERATE = {
     "connection": "HTTP/1.1 keeps connections alive by default; httpx (the SDKs) says keep-alive anyway",
     "idempotency-key": "the SDKs' retry de-duplication; Tulving's engine de-duplicates by its cache key",
 }
-# Headers both send whose values may differ, and why.
-VALUES_MAY_DIFFER = {
-    "user-agent": "each client names itself",
-    "accept": "Tulving asks application/json everywhere, a streamed or file download included (issue 21 "
-              "lists the downloads); the APIs ignore it",
-    "host": "the same server; spelled by each client",
-}
+# Headers both send whose values may differ (not compared), and why: user-agent
+# (each client names itself), accept (Tulving asks application/json everywhere,
+# a streamed or file download included; the APIs ignore it), host (the same
+# server, spelled by each client).
 # Tulving's JSON content type is a session default, so it also rides on body-less GETs; the SDKs send none there.
 GET_CONTENT_TYPE = "Tulving's session sends its JSON content type on a GET too; a GET has no body to type"
 

@@ -1,4 +1,4 @@
-"""The spending ledger in the cache (issue 22, point 1), through the CLI as a
+"""The spending ledger in the cache, through the CLI as a
 subprocess against the loopback's priced aliases: `--max-cost` counts what
 earlier invocations of the same run spent from any --out folder (unless
 `--max-cost-scope invocation`), a killed invocation's paid calls included;

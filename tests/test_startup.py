@@ -1,4 +1,4 @@
-"""Start-up (issue 23): `tulving --help`, `--version` and a config error load
+"""Start-up: `tulving --help`, `--version` and a config error load
 none of the heavy libraries, and only the named command's module is imported.
 
 Each case runs the real entry point (tulving_bench.main, what the `tulving`
@@ -89,6 +89,46 @@ def test_a_malformed_config_is_one_line_before_anything_heavy(tmp_path, content,
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tulving: error: ") and message in proc.stderr
     assert heavy == []
+
+
+def _first_command_of_each_module() -> list[str]:
+    """One command per command module (a module registers all of its commands
+    at once, so one of them shows what that module imports). serve-loopback's
+    options are the loopback server's own: its --help loads the server."""
+    firsts: dict[str, str] = {}
+    for command in COMMANDS:
+        if command.name != "serve-loopback":
+            firsts.setdefault(command.module, command.name)
+    return sorted(firsts.values())
+
+
+@pytest.mark.parametrize("command", _first_command_of_each_module())
+def test_every_command_s_help_and_a_bad_config_import_nothing_heavy(tmp_path, command):
+    """`tulving COMMAND --help`, and `tulving --config BAD.toml COMMAND`, for a
+    command of every module: the config error is one line, and neither loads
+    the engine, the HTTP clients or numpy (benchmarks/startup_bench.py times them)."""
+    proc, heavy = tulving(tmp_path, command, "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: tulving"), proc.stderr
+    assert heavy == []
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[endpoints.x\n")
+    proc, heavy = tulving(tmp_path, "--config", str(bad), *{"cache": ["cache", "stats"]}.get(command, [command]))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "is not valid TOML" in proc.stderr, proc.stderr
+    assert heavy == []
+
+
+def test_a_bad_bench_option_is_refused_before_anything_heavy(tmp_path):
+    proc, heavy = tulving(tmp_path, "bench", "--models", "m", "--rate", "-1")
+    assert proc.returncode == 2 and proc.stderr.startswith("tulving: error: ") and "--rate" in proc.stderr
+    assert heavy == []
+
+
+def test_generate_s_help_names_the_itermax_the_generator_uses():
+    """The help is written without loading the generator: it must say its default."""
+    from engine.benchmark.generation.chapters import DEFAULT_ITERMAX
+    from engine.cli.generate import ITERMAX_HELP
+
+    assert f"(default {DEFAULT_ITERMAX})" in ITERMAX_HELP
 
 
 def test_a_command_help_and_a_usage_error_import_nothing_heavy(tmp_path):

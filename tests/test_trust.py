@@ -1,4 +1,5 @@
-"""A run a user can trust (issue 22), through the CLI as a subprocess: money
+"""A run a user can trust, through the CLI (run in the test's process, as
+tests/cli.py runs it; a subprocess where a fresh interpreter is the point): money
 (--max-cost across resumes, spending kept by cached reruns, every price in
 `config check`, fine-tuned prices), provenance in run.json and scores.json
 without secrets, no run overwritten or mixed (--out of another configuration
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from engine.benchmark.evaluation.provenance import redact_argv
 from engine.benchmark.evaluation.questions import write_questions
 from engine.benchmark.evaluation.statistics import p_is
 from engine.loopback.server import LoopbackServer, constant
+from tests.cli import atulving
 from tests.test_cost_cli import write_config
 from tests.test_run_cli import REPO
 
@@ -37,6 +40,12 @@ def env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 async def run_cli(cwd: Path, *args: str, environ: dict[str, str]) -> tuple[int, str, str]:
+    done = await atulving(cwd, *args, env=environ)
+    return done.returncode, done.stdout, done.stderr
+
+
+async def run_cli_process(cwd: Path, *args: str, environ: dict[str, str]) -> tuple[int, str, str]:
+    """In a fresh interpreter: for what only a new process shows (a module hidden at start-up)."""
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "engine.cli", *args, cwd=cwd, env=environ,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 300)
@@ -50,7 +59,7 @@ def spent(run: dict, key: str = "spending") -> float:
 # -- money -------------------------------------------------------------------------------------
 
 async def test_max_cost_holds_across_resumes_and_a_cached_rerun_keeps_what_was_paid(tmp_path):
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words", latency=constant(0.05)) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "an answer of a few words", latency=constant(0.05)) as server:
         config = write_config(tmp_path, server, concurrency=4)
         args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
                 "--models", "sonnet-loop,gpt4o-loop", "--sample", "24", "--out", "run"]
@@ -103,7 +112,7 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
     section = out.split("[models.gpt-4o-mini]")[1].split("\n\n")[0]
     assert "price_cached_in = 0.075" in section and "batch_discount = 0.5" in section
     assert any("price_cache_write = " in part and "[models.claude" in part for part in out.split("\n\n"))
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(models=SERVED) as server:  # fine-tuning goes through the openai SDK (httpx): TCP
         config = tmp_path / "ft.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n')
         code, out, err = await run_cli(tmp_path, "--config", str(config), "finetune", "--book",
@@ -118,7 +127,7 @@ async def test_config_check_shows_every_price_and_the_finetune_snippet_fine_tune
         assert estimate["usd"] == round(estimate["tokens"] * 3.00 / 1e6, 4)
         assert f"about ${estimate['usd']:,.2f} at $3.00 per million" in out
         jobs = server.stats.by_path["/v1/fine_tuning/jobs"]
-        code, out2, err2 = await run_cli(tmp_path, "--max-cost", str(estimate["usd"] / 2), "--config", str(config),
+        code, _, err2 = await run_cli(tmp_path, "--max-cost", str(estimate["usd"] / 2), "--config", str(config),
                                          "finetune", "--book", "synaptic-echoes-short", "--model",
                                          "gpt-4o-mini-2024-07-18", "--endpoint", "loop", "--data-out", "ft/d2.jsonl",
                                          environ=e)
@@ -158,7 +167,7 @@ async def test_run_json_and_scores_record_provenance_and_never_a_key(tmp_path):
             sent.append(body.get("temperature"))
         return "an answer"
 
-    async with LoopbackServer(models=SERVED, api_keys=[SECRET], reply=reply) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, api_keys=[SECRET], reply=reply) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
                           f'key_env = "LOOP_KEY"\n\n[models.loop-model]\nendpoint = "loop"\nmodel = "m-1"\n'
@@ -218,7 +227,7 @@ async def test_an_out_folder_of_another_configuration_is_refused_and_the_same_on
 
 
 async def test_report_keeps_rag_runs_with_different_embedding_models_apart(tmp_path):
-    async with LoopbackServer(models=SERVED) as server:
+    async with LoopbackServer(in_process=True, models=SERVED) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n')
         e = env(tmp_path)
@@ -286,7 +295,7 @@ async def test_config_init_writes_a_starter_once_and_it_is_read_by_default(tmp_p
 
 async def test_a_run_without_a_valid_judgment_exits_3_and_is_not_ranked(tmp_path, short_questions):
     write_questions(tmp_path / "q.jsonl", short_questions[::60])
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "no json, sorry") as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "no json, sorry") as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                           '[models.garbage-judge]\nendpoint = "loop"\nmodel = "judge"\n')
@@ -300,7 +309,7 @@ async def test_a_run_without_a_valid_judgment_exits_3_and_is_not_ranked(tmp_path
 
 
 async def test_generate_with_a_model_that_never_passes_says_why(tmp_path):
-    async with LoopbackServer(models=SERVED, reply=lambda api, body: "Once upon a time, nothing happened.") as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=lambda api, body: "Once upon a time, nothing happened.") as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                           '[models.bad-writer]\nendpoint = "loop"\nmodel = "w"\n')
@@ -325,7 +334,7 @@ async def test_the_leaderboard_shows_seeded_95_percent_intervals(tmp_path):
     assert low < row["simple_recall"] < high
     assert f"{row['simple_recall']:.3f} [{low:.3f}, {high:.3f}]" in out
     assert "Simple Recall [95% CI]" in out and "2000 resamples, seed 0" in (tmp_path / "out" / "report.md").read_text()
-    code, out2, err = await run_cli(tmp_path, "report", "out", environ=e)
+    code, _, err = await run_cli(tmp_path, "report", "out", environ=e)
     assert code == 0 and json.loads((tmp_path / "out" / "scores.json").read_text())["runs"][0]["simple_recall_ci"] \
         == [low, high]
 
@@ -334,7 +343,8 @@ def test_p_values_that_underflow_are_printed_as_a_bound():
     assert p_is(0.0) == "p < 1e-300" and p_is(1e-320) == "p < 1e-300" and p_is(0.0123) == "p = 0.0123"
 
 
-async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path):
+async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path, realism_cache):
+    shutil.copy(realism_cache, tmp_path / "c.sqlite")  # every call below answered from it (tests/conftest.py)
     e = env(tmp_path)
     steps = [("generate", "--events", "40", "--model", "builtin:writer", "--out", "book"),
              ("book", "realism", "book", "--model", "builtin:writer"),
@@ -392,7 +402,7 @@ async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tm
         asked.append(body["model"])
         return " ".join(picks.sample(words, 2))  # a model whose answers vary from call to call
 
-    async with LoopbackServer(models=SERVED, reply=reply) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, reply=reply) as server:
         config = tmp_path / "tulving.toml"
         config.write_text(f'[endpoints.loop]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n\n'
                           '[models.noisy]\nendpoint = "loop"\nmodel = "noisy"\nprice_in = 0.0\nprice_out = 0.0\n')
@@ -421,7 +431,7 @@ async def test_repeats_draw_every_answer_anew_and_the_report_gives_the_spread(tm
 async def test_batch_on_a_server_without_a_batch_api_is_refused_at_start_or_goes_direct_when_told(tmp_path):
     from engine.loopback.batches import BatchKnobs
 
-    async with LoopbackServer(models=SERVED, batch=BatchKnobs(served=False)) as server:  # as vLLM: 404 on /batches
+    async with LoopbackServer(in_process=True, models=SERVED, batch=BatchKnobs(served=False)) as server:  # as vLLM: 404 on /batches
         def config(batch: str) -> str:
             path = tmp_path / f"tulving-{batch.strip(chr(34))}.toml"
             path.write_text(f'[endpoints.vllm]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
@@ -481,7 +491,8 @@ async def test_models_shows_prices_and_says_when_an_offline_model_is_not_install
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "$/M in/out" in out and " 3/15 " in rows["claude-3-5-sonnet"] and "free" in rows["builtin:reader"]
     assert "not installed" not in rows["local:smollm2"]
-    code, out, err = await run_cli(tmp_path, "models", environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
+    code, out, err = await run_cli_process(tmp_path, "models",
+                                           environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
     assert code == 0, err
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "not installed: pip install 'tulving-bench[local]'" in rows["local:smollm2"]
@@ -528,8 +539,8 @@ async def test_a_report_without_matplotlib_names_our_package_for_the_plots(tmp_p
     code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
                                    "--models", "builtin:reader", "--sample", "10", "--out", "run", environ=e)
     assert code == 0, err
-    code, out, err = await run_cli(tmp_path, "report", "run", "--out", "report",
-                                   environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
+    code, out, err = await run_cli_process(tmp_path, "report", "run", "--out", "report",
+                                           environ={**e, "PYTHONPATH": f"{shadow}{os.pathsep}{e['PYTHONPATH']}"})
     assert code == 0, err
     assert "matplotlib is not installed (pip install 'tulving-bench[plots]')" in err
     assert "'tulving[plots]'" not in err

@@ -1,4 +1,4 @@
-"""The wire as the real APIs speak it today (issue 21, wire findings), each
+"""The wire as the real APIs speak it today, each
 against the loopback server made as strict as they are: real HTTP, the real
 providers, the engine in-process.
 

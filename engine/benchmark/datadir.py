@@ -99,8 +99,3 @@ def book_dir(name: str) -> Path | None:
     if user is not None and (user / "books" / name).is_dir():
         return user / "books" / name
     return None
-
-
-def published_table(name: str) -> Path:
-    """One of the paper's published tables, e.g. "leaderboard.json"."""
-    return PACKAGED / "published" / name

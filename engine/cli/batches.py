@@ -12,19 +12,22 @@ import os
 import sys
 import time
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
-from cache.backend import BatchLedgerStore, is_postgres_url, open_ledger
-from cache.batches import LedgerBatch
+from cache.location import is_postgres_url
 from engine.cli import lifecycle
 from engine.cli.commands import command_help
-from engine.cli.common import load_config
+from engine.cli.config_file import load_config
 from engine.errors import printable
 from providers.base import ProviderError, TulvingError
 from providers.kinds import open_batch_api
 
+if TYPE_CHECKING:
+    from cache.backend import BatchLedgerStore
+    from cache.batches import LedgerBatch  # its module opens SQLite and loads numpy: not for --help
 
-def register(subparsers: Any) -> None:
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("batches", help=command_help("batches"),
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--all", action="store_true", help="also batches whose results are all in the cache")
@@ -57,6 +60,8 @@ def _ledger(args: argparse.Namespace) -> BatchLedgerStore | None:
     path = getattr(args, "cache", None)
     if not path or not (is_postgres_url(path) or os.path.exists(path)):
         return None
+    from cache.backend import open_ledger
+
     return open_ledger(path)
 
 

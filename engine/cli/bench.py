@@ -27,24 +27,29 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
+from engine.benchmark.evaluation.answers import FINETUNED, IN_CONTEXT
 from engine.benchmark.latency import load as load_shapes
 from engine.benchmark.latency.load import LoadPoint
-from engine.benchmark.latency.metrics import DEFAULT_PERCENTILES, parse_percentiles, parse_slo, summarize
-from engine.benchmark.latency.prompts import BOOK_MODES, PromptSet, book_questions, synthetic
-from engine.benchmark.latency.report import BenchRun, console, slo_text, to_csv, to_json
-from engine.benchmark.latency.runner import run_point
+from engine.benchmark.latency.metrics import DEFAULT_PERCENTILES, parse_percentiles, parse_slo
 from engine.cli import lifecycle
 from engine.cli.argtypes import add_allow_unpriced
 from engine.cli.commands import command_help
-from engine.cli.common import check_models, load_config
-from engine.config import Config
+from engine.cli.config_file import load_config
 from engine.errors import printable
-from engine.requests import ChatRequest, EmbedRequest, Request
-from engine.scheduler import Engine
 from providers.base import TulvingError
-from providers.kinds import kind_of
+
+if TYPE_CHECKING:
+    from engine.benchmark.latency.prompts import PromptSet
+    from engine.benchmark.latency.report import BenchRun
+    from engine.config import Config
+    from engine.requests import Request
+
+# The engine, the prompts and the report are imported once the options are
+# checked and the config read: `--help` and a bad option or config answer
+# before they load (tests/test_startup.py).
+BOOK_MODES = (IN_CONTEXT, FINETUNED)  # engine/benchmark/latency/prompts.py's, without loading it
 
 _DESCRIPTION = """\
 Latency and throughput of models under a chosen load: TTFT, TPOT, ITL, E2E
@@ -138,7 +143,7 @@ def _plan(args: argparse.Namespace) -> BenchPlan:
     """Every option checked and parsed, before anything is sent."""
     alias = args.command == "bench-latency"
 
-    def default(name: str) -> Any:
+    def default(name: str) -> int | None:
         return DEFAULTS[name][1 if alias else 0]
 
     models = _models(args.models)
@@ -155,6 +160,7 @@ def _plan(args: argparse.Namespace) -> BenchPlan:
     if any(p.duration is not None and math.isinf(p.rate) and not p.max_concurrency for p in planned):
         raise TulvingError("--duration at --rate inf needs --max-concurrency (a closed loop)")
     output_tokens = _int(args.output_tokens, "--output-tokens", 1) or default("output_tokens")
+    assert output_tokens is not None  # DEFAULTS gives both commands one
     return {
         "models": models, "points": planned, "sweep": sweep,
         "warmup": default("warmup") if args.warmup is None else _int(args.warmup, "--warmup", 0),
@@ -199,6 +205,8 @@ def _check_models(config: Config, models: list[str], max_cost: float | None) -> 
 def _factory(args: argparse.Namespace, model: str, prompts: PromptSet | None, output_tokens: int, nonce: str,
              embed: bool) -> Callable[[int], Request]:
     """The model's requests, each new (a counter over warm-up and every point)."""
+    from engine.requests import ChatRequest, EmbedRequest
+
     counter = itertools.count()
     extra = {"ignore_eos": True} if args.ignore_eos else None
 
@@ -230,6 +238,12 @@ def _note(args: argparse.Namespace, line: str) -> None:
 
 async def _bench(args: argparse.Namespace, plan: BenchPlan, config: Config, prompts: PromptSet | None
                  ) -> list[BenchRun]:
+    from engine.benchmark.latency.metrics import summarize
+    from engine.benchmark.latency.report import BenchRun
+    from engine.benchmark.latency.runner import run_point
+    from engine.scheduler import Engine
+    from providers.kinds import kind_of
+
     nonce = uuid.uuid4().hex[:8]
     runs: list[BenchRun] = []
     cache_path = args.cache if args.store else None  # no cache at all unless asked: nothing is ever read
@@ -262,6 +276,10 @@ async def _bench(args: argparse.Namespace, plan: BenchPlan, config: Config, prom
 def _cmd_bench(args: argparse.Namespace) -> int:
     plan = _plan(args)
     config = load_config(args)
+    from engine.benchmark.latency.prompts import book_questions, synthetic
+    from engine.benchmark.latency.report import console, slo_text, to_csv, to_json
+    from engine.cli.common import check_models
+
     check_models(config, args, plan["models"])  # retired, unpriced: one line before any call
     _check_models(config, plan["models"], getattr(args, "max_cost", None))
     prompts: PromptSet | None = None

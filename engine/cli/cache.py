@@ -12,16 +12,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
-
-from cache import admin
 from cache.location import is_postgres_url, redact
 from engine.cli import lifecycle
 from engine.cli.commands import command_help
 from providers.base import TulvingError
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from engine.requests import ChatRequest, EmbedRequest
+
+
+
+def _admin() -> ModuleType:
+    """cache/admin.py, loaded by the subcommand that uses it (`tulving cache
+    --help` answers without it: tests/test_startup.py)."""
+    from cache import admin
+
+    return admin
+
 
 _CHAT_FIELDS = {"model", "messages", "temperature", "max_tokens", "seed", "stop", "extra", "draw"}
 _EMBED_FIELDS = {"model", "texts"}
@@ -144,26 +153,26 @@ def _through_sqlite(args: argparse.Namespace, work: Callable[[str], int]) -> int
 def _check(args: argparse.Namespace) -> int:
     from engine.errors import EXIT_STORAGE
 
-    report = admin.check(_cache(args))
+    report = _admin().check(_cache(args))
     print(report.format())
     return 0 if report.ok else EXIT_STORAGE
 
 
 def _recover(args: argparse.Namespace) -> int:
     path = _cache(args)
-    report = admin.recover(path, args.out or f"{path}.recovered")
+    report = _admin().recover(path, args.out or f"{path}.recovered")
     print(report.format())
     return 0
 
 
 def _stats(args: argparse.Namespace) -> int:
-    print(admin.format_stats(admin.stats(_cache(args))))
+    print(_admin().format_stats(_admin().stats(_cache(args))))
     return 0
 
 
 def _explain(args: argparse.Namespace) -> int:
     if args.key:
-        print(admin.show_entry(_cache(args), args.key, full=args.full))
+        print(_admin().show_entry(_cache(args), args.key, full=args.full))
         return 0
     if not args.request:
         raise TulvingError("cache explain needs a REQUEST file (or -), or --key KEY")
@@ -172,7 +181,7 @@ def _explain(args: argparse.Namespace) -> int:
 
     request = parse_request(_read_json(args.request))
     resolved = resolve(Config.load(getattr(args, "config", None)), request)
-    print(admin.explain(_cache(args), resolved.identity).format())
+    print(_admin().explain(_cache(args), resolved.identity).format())
     return 0
 
 
@@ -215,6 +224,8 @@ def _read_json(source: str) -> object:
             raw = Path(source).read_bytes()
         except OSError as exc:
             raise TulvingError(f"cannot read {source}: {exc.strerror}") from None
+    import orjson
+
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -228,7 +239,7 @@ def _prune(args: argparse.Namespace) -> int:
 
         config = Config.load(getattr(args, "config", None))
         models |= {config.models[name].model for name in args.model if name in config.models}
-    report = admin.prune(_cache(args), older_than_days=args.older_than, models=sorted(models))
+    report = _admin().prune(_cache(args), older_than_days=args.older_than, models=sorted(models))
     print(report.format())
     return 0
 
@@ -240,7 +251,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _export_file(path: str, args: argparse.Namespace) -> int:
-    counts = admin.export_jsonl(path, args.path)
+    counts = _admin().export_jsonl(path, args.path)
     if args.path != "-":
         print(f"exported {counts['entries']:,} entries and {counts['blobs']:,} chunks to {args.path}")
     return 0
@@ -253,7 +264,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _import_file(path: str, args: argparse.Namespace) -> int:
-    counts = admin.import_jsonl(path, args.path)
+    counts = _admin().import_jsonl(path, args.path)
     print(f"imported {counts['imported']:,} entries ({counts['skipped']:,} already cached, skipped) "
           f"and {counts['blobs']:,} new chunks")
     return 0

@@ -29,8 +29,6 @@ from engine.requests import Request
 from engine.resolve import resolve
 from engine.scheduler import Engine
 
-DEFAULT_CACHE = default_cache()  # as the process started; `default_cache()` reads the environment again
-
 
 def cache_exists(location: str | os.PathLike[str] | None) -> bool:
     """Whether there is a cache to read at `location`: a SQLite file that

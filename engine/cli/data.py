@@ -15,12 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.benchmark.datadir import data_home, published_names, user_data_dir
 from engine.benchmark.release import fetch as release_fetch
-from engine.benchmark.release.importer import ImportSummary, import_release
 from engine.benchmark.release.layout import CATALOGUE, DOI_URL
 from engine.cli.commands import command_help
+
+if TYPE_CHECKING:  # the importer loads numpy and the questions: imported by the commands that import
+    from engine.benchmark.release.importer import ImportSummary
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,6 +71,8 @@ def _report(args: argparse.Namespace, summary: ImportSummary) -> int:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
+    from engine.benchmark.release.importer import import_release
+
     folder = data_home() / "release"
     zip_path = release_fetch.fetch(args.url, folder, _bar(args))
     _say(args, f"\nfetch: {zip_path} verified (SHA-256 {release_fetch.sha256_of(zip_path)})")
@@ -75,6 +80,8 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    from engine.benchmark.release.importer import import_release
+
     return _report(args, import_release(args.path, data_home(), lambda line: _say(args, line)))
 
 

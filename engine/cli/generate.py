@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from engine.benchmark.generation.assemble import book_tokens, build_book
 from engine.benchmark.generation.bookdir import MetaEvent, check_output_folder, write_book_dir, write_events
-from engine.benchmark.generation.chapters import DEFAULT_ITERMAX, ChapterGenerator, ChapterRequests, ChapterRun
-from engine.benchmark.generation.events import n_candidates, sample_events, sample_meta_events
 from engine.benchmark.generation.prompts import chapter_messages
 from engine.benchmark.generation.published import load_book
 from engine.benchmark.generation.secondary import secondary_names
@@ -29,14 +27,20 @@ from engine.benchmark.generation.universe import N_UNIVERSE, PUBLISHED_UNIVERSES
 from engine.cli import lifecycle
 from engine.cli.argtypes import add_allow_unpriced, non_negative_int, positive_int
 from engine.cli.commands import command_help
-from engine.cli.common import check_models, dry_run_estimate, load_config, open_engine, print_estimate
+from engine.cli.config_file import load_config
 from engine.errors import EXIT_INCOMPLETE, EXIT_STORAGE, printable
-from engine.estimate import Estimator
 from providers.base import TulvingError
 
 if TYPE_CHECKING:
+    from engine.benchmark.generation.chapters import ChapterRun
     from engine.config import Config
+    from engine.estimate import Estimator
     from engine.scheduler import Engine
+
+# The chapters' generator (the engine), the events' sampler (numpy) and the
+# estimate are imported by the handlers: `--help` and a bad option or config
+# answer before they load (tests/test_startup.py).
+ITERMAX_HELP = "candidates per event (default 10)"  # chapters.DEFAULT_ITERMAX: tests/test_startup.py checks it
 
 # Events a universe can hold: the filter keeps one event per (date, entity) pair.
 MAX_EVENTS = N_UNIVERSE * N_UNIVERSE
@@ -60,8 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--model", help="model alias writing and checking the chapters (e.g. builtin:writer)")
     p.add_argument("--out", help="book folder to write")
     p.add_argument("--name", help="book name (default: the folder name)")
-    p.add_argument("--itermax", type=positive_int, default=DEFAULT_ITERMAX,
-                   help="candidates per event (default %(default)s)")
+    p.add_argument("--itermax", type=positive_int, help=ITERMAX_HELP)
     p.add_argument("--uniform", action="store_true", help="uniform instead of geometric item sampling")
     p.add_argument("--events-only", action="store_true", help="write events and meta-events only; no model call")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the first prompt; call nothing")
@@ -105,9 +108,9 @@ def _say(args: argparse.Namespace, message: str) -> None:
 
 
 def _open_engine(args: argparse.Namespace) -> Engine:
+    from engine.cli.common import open_engine
 
     return open_engine(args)
-
 
 
 # -- generate ----------------------------------------------------------------------------------
@@ -115,6 +118,12 @@ def generate_handler(args: argparse.Namespace) -> int:
     if args.events > MAX_EVENTS:
         raise TulvingError(f"--events {args.events:,}: a universe holds at most {MAX_EVENTS:,} events (one per "
                            f"date and entity of its {N_UNIVERSE} dates and {N_UNIVERSE} entities)")
+    from engine.benchmark.generation.chapters import DEFAULT_ITERMAX, ChapterRequests
+    from engine.benchmark.generation.events import n_candidates, sample_events, sample_meta_events
+    from engine.cli.common import check_models, dry_run_estimate, print_estimate
+
+    if args.itermax is None:
+        args.itermax = DEFAULT_ITERMAX
     if args.events > SLOW_EVENTS and not args.quiet:
         _say(args, f"note: sampling {args.events:,} events draws up to {n_candidates(args.events):,} candidates "
                    f"(about {n_candidates(args.events) / CANDIDATES_PER_SECOND:,.0f} s on one core)")
@@ -195,6 +204,7 @@ def generation_key(args: argparse.Namespace, distribution: str) -> str:
 
 async def _generate(args: argparse.Namespace, universe: Universe, events: list[dict[str, str]],
                     metas: list[MetaEvent], distribution: str, out: Path) -> int:
+    from engine.benchmark.generation.chapters import ChapterGenerator
     from engine.cli.run_spending import ledger_spent_before
     from engine.scheduler import Engine
 
@@ -294,6 +304,7 @@ def chrono_handler(args: argparse.Namespace) -> int:
 
 def realism_handler(args: argparse.Namespace) -> int:
     from engine.benchmark.generation.derived import rate_realism
+    from engine.cli.common import check_models
 
     book = load_book(args.book)
     check_models(load_config(args), args, [args.model])

@@ -130,6 +130,7 @@ from engine.loopback.model_catalog import ModelCatalog
 from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, PromptCache
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
 from engine.tokens import count_tokens
+from providers import transport
 
 ReplyFn = Callable[[str, dict[str, Any]], "str | tuple[str, str]"]
 Handler = Callable[[web.Request], Awaitable[web.Response]]  # an aiohttp route handler
@@ -390,7 +391,7 @@ class LoopbackServer:
                  ttft: LatencyFn | None = None, token_delay: LatencyFn | None = None,
                  cache_min_tokens: int = 1024, cache_ttl: float = 300.0,
                  batch: BatchKnobs | None = None, models: Sequence[str] | None = None,
-                 compat: str | None = None,
+                 compat: str | None = None, in_process: bool = False,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None):
         if burst_seconds <= 0:
             raise ValueError("burst_seconds must be > 0")
@@ -408,6 +409,8 @@ class LoopbackServer:
         self.finetune_polls = finetune_polls
         self.finetune_min_examples = finetune_min_examples
         self.host, self.port = host, port
+        self.in_process = in_process  # served without a socket to this process's clients (providers/transport.py)
+        self._unmount: Callable[[], None] | None = None
         self.ssl_context = ssl_context  # serve HTTPS (the base URLs say https)
         self.stats = ServerStats()
         self.files: dict[str, StoredFile] = {}
@@ -441,15 +444,25 @@ class LoopbackServer:
         # Cancel a handler when its client goes away (stalled calls end with the client).
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, ssl_context=self.ssl_context)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        if self.in_process:
+            server = self._runner.server
+            assert server is not None  # set up above
+            base, self._unmount = transport.mount_on_loopback(server)
+            _, self.host, self.port = transport.origin_of(base)
+            self.ssl_context = None
+        else:
+            site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, ssl_context=self.ssl_context)
+            await site.start()
+            self.port = self._runner.addresses[0][1]
         self._closing = asyncio.Event()
         return self
 
     async def close(self) -> None:
         if self._closing is not None:
             self._closing.set()
+        if self._unmount is not None:
+            self._unmount()
+            self._unmount = None
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()

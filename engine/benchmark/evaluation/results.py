@@ -96,9 +96,9 @@ class ResultRecord:
     # question
     q_idx: int
     question: str
-    template: Any = None
-    cue: Any = None
-    cue_completed: Any = None
+    template: int | None = None
+    cue: str | None = None
+    cue_completed: str | None = None
     retrieval_type: str = ""
     get: str = "all"
     correct_answer: list[str] = field(default_factory=list)

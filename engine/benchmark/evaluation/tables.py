@@ -212,7 +212,7 @@ def breakdown_tables(runset: RunSet) -> list[Table]:
         _breakdown(runset, "f1_by_trace_bin", "F1 by retrieval type (trace) and bin", "all", "Trace",
                    lambda r: r.retrieval_type, traces, note),
         _breakdown(runset, "f1_by_cue_items_bin", "F1 by number of items in the cue and bin", "all",
-                   "Cue items", lambda r: cue_items(r.cue), [1, 2, 3, 4], note),
+                   "Cue items", lambda r: cue_items(r.cue) if r.cue is not None else 0, [1, 2, 3, 4], note),
         cue_trace_table(runset, cues, traces),
     ]
     return tables
@@ -329,7 +329,7 @@ def leaderboard_table(runset: RunSet) -> Table:
                       "(a question or two, to show a model runs) after them, not ranked." + published_note)
 
 
-def _ranks(entries: Sequence[tuple[Any, ...]]) -> list[str]:
+def _ranks(entries: Sequence[tuple[object, ...]]) -> list[str]:
     """1, 2, ... within each (book, judge) of the sorted entries (e[0], e[9]): rows
     of different books or judges are not comparable; a row without a score, or
     a smoke check (e[10]), has no rank."""

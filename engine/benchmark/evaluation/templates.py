@@ -23,8 +23,6 @@ OTHER_ENTITIES = "Other entities"
 FULL_DETAILS = "Full event details"
 RETRIEVAL_TYPES = (TIMES, SPACES, ENTITIES, CONTENTS, OTHER_ENTITIES, FULL_DETAILS)
 
-GETS = ("all", "latest", "chronological")
-
 # The cue's four slots, in order; a template's cue keeps the placeholder name
 # of each fixed slot and "*" for the others: "(t, *, ent, *)".
 SLOTS = ("t", "s", "ent", "c")
@@ -121,7 +119,3 @@ _TABLE = [
 ]
 
 TEMPLATES: tuple[Template, ...] = tuple(Template(i, *row) for i, row in enumerate(_TABLE))
-
-# The 16 possible cues (which slots are fixed), used to find the templates
-# whose cue matches no chapter when building questions with empty answers.
-DISTINCT_CUES: tuple[str, ...] = tuple(dict.fromkeys(t.cue for t in TEMPLATES))

@@ -73,6 +73,14 @@ class ChapterRecord(TypedDict):
     paragraph_of: dict[str, int]    # date, location, entity, content -> paragraph (1-based)
 
 
+class CandidateLog(TypedDict):
+    """generation_log.jsonl: one line per chapter candidate."""
+    event: int
+    draw: int
+    outcome: str                    # valid | failed_exact | failed_llm | error
+    reason: str | None
+
+
 class MetaEvent(TypedDict):
     """meta_events.json: how one event's chapter is laid out."""
     nb_paragraphs: int
@@ -214,7 +222,7 @@ def write_events(folder: str | Path, events: list[dict[str, str]], meta_events: 
 
 def write_book_dir(folder: str | Path, *, text: str, chapters: list[ChapterRecord], events: list[dict[str, str]],
                    meta_events: list[MetaEvent], metadata: dict[str, Any],
-                   log: list[dict[str, Any]] | None = None) -> Path:
+                   log: list[CandidateLog] | None = None) -> Path:
     """Write a complete book folder (see the module docstring)."""
     folder = write_events(folder, events, meta_events)
     _dump(folder / "book.txt", text)

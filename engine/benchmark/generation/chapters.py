@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.benchmark.generation.bookdir import MetaEvent
+from engine.benchmark.generation.bookdir import CandidateLog, MetaEvent
 from engine.benchmark.generation.checks import exact_check, parse_llm_check
 from engine.benchmark.generation.prompts import chapter_messages, verification_messages
 from engine.config import Config
@@ -69,7 +69,7 @@ class ChapterRun:
     """What chapter generation produced."""
 
     valid: dict[int, tuple[int, str]] = field(default_factory=dict)  # event -> (draw, raw candidate)
-    log: list[dict[str, Any]] = field(default_factory=list)          # one record per candidate
+    log: list[CandidateLog] = field(default_factory=list)          # one record per candidate
     failed_events: list[int] = field(default_factory=list)
     calls: int = 0        # outcomes that were not cache hits
     cache_hits: int = 0
@@ -78,10 +78,6 @@ class ChapterRun:
     error_events: list[int] = field(default_factory=list)  # dropped because their last candidate's call failed
     batches: int = 0      # engine streams started
     spending: Spending = field(default_factory=Spending)  # the "write" role: chapters and their LLM checks
-
-    @property
-    def done_events(self) -> int:
-        return len(self.valid) + len(self.failed_events)
 
     def why_none_passed(self) -> str:
         """One line: how many chapters failed the checks, and why (the most
@@ -253,8 +249,3 @@ class ChapterGenerator:
         self._retry(tag, result, batch_size)
         if len(result.failed_events) > dropped:
             result.error_events.append(tag.event)
-
-
-async def generate_chapters(engine: Engine, events: Sequence[Mapping[str, str]], metas: Sequence[MetaEvent],
-                            styles: Mapping[str, Sequence[str]], **options: Any) -> ChapterRun:
-    return await ChapterGenerator(engine, events, metas, styles, **options).run()

@@ -32,7 +32,6 @@ GEOMETRIC_P = 0.1
 DISTRIBUTIONS = ("geometric", "uniform")
 _MAX_REDRAWS = 10
 _BATCH = 4  # geometric values drawn per call (more only after a rare redraw)
-ITEM_KEYS = ("date", "location", "entity", "content")
 META_POSITION_ORDER = ("location", "date", "entity", "content")  # reseed offsets 1..4
 
 

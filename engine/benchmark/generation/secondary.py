@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 
 N_DRAWS = 500_000
@@ -63,9 +63,3 @@ class NameDealer:
         """(text with names, the names taken) for the next chapter."""
         taken = self.take(len(placeholder_numbers(text)))
         return fill_placeholders(text, taken), taken
-
-
-def deal(texts: Iterable[str], names: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
-    dealer = NameDealer(names)
-    for text in texts:
-        yield dealer.fill(text)

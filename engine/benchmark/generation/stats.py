@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.benchmark.generation.bookdir import Book, Item
+from engine.benchmark.generation.bookdir import Book, CandidateLog, Item
 from engine.benchmark.generation.checks import item_values
 
 ITEMS: tuple[Item, ...] = ("date", "location", "entity", "content")
@@ -27,14 +27,14 @@ LEVELS = ("book", "chapter", "paragraph")
 N_HIST_BINS = 10
 
 
-def read_log(path: str | Path) -> list[dict[str, Any]]:
+def read_log(path: str | Path) -> list[CandidateLog]:
     path = Path(path)
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def iteration_table(log: Sequence[Mapping[str, Any]], n_events: int) -> list[dict[str, Any]]:
+def iteration_table(log: Sequence[CandidateLog], n_events: int) -> list[dict[str, Any]]:
     if not log:
         return []
     rows = []
@@ -88,7 +88,7 @@ def histogram(values: Sequence[float], bins: int = N_HIST_BINS) -> list[int]:
     return counts
 
 
-def compute_stats(book: Book, log: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+def compute_stats(book: Book, log: Sequence[CandidateLog] = ()) -> dict[str, Any]:
     chapters = book.chapters
     positions = item_positions(book)
     return {

@@ -21,8 +21,6 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from providers.base import TulvingError
 
 SWEEP_KINDS = ("rate", "concurrency")
@@ -123,6 +121,8 @@ def arrival_offsets(rate: float, arrival: Arrival, seed: int) -> Iterator[float]
     if arrival.kind == "constant":
         for i in itertools.count():
             yield i / rate
+    import numpy as np  # here: parsing --rate must not load numpy (tests/test_startup.py)
+
     rng = np.random.default_rng(seed)
     shape = 1.0 if arrival.kind == "poisson" else arrival.burstiness
     scale = 1.0 / (rate * shape)

@@ -33,12 +33,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from engine.requests import Outcome
 from providers.base import ChatResult, TulvingError
+
+if TYPE_CHECKING:
+    from engine.requests import Outcome
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 SLO_METRICS = ("ttft", "tpot", "e2e")
@@ -134,6 +134,8 @@ def distribution(values: Sequence[float], percentiles: Sequence[float] = DEFAULT
                  ) -> Distribution | None:
     if not values:
         return None
+    import numpy as np  # here: parsing --percentiles must not load numpy (tests/test_startup.py)
+
     a = np.asarray(values, dtype=float)
     return Distribution(mean=float(a.mean()), median=float(np.median(a)), std=float(a.std()),
                         min=float(a.min()), max=float(a.max()), count=int(a.size),

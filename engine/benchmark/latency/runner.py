@@ -154,8 +154,7 @@ async def run_point(engine: Engine, make_request: Callable[[int], Request], poin
         for index, offset in enumerate(schedule(point)):
             if failures:
                 break
-            wait = origin + offset - clock()
-            if wait > 0:
+            while (wait := origin + offset - clock()) > 0:  # again if woken early (uvloop's timers: whole ms)
                 await asyncio.sleep(wait)
             if closed_loop and slots is not None:
                 await slots.acquire()

@@ -50,7 +50,6 @@ EVENT_SIZES = (20, 200, 2000)
 BOOK_JSON = "book.json"
 GROUNDTRUTH = "df_book_groundtruth.parquet"
 QA = "df_qa.parquet"
-ANSWER_PARTS = ("raw_answers", "evaluated_answers", "chronological_answers")
 
 
 class ReleaseError(TulvingError):

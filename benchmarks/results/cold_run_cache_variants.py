@@ -1,4 +1,4 @@
-"""Issue 23, zero latency with cache writes on: where the cache's cost goes. In one process, against one
+"""Zero latency with cache writes on: where the cache's cost goes. In one process, against one
 loopback server, interleaved rounds of cold engine runs of 3,000 zero-latency calls (engine.stream into a
 fresh cache, then a flush), each variant once a round:
   cache    the engine as it is;
@@ -8,9 +8,9 @@ fresh cache, then a flush), each variant once a round:
   batchROWS/SECONDS  the cache with the writer's batch_rows / batch_seconds changed.
 Prints calls/s, process CPU us a call and CPU us a call by thread (medians).
 
-    ROUNDS=4 VARIANTS=cache,noclaim,nowrite,nocache python benchmarks/artifacts/issue23_cold_variants.py
+    ROUNDS=4 VARIANTS=cache,noclaim,nowrite,nocache python benchmarks/results/cold_run_cache_variants.py
 
-A scratch tool kept beside the figures it produced (issue23_cold_run.txt)."""
+A scratch tool kept beside the figures it produced (cold_run_zero_latency.txt)."""
 import asyncio, os, sys, time, json, tempfile, threading, statistics
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, HERE); sys.path.insert(0, os.path.join(HERE, "benchmarks"))

@@ -1,10 +1,10 @@
-"""Issue 23, 30% random 429s: when each call of the engine finished, per second, and its attempts, against the bound of
+"""30% random 429s: when each call of the engine finished, per second, and its attempts, against the bound of
 limits_bench.py (171 / 10 s + the longest 429 chain) and the floor of every attempt at the limit's rate. Same server and
 requests as `python benchmarks/limits_bench.py --cases random429`.
 
-    python benchmarks/artifacts/issue23_random429_timeline.py ROUNDS
+    python benchmarks/results/random429_timeline.py ROUNDS
 
-A scratch tool kept beside the figures it produced (issue23_random429_timeline.txt)."""
+A scratch tool kept beside the figures it produced (random429_timeline.txt)."""
 import asyncio, sys, time, collections
 sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))))
 from benchmarks.limits_bench import ServerProcess, config_for, _requests, LATENCY_MS

@@ -1,13 +1,13 @@
-"""Issue 23, zero latency with cache writes on (benchmark 1's engine side): source trees side by side.
+"""Zero latency with cache writes on (benchmark 1's engine side): source trees side by side.
 
-    python benchmarks/artifacts/issue23_cold_ab.py ROUNDS TREE...
+    python benchmarks/results/cold_run_trees_ab.py ROUNDS TREE...
 
 One loopback server (this tree's engine.loopback, its own process); each round, per tree, a child
 process (cwd = the tree, so its modules are imported) makes 2 cold engine runs of 3,000 zero-latency
 calls into a fresh cache (engine.stream, then a flush), and prints calls/s, process CPU us a call
 and CPU us a call by thread (MainThread = the event loop; read, write, claims = the cache's threads):
 median [min-max] over all runs. A scratch tool kept beside the figures it produced
-(issue23_cold_run.txt)."""
+(cold_run_zero_latency.txt)."""
 import json, statistics, subprocess, sys, os
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, HERE); sys.path.insert(0, os.path.join(HERE, "benchmarks"))

@@ -1,11 +1,11 @@
-"""Issue 23: the cost of claiming a cold run's misses in SQLite (cache/store.py _claim_rows), the
+"""The cost of claiming a cold run's misses in SQLite (cache/store.py _claim_rows), the
 executemany of one row a key against one INSERT of the chunk's keys from a JSON array; and of deleting
 the claims (what the writer does when it stores the replies). 3,072 new keys, 128 a transaction, as the
 engine claims them; thread CPU us a key, two runs of each, in turn.
 
-    python benchmarks/artifacts/issue23_claims.py
+    python benchmarks/results/cache_claims_sqlite.py
 
-A scratch tool kept beside the figures it produced (issue23_cold_run.txt)."""
+A scratch tool kept beside the figures it produced (cold_run_zero_latency.txt)."""
 import asyncio
 import hashlib
 import os

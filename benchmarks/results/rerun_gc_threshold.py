@@ -1,9 +1,9 @@
-"""Issue 23, cached rerun: the young-generation GC threshold 10,000 against 50,000 (and gc.freeze), alternating
-in one process, with the collections gc.callbacks saw (the "Tried and not kept" figures of issue23_rerun_inline.txt).
+"""Cached rerun: the young-generation GC threshold 10,000 against 50,000 (and gc.freeze), alternating
+in one process, with the collections gc.callbacks saw (the "Tried and not kept" figures of rerun_inline_reads.txt).
 
-    python benchmarks/artifacts/issue23_gc_threshold.py TREE
+    python benchmarks/results/rerun_gc_threshold.py TREE
 
-Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as issue23_rerun_ab.py says. A scratch tool."""
+Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as rerun_trees_ab.py says. A scratch tool."""
 import asyncio, os, sys, time, statistics, gc
 tree = sys.argv[1]
 sys.path.insert(0, tree); sys.path.insert(0, tree + "/benchmarks")

@@ -1,9 +1,9 @@
-"""Issue 23, cached rerun: CPU of the event-loop thread and of the cache reader thread over each of N
-reruns in one process (the hand-off figures of issue23_rerun_inline.txt: reader 10-17 us a row on 76096ec).
+"""Cached rerun: CPU of the event-loop thread and of the cache reader thread over each of N
+reruns in one process (the hand-off figures of rerun_inline_reads.txt: reader 10-17 us a row on 76096ec).
 
-    python benchmarks/artifacts/issue23_rerun_threads.py TREE N
+    python benchmarks/results/rerun_threads.py TREE N
 
-Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as issue23_rerun_ab.py says. A scratch tool kept
+Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as rerun_trees_ab.py says. A scratch tool kept
 beside the figures it produced."""
 import asyncio, os, sys, time, threading
 tree = sys.argv[1]

@@ -1,10 +1,10 @@
-"""Issue 23, cached rerun: the cost of two time.thread_time() calls made beside each inline cache read of a
+"""Cached rerun: the cost of two time.thread_time() calls made beside each inline cache read of a
 cached rerun of benchmark 3's 10,000 requests (what measuring a read's CPU time would add).
 
-    python benchmarks/artifacts/issue23_thread_time.py
+    python benchmarks/results/rerun_thread_time.py
 
-Run from the repository; needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as issue23_rerun_ab.py
-says. A scratch tool kept beside the figures it produced (issue23_inline_switch.txt)."""
+Run from the repository; needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as rerun_trees_ab.py
+says. A scratch tool kept beside the figures it produced (rerun_inline_switch.txt)."""
 import asyncio, os, sys, time
 sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
 import engine_bench as eb

@@ -1,13 +1,13 @@
-"""Issue 23, cached rerun: two source trees side by side (before/after a change), in interleaved rounds.
+"""Cached rerun: two source trees side by side (before/after a change), in interleaved rounds.
 
-    python benchmarks/artifacts/issue23_rerun_ab.py ROUNDS TREE_BEFORE TREE_AFTER
+    python benchmarks/results/rerun_trees_ab.py ROUNDS TREE_BEFORE TREE_AFTER
 
 Each round runs, per tree, a child process (cwd = the tree, so its modules are imported)
 that makes 3 cached reruns of benchmark 3's 10,000 requests through Engine.run; prints
 requests/s, process CPU us a request and event-loop thread CPU us a request (median [min-max]).
 Needs /tmp/rerun/rerun.sqlite filled with those requests and /tmp/rerun/base_url holding the
 base URL it was filled with (engine_bench.py part 3's fill; the key hashes the base URL).
-A scratch tool kept beside the figures it produced (issue23_rerun_cpu.txt)."""
+A scratch tool kept beside the figures it produced (rerun_cpu.txt)."""
 import json
 import statistics
 import subprocess

@@ -1,10 +1,10 @@
-"""Issue 23, cached rerun: read_results as it was (the response decoded to text, re-encoded to hash) against
+"""Cached rerun: read_results as it was (the response decoded to text, re-encoded to hash) against
 read_results now (the response as its stored bytes), 10,000 keys 128 at a time, interleaved, us a row; and the
-Outcome of a hit built by keywords against positionally (the figures of issue23_rerun_inline.txt).
+Outcome of a hit built by keywords against positionally (the figures of rerun_inline_reads.txt).
 
-    python benchmarks/artifacts/issue23_read_parts.py
+    python benchmarks/results/rerun_read_parts.py
 
-Run from the repository; needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as issue23_rerun_ab.py says.
+Run from the repository; needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as rerun_trees_ab.py says.
 A scratch tool kept beside the figures it produced."""
 import os
 import statistics

@@ -1,9 +1,9 @@
-"""Issue 23, cached rerun: read on the reader thread against read on the loop thread (monkeypatched),
-in one process (the "Reading on the loop's thread instead" figures of issue23_rerun_inline.txt, on 76096ec).
+"""Cached rerun: read on the reader thread against read on the loop thread (monkeypatched),
+in one process (the "Reading on the loop's thread instead" figures of rerun_inline_reads.txt, on 76096ec).
 
-    python benchmarks/artifacts/issue23_rerun_inline_ab.py TREE N thread|sync
+    python benchmarks/results/rerun_inline_ab.py TREE N thread|sync
 
-Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as issue23_rerun_ab.py says. A scratch tool."""
+Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as rerun_trees_ab.py says. A scratch tool."""
 import asyncio, os, sys, time, threading
 tree = sys.argv[1]
 sys.path.insert(0, tree); sys.path.insert(0, tree + "/benchmarks")

@@ -1,10 +1,10 @@
-"""Issue 23, cached rerun: how many of N cached reruns of benchmark 3's 10,000 requests ended with their
+"""Cached rerun: how many of N cached reruns of benchmark 3's 10,000 requests ended with their
 lookups sent to the cache's reader thread (ResponseCache._read_inline's switch tripped), and their requests/s.
 
-    python benchmarks/artifacts/issue23_inline_switch.py TREE N
+    python benchmarks/results/rerun_inline_switch.py TREE N
 
-Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as issue23_rerun_ab.py says. A scratch tool kept
-beside the figures it produced (issue23_inline_switch.txt)."""
+Needs /tmp/rerun/rerun.sqlite and /tmp/rerun/base_url as rerun_trees_ab.py says. A scratch tool kept
+beside the figures it produced (rerun_inline_switch.txt)."""
 import asyncio, sys, time, os
 tree = sys.argv[1]
 sys.path.insert(0, tree); sys.path.insert(0, tree + "/benchmarks")
