@@ -27,3 +27,12 @@ pytestmark
 (_.n_chapters_correct_answer, _.list_usd, _.caching_saved_usd)
 (_.thought, _.finishReason, _.usageMetadata, _.modelVersion, _.responseId, _.displayName, _.inputConfig)
 (_.createTime)
+
+# Memory systems, found through the tulving.memories entry points (pyproject.toml) or a library's attributes.
+(InContextMemory, FinetunedMemory, NoMemory, BuiltinProvider)
+(_.MEM0_TELEMETRY, _._load_failed_full, _._load_failed_lemma)  # set on os.environ and on spaCy's loader for mem0
+(cmd_bundle, cmd_verify, cmd_leaderboard, cmd_export)  # engine/cli/publish.py names them as strings (_handler)
+_.__traceback__  # cleared to free the frames a failed call held (engine/dispatch.py without_frames)
+# Fields of run.json, scores.json and results.jsonl written whole (TypedDicts, asdict).
+(_.cut_questions, _.recall_latency, _.evidence_cut_tokens, _.answer_seconds, _.scores_version)
+(_.paid_no_answer, _.reported_usd, _.table_usd)

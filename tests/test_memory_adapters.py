@@ -49,18 +49,15 @@ def needs(module: str, extra: str) -> None:
         pytest.skip(why)
 
 
-@pytest.fixture
-def mem0_installed():
+def mem0_installed() -> None:
     needs("mem0", "mem0")
 
 
-@pytest.fixture
-def lancedb_installed():
+def lancedb_installed() -> None:
     needs("lancedb", "lancedb")
 
 
-@pytest.fixture
-def graphiti_installed():
+def graphiti_installed() -> None:
     needs("graphiti_core", "graphiti")
     needs("kuzu", "graphiti")
 
@@ -192,7 +189,10 @@ ADAPTERS = {
 }
 
 
-def test_each_adapter_is_an_entry_point_of_tulving_memories(mem0_installed, lancedb_installed, graphiti_installed):
+def test_each_adapter_is_an_entry_point_of_tulving_memories():
+    mem0_installed()
+    lancedb_installed()
+    graphiti_installed()
     declared = {ep.name: ep for ep in entry_points(group="tulving.memories")}
     for name, value in ADAPTERS.items():
         assert declared[name].value == value
@@ -219,7 +219,8 @@ def paper_paragraph_chunks(book) -> list[tuple[int, str]]:
 
 
 async def test_lancedb_finds_exactly_the_nearest_paragraphs_and_the_questions_chapter(
-        book, chapters, services, no_outside_connections, lancedb_installed):
+        book, chapters, services, no_outside_connections):
+    lancedb_installed()
     from engine.benchmark.memory.adapters.lancedb_memory import LanceDBMemory
 
     system = LanceDBMemory(name="lancedb")
@@ -255,7 +256,8 @@ def chat_bodies(server: LoopbackServer) -> int:
 
 
 async def test_mem0_stores_each_paragraph_as_it_is_and_searches_it(
-        book, chapters, services, endpoint, no_outside_connections, monkeypatch, mem0_installed):
+        book, chapters, services, endpoint, no_outside_connections, monkeypatch):
+    mem0_installed()
     from engine.benchmark.memory.adapters.mem0_memory import USER_ID, Mem0Memory
 
     monkeypatch.setenv("OPENAI_BASE_URL", "http://192.0.2.1/v1")  # must not be used: the config names the endpoint
@@ -282,7 +284,8 @@ async def test_mem0_stores_each_paragraph_as_it_is_and_searches_it(
 
 
 async def test_mem0_extraction_runs_its_whole_pipeline_offline(
-        book, chapters, services, endpoint, no_outside_connections, mem0_installed):
+        book, chapters, services, endpoint, no_outside_connections):
+    mem0_installed()
     from engine.benchmark.memory.adapters.mem0_memory import USER_ID, Mem0ExtractMemory
 
     server, _ = endpoint
@@ -317,8 +320,9 @@ async def test_mem0_without_the_runs_endpoint_says_so_in_one_line(tmp_path):
         await Mem0Memory(name="x", options={"unit": "page"}).open(LoopbackServices(tmp_path, "http://127.0.0.1:9/v1", "k"))
 
 
-def test_the_reader_json_mode_answers_mem0s_own_extraction_prompt(book, mem0_installed):
+def test_the_reader_json_mode_answers_mem0s_own_extraction_prompt(book):
     """mem0's prompt builder (the installed version's), not a copy of it."""
+    mem0_installed()
     from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, generate_additive_extraction_prompt
     from mem0.memory.utils import parse_messages
 
@@ -336,7 +340,8 @@ def test_the_reader_json_mode_answers_mem0s_own_extraction_prompt(book, mem0_ins
 # -- graphiti on Kuzu ---------------------------------------------------------------------
 
 async def test_graphiti_builds_its_graph_on_kuzu_and_recalls_facts_of_their_own_chapters(
-        book, chapters, services, endpoint, no_outside_connections, graphiti_installed):
+        book, chapters, services, endpoint, no_outside_connections):
+    graphiti_installed()
     from engine.benchmark.memory.adapters.graphiti_memory import GraphitiMemory
 
     server, _ = endpoint

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from tests.test_install import (
     _clean_env,
     _run,
@@ -35,14 +33,14 @@ def run(tmp_path, out: str) -> tuple[dict[str, list[dict]], dict]:
     return rows, json.loads((tmp_path / out / "run.json").read_text())["memory"]
 
 
-@pytest.fixture
-def libraries():
+def libraries() -> None:
     needs("mem0", "mem0")
     needs("lancedb", "lancedb")
     needs("graphiti_core", "graphiti")
 
 
-def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(tmp_path, libraries):
+def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(tmp_path):
+    libraries()
     rows, memory = run(tmp_path, "first")
     assert sorted(rows) == sorted(("rag-paragraph", *SYSTEMS))
     for name in SYSTEMS:
@@ -71,9 +69,10 @@ def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(
         assert {r["question"]: r["evidence"] for r in again[name]} == before, name
 
 
-def test_the_built_wheel_declares_the_adapters_and_their_extras(installed, libraries):  # noqa: F811
+def test_the_built_wheel_declares_the_adapters_and_their_extras(installed):  # noqa: F811
     """The wheel (built and installed as tests/test_install.py does) carries the
     adapters' modules, their entry points and the extras that install their libraries."""
+    libraries()
     tulving, work = installed
     venv = tulving.parents[1]
     (dist,) = venv.glob("lib/python*/site-packages/tulving_bench-*.dist-info")

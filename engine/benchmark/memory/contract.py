@@ -44,9 +44,6 @@ from providers.base import TulvingError
 RAG = "rag"              # the paper's RAG prompt around the passages, most relevant first
 BOOK = "book"            # the paper's in-context prompt around the passages joined as the book
 FINETUNED = "finetuned"  # the paper's fine-tuning prompt; the passages are none (the book is in the weights)
-PROMPTS = (RAG, BOOK, FINETUNED)
-
-PHASES = ("open", "ingest", "ready", "recall", "close")
 
 
 class MemoryError(TulvingError):
@@ -190,7 +187,7 @@ class MemorySystem:
     concurrency: int = 1
     description: str = ""
     requires: tuple[str, ...] = ()
-    prompt: str = RAG  # built-in systems only: how the reader is prompted (PROMPTS)
+    prompt: str = RAG  # built-in systems only: how the reader is prompted (RAG, BOOK or FINETUNED)
 
     def __init__(self, name: str = "", options: Mapping[str, object] | None = None):
         self.name = name or type(self).__name__
