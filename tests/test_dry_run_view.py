@@ -53,7 +53,7 @@ def test_the_dry_run_gives_a_likely_and_a_worst_cost_a_duration_and_its_assumpti
                             r"caching)\s+(\$[\d.,]+)\s+(\$[\d.,]+)$").match, lines) if m}
     assert set(costs) == {"direct", "direct, with prompt caching", "by batch (--batch)",
                           "by batch, with prompt caching"}
-    assert costs["direct"][1] == float(total[7])  # worst: the table's direct dollars
+    assert costs["direct"][1] == float(total[-4])  # worst: the table's direct dollars (4th column from the end)
     # Likely: the same calls with each reply at the length it must have, as the assumptions say.
     answer_len = int(re.search(r"answers (\d+) tokens: the ground-truth items", out)[1])
     judge_len = int(re.search(r"judgments (\d+) tokens: the items found and scored", out)[1])

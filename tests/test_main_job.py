@@ -30,9 +30,10 @@ def test_the_main_job_sets_the_local_model_apart_as_a_smoke_check(tmp_path):
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     table, _, rest = done.stdout.partition("\n\n")
-    rows = [line.split() for line in table.splitlines()[3:]]
+    rows = [line.split() for line in table.splitlines()[3:] if not line.startswith("note:")]
     assert [(r[0], r[1], r[2]) for r in rows] == [("1", "builtin:reader", "in-context"),
-                                                  ("2", "builtin:reader", "rag-paragraph")]
+                                                  ("2", "builtin:reader", "rag-paragraph"),
+                                                  ("3", "builtin:reader", "no-memory")]
     assert "local:smollm2" not in table  # not ranked on one question: it ranked 3rd with "0.000"
     smoke = next(line for line in rest.splitlines() if line.startswith("Smoke check, not ranked: local:smollm2"))
     assert re.search(r"answered 1 of the 456 questions .* not a score\. To score it: tulving run --models "

@@ -16,9 +16,9 @@ import sys
 import termios
 from pathlib import Path
 
+from engine.gate import NOTICE_WAIT
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.progress import EVERY_ENV, usd
-from engine.scheduler import NOTICE_WAIT
 from tests.test_cost_cli import write_config
 from tests.test_trust import SERVED, env
 

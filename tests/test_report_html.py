@@ -181,7 +181,7 @@ def test_names_and_figures_never_wrap_and_text_wraps_between_words(report):
     drill = html[html.index('id="drill"'):]
     first = drill[drill.index("<tbody>"):].split("</tr>")[0]
     classes = re.findall(r'<td class="(\w+)">', first)
-    assert classes[:9] == ["label"] * 9 and classes[9:13] == ["text"] * 4 and classes[13:18] == ["num"] * 5
+    assert classes[:9] == ["label"] * 9 and classes[9:14] == ["text"] * 5 and classes[14:19] == ["num"] * 5
     board = html[html.index('id="t-leaderboard"'):].split("</table>")[0]
     assert '<td class="label">builtin:reader</td>' in board and '<td class="num">456/456</td>' in board
 

@@ -47,10 +47,12 @@ def not_needed(records: Iterable[ResultRecord]) -> dict[str, int]:
 def planned_line(planned: int, records: Sequence[ResultRecord], spending: Iterable[Mapping[str, object]]) -> str:
     """"of the 1,889 calls planned, 7 were not needed (...)", or "" when the
     run made exactly what it planned. `planned`: the answers and judgments
-    planned; the embedding calls (planned as their streams opened) are added
-    from `spending`, so the figures are those of the progress line's total."""
+    planned; the memory systems' calls (embeddings, extraction: planned as
+    their streams opened) are added from `spending`, so the figures are those
+    of the progress line's total."""
     rows = list(spending)
-    embeds = sum(int(str(row.get("calls", 0))) for row in rows if row.get("role") == "embed")
+    embeds = sum(int(str(row.get("calls", 0))) for row in rows
+                 if row.get("role") == "embed" or str(row.get("role", "")).startswith("memory "))
     made = sum(int(str(row.get("calls", 0))) + int(str(row.get("not_sent", 0) or 0)) for row in rows)
     planned += embeds
     if made == planned:

@@ -61,7 +61,7 @@ DRILL_HEAD = ["model", "mode", "book", "judge", "q", "kind", "bin", "cue", "retr
               "cost (USD)", "answer from cache", "status"]
 # How each drill-down column is laid out: names and figures on one line (never
 # cut mid-word), the texts wrapped at word boundaries in a column wide enough to read.
-DRILL_CLASSES = ["label"] * 9 + ["text"] * 4 + ["num"] * 5 + [""] * 2  # "yes", "ok": short words as they are
+DRILL_CLASSES = ["label"] * 9 + ["text"] * 5 + ["num"] * 5 + [""] * 2  # "yes", "ok": short words as they are
 CUE_NOTE = ("A question's cue is what it gives of an event: its time (t), space (s), entity (ent) or content (c); "
             "a * is a part left open. (t, *, *, *) asks for the events at a date, (t, s, ent, c) gives all four; "
             "the retrieval type is what the question asks back (the places, the dates, the people, ...).")
@@ -124,7 +124,7 @@ def _drill_html(rows: Sequence[DrillRow]) -> str:
         attrs = "".join(f' data-{k}="{esc(v)}"' for k, v in row.data.items())
         cls = "" if row.status == "ok" else ' class="fail"'
         cells = "".join(f'<td class="{cls}">{esc(c)}</td>' if cls else f"<td>{esc(c)}</td>"
-                        for c, cls in zip(row.cells, DRILL_CLASSES))
+                        for c, cls in zip(row.cells, DRILL_CLASSES, strict=True))
         body.append(f'<tr{cls}{attrs} data-status="{esc(row.status)}">{cells}</tr>')
     head = "".join(f"<th>{esc(h)}</th>" for h in DRILL_HEAD)
     return (f'<div class="filters">{"".join(selects)} <span class="count"><span id="shown">{len(rows)}</span> of '
