@@ -28,6 +28,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Self, TypeVar
 
 from cache.claims import LeaseRenewer, lease_seconds, owner_name, wait_claimed
@@ -158,7 +159,8 @@ class PostgresCache:
     async def __aenter__(self) -> Self:
         return await self.open()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.close()
 
     async def close(self) -> None:

@@ -10,9 +10,10 @@ import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class SideTableFile:
@@ -24,7 +25,7 @@ class SideTableFile:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
         self._closed = False
 
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+    async def _run(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     def _close(self) -> None:

@@ -84,7 +84,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Container, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from types import TracebackType
+from typing import Any, TypeVar, TypeVarTuple, cast
 
 import orjson
 
@@ -95,6 +96,7 @@ from cache.keys import Identity, dumps_normalized, normalize
 from providers.base import Result, TulvingError
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 log = logging.getLogger("tulving.cache")
 
 FORMAT = "tulving-cache"
@@ -435,7 +437,7 @@ class _ReaderThread:
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
-    def run(self, fn: Callable[..., T], *args: object) -> asyncio.Future[T]:
+    def run(self, fn: Callable[[*Ts], T], *args: *Ts) -> asyncio.Future[T]:
         """`fn(*args)` on the thread; a future of its result in the running loop."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -612,7 +614,8 @@ class ResponseCache:
     async def __aenter__(self) -> ResponseCache:
         return await self.open()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.close()
 
     async def flush(self) -> None:
@@ -678,6 +681,7 @@ class ResponseCache:
                         and self._last_read_hit):
                     read = self._read_inline(missing, corrupt)
                 else:
+                    assert self._read_conn is not None  # open
                     self._thread_reads += 1
                     try:
                         read = await self._reader_thread().run(read_results, self._read_conn, missing, corrupt)

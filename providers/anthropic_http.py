@@ -49,7 +49,16 @@ from typing import Any
 import orjson
 
 from providers.anthropic_stream import MessageAssembler
-from providers.base import BAD_REQUEST, CONNECTION, PREFIX_END, ChatResult, EndpointSpec, ProviderError, StreamTimings
+from providers.base import (
+    BAD_REQUEST,
+    CONNECTION,
+    PREFIX_END,
+    ChatResult,
+    EndpointSpec,
+    JSONObject,
+    ProviderError,
+    StreamTimings,
+)
 from providers.http_client import HttpProvider, JsonHttpClient
 from providers.http_errors import bad_reply, stream_error, token_count
 from providers.kinds import opt_bool, opt_str, opt_strings
@@ -235,7 +244,7 @@ class AnthropicProvider(HttpProvider):
         return result
 
     def _event_payload(self, name: str | None, data: str, request_id: str | None,
-                       malformed: Callable[[str], ProviderError]) -> dict[str, object]:
+                       malformed: Callable[[str], ProviderError]) -> JSONObject:
         """An event's JSON object; an `error` event (by name or type) raised as its classified error."""
         if name == "error":
             raise stream_error(data.encode(), endpoint=self.spec.name, secret=self._api_key, request_id=request_id)
@@ -249,7 +258,7 @@ class AnthropicProvider(HttpProvider):
             raise stream_error(data.encode(), endpoint=self.spec.name, secret=self._api_key, request_id=request_id)
         return payload
 
-    def chat_result(self, data: dict[str, object], request_id: str | None, latency: float = 0.0) -> ChatResult:
+    def chat_result(self, data: Mapping[str, object], request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `message` object (a direct reply's body,
         or a batch result's `result.message`)."""
         content = data.get("content")

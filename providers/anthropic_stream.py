@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from providers.base import ProviderError
-
-JsonObject = dict[str, object]
+from providers.base import JSONObject, JSONValue, ProviderError
 
 _TEXT_FIELDS = {"text_delta": "text", "thinking_delta": "thinking"}
 
@@ -24,16 +22,16 @@ class MessageAssembler:
     stream that breaks the format."""
 
     malformed: Callable[[str], ProviderError]
-    message: JsonObject | None = None
-    blocks: dict[int, JsonObject] = field(default_factory=dict)   # content blocks by index
+    message: JSONObject | None = None
+    blocks: dict[int, JSONObject] = field(default_factory=dict)   # content blocks by index
     parts: dict[int, list[str]] = field(default_factory=dict)     # their text (or thinking) pieces
-    usage: JsonObject = field(default_factory=dict)
-    stop_reason: object = None
+    usage: JSONObject = field(default_factory=dict)
+    stop_reason: JSONValue = None
     final_usage: bool = False
     done: bool = False
     times: list[float] = field(default_factory=list)  # when each text piece arrived, seconds after the send
 
-    def feed(self, payload: JsonObject, arrived: float) -> None:
+    def feed(self, payload: JSONObject, arrived: float) -> None:
         """One event's JSON payload, received `arrived` seconds after the send."""
         kind = payload.get("type")
         if kind == "content_block_delta":
@@ -51,15 +49,16 @@ class MessageAssembler:
         elif kind == "message_stop":
             self.done = True
 
-    def _start(self, payload: JsonObject) -> None:
+    def _start(self, payload: JSONObject) -> None:
         message = payload.get("message")
         if not isinstance(message, dict):
             raise self.malformed("message_start has no message")
         self.message = message
-        if isinstance(message.get("usage"), dict):
-            self.usage.update(message["usage"])
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self.usage.update(usage)
 
-    def _delta(self, payload: JsonObject, arrived: float) -> None:
+    def _delta(self, payload: JSONObject, arrived: float) -> None:
         delta, index = payload.get("delta"), payload.get("index")
         if not isinstance(delta, dict) or type(index) is not int or index not in self.blocks:
             raise self.malformed("content_block_delta names no started block")
@@ -74,7 +73,7 @@ class MessageAssembler:
         if text and name == "text":
             self.times.append(arrived)
 
-    def _message_delta(self, payload: JsonObject) -> None:
+    def _message_delta(self, payload: JSONObject) -> None:
         delta = payload.get("delta")
         if isinstance(delta, dict) and "stop_reason" in delta:
             self.stop_reason = delta["stop_reason"]
@@ -89,7 +88,7 @@ class MessageAssembler:
             return "message_start"
         return None if self.final_usage else "usage in message_delta"
 
-    def assembled(self) -> JsonObject:
+    def assembled(self) -> JSONObject:
         """The message, its blocks holding their joined pieces (after `missing()` said None)."""
         for index, block in self.blocks.items():
             name = block.get("type")

@@ -16,7 +16,13 @@ import abc
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import cast
+from typing import TypeAlias
+
+# A JSON value as read from or written to a file or the wire (orjson/json
+# give these back): the one recursive type for data whose shape is checked
+# where it is read, instead of `object` or `Any`.
+JSONValue: TypeAlias = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
 class TulvingError(Exception):
@@ -271,14 +277,13 @@ def holds_long_string(value: object, min_chars: int) -> bool:
     """Whether `value` (JSON-like) holds a string longer than `min_chars`:
     a walk that allocates nothing (1.2 us for a chat body, against 2.5 for
     `with_long_strings_copied`, which a body without one does not need)."""
-    kind = type(value)
-    if kind is str:
-        return len(cast(str, value)) > min_chars
     items: Iterable[object]
-    if kind is dict:
-        items = cast(dict[str, object], value).values()
-    elif kind is list or kind is tuple:
-        items = cast(Sequence[object], value)
+    if type(value) is str:
+        return len(value) > min_chars
+    if type(value) is dict:
+        items = value.values()
+    elif type(value) is list or type(value) is tuple:
+        items = value
     else:
         return False
     for item in items:

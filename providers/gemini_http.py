@@ -41,7 +41,7 @@ from urllib.parse import quote
 
 import orjson
 
-from providers.base import CONNECTION, ChatResult, EndpointSpec, ProviderError, StreamTimings
+from providers.base import CONNECTION, ChatResult, EndpointSpec, JSONObject, ProviderError, StreamTimings
 from providers.gemini_errors import gemini_status_error, gemini_stream_error
 from providers.gemini_stream import ResponseAssembler
 from providers.http_client import HttpProvider, JsonHttpClient
@@ -161,7 +161,7 @@ class GeminiProvider(HttpProvider):
                                        first_byte=first_byte)
         return result
 
-    def _event_payload(self, data: str, malformed: Callable[[str], ProviderError]) -> dict[str, object]:
+    def _event_payload(self, data: str, malformed: Callable[[str], ProviderError]) -> JSONObject:
         try:
             payload = orjson.loads(data)
         except orjson.JSONDecodeError:

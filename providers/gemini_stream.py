@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from providers.base import ProviderError
-
-JsonObject = dict[str, object]
+from providers.base import JSONObject, JSONValue, ProviderError
 
 
 @dataclass(slots=True)
@@ -24,16 +22,16 @@ class ResponseAssembler:
     """The state of one stream; `malformed(what)` builds the error of an event that breaks the format."""
 
     malformed: Callable[[str], ProviderError]
-    parts: list[JsonObject] = field(default_factory=list)
+    parts: list[JSONValue] = field(default_factory=list)  # the answer's part objects, in order
     times: list[float] = field(default_factory=list)  # when each answer-text piece arrived, seconds after the send
-    finish: object = None
-    usage: object = None
-    response_id: object = None
-    model_version: object = None
-    prompt_feedback: object = None
+    finish: JSONValue = None
+    usage: JSONValue = None
+    response_id: JSONValue = None
+    model_version: JSONValue = None
+    prompt_feedback: JSONValue = None
     events: int = 0
 
-    def feed(self, payload: JsonObject, arrived: float) -> None:
+    def feed(self, payload: JSONObject, arrived: float) -> None:
         """One event's GenerateContentResponse, received `arrived` seconds after the send."""
         self.events += 1
         for key in ("usageMetadata", "responseId", "modelVersion", "promptFeedback"):
@@ -42,11 +40,13 @@ class ResponseAssembler:
         candidates = payload.get("candidates")
         if candidates is None:
             return
-        if not isinstance(candidates, list) or (candidates and not isinstance(candidates[0], dict)):
+        if not isinstance(candidates, list):
             raise self.malformed("event's candidates is not a list of objects")
         if not candidates:
             return
         candidate = candidates[0]
+        if not isinstance(candidate, dict):
+            raise self.malformed("event's candidates is not a list of objects")
         content = candidate.get("content")
         parts = content.get("parts") if isinstance(content, dict) else None
         for part in parts if isinstance(parts, list) else []:
@@ -63,9 +63,9 @@ class ResponseAssembler:
         """The answer ended (a finishReason came), or the prompt was blocked (no candidate ever will)."""
         return self.finish is not None or _blocked(self.prompt_feedback)
 
-    def assembled(self) -> JsonObject:
+    def assembled(self) -> JSONObject:
         """The unstreamed response: one candidate holding every part, in order."""
-        response: JsonObject = {"usageMetadata": self.usage, "responseId": self.response_id,
+        response: JSONObject = {"usageMetadata": self.usage, "responseId": self.response_id,
                                 "modelVersion": self.model_version}
         if self.prompt_feedback is not None:
             response["promptFeedback"] = self.prompt_feedback
@@ -79,5 +79,5 @@ _ATTR = {"usageMetadata": "usage", "responseId": "response_id", "modelVersion": 
          "promptFeedback": "prompt_feedback"}
 
 
-def _blocked(feedback: object) -> bool:
+def _blocked(feedback: JSONValue) -> bool:
     return isinstance(feedback, dict) and bool(feedback.get("blockReason"))

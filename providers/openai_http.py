@@ -38,11 +38,20 @@ import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
-from typing import Any
 
 import orjson
 
-from providers.base import CONNECTION, PREFIX_END, ChatResult, EmbedResult, EndpointSpec, ProviderError, StreamTimings
+from providers.base import (
+    CONNECTION,
+    PREFIX_END,
+    ChatResult,
+    EmbedResult,
+    EndpointSpec,
+    JSONObject,
+    JSONValue,
+    ProviderError,
+    StreamTimings,
+)
 from providers.http_client import HttpProvider, JsonHttpClient, StreamReply
 from providers.http_errors import bad_reply, status_error, stream_error, token_count
 from providers.kinds import kind_of, opt_bool, opt_strings
@@ -143,7 +152,7 @@ class OpenAIProvider(HttpProvider):
                                 request_id=_request_id(header_id or stream.reply_id))
         return stream
 
-    async def _whole_reply(self, reply: StreamReply, header_id: str | None) -> dict[str, object]:
+    async def _whole_reply(self, reply: StreamReply, header_id: str | None) -> JSONObject:
         """A streamed request answered with a plain JSON body: the `chat.completion`
         it holds, or the error it says, classified as that error's reply would be
         (by its own `code` when that is an HTTP status, else a final bad request)."""
@@ -166,7 +175,7 @@ class OpenAIProvider(HttpProvider):
         return data
 
     def _chunk(self, data: str, request_id: str | None, malformed: Callable[[str], ProviderError]
-               ) -> dict[str, object]:
+               ) -> JSONObject:
         """A chunk's JSON object; a chunk carrying an error raised as its classified error."""
         try:
             chunk = orjson.loads(data)
@@ -195,15 +204,14 @@ class OpenAIProvider(HttpProvider):
             fields["prompt_cache_key"] = "tulving-" + hasher.hexdigest()[:32]
         return fields
 
-    def chat_result(self, data: dict[str, Any], request_id: str | None, latency: float = 0.0) -> ChatResult:
+    def chat_result(self, data: JSONObject, request_id: str | None, latency: float = 0.0) -> ChatResult:
         """The normalised result of a `chat.completion` object (a direct
         reply's body, or a batch result line's `response.body`)."""
-        try:
-            choice = data["choices"][0]
-            message = choice["message"]
-            finish = choice.get("finish_reason") or "unknown"
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise self._malformed(data, "chat reply has no choices[0].message", request_id) from None
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict) or "message" not in choice:
+            raise self._malformed(data, "chat reply has no choices[0].message", request_id)
+        message, finish = choice["message"], choice.get("finish_reason") or "unknown"
         if not isinstance(message, dict) or not isinstance(finish, str):
             raise self._malformed(data, "chat reply's choices[0] is not a message", request_id)
         usage = data.get("usage")
@@ -224,8 +232,8 @@ class OpenAIProvider(HttpProvider):
                           cache_write_tokens=min(written, max(0, input_tokens - cached)),
                           reasoning=_reasoning(message), reported_cost=reported_cost(usage))
 
-    def _content(self, data: dict[str, object], message: dict[str, object], finish: str, output_tokens: int | None,
-                 usage: object, request_id: str | None) -> str:
+    def _content(self, data: JSONObject, message: JSONObject, finish: str, output_tokens: int | None,
+                 usage: JSONValue, request_id: str | None) -> str:
         """The reply text. A string is the answer; an empty or missing one is
         a legitimate empty answer only when the provider says so: it finished
         ("stop", or "length"/"content_filter" with nothing visible) and counted
@@ -277,7 +285,7 @@ class OpenAIProvider(HttpProvider):
         return EmbedResult(vectors=vectors, input_tokens=input_tokens, latency=latency, request_id=request_id,
                            rate_limits=rate_limit_info(headers))
 
-    def _malformed(self, data: dict[str, object], what: str, request_id: str | None) -> ProviderError:
+    def _malformed(self, data: JSONObject, what: str, request_id: str | None) -> ProviderError:
         # Some compatible servers (OpenRouter) report failures as a 200 with an
         # "error" object; surface their message.
         error = data.get("error")
@@ -292,20 +300,20 @@ def _is_json(headers: Mapping[str, str]) -> bool:
     return content_type.split(";")[0].strip().lower() == "application/json"
 
 
-def _local_usage(body: Mapping[str, object], data: Mapping[str, object]) -> dict[str, int]:
+def _local_usage(body: Mapping[str, object], data: JSONObject) -> JSONObject:
     """The usage of a reply that came without one: the prompt and the reply's
     text counted in cl100k_base (providers/tokens.py). An estimate for other
     tokenizers, and said so (`ChatResult.usage_counted_locally`)."""
     messages = body.get("messages")
     prompt = count_chat_tokens(messages) if isinstance(messages, list) else 0
-    try:
-        content = data["choices"][0]["message"]["content"]  # type: ignore[index]
-    except (KeyError, IndexError, TypeError):
-        content = None  # chat_result says what is wrong with the reply
+    choices = data.get("choices")  # a malformed reply: chat_result says what is wrong with it
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    message = choice.get("message") if isinstance(choice, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
     return {"prompt_tokens": prompt, "completion_tokens": count_tokens(content) if isinstance(content, str) else 0}
 
 
-def _output_tokens(usage: object, input_tokens: int) -> int | None:
+def _output_tokens(usage: JSONValue, input_tokens: int) -> int | None:
     """The billed output tokens: `completion_tokens`, plus the reasoning
     tokens where the server counts them apart. OpenAI counts reasoning inside
     completion_tokens; xAI reports completion_tokens as the visible text only,
@@ -321,7 +329,7 @@ def _output_tokens(usage: object, input_tokens: int) -> int | None:
     return output
 
 
-def reported_cost(usage: object) -> float | None:
+def reported_cost(usage: JSONValue) -> float | None:
     """What the server says the call cost, in USD, or None: OpenRouter's
     `usage.cost` (in credits, one a dollar; with your own key, plus
     `cost_details.upstream_inference_cost`: openrouter.ai/docs usage
@@ -337,14 +345,14 @@ def reported_cost(usage: object) -> float | None:
     return None if ticks is None else ticks / 1e10
 
 
-def _amount(value: object) -> float | None:
+def _amount(value: JSONValue) -> float | None:
     """A finite amount >= 0, or None."""
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
         return float(value)
     return None
 
 
-def _cache_read(usage: object, details: object) -> int:
+def _cache_read(usage: JSONValue, details: JSONValue) -> int:
     """Prompt tokens read from the provider's cache: OpenAI's
     `prompt_tokens_details.cached_tokens`, else DeepSeek's `prompt_cache_hit_tokens`
     (its usage splits the prompt into cache hits and misses; checked 2026-11-26 in
@@ -366,6 +374,6 @@ def _reasoning(message: Mapping[str, object]) -> str | None:
     return None
 
 
-def _request_id(value: object) -> str | None:
+def _request_id(value: JSONValue) -> str | None:
     """A request id from a header or the body's `id`: kept only when it is a string."""
     return value if isinstance(value, str) and value else None

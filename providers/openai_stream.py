@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from providers.base import ProviderError
-
-JsonObject = dict[str, object]
+from providers.base import JSONObject, JSONValue, ProviderError
 
 
 @dataclass(slots=True)
@@ -24,12 +22,12 @@ class CompletionAssembler:
     texts: list[str] = field(default_factory=list)
     times: list[float] = field(default_factory=list)  # when each text piece arrived, seconds after the send
     content: str | None = None       # stays None unless a delta carries content (a tool call, a refusal)
-    finish: object = None
-    usage: object = None
-    reply_id: object = None
+    finish: JSONValue = None
+    usage: JSONValue = None
+    reply_id: JSONValue = None
     done: bool = False
 
-    def feed(self, chunk: JsonObject, arrived: float) -> None:
+    def feed(self, chunk: JSONObject, arrived: float) -> None:
         """One chunk, received `arrived` seconds after the send."""
         self.reply_id = self.reply_id or chunk.get("id")
         if chunk.get("usage") is not None:
@@ -43,7 +41,7 @@ class CompletionAssembler:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice, arrived)
 
-    def _choice(self, choice: JsonObject, arrived: float) -> None:
+    def _choice(self, choice: JSONObject, arrived: float) -> None:
         delta = choice.get("delta")
         text = delta.get("content") if isinstance(delta, dict) else None
         if isinstance(text, str):
@@ -54,7 +52,7 @@ class CompletionAssembler:
         if choice.get("finish_reason") is not None:
             self.finish = choice["finish_reason"]
 
-    def assembled(self) -> JsonObject:
+    def assembled(self) -> JSONObject:
         """The completion, as a non-streamed reply's body."""
         content = None if self.content is None else "".join(self.texts)
         return {"id": self.reply_id, "choices": [{"index": 0, "message": {"role": "assistant", "content": content},

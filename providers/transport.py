@@ -30,9 +30,11 @@ import itertools
 import socket
 import threading
 from collections.abc import Callable, Iterable
+from typing import TypeVarTuple
 from urllib.parse import urlsplit
 
 Origin = tuple[str, str, int]  # scheme, host, port
+Ts = TypeVarTuple("Ts")
 ServerFactory = Callable[[], asyncio.BaseProtocol]
 
 _mounted: dict[Origin, tuple[ServerFactory, asyncio.AbstractEventLoop]] = {}
@@ -135,7 +137,7 @@ class _PipeEnd(asyncio.Transport):
                        "sslcontext": None}
 
     # -- delivery on this end's loop --------------------------------------------------
-    def on_loop(self, fn: Callable[..., object], *args: object) -> None:
+    def on_loop(self, fn: Callable[[*Ts], object], *args: *Ts) -> None:
         if self.loop.is_closed():
             return
         try:

@@ -116,6 +116,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from types import TracebackType
 from typing import Any, TypedDict, cast
 
 import orjson
@@ -470,7 +471,8 @@ class LoopbackServer:
     async def __aenter__(self) -> LoopbackServer:
         return await self.start()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.close()
 
     @property

@@ -47,6 +47,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import cast
 
 import numpy as np
@@ -152,7 +153,8 @@ class ModelEndpoint:
     async def __aenter__(self) -> ModelEndpoint:
         return await self.start()
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.close()
 
     @property
