@@ -12,7 +12,7 @@ from engine.benchmark.evaluation.questions import Question, build_questions, rea
 from engine.benchmark.evaluation.verify import FAILED, Verification, verify_bundle
 from engine.benchmark.generation.bookdir import Book
 from engine.errors import EXIT_FAILED, printable
-from providers.base import TulvingError
+from providers.base import JSONValue, TulvingError
 
 
 def _note(message: str) -> None:
@@ -55,7 +55,7 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
-def claimed_rows(bundle: Json) -> list[object]:
+def claimed_rows(bundle: Json) -> list[JSONValue]:
     """The rows of the scores a bundle claims."""
     claimed = bundle.get("claimed")
     rows = claimed.get("runs") if isinstance(claimed, dict) else None

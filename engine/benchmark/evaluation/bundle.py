@@ -39,11 +39,11 @@ from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.evaluation.results import RESULTS_VERSION, ResultRecord, load_results
 from engine.benchmark.evaluation.templates import FULL_DETAILS
 from engine.benchmark.generation.bookdir import Book
-from providers.base import TulvingError
+from providers.base import JSONObject, JSONValue, TulvingError
 
 JUDGE_REPLY = "judge-reply"
 RELEASED = "released-evaluation"
-Json = dict[str, object]
+Json = JSONObject  # a bundle, run.json or record as read or written
 _BUNDLE_KEYS = ("question_id", "judge_prompt_sha256", "chrono_prompt_sha256", "sha256")
 _SCORER_MODULES = ("scores.py", "judge_parse.py", "intervals.py")
 
@@ -52,11 +52,11 @@ class BundleError(TulvingError):
     """A bundle that cannot be read or written."""
 
 
-def canonical(data: object) -> bytes:
+def canonical(data: JSONValue) -> bytes:
     return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def sha256(data: object) -> str:
+def sha256(data: JSONValue) -> str:
     return hashlib.sha256(canonical(data)).hexdigest()
 
 
@@ -72,7 +72,7 @@ def scorer_version() -> str:
     return sha256([folder.joinpath(name).read_text("utf-8") for name in _SCORER_MODULES])
 
 
-def _messages_digest(messages: Sequence[Mapping[str, object]]) -> str:
+def _messages_digest(messages: Sequence[Mapping[str, str]]) -> str:
     return sha256([dict(m) for m in messages])
 
 
@@ -110,7 +110,7 @@ def bundle_record(rec: ResultRecord, question: Question, qid: str, book: Book, r
     return line
 
 
-def record_digest(line: Mapping[str, object]) -> str:
+def record_digest(line: Mapping[str, JSONValue]) -> str:
     return sha256({k: v for k, v in line.items() if k != "sha256"})
 
 
@@ -137,7 +137,7 @@ def make_bundle(records: Sequence[ResultRecord], run: Json, claimed: Json, book:
         raise BundleError(f"questions {missing[:5]} of the run are not in the question set: pass the run's "
                           "--questions file")
     judges = sorted({r.judge for r in records if r.judge}) or [str(run.get("judge") or "")]
-    lines = [bundle_record(r, by_idx[r.q_idx], question_id(by_idx[r.q_idx], digest), book,
+    lines: list[JSONValue] = [bundle_record(r, by_idx[r.q_idx], question_id(by_idx[r.q_idx], digest), book,
                            (replies or {}).get((r.model, r.mode, r.q_idx))) for r in records]
     body: Json = stamp("bundle", {
         "created": utc_now(), "judgments": judgments,

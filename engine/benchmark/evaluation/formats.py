@@ -23,7 +23,7 @@ import json
 from functools import cache
 from importlib import resources
 
-from providers.base import TulvingError
+from providers.base import JSONObject, TulvingError
 
 # format -> (the version written now, the key it is written under, the version of a file without the key)
 VERSIONS: dict[str, tuple[str, str, str]] = {
@@ -74,7 +74,7 @@ def check_version(kind: str, value: object, where: str) -> tuple[int, int]:
     return found
 
 
-def stamp(kind: str, data: dict[str, object]) -> dict[str, object]:
+def stamp(kind: str, data: JSONObject) -> JSONObject:
     """`data` with its version key set to the version written now (the key first)."""
     _, key, _ = VERSIONS[kind]
     return {key: current(kind), **{k: v for k, v in data.items() if k != key}}

@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from engine.benchmark.evaluation import judge_parse, scores
 from engine.benchmark.evaluation.bundle import (
@@ -52,9 +53,11 @@ from engine.benchmark.evaluation.questions import build_questions
 from engine.benchmark.evaluation.report import summarize
 from engine.benchmark.evaluation.results import ResultRecord
 from engine.benchmark.generation.bookdir import Book
+from providers.base import JSONValue
 
 OK, FAILED, SKIPPED = "ok", "FAILED", "skipped"
 SHOWN = 5  # problems named per check
+V = TypeVar("V")
 DERIVED = ("identified_items", "matching_scores", "f1", "chrono_indices", "tau", "exact_match", "judge_failed")
 
 
@@ -69,8 +72,8 @@ class Check:
 class Figure:
     configuration: str
     name: str
-    claimed: object
-    recomputed: object
+    claimed: JSONValue   # the bundle's figure
+    recomputed: object   # the scorer's (report.summarize)
 
     @property
     def follows(self) -> bool:
@@ -99,7 +102,7 @@ class Verification:
             self.checks.append(Check(name, OK, f"{done} checked" + (f"; {skipped}" if skipped else "")))
 
 
-def _same(a: object, b: object) -> bool:
+def _same(a: JSONValue, b: object) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -107,12 +110,12 @@ def _same(a: object, b: object) -> bool:
     return bool(a == b)
 
 
-def _lines(bundle: Mapping[str, object]) -> list[Json]:
+def _lines(bundle: Mapping[str, JSONValue]) -> list[Json]:
     records = bundle.get("records")
     return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
 
 
-def _name(line: Mapping[str, object]) -> str:
+def _name(line: Mapping[str, JSONValue]) -> str:
     return f"{line.get('question_id') or line.get('q_idx')} ({line.get('model')} / {line.get('mode')})"
 
 
@@ -151,7 +154,7 @@ def check_book(bundle: Json, book: Book | None, out: Verification) -> None:
     out.add("book and question set", problems, len(lines))
 
 
-def _field(bundle: Mapping[str, object], part: str, key: str) -> object:
+def _field(bundle: Mapping[str, JSONValue], part: str, key: str) -> JSONValue:
     section = bundle.get(part)
     return section.get(key) if isinstance(section, dict) else None
 
@@ -182,18 +185,19 @@ def check_prompts(bundle: Json, book: Book | None, out: Verification) -> None:
     out.add("judge prompts", problems, done, f"{unchecked} full-detail prompts need the book" if unchecked else "")
 
 
-def _strings(value: object) -> list[str]:
+def _strings(value: JSONValue) -> list[str]:
     return [str(x) for x in value] if isinstance(value, list) else []
 
 
-def _load_json(text: object) -> object:
+def _load_json(text: JSONValue) -> JSONValue:
     try:
-        return json.loads(str(text))
+        data: JSONValue = json.loads(str(text))
+        return data
     except json.JSONDecodeError:
         return None
 
 
-def _verdict(line: Mapping[str, object], released: bool) -> tuple[list[str], list[float]] | None:
+def _verdict(line: Mapping[str, JSONValue], released: bool) -> tuple[list[str], list[float]] | None:
     """(items, scores) of the record's reply, None when it cannot be read."""
     reply, truth = line.get("judge_reply"), _strings(line.get("correct_answer"))
     if reply is None:
@@ -210,7 +214,7 @@ def _verdict(line: Mapping[str, object], released: bool) -> tuple[list[str], lis
     return list(verdict.identified_items), list(verdict.scores)
 
 
-def _indices(line: Mapping[str, object], items: list[str], released: bool) -> list[int] | None:
+def _indices(line: Mapping[str, JSONValue], items: list[str], released: bool) -> list[int] | None:
     """The chronological indices of the record's reply, [] when nothing was to be ordered, None: unreadable."""
     truth = _strings(line.get("correct_answer"))
     reply = line.get("chrono_reply")
@@ -227,7 +231,7 @@ def _indices(line: Mapping[str, object], items: list[str], released: bool) -> li
         return None
 
 
-def rederive(line: Mapping[str, object], released: bool = False) -> dict[str, object]:
+def rederive(line: Mapping[str, JSONValue], released: bool = False) -> dict[str, object]:
     """The judgment fields (DERIVED) as the record's replies give them."""
     out: dict[str, object] = {"identified_items": [], "matching_scores": [], "f1": None, "chrono_indices": None,
                               "tau": None, "exact_match": None, "judge_failed": True}
@@ -249,7 +253,7 @@ def rederive(line: Mapping[str, object], released: bool = False) -> dict[str, ob
     return out
 
 
-def _differences(line: Mapping[str, object], derived: Mapping[str, object]) -> list[str]:
+def _differences(line: Mapping[str, JSONValue], derived: Mapping[str, object]) -> list[str]:
     if line.get("answer_error"):  # not judged: only the absence of a score is checked
         return [] if line.get("f1") is None else ["f1"]
     if derived["judge_failed"]:  # a failed judgment keeps what it had: its items may stay, its score may not
@@ -276,7 +280,8 @@ def check_judgments(bundle: Json, out: Verification) -> list[ResultRecord]:
 
 
 # -- scores ---------------------------------------------------------------------------
-def _row_figures(row: Mapping[str, object]) -> Iterator[tuple[str, object]]:
+def _row_figures(row: Mapping[str, V]) -> Iterator[tuple[str, V | None]]:
+    """The figures of a scores row: the bundle's (JSON) or the scorer's."""
     for key in ("questions", "sample", "scored", "answer_errors", "judge_failures", "simple_recall",
                 "simple_recall_ci", "chronological_awareness", "chronological_awareness_ci"):
         yield key, row.get(key)

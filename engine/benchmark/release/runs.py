@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from engine.benchmark.evaluation import scores
 from engine.benchmark.evaluation.formats import current as current_version
@@ -41,21 +40,23 @@ from engine.benchmark.evaluation.report import render_markdown, summarize
 from engine.benchmark.evaluation.results import RESULTS_FILE, ResultRecord, write_results
 from engine.benchmark.generation.bookdir import Book
 from engine.benchmark.release.layout import DOI, AnswerDir, ReleaseBook, ReleaseError
+from providers.base import JSONObject, JSONValue
 
 SOURCE = "published release"
 
 
-def _load(path: Path) -> object:
+def _load(path: Path) -> JSONValue:
     """A released JSON file, or None when absent."""
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data: JSONValue = json.loads(path.read_text(encoding="utf-8"))
+        return data
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ReleaseError(f"{path}: not JSON ({exc})") from None
 
 
-def _scores_by_item(evaluation: dict[str, Any], ground_truth: Sequence[str]) -> list[float] | str:
+def _scores_by_item(evaluation: JSONObject, ground_truth: Sequence[str]) -> list[float] | str:
     """The judge's score per ground-truth item in Tulving's order, or why not.
 
     By item name; when the judge reworded an item but scored as many items as
@@ -63,15 +64,18 @@ def _scores_by_item(evaluation: dict[str, Any], ground_truth: Sequence[str]) -> 
     F1 depends on the sum of the scores only, so it is kept."""
     given: dict[str, float] = {}
     in_order: list[float] = []
-    for entry in evaluation.get("matching_groundtruth_items_score") or []:
+    entries = evaluation.get("matching_groundtruth_items_score") or []
+    if not isinstance(entries, list):
+        return f"matching scores {entries!r} are not a list"
+    for entry in entries:
         if not isinstance(entry, dict) or len(entry) != 1:
             return f"matching score entry {entry!r} is not one {{item: score}}"
         (item, value), = entry.items()
-        try:
-            in_order.append(float(value))
-        except (TypeError, ValueError):
+        number = _number(value)
+        if number is None:
             return f"score {value!r} of {item!r} is not a number"
-        given.setdefault(str(item), in_order[-1])
+        in_order.append(number)
+        given.setdefault(item, number)
     if all(item in given for item in ground_truth):
         return [given[item] for item in ground_truth]
     if len(in_order) == len(ground_truth):
@@ -80,27 +84,37 @@ def _scores_by_item(evaluation: dict[str, Any], ground_truth: Sequence[str]) -> 
     return f"the released evaluation scores no {missing!r} ({len(in_order)} scores for {len(ground_truth)} items)"
 
 
-def released_verdict(evaluation: object, ground_truth: Sequence[str]) -> tuple[list[str], list[float]] | str:
+def _number(value: JSONValue) -> float | None:
+    """`float(value)` of a number or a numeric string, else None."""
+    try:
+        return float(value) if isinstance(value, (int, float, str)) else None
+    except ValueError:
+        return None
+
+
+def released_verdict(evaluation: JSONValue, ground_truth: Sequence[str]) -> tuple[list[str], list[float]] | str:
     """(identified items, score per ground-truth item) of a released evaluation
     (evaluated_answers/{q}.json, parsed), or why it gives none. The bundle's
     verifier reads the released judgments back with it."""
-    if not isinstance(evaluation, dict) or not isinstance(evaluation.get("predicted_items"), list):
+    items = evaluation.get("predicted_items") if isinstance(evaluation, dict) else None
+    if not isinstance(evaluation, dict) or not isinstance(items, list):
         return "no released evaluation"
     found = _scores_by_item(evaluation, ground_truth)
     if isinstance(found, str):
         return found
-    return [str(x) for x in evaluation["predicted_items"]], found
+    return [str(x) for x in items], found
 
 
-def released_indices(judgment: object) -> list[int] | None:
+def released_indices(judgment: JSONValue) -> list[int] | None:
     """The index per identified item of a released chronological judgment, or None."""
     found = judgment.get("predicted_indexes") if isinstance(judgment, dict) else None
-    if not isinstance(found, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in found):
+    if not isinstance(found, list):
         return None
-    return list(found)
+    indices = [i for i in found if isinstance(i, int) and not isinstance(i, bool)]
+    return indices if len(indices) == len(found) else None
 
 
-def _judge(rec: ResultRecord, evaluation: object) -> None:
+def _judge(rec: ResultRecord, evaluation: JSONValue) -> None:
     verdict = released_verdict(evaluation, rec.correct_answer)
     if isinstance(verdict, str):
         rec.judge_failed, rec.judge_error = True, verdict
@@ -109,7 +123,7 @@ def _judge(rec: ResultRecord, evaluation: object) -> None:
     rec.f1 = float(scores.lenient_f1(rec.identified_items, rec.correct_answer, rec.matching_scores))
 
 
-def _chrono(rec: ResultRecord, judgment: object) -> None:
+def _chrono(rec: ResultRecord, judgment: JSONValue) -> None:
     n_gt = len(scores.distinct(rec.correct_answer))
     if judgment is None:
         # Nothing was judged when nothing could be ordered (as Tulving's pipeline does).
@@ -149,7 +163,7 @@ def records(answers: AnswerDir, questions: Sequence[Question], judge: str) -> li
     return out
 
 
-def run_record(book: ReleaseBook, answers: AnswerDir, recs: Sequence[ResultRecord], judge: str) -> dict[str, Any]:
+def run_record(book: ReleaseBook, answers: AnswerDir, recs: Sequence[ResultRecord], judge: str) -> JSONObject:
     """run.json of an imported run: the provenance, and a job as Tulving's runs list them."""
     return {"run_version": current_version("run"), "book": book.published.name, "questions": len(recs), "judge": judge, "source": SOURCE, "doi": DOI,
             "release_folder": f"{book.published.experiment}/answers/{book.folder.name}/{answers.folder.name}",
@@ -163,7 +177,7 @@ def run_folder_name(answers: AnswerDir) -> str:
     return f"{answers.model}--{answers.mode}".replace("/", "_")
 
 
-def write_run(folder: Path, recs: Sequence[ResultRecord], run: dict[str, Any]) -> Path:
+def write_run(folder: Path, recs: Sequence[ResultRecord], run: JSONObject) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     write_results(folder / RESULTS_FILE, recs)
     summary = summarize(recs, run)
