@@ -22,10 +22,10 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict
 
 import orjson
 
@@ -40,7 +40,7 @@ from cache.codec import (
 )
 from cache.keys import Identity, normalize, request_key
 from cache.store import ENTRY_COLUMNS, INSERT_BLOB, INSERT_ENTRY, CacheError, connect, iso_utc
-from providers.base import TulvingError
+from providers.base import JSONObject, TulvingError
 
 EXPORT_FORMAT = "tulving-cache-export"
 EXPORT_VERSION = 1
@@ -61,9 +61,12 @@ def fetch_blobs(conn: sqlite3.Connection, digests: Iterable[str]) -> dict[str, s
     return found
 
 
-def rebuild_identity(conn: sqlite3.Connection, identity_json: str) -> dict[str, object]:
+def rebuild_identity(conn: sqlite3.Connection, identity_json: str) -> JSONObject:
     """A stored identity with its long texts put back (an identity is always a JSON object)."""
-    return cast(dict[str, object], decode_identity(orjson.loads(identity_json), lambda d: fetch_blobs(conn, d)))
+    identity = decode_identity(orjson.loads(identity_json), lambda d: fetch_blobs(conn, d))
+    if not isinstance(identity, dict):
+        raise CacheError("the cache is damaged: a stored identity is not a JSON object")
+    return identity
 
 
 @dataclass
@@ -74,7 +77,7 @@ class Entry:
     kind: str | None
     base_url: str | None
     created_at: str
-    identity: dict[str, object]
+    identity: JSONObject
     response: Record
 
 
@@ -99,10 +102,33 @@ def _file_bytes(path: Path) -> int:
 
 
 # -- stats ----------------------------------------------------------------------
-def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
+class ModelStats(TypedDict):
+    """The entries of one (op, model)."""
+
+    op: str
+    model: str
+    entries: int
+    oldest: str
+    newest: str
+
+
+class CacheStats(TypedDict):
+    """What `tulving cache stats` prints of a cache file."""
+
+    path: str
+    file_bytes: int
+    entries: int
+    oldest: str | None  # None: no entries
+    newest: str | None
+    by_model: list[ModelStats]
+    blobs: int
+    blob_bytes: int
+
+
+def stats(path: str | os.PathLike[str]) -> CacheStats:
     conn = open_existing(path)
     try:
-        by_model = [{"op": op, "model": model, "entries": n, "oldest": lo, "newest": hi}
+        by_model: list[ModelStats] = [{"op": op, "model": model, "entries": n, "oldest": lo, "newest": hi}
                     for op, model, n, lo, hi in conn.execute(
                         "SELECT op, model, count(*), min(created_at), max(created_at) FROM entries "
                         "GROUP BY op, model ORDER BY op, model")]
@@ -114,7 +140,7 @@ def stats(path: str | os.PathLike[str]) -> dict[str, Any]:
             "newest": newest, "by_model": by_model, "blobs": blobs, "blob_bytes": blob_bytes}
 
 
-def format_stats(s: Mapping[str, Any]) -> str:
+def format_stats(s: CacheStats) -> str:
     lines = [f"cache {s['path']}: {_size(s['file_bytes'])}",
              f"entries: {s['entries']:,}" + (f" (oldest {s['oldest']}, newest {s['newest']})" if s["entries"] else "")]
     width = max((len(m["model"]) for m in s["by_model"]), default=0)
@@ -167,9 +193,9 @@ class Explanation:
 def explain(path: str | os.PathLike[str], identity: Identity) -> Explanation:
     """Why the request with this identity is (not) cached: a hit, or the
     nearest cached entry of the same op and the fields that differ."""
-    identity = normalize(identity)
-    key = request_key(identity)
-    op = str(identity.get("op", "chat"))
+    normalized: JSONObject = normalize(identity)
+    key = request_key(normalized)
+    op = str(normalized.get("op", "chat"))
     conn = open_existing(path)
     try:
         if conn.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone():
@@ -178,9 +204,10 @@ def explain(path: str | os.PathLike[str], identity: Identity) -> Explanation:
         # lists. Ties go to the entry whose differing texts share the longest
         # prefix with the request's (the same book, the nearest question), then
         # to the newest.
-        encoded, query_chunks = encode_identity(identity, 4096)
+        encoded, query_chunks = encode_identity(normalized, 4096)
+        assert isinstance(encoded, dict)  # an object encodes as an object
         texts = _ChunkTexts(conn, {d: text for d, (text, _) in query_chunks.items()})
-        query_fields = _fields(cast(Identity, encoded))
+        query_fields = _fields(encoded)
         candidates = 0
         best_rank: tuple[int, int, str] | None = None
         best: tuple[str, str, str] | None = None
@@ -202,7 +229,7 @@ def explain(path: str | os.PathLike[str], identity: Identity) -> Explanation:
         cand_key, created_at, model = best
         (cand_identity,) = conn.execute("SELECT identity FROM entries WHERE key = ?", (cand_key,)).fetchone()
         cached = _fields(rebuild_identity(conn, cand_identity))
-        wanted = _fields(identity)
+        wanted = _fields(normalized)
         apart = [n for n in ("model", "kind", "base_url") if wanted.get(n, _ABSENT) != cached.get(n, _ABSENT)]
         if apart:  # an entry of another model or provider is not "near": say so rather than compare
             result.unrelated = f"the nearest differs in {', '.join(apart)}"
@@ -524,7 +551,9 @@ def _import_entry(conn: sqlite3.Connection, item: dict[str, object], name: str, 
         created_at = item.get("created_at") or iso_utc(time.time())
         if not isinstance(identity, dict) or not isinstance(response, dict):
             raise TypeError("identity and response must be objects")
-        rebuilt = cast(Identity, decode_identity(identity, lambda digests: fetch_blobs(conn, digests)))
+        rebuilt = decode_identity(identity, lambda digests: fetch_blobs(conn, digests))
+        if not isinstance(rebuilt, dict):
+            raise TypeError("the identity does not decode to an object")
     except (KeyError, TypeError) as exc:
         raise TulvingError(f"{name}: line {number}: malformed entry ({exc})") from None
     except CacheError:
@@ -533,7 +562,7 @@ def _import_entry(conn: sqlite3.Connection, item: dict[str, object], name: str, 
         raise TulvingError(f"{name}: line {number}: key {str(key)[:12]}… does not match its identity")
     if conn.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone():
         return False
-    text, vectors, dtype, count = encode_response(cast(Record, response))  # as exported: kept as it is
+    text, vectors, dtype, count = encode_response(response)  # as exported: kept as it is
     conn.execute(INSERT_ENTRY, (key, str(rebuilt.get("op", "chat")), str(rebuilt.get("model", "")),
                                 rebuilt.get("kind"), rebuilt.get("base_url"), str(created_at), text, vectors,
                                 dtype, count, orjson.dumps(identity).decode()))

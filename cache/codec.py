@@ -18,19 +18,20 @@ floats always equal the stored ones, at 4 (or 8) bytes a number instead of
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Container, Iterable
-from typing import Required, TypedDict, cast
+from collections.abc import Callable, Container, Iterable, Mapping
+from typing import Required, TypedDict, cast, final
 
 import numpy as np
 import orjson
 
 from cache.chunks import chunk_bounds
-from providers.base import ChatResult, EmbedResult, Result
+from providers.base import ChatResult, EmbedResult, JSONValue, Result
 
 CHUNKS = "$chunks"
 LITERAL = "$literal"
 
 
+@final  # no other keys: `"vectors" in record` tells an EmbedRecord
 class ChatRecord(TypedDict, total=False):
     """A chat reply as the `response` column holds it (older records may lack the optional fields)."""
 
@@ -46,6 +47,7 @@ class ChatRecord(TypedDict, total=False):
     reasoning: str           # only when the reply carried some (older records have none: read as None)
 
 
+@final
 class EmbedRecord(TypedDict, total=False):
     """An embedding reply: `vectors` packed into the `vectors` BLOB when they are a float matrix."""
 
@@ -60,19 +62,19 @@ Record = ChatRecord | EmbedRecord
 
 # -- identity -------------------------------------------------------------------
 # An identity's values as orjson reads them back: exact dicts, lists and scalars.
-def encode_identity(identity: object, blob_min_chars: int, known: Container[str] = frozenset()
-                    ) -> tuple[object, dict[str, tuple[str, int]]]:
+def encode_identity(identity: JSONValue, blob_min_chars: int, known: Container[str] = frozenset()
+                    ) -> tuple[JSONValue, dict[str, tuple[str, int]]]:
     """(encoded identity, {digest: (chunk text, size in UTF-8 bytes)}).
     `identity` must already be canonical (keys.normalize). Chunks whose digest
     is in `known` (already stored) are referred to but not returned: each is
     sliced, hashed and dropped, so a book-sized text costs one chunk at a time."""
     blobs: dict[str, tuple[str, int]] = {}
 
-    def encode(value: object) -> object:
+    def encode(value: JSONValue) -> JSONValue:
         if type(value) is str:
             if len(value) <= blob_min_chars:
                 return value
-            digests = []
+            digests: list[JSONValue] = []
             for start, end in chunk_bounds(value):
                 piece = value[start:end]
                 raw = piece.encode("utf-8")
@@ -82,7 +84,7 @@ def encode_identity(identity: object, blob_min_chars: int, known: Container[str]
                 digests.append(digest)
             return {CHUNKS: digests}
         if type(value) is dict:
-            out = {k: encode(v) for k, v in value.items()}
+            out: JSONValue = {k: encode(v) for k, v in value.items()}
             return {LITERAL: out} if any(k.startswith("$") for k in value) else out
         if type(value) is list:
             return [encode(v) for v in value]
@@ -91,16 +93,31 @@ def encode_identity(identity: object, blob_min_chars: int, known: Container[str]
     return encode(identity), blobs
 
 
-def chunk_digests(encoded: object) -> set[str]:
+def _chunk_list(value: JSONValue) -> list[str]:
+    """The digests of a `{"$chunks": [...]}`; TypeError when they are not a list of strings (a damaged entry)."""
+    digests = [d for d in value if type(d) is str] if type(value) is list else []
+    if type(value) is not list or len(digests) != len(value):
+        raise TypeError(f"{CHUNKS} is not a list of digests")
+    return digests
+
+
+def _literal(value: JSONValue) -> dict[str, JSONValue]:
+    """The object a `{"$literal": {...}}` wraps; TypeError when it is not one (a damaged entry)."""
+    if type(value) is not dict:
+        raise TypeError(f"{LITERAL} does not wrap an object")
+    return value
+
+
+def chunk_digests(encoded: JSONValue) -> set[str]:
     """Every blob digest an encoded identity refers to."""
     found: set[str] = set()
 
-    def walk(value: object) -> None:
+    def walk(value: JSONValue) -> None:
         if type(value) is dict:
             if CHUNKS in value and len(value) == 1:
-                found.update(value[CHUNKS])
+                found.update(_chunk_list(value[CHUNKS]))
                 return
-            for v in (value[LITERAL] if LITERAL in value and len(value) == 1 else value).values():
+            for v in (_literal(value[LITERAL]) if LITERAL in value and len(value) == 1 else value).values():
                 walk(v)
         elif type(value) is list:
             for v in value:
@@ -110,17 +127,17 @@ def chunk_digests(encoded: object) -> set[str]:
     return found
 
 
-def decode_identity(encoded: object, fetch: Callable[[Iterable[str]], dict[str, str]]) -> object:
+def decode_identity(encoded: JSONValue, fetch: Callable[[Iterable[str]], dict[str, str]]) -> JSONValue:
     """The identity, rebuilt exactly. `fetch(digests)` returns {digest: text};
     a missing chunk raises KeyError (a damaged cache)."""
     texts = fetch(chunk_digests(encoded))
 
-    def decode(value: object) -> object:
+    def decode(value: JSONValue) -> JSONValue:
         if type(value) is dict:
             if len(value) == 1 and CHUNKS in value:
-                return "".join(texts[d] for d in value[CHUNKS])
+                return "".join(texts[d] for d in _chunk_list(value[CHUNKS]))
             if len(value) == 1 and LITERAL in value:
-                return {k: decode(v) for k, v in value[LITERAL].items()}
+                return {k: decode(v) for k, v in _literal(value[LITERAL]).items()}
             return {k: decode(v) for k, v in value.items()}
         if type(value) is list:
             return [decode(v) for v in value]
@@ -130,23 +147,25 @@ def decode_identity(encoded: object, fetch: Callable[[Iterable[str]], dict[str, 
 
 
 # -- response -------------------------------------------------------------------
-def encode_response(response: Record) -> tuple[str, bytes | None, str | None, int | None]:
-    """(JSON text, packed vectors or None, dtype "<f4"/"<f8" or None, vector count or None)."""
+def encode_response(response: Mapping[str, object]) -> tuple[str, bytes | None, str | None, int | None]:
+    """(JSON text, packed vectors or None, dtype "<f4"/"<f8" or None, vector count or None).
+    `response`: a Record, or a record as exported (kept as it is)."""
     vectors = response.get("vectors")
-    packed = _pack_vectors(vectors) if type(vectors) is list and vectors else None
-    if packed is None:
-        return orjson.dumps(response).decode(), None, None, None
-    rest = {k: v for k, v in response.items() if k != "vectors"}
-    blob, dtype = packed
-    return orjson.dumps(rest).decode(), blob, dtype, len(cast(list[object], vectors))  # packed: a list
+    if type(vectors) is list and vectors and (packed := _pack_vectors(vectors)) is not None:
+        rest = {k: v for k, v in response.items() if k != "vectors"}
+        blob, dtype = packed
+        return orjson.dumps(rest).decode(), blob, dtype, len(vectors)
+    return orjson.dumps(response).decode(), None, None, None
 
 
 def decode_response(text: str | bytes, vectors: bytes | None, dtype: str | None, count: int | None) -> Record:
-    response: Record = orjson.loads(text)
-    if vectors is not None:
-        array = np.frombuffer(vectors, dtype=dtype).astype(np.float64)
-        cast(EmbedRecord, response)["vectors"] = array.reshape(count, -1).tolist() if count else []
-    return response
+    if vectors is None:
+        response: Record = orjson.loads(text)
+        return response
+    embedding: EmbedRecord = orjson.loads(text)
+    array = np.frombuffer(vectors, dtype=dtype).astype(np.float64)
+    embedding["vectors"] = array.reshape(count, -1).tolist() if count else []
+    return embedding
 
 
 def _pack_vectors(vectors: list[object]) -> tuple[bytes, str] | None:
@@ -204,7 +223,6 @@ def result_from_record(record: Record) -> Result:
         except TypeError:  # no "text": the lookups below say so (KeyError)
             pass
     if "vectors" in record:
-        record = cast(EmbedRecord, record)
         return EmbedResult(vectors=record["vectors"], input_tokens=record.get("input_tokens", 0),
                            latency=record.get("latency", 0.0), request_id=record.get("request_id"))
     r = record  # read for every cache hit: positional, in ChatResult's field order

@@ -364,7 +364,10 @@ def decode_entry(key: str, text: str, vectors: bytes | None, dtype: str | None, 
     """A stored response back, its checksum checked (ValueError when it does not match)."""
     if checksum is not None and checksum != entry_checksum(key, text, vectors):
         raise ValueError("checksum mismatch")
-    return cast(Record, orjson.loads(text)) if vectors is None else decode_response(text, vectors, dtype, count)
+    if vectors is None:
+        record: Record = orjson.loads(text)
+        return record
+    return decode_response(text, vectors, dtype, count)
 
 
 # key, response, vectors, vector_dtype, vector_count, checksum

@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from providers.base import BAD_REPLY, ProviderError, Result
+from providers.base import BAD_REPLY, ChatResult, ProviderError, Result
 
 # The cache key of the call an attempt's task is making, set by the dispatcher
 # only for a call its provider holds (Provider.holds_calls), which records it
@@ -130,7 +130,9 @@ class Outcome:
         """The chat reply text; raises the stored error if the call failed."""
         if self.result is None:
             raise self.error or ProviderError(BAD_REPLY, "no result")
-        return self.result.text  # type: ignore[union-attr]
+        if not isinstance(self.result, ChatResult):
+            raise AttributeError("an embedding outcome has no text (its vectors are in result.vectors)")
+        return self.result.text
 
 
 def cached_outcome(request: Request, result: Result, key: str) -> Outcome:

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from providers import embed_table
 from providers.base import BAD_REQUEST, CONFIG, TIMEOUT, ChatResult, EmbedResult, EndpointSpec, Provider, ProviderError
 from providers.embed_table import EmbedTable
 from providers.local_models import MINILM_INSTALL, minilm_dir
+
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
 
 BATCH_TOKENS = 2048  # padded tokens per forward batch (measured best of 1k-8k on 2 cores)
 WORKERS = max(1, min(4, os.cpu_count() or 1))  # batches encoded at once, one BLAS thread each
@@ -77,7 +81,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=1)
-def _blas_controller() -> object:
+def _blas_controller() -> ThreadpoolController:
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
@@ -87,7 +91,7 @@ def _blas_controller() -> object:
 def _one_blas_thread() -> Iterator[None]:
     """BLAS limited to one thread meanwhile (process-wide, as BLAS is)."""
     controller = _blas_controller()
-    with controller.limit(limits=1, user_api="blas"):  # type: ignore[attr-defined]
+    with controller.limit(limits=1, user_api="blas"):
         yield
 
 

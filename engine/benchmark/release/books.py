@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from engine.benchmark.generation.bookdir import ChapterRecord, MetaEvent, write_book_dir
 from engine.benchmark.release.layout import BOOK_JSON, DOI, GROUNDTRUTH, ReleaseBook, ReleaseError
 from engine.benchmark.release.tables import GroundTruthRow, read_groundtruth
 
 _EVENT_KEYS = ("date", "location", "entity", "content", "detail")
-_ITEMS = ("date", "location", "entity", "content")
+_ITEMS: tuple[Literal["date", "location", "entity", "content"], ...] = ("date", "location", "entity", "content")
 
 
 def _read_json(path: Path) -> object:
@@ -62,8 +62,8 @@ def _chapter(row: GroundTruthRow, events: list[dict[str, str]], metas: list[Meta
                            f"{len(events)} events")
     event, meta = events[index], metas[index]
     for item in _ITEMS:
-        if row[item] != event[item]:  # type: ignore[literal-required]
-            raise ReleaseError(f"{where}: chapter {row['chapter']} {item} {row[item]!r} "  # type: ignore[literal-required]
+        if row[item] != event[item]:
+            raise ReleaseError(f"{where}: chapter {row['chapter']} {item} {row[item]!r} "
                                f"differs from event {index}'s {event[item]!r}")
     return ChapterRecord(chapter=row["chapter"], event_index=index, date=event["date"],
                          location=event["location"], entity=event["entity"], content=event["content"],

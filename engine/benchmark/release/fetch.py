@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable
+from http.client import HTTPResponse
 from pathlib import Path
 
 from engine.benchmark.release.layout import DOI_URL, DOWNLOAD_URL, ReleaseError
@@ -46,7 +47,7 @@ BY_HAND = (f": download the release by hand from {DOI_URL} (\"Download all\", on
            f"`tulving data import FILE`")
 
 
-def _open(url: str, offset: int) -> tuple[object, int, int | None]:
+def _open(url: str, offset: int) -> tuple[HTTPResponse | None, int, int | None]:
     """(response, offset the body starts at, total size or None)."""
     request = urllib.request.Request(url, headers={"User-Agent": "tulving-data-fetch"})
     if offset:
@@ -76,13 +77,13 @@ def _download(url: str, part: Path, progress: Progress) -> int | None:
     if response is None:
         return total
     part.parent.mkdir(parents=True, exist_ok=True)  # only now: a fetch that cannot start leaves no folder behind
-    with response, open(part, "r+b" if start and part.exists() else "wb") as out:  # type: ignore[attr-defined]
+    with response, open(part, "r+b" if start and part.exists() else "wb") as out:
         out.seek(start)
         out.truncate()
         done, last = start, 0.0
         while True:
             try:
-                chunk = response.read(_CHUNK)  # type: ignore[attr-defined]
+                chunk = response.read(_CHUNK)
             except (OSError, TimeoutError) as exc:
                 raise ReleaseError(f"{url}: download cut at {done:,} bytes ({exc}): rerun to resume") from None
             if not chunk:
