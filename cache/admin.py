@@ -204,8 +204,7 @@ def explain(path: str | os.PathLike[str], identity: Identity) -> Explanation:
         # lists. Ties go to the entry whose differing texts share the longest
         # prefix with the request's (the same book, the nearest question), then
         # to the newest.
-        encoded, query_chunks = encode_identity(normalized, 4096)
-        assert isinstance(encoded, dict)  # an object encodes as an object
+        encoded, query_chunks = _encoded(normalized)
         texts = _ChunkTexts(conn, {d: text for d, (text, _) in query_chunks.items()})
         query_fields = _fields(encoded)
         candidates = 0
@@ -243,6 +242,13 @@ def explain(path: str | os.PathLike[str], identity: Identity) -> Explanation:
         return result
     finally:
         conn.close()
+
+
+def _encoded(identity: JSONObject) -> tuple[JSONObject, dict[str, tuple[str, int]]]:
+    """An identity as the cache stores it (its long texts as chunk digests), and those chunks."""
+    encoded, chunks = encode_identity(identity, 4096)
+    assert isinstance(encoded, dict)  # an object encodes as an object
+    return encoded, chunks
 
 
 class _ChunkTexts:

@@ -14,7 +14,7 @@ handler, so the SIGTERM was swallowed and the run went on to exit 0.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # asyncio is imported by `run`: `tulving --help` and the SIGTERM handler need none of it
     import asyncio
@@ -101,7 +101,7 @@ def install_uvloop() -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-def run_briefly(main: Coroutine[Any, Any, T]) -> T:
+def run_briefly(main: Coroutine[object, None, T]) -> T:
     """`asyncio.run(main)` on the CLI's event loop, for the short commands
     (cache copy, batches, models --probe/--remote): SIGTERM interrupts them
     as Ctrl-C does (engine/cli/main.py), without `run`'s orderly cancellation."""
@@ -111,7 +111,7 @@ def run_briefly(main: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main)
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
+def run(main: Coroutine[object, None, T]) -> T:
     """`asyncio.run(main)`, stoppable by `terminate()`: raises `Terminated`
     once the main task has unwound (its `finally` and `async with` blocks ran)."""
     import asyncio

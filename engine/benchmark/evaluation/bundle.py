@@ -28,7 +28,6 @@ import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import cast
 
 from engine import __version__ as TULVING_VERSION
 from engine.benchmark.evaluation import judge
@@ -81,7 +80,7 @@ def judge_prompt_digest(question: Question, answer: str, book: Book | None) -> s
     book's chapter text (a full-detail question) and no book is given."""
     if book is None and question.retrieval_type == FULL_DETAILS and question.correct_answer:
         return None
-    request = judge.judge_request(question, answer, book=cast(Book, book), model="")
+    request = judge.judge_request(question, answer, book=book, model="")
     return _messages_digest(request.messages)
 
 

@@ -27,8 +27,8 @@ Replies are parsed by judge_parse.py; the built-in judge
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -114,8 +114,27 @@ _CHRONO_TEMPLATE = """You are an expert judge evaluating the alignment between a
     """
 
 
-def _field(question: Question | Mapping[str, Any], name: str) -> Any:
-    return question[name] if isinstance(question, dict) else getattr(question, name)
+class QuestionFields(TypedDict, total=False):
+    """The fields of a question the judge prompts read, as its JSON dict holds them."""
+
+    retrieval_type: str
+    correct_answer: Sequence[str]
+    chapters: Sequence[int]
+
+
+QuestionLike = Question | QuestionFields
+
+
+def _retrieval_type(question: QuestionLike) -> str:
+    return question["retrieval_type"] if isinstance(question, dict) else question.retrieval_type
+
+
+def _correct_answer(question: QuestionLike) -> list[str]:
+    return list(question["correct_answer"] if isinstance(question, dict) else question.correct_answer)
+
+
+def _first_chapter(question: QuestionLike) -> int:
+    return question["chapters"][0] if isinstance(question, dict) else question.chapters[0]
 
 
 def score_template(ground_truth: Sequence[str]) -> str:
@@ -156,22 +175,24 @@ def chrono_prompt(ground_truth: Sequence[str], identified_items: Sequence[str]) 
                                    predicted_items=list(identified_items))
 
 
-def judge_request(question: Question | Mapping[str, Any], answer_text: str, *, book: Book, model: str,
+def judge_request(question: QuestionLike, answer_text: str, *, book: Book | None, model: str,
                   draw: int = 0, tag: object = None) -> ChatRequest:
     """The judge call for one answer. `question` is a Question (or its JSON
     dict); `book` is needed for full-detail questions (chapter text)."""
-    rtype = _field(question, "retrieval_type")
-    ground_truth = list(_field(question, "correct_answer"))
+    rtype = _retrieval_type(question)
+    ground_truth = _correct_answer(question)
     chapter_text = None
     if rtype == FULL_DETAILS and ground_truth:
-        chapter_text = _chapter_text(book, _field(question, "chapters")[0])
+        if book is None:
+            raise ValueError("the judge prompt of a full-detail question shows its chapter: pass the book")
+        chapter_text = _chapter_text(book, _first_chapter(question))
     prompt = judge_prompt(rtype, ground_truth, answer_text, chapter_text)
     return ChatRequest(model=model, draw=draw, tag=tag, messages=(
         {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
         {"role": "user", "content": prompt}))
 
 
-def chrono_judge_request(question: Question | Mapping[str, Any], answer_text: str, identified_items: Sequence[str],
+def chrono_judge_request(question: QuestionLike, answer_text: str, identified_items: Sequence[str],
                          *, model: str, draw: int = 0, tag: object = None) -> ChatRequest:
     """The second judge call of a chronological question: the items the main
     judge identified in the answer, matched to ground-truth indexes.
@@ -180,7 +201,7 @@ def chrono_judge_request(question: Question | Mapping[str, Any], answer_text: st
     lists are de-duplicated: the reply holds one index per distinct
     identified item, each an index of the distinct ground-truth items."""
     del answer_text
-    prompt = chrono_prompt(list(_field(question, "correct_answer")), list(identified_items))
+    prompt = chrono_prompt(_correct_answer(question), list(identified_items))
     return ChatRequest(model=model, draw=draw, tag=tag, messages=(
         {"role": "system", "content": CHRONO_SYSTEM_PROMPT},
         {"role": "user", "content": prompt}))
