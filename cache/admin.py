@@ -33,6 +33,7 @@ from cache.codec import (
     CHUNKS,
     Record,
     chunk_digests,
+    chunk_list,
     decode_identity,
     decode_response,
     encode_identity,
@@ -40,7 +41,7 @@ from cache.codec import (
 )
 from cache.keys import Identity, normalize, request_key
 from cache.store import ENTRY_COLUMNS, INSERT_BLOB, INSERT_ENTRY, CacheError, connect, iso_utc
-from providers.base import JSONObject, TulvingError
+from providers.base import JSONObject, JSONValue, TulvingError
 
 EXPORT_FORMAT = "tulving-cache-export"
 EXPORT_VERSION = 1
@@ -67,6 +68,9 @@ def rebuild_identity(conn: sqlite3.Connection, identity_json: str) -> JSONObject
     if not isinstance(identity, dict):
         raise CacheError("the cache is damaged: a stored identity is not a JSON object")
     return identity
+
+
+SQLValue = str | bytes | int | float | None  # what an SQLite column gives back
 
 
 @dataclass
@@ -263,7 +267,7 @@ class _ChunkTexts:
         return self.known[digest]
 
 
-def _shared_prefix(a: object, b: object, texts: _ChunkTexts) -> int:
+def _shared_prefix(a: JSONValue, b: JSONValue, texts: _ChunkTexts) -> int:
     """How many leading characters two encoded values have in common (texts,
     chunked texts, or messages by their content); 0 for anything else."""
     if isinstance(a, dict) and isinstance(b, dict) and "content" in a and "content" in b:
@@ -272,7 +276,7 @@ def _shared_prefix(a: object, b: object, texts: _ChunkTexts) -> int:
         return _common_prefix(a, b)
     if isinstance(a, dict) and isinstance(b, dict) and CHUNKS in a and CHUNKS in b:
         shared = 0
-        for da, db in zip(a[CHUNKS], b[CHUNKS]):
+        for da, db in zip(chunk_list(a[CHUNKS]), chunk_list(b[CHUNKS])):
             if da != db:
                 return shared + _common_prefix(texts[da], texts[db])
             shared += len(texts[da])
@@ -299,10 +303,10 @@ class _Absent:
 _ABSENT = _Absent()
 
 
-def _fields(identity: Identity) -> dict[str, object]:
+def _fields(identity: JSONObject) -> dict[str, JSONValue]:
     """The identity as named fields: kind, base_url, model, params.<name>,
     messages[i], texts[i], draw (and any other top-level key as itself)."""
-    out: dict[str, object] = {}
+    out: dict[str, JSONValue] = {}
     for name, value in identity.items():
         if name == "op":
             continue
@@ -322,7 +326,7 @@ def _field_order(name: str) -> tuple[int, int, str]:
     return order.get(head, 6), index, name
 
 
-def _describe(name: str, cached: object, wanted: object) -> str:
+def _describe(name: str, cached: JSONValue | _Absent, wanted: JSONValue | _Absent) -> str:
     if cached is _ABSENT:
         return f"{name}: only in the request: {_show(wanted)}"
     if wanted is _ABSENT:
@@ -331,8 +335,8 @@ def _describe(name: str, cached: object, wanted: object) -> str:
         parts = []
         if cached.get("role") != wanted.get("role"):
             parts.append(f"{name}.role: cached {cached.get('role')!r}, request {wanted.get('role')!r}")
-        if cached["content"] != wanted["content"]:
-            parts.append(_describe_text(f"{name}.content", cached["content"], wanted["content"]))
+        if cached["content"] != wanted["content"]:  # text, or (a list of blocks) described as any value is
+            parts.append(_describe(f"{name}.content", cached["content"], wanted["content"]))
         others = (cached.keys() | wanted.keys()) - {"role", "content"}
         parts.extend(f"{name}.{k}: cached {_show(cached.get(k, _ABSENT))}, request {_show(wanted.get(k, _ABSENT))}"
                      for k in sorted(others) if cached.get(k, _ABSENT) != wanted.get(k, _ABSENT))
@@ -355,7 +359,7 @@ def _snippet(text: str, start: int) -> str:
     return ("…" if start > 0 else "") + repr(piece) + ("…" if start + SNIPPET < len(text) else "")
 
 
-def _show(value: object) -> str:
+def _show(value: JSONValue | _Absent) -> str:
     text = repr(value) if not isinstance(value, (dict, list)) else orjson.dumps(value).decode()
     return text if len(text) <= 2 * SNIPPET else text[:2 * SNIPPET] + f"… ({len(text):,} chars)"
 
@@ -605,7 +609,7 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def _matches(checksum: object, key: str, raw: object, vectors: object) -> bool:
+def _matches(checksum: SQLValue, key: str, raw: SQLValue, vectors: SQLValue) -> bool:
     """Whether a row's checksum matches its response and vectors (a row whose
     columns hold the wrong types, e.g. edited by hand, does not)."""
     from cache.store import stored_checksum

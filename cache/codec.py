@@ -93,7 +93,7 @@ def encode_identity(identity: JSONValue, blob_min_chars: int, known: Container[s
     return encode(identity), blobs
 
 
-def _chunk_list(value: JSONValue) -> list[str]:
+def chunk_list(value: JSONValue) -> list[str]:
     """The digests of a `{"$chunks": [...]}`; TypeError when they are not a list of strings (a damaged entry)."""
     digests = [d for d in value if type(d) is str] if type(value) is list else []
     if type(value) is not list or len(digests) != len(value):
@@ -115,7 +115,7 @@ def chunk_digests(encoded: JSONValue) -> set[str]:
     def walk(value: JSONValue) -> None:
         if type(value) is dict:
             if CHUNKS in value and len(value) == 1:
-                found.update(_chunk_list(value[CHUNKS]))
+                found.update(chunk_list(value[CHUNKS]))
                 return
             for v in (_literal(value[LITERAL]) if LITERAL in value and len(value) == 1 else value).values():
                 walk(v)
@@ -135,7 +135,7 @@ def decode_identity(encoded: JSONValue, fetch: Callable[[Iterable[str]], dict[st
     def decode(value: JSONValue) -> JSONValue:
         if type(value) is dict:
             if len(value) == 1 and CHUNKS in value:
-                return "".join(texts[d] for d in _chunk_list(value[CHUNKS]))
+                return "".join(texts[d] for d in chunk_list(value[CHUNKS]))
             if len(value) == 1 and LITERAL in value:
                 return {k: decode(v) for k, v in _literal(value[LITERAL]).items()}
             return {k: decode(v) for k, v in value.items()}

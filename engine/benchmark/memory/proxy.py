@@ -48,7 +48,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import cast
+from typing import overload
 
 import numpy as np
 import orjson
@@ -189,7 +189,7 @@ class ModelEndpoint:
             body = await _json_body(request)
             alias = _granted(grant, body)
             call = chat_request(alias.name, body)
-            result = cast(ChatResult, await self._call(grant, alias, call))
+            result = await self._call(grant, alias, call)
         except Refused as refused:
             return refused.reply()
         reply = completion(f"chatcmpl-{next(self._ids):012x}", alias.name, result)
@@ -205,7 +205,7 @@ class ModelEndpoint:
             body = await _json_body(request)
             alias = _granted(grant, body)
             texts, as_base64 = embed_inputs(body)
-            result = cast(EmbedResult, await self._call(grant, alias, EmbedRequest(alias.name, texts)))
+            result = await self._call(grant, alias, EmbedRequest(alias.name, texts))
             reply = embeddings_reply(alias.name, result, as_base64, body.get("dimensions"))
         except Refused as refused:
             return refused.reply()
@@ -228,6 +228,11 @@ class ModelEndpoint:
         except Refused as refused:
             return refused.reply()
         return web.Response(body=orjson.dumps(_model_object(name)), content_type="application/json")
+
+    @overload
+    async def _call(self, grant: Grant, alias: ModelAlias, call: ChatRequest) -> ChatResult: ...
+    @overload
+    async def _call(self, grant: Grant, alias: ModelAlias, call: EmbedRequest) -> EmbedResult: ...
 
     async def _call(self, grant: Grant, alias: ModelAlias, call: Request) -> ChatResult | EmbedResult:
         """One call through the engine, counted in the grant's meter."""
@@ -288,13 +293,21 @@ def _refuse_unsupported(body: Mapping[str, object]) -> None:
         raise Refused(400, "'stream' must be a boolean.", param="stream")
 
 
-def _number(body: Mapping[str, object], name: str, kind: type, low: float) -> int | float | None:
+def _integer(body: Mapping[str, object], name: str, low: int) -> int | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or value < low:
-        article = "an integer" if kind is int else "a number"
-        raise Refused(400, f"Invalid '{name}': expected {article} >= {low:g}, got {value!r}.", param=name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise Refused(400, f"Invalid '{name}': expected an integer >= {low:g}, got {value!r}.", param=name)
+    return value
+
+
+def _number(body: Mapping[str, object], name: str, low: float) -> int | float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+        raise Refused(400, f"Invalid '{name}': expected a number >= {low:g}, got {value!r}.", param=name)
     return value
 
 
@@ -314,9 +327,10 @@ def _content(content: object, index: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [part.get("text") for part in content if isinstance(part, dict) and part.get("type") == "text"]
-        if len(texts) == len(content) and all(isinstance(t, str) for t in texts):
-            return "\n".join(cast(list[str], texts))
+        texts = [part["text"] for part in content
+                 if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)]
+        if len(texts) == len(content):  # every part a text part
+            return "\n".join(texts)
     raise Refused(400, f"Invalid 'messages[{index}].content': Tulving's endpoint takes text only (a string or "
                        f"a list of text parts).", param=f"messages[{index}].content")
 
@@ -344,17 +358,17 @@ def chat_request(name: str, body: Mapping[str, object]) -> ChatRequest:
     """The engine's request for one chat completion body (Refused when it asks
     for what the endpoint does not serve)."""
     _refuse_unsupported(body)
-    limit = _number(body, "max_completion_tokens", int, 1)
+    limit = _integer(body, "max_completion_tokens", 1)
     if limit is None:
-        limit = _number(body, "max_tokens", int, 1)
+        limit = _integer(body, "max_tokens", 1)
     response_format = body.get("response_format")
     if response_format is not None and not (isinstance(response_format, dict) and response_format.get("type") in
                                             ("text", "json_object", "json_schema")):
         raise Refused(400, "Invalid 'response_format': expected {'type': 'text' | 'json_object' | 'json_schema'}.",
                       param="response_format")
     extra = {key: body[key] for key in PASSED_THROUGH if body.get(key) is not None}
-    return ChatRequest(model=name, messages=chat_messages(body), temperature=_number(body, "temperature", float, 0),
-                       max_tokens=cast("int | None", limit), seed=cast("int | None", _number(body, "seed", int, -2**63)),
+    return ChatRequest(model=name, messages=chat_messages(body), temperature=_number(body, "temperature", 0),
+                       max_tokens=limit, seed=_integer(body, "seed", -2**63),
                        stop=_stop(body), extra=extra or None)
 
 
@@ -363,17 +377,17 @@ def embed_inputs(body: Mapping[str, object]) -> tuple[list[str], bool]:
     unknown = sorted(set(body) - {"model", "input", "encoding_format", "dimensions", "user"})
     if unknown:
         raise Refused(400, f"Unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
-    texts = body.get("input")
-    if isinstance(texts, str):
-        texts = [texts]
-    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+    given = body.get("input")
+    items = [given] if isinstance(given, str) else given if isinstance(given, list) else []
+    texts = [t for t in items if isinstance(t, str)]
+    if not texts or len(texts) != len(items):
         raise Refused(400, "'input' must be a string or a non-empty list of strings (Tulving's endpoint takes "
                            "no token arrays).", param="input")
     encoding = body.get("encoding_format", "float")
     if encoding not in ("float", "base64", None):
         raise Refused(400, f"Invalid 'encoding_format': {encoding!r} (expected 'float' or 'base64').",
                       param="encoding_format")
-    return cast(list[str], texts), encoding == "base64"
+    return texts, encoding == "base64"
 
 
 # -- replies --------------------------------------------------------------------------------
