@@ -41,7 +41,7 @@ import signal
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import cast
+from typing import TypeGuard, cast
 
 import orjson
 
@@ -94,11 +94,11 @@ class ReplyTimeouts:
             if key[len("timeout_"):] not in names or not _positive(value):
                 raise ConfigError(f"memory system {system!r}: {key} must be timeout_PHASE = positive seconds "
                                   f"(PHASE one of {', '.join(sorted(names))})")
-            values[key[len("timeout_"):]] = float(value)  # type: ignore[arg-type]
+            values[key[len("timeout_"):]] = float(value)
         return cls(**values)
 
 
-def _positive(value: object) -> bool:
+def _positive(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
@@ -221,9 +221,12 @@ def _short(value: object) -> str:
 
 
 def recall_of(message: Message) -> Recall:
+    """The Recall of a "recalled" message (parse_reply checked its passages and answer)."""
+    given, answer = message["passages"], message.get("answer")
+    assert isinstance(given, list) and (answer is None or isinstance(answer, str))  # checked by parse_reply
     passages = tuple(Passage(text=p["text"], chapter=_integer(p.get("chapter")), score=p.get("score"))
-                     for p in message["passages"])  # type: ignore[attr-defined]
-    return Recall(passages=passages, answer=message.get("answer"))  # type: ignore[arg-type]
+                     for p in given)
+    return Recall(passages=passages, answer=answer)
 
 
 # -- the process ------------------------------------------------------------------------------
@@ -286,7 +289,9 @@ class SubprocessMemory(MemorySystem):
         budget = self.budget if self.budget is not None else getattr(services, "budget", None)
         opened = await self._exchange("open", open_message(self.name, services, budget, self.options), "opened")
         self.answers = bool(opened["answers"])
-        self.concurrency = int(opened["concurrency"])  # type: ignore[call-overload]
+        concurrency = opened["concurrency"]
+        assert isinstance(concurrency, int)  # parse_reply made it one
+        self.concurrency = concurrency
         self._slots = asyncio.Semaphore(self.concurrency)
 
     def _hidden(self, services: MemoryServices) -> list[str]:
