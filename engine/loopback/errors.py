@@ -7,7 +7,8 @@ Contract:
   `{"type": "error", "error": {"type", "message"}}` with the API's error type
   for the status (402: billing_error, 504: timeout_error, 529:
   overloaded_error) unless `type=` names another.
-- `error_response(api, ...)` picks one by API ("openai" | "anthropic");
+- `error_response(api, ...)` picks one by API ("openai" | "anthropic"); `error_body(api, ...)`
+  is its body as a JSON object (a batch result line's error);
 - `file_reply(request, api, body, offered)`: a file's bytes (a batch's JSONL)
   as the first of the `offered` content types the request's Accept allows,
   or 406 when it allows none (`Accept: application/json` for JSONL: the body
@@ -21,6 +22,8 @@ from collections.abc import Mapping
 import orjson
 from aiohttp import web
 
+from providers.base import JSONObject
+
 # Anthropic's error types by status (its errors page; the anthropic SDK's
 # ErrorObject, 2.14; checked 2026-11-26): 402 billing_error, 504 timeout_error.
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
@@ -33,24 +36,38 @@ def _json(data: object, status: int = 200, headers: Mapping[str, str] | None = N
     return web.Response(body=orjson.dumps(data), status=status, headers=headers, content_type="application/json")
 
 
-def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
-                 param: str | None = None, headers: Mapping[str, str] | None = None) -> web.Response:
+def _openai_body(status: int, message: str, type: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None) -> JSONObject:
     if status >= 500 and type == "invalid_request_error":
         type = "server_error"
-    return _json({"error": {"message": message, "type": type, "param": param, "code": code}}, status, headers)
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def _anthropic_body(status: int, message: str, type: str | None = None) -> JSONObject:
+    kind = type or _ANTHROPIC_TYPES.get(status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def openai_error(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: Mapping[str, str] | None = None) -> web.Response:
+    return _json(_openai_body(status, message, type, code, param), status, headers)
 
 
 def anthropic_error(status: int, message: str, headers: Mapping[str, str] | None = None, *,
                     type: str | None = None) -> web.Response:
-    kind = type or _ANTHROPIC_TYPES.get(status, "api_error")
-    return _json({"type": "error", "error": {"type": kind, "message": message}}, status, headers)
+    return _json(_anthropic_body(status, message, type), status, headers)
+
+
+def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> JSONObject:
+    """An error in the API's shape ("openai" | "anthropic"), as a JSON object (the body of its error reply)."""
+    if api == "openai":
+        return _openai_body(status, message, code=code, param=param)
+    return _anthropic_body(status, message)
 
 
 def error_response(api: str, status: int, message: str, code: str | None = None,
-                    param: str | None = None) -> web.Response:
-    if api == "openai":
-        return openai_error(status, message, code=code, param=param)
-    return anthropic_error(status, message)
+                   param: str | None = None) -> web.Response:
+    return _json(error_body(api, status, message, code, param), status)
 
 
 class _Reject(Exception):

@@ -117,7 +117,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import TracebackType
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 import orjson
 from aiohttp import web
@@ -125,6 +125,7 @@ from aiohttp import web
 from engine.loopback import compat as compat_api
 from engine.loopback.batches import JSONL_TYPES, Batches, BatchKnobs, StoredFile
 from engine.loopback.errors import _json, _Reject, anthropic_error, error_response, file_reply, openai_error
+from engine.loopback.errors import error_body as api_error_body
 from engine.loopback.gemini import GeminiApi
 from engine.loopback.limits import RateLimits, TokenBucket, go_duration, rfc3339  # noqa: F401 (also the API)
 from engine.loopback.model_catalog import ModelCatalog
@@ -132,6 +133,7 @@ from engine.loopback.prompt_cache import NO_CACHE, CacheError, CacheLookup, Prom
 from engine.loopback.stream import Progress, anthropic_frames, openai_frames, write_stream
 from engine.tokens import count_tokens
 from providers import transport
+from providers.base import JSONObject
 
 ReplyFn = Callable[[str, dict[str, Any]], "str | tuple[str, str]"]
 Handler = Callable[[web.Request], Awaitable[web.Response]]  # an aiohttp route handler
@@ -950,9 +952,9 @@ class LoopbackServer:
         return 200, data
 
     @staticmethod
-    def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    def error_body(api: str, status: int, message: str, code: str | None = None, param: str | None = None) -> JSONObject:
         """An error in the API's shape, as a JSON object (the body of its error reply)."""
-        return cast(dict[str, Any], orjson.loads(cast(bytes, error_response(api, status, message, code, param).body)))
+        return api_error_body(api, status, message, code, param)
 
     async def _create_job(self, request: web.Request) -> web.Response:
         try:
