@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from engine.benchmark.generation.bookdir import Book, CandidateLog, Item
 from engine.benchmark.generation.checks import item_values
@@ -34,10 +34,38 @@ def read_log(path: str | Path) -> list[CandidateLog]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def iteration_table(log: Sequence[CandidateLog], n_events: int) -> list[dict[str, Any]]:
+class IterationRow(TypedDict):
+    """One draw of the generation: how its candidates fared."""
+
+    iteration: int
+    remaining: int
+    failed_exact: int
+    failed_llm: int
+    errors: int
+    valid_so_far: int
+    n_events: int
+
+
+class BookStats(TypedDict):
+    """stats.json of a book."""
+
+    book: str
+    n_events: int
+    n_chapters: int
+    n_tokens: int
+    iterations: list[IterationRow]
+    paragraphs: dict[int, int]
+    styles: dict[str, int]
+    secondary_entities: dict[int, int]
+    repetitions: dict[str, dict[str, int]]
+    positions: dict[str, dict[str, list[int]]]
+    positions_plot: NotRequired[str]  # written by write_stats
+
+
+def iteration_table(log: Sequence[CandidateLog], n_events: int) -> list[IterationRow]:
     if not log:
         return []
-    rows = []
+    rows: list[IterationRow] = []
     valid_so_far = 0
     for k in range(max(r["draw"] for r in log) + 1):
         at_k = [r for r in log if r["draw"] == k]
@@ -88,7 +116,7 @@ def histogram(values: Sequence[float], bins: int = N_HIST_BINS) -> list[int]:
     return counts
 
 
-def compute_stats(book: Book, log: Sequence[CandidateLog] = ()) -> dict[str, Any]:
+def compute_stats(book: Book, log: Sequence[CandidateLog] = ()) -> BookStats:
     chapters = book.chapters
     positions = item_positions(book)
     return {
@@ -105,7 +133,7 @@ def compute_stats(book: Book, log: Sequence[CandidateLog] = ()) -> dict[str, Any
     }
 
 
-def format_stats(stats: Mapping[str, Any]) -> str:
+def format_stats(stats: BookStats) -> str:
     lines = [f"{stats['book']}: {stats['n_chapters']} chapters from {stats['n_events']} events, "
              f"{stats['n_tokens']} tokens", ""]
     if stats["iterations"]:
@@ -115,9 +143,11 @@ def format_stats(stats: Mapping[str, Any]) -> str:
             lines.append(f"{r['iteration']:>9}  {r['remaining']:>9}  {r['failed_exact']:>10}  {r['failed_llm']:>8}"
                          f"  {r['valid_so_far']:>6}/{r['n_events']}" + (f"  {r['errors']:>6}" if with_errors else ""))
         lines.append("")
-    for title, key in (("paragraphs", "paragraphs"), ("style", "styles"),
-                       ("secondary entities", "secondary_entities")):
-        lines.append(f"{title}: " + ", ".join(f"{k}: {v}" for k, v in stats[key].items()))
+    counted: tuple[tuple[str, dict[int, int] | dict[str, int]], ...] = (
+        ("paragraphs", stats["paragraphs"]), ("style", stats["styles"]),
+        ("secondary entities", stats["secondary_entities"]))
+    for title, tally in counted:
+        lines.append(f"{title}: " + ", ".join(f"{k}: {v}" for k, v in tally.items()))
     lines += ["", "repetitions   " + "  ".join(f"{b:>4}" for b in BINS)]
     for item in ITEMS:
         lines.append(f"{item:<12}  " + "  ".join(f"{stats['repetitions'][item][b]:>4}" for b in BINS))
@@ -153,7 +183,7 @@ def plot_positions(book: Book, path: str | Path) -> bool:
     return True
 
 
-def write_stats(book: Book, folder: str | Path) -> tuple[dict[str, Any], str]:
+def write_stats(book: Book, folder: str | Path) -> tuple[BookStats, str]:
     """Compute, save stats.json (and positions.png if possible) in `folder`;
     returns (stats, printable text)."""
     folder = Path(folder)
