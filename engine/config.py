@@ -47,7 +47,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from engine.cache_section import CacheSettings, cache_settings
@@ -351,7 +351,7 @@ class Config:
         inferred = inferred_settings(kind, model)
         alias = ModelAlias(name=name, endpoints=(endpoint,), model=model, params=dict(PAPER_PARAMS),
                            reasoning=bool(inferred.get("reasoning", False)),
-                           token_param=cast("str | None", inferred.get("token_param")))
+                           token_param=inferred.get("token_param"))
         if other is None:
             return alias
         return replace(alias, **{f: getattr(other, f) for f in (*PRICE_FIELDS, "prices", "batch_discount", "retired",

@@ -4,6 +4,7 @@ registry entry names it."""
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
 # A TOML-like table of one alias, as a kind declares it in `default_models`.
 Table = dict[str, object]
@@ -17,7 +18,14 @@ _O_SERIES = re.compile(r"o[134](?:$|[-.])")
 _COMPLETION_TOKENS = re.compile(r"gpt-(?:[5-9]|\d\d|4\.1)")
 
 
-def inferred_settings(kind: str, model: str) -> Table:
+class InferredSettings(TypedDict, total=False):
+    """What a model id implies of its calls (absent: the default)."""
+
+    reasoning: bool      # called with the user message only
+    token_param: str     # the parameter carrying max_tokens
+
+
+def inferred_settings(kind: str, model: str) -> InferredSettings:
     """The call settings an OpenAI model id implies (checked 2026-11-26 against
     OpenAI's reasoning and chat-completions docs): o1/o3/o4 are reasoning
     models; gpt-4.1 and gpt-5 onwards take max_completion_tokens. Nothing for
