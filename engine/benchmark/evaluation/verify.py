@@ -290,10 +290,10 @@ def _row_figures(row: Mapping[str, object]) -> Iterator[tuple[str, object]]:
         yield f"bins.{b}.count", cell.get("count") if isinstance(cell, dict) else None
 
 
-def _ranking_figures(ranking: object) -> Iterator[tuple[str, str, object]]:
+def _ranking_figures(ranking: Mapping[str, object] | None) -> Iterator[tuple[str, str, object]]:
     """The ranking block's figures as (configuration, name, value): average
     ranks, the Friedman p, each pair's Holm-adjusted p and verdict, the cliques."""
-    if not isinstance(ranking, dict):
+    if ranking is None:
         return
     yield "ranking", "n_questions", ranking.get("n_questions")
     yield "ranking", "friedman_p", ranking.get("friedman_p")
@@ -309,7 +309,8 @@ def _ranking_figures(ranking: object) -> Iterator[tuple[str, str, object]]:
             yield label, "significant", pair.get("significant")
 
 
-def check_ranking(claimed: object, recomputed: object, out: Verification) -> None:
+def check_ranking(claimed: Mapping[str, object] | None, recomputed: Mapping[str, object] | None,
+                  out: Verification) -> None:
     """The claimed ranking (average ranks, tests between configurations)
     against the one recomputed from the judgments; a ranking claimed where
     none follows, or left out where one does, is a figure that does not follow."""
@@ -323,7 +324,8 @@ def check_scores(bundle: Json, records: list[ResultRecord], out: Verification) -
     found = bundle.get("run")
     run: Json = found if isinstance(found, dict) else {}
     summary = summarize(records, run)
-    check_ranking(_field(bundle, "claimed", "ranking"), summary.get("ranking"), out)
+    claimed_ranking = _field(bundle, "claimed", "ranking")
+    check_ranking(claimed_ranking if isinstance(claimed_ranking, dict) else None, summary.get("ranking"), out)
     recomputed = {(r["model"], r["mode"]): r for r in summary["runs"]}
     claimed_rows = _field(bundle, "claimed", "runs")
     claimed = {(r.get("model"), r.get("mode")): r for r in claimed_rows if isinstance(r, dict)} \
