@@ -178,7 +178,8 @@ def spending_lines(rows: Iterable[SpendingRow]) -> list[str]:
         unsent = f", {r['not_sent']} not sent (--max-cost)" if r.get("not_sent") else ""
         if r.get("paid_no_answer"):
             unsent += f", {r['paid_no_answer']} paid without an answer"
-        lines.append(f"  {r['model']} {r['role']}: {r['calls']} calls ({r['cached']} cached{unsent}), "
+        calls = f"{r['calls']:,} call" + ("" if r["calls"] == 1 else "s")
+        lines.append(f"  {r['model']} {r['role']}: {calls} ({r['cached']:,} cached{unsent}), "
                      f"{r['input_tokens']:,} tokens in{cache}, {r['output_tokens']:,} out, "
                      f"${r['spent_usd']:.4f}")
     spent = sum(r["spent_usd"] for r in rows)

@@ -145,3 +145,26 @@ def test_the_papers_imported_runs_are_bundles_that_verify(tmp_path):
                                                       for k in e]
     line["judge_reply"] = json.dumps(evaluation)
     assert "judgments" in _failed(verify_bundle(_resealed(bundle), book))
+
+
+def test_a_tampered_ranking_is_caught(tmp_path, book):
+    run = offline_run(tmp_path, "two", "--memory", "no-memory")
+    assert tulving(tmp_path, "bundle", str(run)).returncode == 0
+    bundle = load_bundle(run / "bundle.json")
+    ranking = bundle["claimed"]["ranking"]
+    assert set(ranking["average_ranks"]) == {"builtin:reader / in-context", "builtin:reader / no-memory"}
+    honest = verify_bundle(bundle, book)
+    assert honest.verified and any(f.name == "average rank" for f in honest.figures)
+    # The worse configuration claimed first: every other figure still follows.
+    swapped = copy.deepcopy(bundle)
+    ranks = swapped["claimed"]["ranking"]["average_ranks"]
+    ranks["builtin:reader / in-context"], ranks["builtin:reader / no-memory"] = (
+        ranks["builtin:reader / no-memory"], ranks["builtin:reader / in-context"])
+    result = verify_bundle(_resealed(swapped), book)
+    assert not result.verified
+    assert sorted(f.configuration for f in result.figures if not f.follows) == [
+        "builtin:reader / in-context", "builtin:reader / no-memory"]
+    # A ranking dropped from the claim is caught as well.
+    dropped = copy.deepcopy(bundle)
+    del dropped["claimed"]["ranking"]
+    assert not verify_bundle(_resealed(dropped), book).verified

@@ -560,10 +560,10 @@ def _print_dry_run(estimator: Estimator, jobs: list[pipeline.Job], n_rag: int) -
     n_answers = sum(len(j.questions) for j in jobs)
     n_chrono = sum(1 for j in jobs for q in j.questions if q.get == "chronological" and q.correct_answer)
     print(f"jobs: {', '.join(j.name + (f' (sample {j.sample})' if j.sample else '') for j in jobs)}")
-    print(f"embedding and answering calls known now: {total}, of which the cache holds {cached}")
+    print(f"embedding and answering calls known now: {total:,}, of which the cache holds {cached:,}")
     if n_rag:
         print(f"RAG answering calls (prompts built after retrieval): {n_rag}")
-    print(f"judge calls: {n_answers} to {n_answers + n_chrono} first draws (+ re-draws of unparsable replies), "
+    print(f"judge calls: {n_answers:,} to {n_answers + n_chrono:,} first draws (+ re-draws of unparsable replies), "
           f"made for answers not already judged in the cache")
     print_estimate(estimator, assumptions_below=True)
     return total - cached
@@ -578,7 +578,7 @@ def _print_batch_plan(config: Config, jobs: list[pipeline.Job], judge: str, by_b
 
     known = sum(by_batch.values())
     where = ", ".join(f"{name}: {n}" for name, n in sorted(by_batch.items()))
-    print(f"--batch: {known} of the {uncached} uncached calls known now go by batch" + (f" ({where})" if where else "")
+    print(f"--batch: {known:,} of the {uncached:,} uncached calls known now go by batch" + (f" ({where})" if where else "")
           + f", {uncached - known} direct")
     for model in dict.fromkeys(j.model for j in jobs if j.mode in A.RAG_MODES):
         print(f"--batch: RAG answers of {model}: {route(model)}")

@@ -15,7 +15,7 @@ Checks, each ok, FAILED or skipped (with why):
   scores, F1, chronological indices, tau, exact match and failure;
 - scores: the run's scores recomputed from those judgments (report.summarize,
   as `tulving run` computes them) against the claimed scores.json, figure by
-  figure.
+  figure, the ranking block too (average ranks, Friedman and pairwise tests).
 
 What it cannot prove: that the judge replies came from the judge named. A
 forger who edits an answer or a reply and recomputes every digest and score
@@ -295,10 +295,43 @@ def _row_figures(row: Mapping[str, V]) -> Iterator[tuple[str, V | None]]:
         yield f"bins.{b}.count", cell.get("count") if isinstance(cell, dict) else None
 
 
+def _ranking_figures(ranking: Mapping[str, object] | None) -> Iterator[tuple[str, str, object]]:
+    """The ranking block's figures as (configuration, name, value): average
+    ranks, the Friedman p, each pair's Holm-adjusted p and verdict, the cliques."""
+    if ranking is None:
+        return
+    yield "ranking", "n_questions", ranking.get("n_questions")
+    yield "ranking", "friedman_p", ranking.get("friedman_p")
+    yield "ranking", "cliques", ranking.get("cliques")
+    ranks = ranking.get("average_ranks")
+    for name, value in sorted(ranks.items()) if isinstance(ranks, dict) else []:
+        yield str(name), "average rank", value
+    pairs = ranking.get("pairs")
+    for pair in pairs if isinstance(pairs, list) else []:
+        if isinstance(pair, dict):
+            label = f"{pair.get('a')} vs {pair.get('b')}"
+            yield label, "p_holm", pair.get("p_holm")
+            yield label, "significant", pair.get("significant")
+
+
+def check_ranking(claimed: Mapping[str, object] | None, recomputed: Mapping[str, object] | None,
+                  out: Verification) -> None:
+    """The claimed ranking (average ranks, tests between configurations)
+    against the one recomputed from the judgments; a ranking claimed where
+    none follows, or left out where one does, is a figure that does not follow."""
+    theirs = {(c, n): v for c, n, v in _ranking_figures(claimed)}
+    ours = {(c, n): v for c, n, v in _ranking_figures(recomputed)}
+    for key in list(ours) + [k for k in theirs if k not in ours]:
+        out.figures.append(Figure(key[0], key[1], theirs.get(key), ours.get(key)))
+
+
 def check_scores(bundle: Json, records: list[ResultRecord], out: Verification) -> None:
     found = bundle.get("run")
     run: Json = found if isinstance(found, dict) else {}
-    recomputed = {(r["model"], r["mode"]): r for r in summarize(records, run)["runs"]}
+    summary = summarize(records, run)
+    claimed_ranking = _field(bundle, "claimed", "ranking")
+    check_ranking(claimed_ranking if isinstance(claimed_ranking, dict) else None, summary.get("ranking"), out)
+    recomputed = {(r["model"], r["mode"]): r for r in summary["runs"]}
     claimed_rows = _field(bundle, "claimed", "runs")
     claimed = {(r.get("model"), r.get("mode")): r for r in claimed_rows if isinstance(r, dict)} \
         if isinstance(claimed_rows, list) else {}
