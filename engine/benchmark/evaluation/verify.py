@@ -295,7 +295,7 @@ def _row_figures(row: Mapping[str, V]) -> Iterator[tuple[str, V | None]]:
         yield f"bins.{b}.count", cell.get("count") if isinstance(cell, dict) else None
 
 
-def _ranking_figures(ranking: Mapping[str, object] | None) -> Iterator[tuple[str, str, object]]:
+def _ranking_figures(ranking: Mapping[str, V] | None) -> Iterator[tuple[str, str, V | None]]:
     """The ranking block's figures as (configuration, name, value): average
     ranks, the Friedman p, each pair's Holm-adjusted p and verdict, the cliques."""
     if ranking is None:
@@ -314,7 +314,7 @@ def _ranking_figures(ranking: Mapping[str, object] | None) -> Iterator[tuple[str
             yield label, "significant", pair.get("significant")
 
 
-def check_ranking(claimed: Mapping[str, object] | None, recomputed: Mapping[str, object] | None,
+def check_ranking(claimed: Mapping[str, JSONValue] | None, recomputed: Mapping[str, object] | None,
                   out: Verification) -> None:
     """The claimed ranking (average ranks, tests between configurations)
     against the one recomputed from the judgments; a ranking claimed where
