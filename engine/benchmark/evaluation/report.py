@@ -224,7 +224,7 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
     if job is not None:
         _add_job_figures(row, job)
     if memory is not None or any(r.evidence_tokens is not None for r in records):
-        row["memory"] = memory_figures(records, memory)
+        row["memory"] = memory_figures(records, memory, model)
     if row.get("smoke") and records:
         row["answer_seconds"] = round(sum(r.latency for r in records) / len(records), 1)
     return row
