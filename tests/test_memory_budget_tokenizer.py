@@ -137,3 +137,31 @@ def test_the_encodings_count_as_bpe_openai_does():
     text = "Eleanor Rigby met Marcus in the Central Park on 2026-11-28, naïvely."
     assert count_tokens(text) == len(CL100K.encode(text))
     assert count_tokens(text, O200K_BASE) == len(O200K.encode(text))
+
+
+def _rows(*labels):
+    return [{"model": f"m{n}", "mode": f"s{n}", "memory": {"budget": label}} for n, label in enumerate(labels)]
+
+
+def test_rows_differing_only_in_their_readers_tokenizer_are_not_set_apart():
+    from engine.benchmark.evaluation.memory_report import budget_note
+
+    same = _rows("12 passages / 2,176 tokens (cl100k_base)", "12 passages / 2,155 tokens (o200k_base)")
+    assert budget_note(same) is None
+    for other in ("12 passages / 2,000 tokens (cl100k_base)", "10 passages / 2,155 tokens (o200k_base)",
+                  "whole book", "12 passages"):
+        note = budget_note(same + _rows(other))
+        assert note is not None and other in note
+
+
+def test_the_protocols_budget_names_its_tokenizer():
+    import jsonschema
+
+    from tests.test_memory_subprocess import validator
+
+    recall = {"type": "recall", "id": "r1", "question": "Where?", "budget": Budget(3, 2000, O200K_BASE).to_json()}
+    validator("toProcess").validate(recall)
+    assert recall["budget"] == {"passages": 3, "tokens": 2000, "tokenizer": "o200k_base"}
+    del recall["budget"]["tokenizer"]
+    with pytest.raises(jsonschema.ValidationError):
+        validator("toProcess").validate(recall)
