@@ -10,10 +10,10 @@ comparison), in a shuffled order (seeded: the same every run) so that the
 order of the questions says nothing about them, up to the system's
 `concurrency` at once. The system is handed `budget` (the loosest of its
 readers'); what it returns is cut to each reader's own (`budgets`, one per
-tokenizer), so that a row's evidence tokens are its reader's. Each phase has a time limit; a system that fails,
-hangs or breaks the contract is stopped and named, with its phase, in one
-line, and its unanswered questions carry that line as their error: the rest
-of the run goes on. A recall that fails alone fails its question only.
+tokenizer), so that a row's evidence tokens are its reader's. Each phase has
+a time limit; a system that fails, hangs or breaks the contract is stopped
+and named, with its phase, in one line, and its unanswered questions carry
+that line as their error: the rest of the run goes on. A recall that fails alone fails its question only.
 """
 from __future__ import annotations
 

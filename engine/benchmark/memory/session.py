@@ -1,16 +1,17 @@
 """The memory systems of one run, prepared side by side.
 
     session = MemorySession(engine, config, settings)
-    prepared = await session.prepare(book, questions, "mem0")   # once per system
+    prepared = await session.prepare(book, questions, "mem0", texts, readers)   # once per system
 
 Each system gets its own workdir (under the run folder), its own meter, the
 run's evidence budget (counted in its readers' tokenizers: the loosest is
-handed to it, each reader's rows are cut to their own), and the models the run lends it: `--memory-model`
-(default: the run's first answering model) for chat, the run's embedding
-model for embeddings. When an outside system is in the run, Tulving serves
-its OpenAI-compatible endpoint on loopback (proxy.py) for the length of the
-run, with a secret per system. The paper's RAG systems get the paper's K
-(computed here from the question set, which they never see).
+handed to it, each reader's rows are cut to their own), and the models the
+run lends it: `--memory-model` (default: the run's first answering model)
+for chat, the run's embedding model for embeddings. When an outside system
+is in the run, Tulving serves its OpenAI-compatible endpoint on loopback
+(proxy.py) for the length of the run, with a secret per system. The paper's
+RAG systems get the paper's K (computed here from the question set, which
+they never see).
 """
 from __future__ import annotations
 
