@@ -91,7 +91,7 @@ async def test_only_the_chapters_and_the_question_texts_cross_both_ways_valid(tm
     # Exactly these messages, each a compact line: nothing else reached the process.
     assert all(line == orjson.dumps(m) + b"\n" for line, m in zip(received, messages))
     assert messages[0] == {"type": "open", "protocol": 1, "name": "keywords", "workdir": str(services.workdir),
-                           "budget": {"passages": 3, "tokens": 2000},
+                           "budget": {"passages": 3, "tokens": 2000, "tokenizer": "cl100k_base"},
                            "models": {"chat": "builtin:reader", "embed": "local:minilm"},
                            "openai": {"base_url": "http://127.0.0.1:9/v1", "api_key": "per-run-secret"},
                            "options": {"k": 3}}
@@ -100,7 +100,7 @@ async def test_only_the_chapters_and_the_question_texts_cross_both_ways_valid(tm
     assert [c for m in ingests for c in m["chapters"]] == [{"id": c.id, "text": c.text} for c in chapters]
     recall_messages = [m for m in messages if m["type"] == "recall"]
     assert sorted(m["question"] for m in recall_messages) == questions
-    assert all(m["budget"] == {"passages": 3, "tokens": 2000} for m in recall_messages)
+    assert all(m["budget"] == {"passages": 3, "tokens": 2000, "tokenizer": "cl100k_base"} for m in recall_messages)
     assert len({m["id"] for m in recall_messages}) == len(questions)
     assert [m["type"] for m in messages] == ["open", *["ingest"] * len(ingests), "ready",
                                              *["recall"] * len(questions), "close"]

@@ -241,7 +241,7 @@ async def test_rows_with_different_budgets_are_said_so(tmp_path, short_book, que
 
     summary = summarize(ev.records, {"memory": memory_record(ev, None), "jobs": []})
     text = leaderboard_text(summary)
-    assert "different evidence budgets (whole book: in-context; 3 passages / 400 tokens: kw)" in text
+    assert "different evidence budgets (whole book: in-context; 3 passages / 400 tokens (cl100k_base): kw)" in text
     kw = next(r for r in summary["runs"] if r["mode"] == "kw")
-    assert kw["memory"]["budget"] == "3 passages / 400 tokens" and kw["memory"]["cut_questions"] == len(questions)
+    assert kw["memory"]["budget"] == "3 passages / 400 tokens (cl100k_base)" and kw["memory"]["cut_questions"] == len(questions)
     assert 0 <= kw["memory"]["retrieval_recall"] <= 1

@@ -133,8 +133,8 @@ def _add_memory_options(p: argparse.ArgumentParser) -> None:
                    help="the evidence budget: passages a memory system may return per question (default: the "
                         "paper's rag-paragraph top-K)")
     p.add_argument("--evidence-tokens", type=positive_int, metavar="N",
-                   help="the evidence budget: cl100k tokens of those passages (default: the most the paper's RAG "
-                        "modes give on the book)")
+                   help="the evidence budget: tokens of those passages, in each answering model's tokenizer "
+                        "(default: the most the paper's RAG modes give on the book, in that tokenizer)")
 
 
 def _register_finetune(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

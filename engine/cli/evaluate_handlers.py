@@ -325,8 +325,7 @@ async def _evaluate_repeats(engine: Engine, args: argparse.Namespace, config: Co
     drawn anew (draw k), judged anew; their spending joins the run's."""
     embed = embed_model if any(j.mode in A.RAG_MODES for j in jobs) else None
     engine.expect(args.repeats * pipeline.expected_calls(jobs))  # the progress line's total, every repeat known up front
-    memory = memory_settings(args, args.memory_plan, book, questions, Path(args.out_dir), [j.model for j in jobs],
-                             embed_model)
+    memory = memory_settings(args, args.memory_plan, Path(args.out_dir), [j.model for j in jobs], embed_model)
     evaluation = await pipeline.evaluate(engine, config, book, questions, jobs, judge=args.judge, embed_model=embed,
                                          expected=True, memory=memory)
     extra = []

@@ -2,7 +2,7 @@
 run.json keeps of them.
 
     plan = memory_plan(args, config)            # --modes + --memory, checked by name
-    settings = memory_settings(args, plan, book, questions, out, models)
+    settings = memory_settings(args, plan, out, models, embed_model)
     memory_record(evaluation, plan)             # run.json's "memory"
 """
 from __future__ import annotations
@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.benchmark.evaluation.memory_report import EvidenceRecord, MemoryEntry
+from engine.benchmark.evaluation.memory_report import BudgetRecord, EvidenceRecord, MemoryEntry
 from engine.benchmark.evaluation.pipeline import AGENT, Evaluation, Job
 from engine.benchmark.evaluation.questions import Question
-from engine.benchmark.generation.bookdir import Book
-from engine.benchmark.memory.budget import Evidence, paper_budget
+from engine.benchmark.memory.budget import Evidence
 from engine.benchmark.memory.contract import Budget, MemorySpec
 from engine.benchmark.memory.meter import percentiles
 from engine.benchmark.memory.registry import make_memory, memory_specs, pick
@@ -64,19 +63,20 @@ def plan_memory_jobs(plan: MemoryPlan, jobs: list[Job], questions: Sequence[Ques
     return kept
 
 
-def run_budget(args: argparse.Namespace, book: Book, questions: Sequence[Question]) -> Budget:
-    """The paper's budget, with what --evidence-passages / --evidence-tokens change."""
-    budget = paper_budget(book.text, questions)
-    return Budget(passages=getattr(args, "evidence_passages", None) or budget.passages,
-                  tokens=getattr(args, "evidence_tokens", None) or budget.tokens)
+def run_budget(args: argparse.Namespace) -> Budget | None:
+    """What --evidence-passages / --evidence-tokens set (None: the paper's
+    budget whole); the session counts it in each answering model's tokenizer
+    and fills what is unset with the paper's figures in that tokenizer."""
+    passages, tokens = getattr(args, "evidence_passages", None), getattr(args, "evidence_tokens", None)
+    return Budget(passages=passages, tokens=tokens) if passages or tokens else None
 
 
-def memory_settings(args: argparse.Namespace, plan: MemoryPlan, book: Book, questions: Sequence[Question],
-                    out: Path, models: Sequence[str], embed_model: str | None) -> MemorySettings:
+def memory_settings(args: argparse.Namespace, plan: MemoryPlan, out: Path, models: Sequence[str],
+                    embed_model: str | None) -> MemorySettings:
     readers = [m for m in models if m != AGENT]
     chat = getattr(args, "memory_model", None) or (readers[0] if readers else None)
     return MemorySettings(specs=plan.specs, workdir=out / "memory", chat_model=chat, embed_model=embed_model,
-                          budget=run_budget(args, book, questions))
+                          budget=run_budget(args))
 
 
 def memory_identity(args: argparse.Namespace, plan: MemoryPlan) -> dict[str, object]:
@@ -99,13 +99,23 @@ def _evidence_figures(evidence: Sequence[Evidence]) -> EvidenceRecord:
             "cut_passages": sum(e.cut_passages for e in kept), "cut_tokens": sum(e.cut_tokens for e in kept)}
 
 
+def _budget_record(budget: Budget) -> BudgetRecord:
+    return {"passages": budget.passages, "tokens": budget.tokens, "tokenizer": budget.tokenizer}
+
+
 def prepared_record(prepared: Prepared, spec: MemorySpec | None) -> MemoryEntry:
-    """One memory system in run.json: where it came from, its budget, each
-    phase's time, calls and dollars, recall latency, evidence size and cuts."""
+    """One memory system in run.json: where it came from, the budget it was
+    handed and each answering model's (in its tokenizer), each phase's time,
+    calls and dollars, recall latency, evidence size and cuts (in the handed
+    budget's tokenizer)."""
     meter = prepared.meter.to_json()
+    readers: dict[str, BudgetRecord] = {}
+    for model in sorted(prepared.readers):
+        budget = prepared.budget_of(model)
+        if budget is not None:
+            readers[model] = _budget_record(budget)
     return {"origin": spec.origin if spec else None, "prompt": prepared.prompt, "answers": prepared.answers,
-            "budget": {"passages": prepared.budget.passages, "tokens": prepared.budget.tokens} if prepared.budget
-            else None,
+            "budget": _budget_record(prepared.budget) if prepared.budget else None, "budgets": readers,
             "phases": meter["phases"], "recall_latency": meter["recall_latency"],
             "evidence": _evidence_figures(list(prepared.evidence.values())),
             "failure": prepared.failure}

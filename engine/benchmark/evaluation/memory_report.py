@@ -2,7 +2,7 @@
 (model, memory), the evidence and its budget, retrieval recall and precision
 of the ground-truth chapters, and the cost and latency of each phase.
 
-    row["memory"] = memory_figures(records, run["memory"].get(mode))   # scores.json
+    row["memory"] = memory_figures(records, run["memory"].get(mode), model)   # scores.json
     memory_table(summary)        # report.md and index.html: one row per configuration
     budget_note(summary)         # one line when ranked rows had different budgets
 
@@ -11,16 +11,21 @@ them (records' `retrieval_recall` / `retrieval_precision`, budget.coverage).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from itertools import combinations
+from typing import NotRequired, TypedDict
 
 from engine.benchmark.evaluation.results import ResultRecord
+from engine.benchmark.memory.contract import Budget
 from engine.benchmark.memory.meter import Percentiles, PhaseRecord
+from engine.tokens import CL100K_BASE
 
 
 class BudgetRecord(TypedDict):
     passages: int | None
     tokens: int | None
+    tokenizer: NotRequired[str]   # what the tokens are counted in (absent in older runs: cl100k_base)
 
 
 class EvidenceRecord(TypedDict):
@@ -39,7 +44,8 @@ class MemoryEntry(TypedDict):
     origin: str | None
     prompt: str                   # rag | book | finetuned
     answers: bool                 # agent style: the system answered itself
-    budget: BudgetRecord | None   # None: the whole book, or the weights
+    budget: BudgetRecord | None   # the budget it was handed; None: the whole book, or the weights
+    budgets: NotRequired[dict[str, BudgetRecord]]  # each answering model's, in its tokenizer (its rows' cut)
     phases: dict[str, PhaseRecord]
     recall_latency: Percentiles
     evidence: EvidenceRecord
@@ -50,7 +56,7 @@ class MemoryFigures(TypedDict, total=False):
     """A configuration's memory figures in scores.json: what its results
     say (the same for every execution of the run). Each system's time,
     calls, dollars and latency are in scores.json's "memory" (run.json's)."""
-    budget: str                       # "12 passages / 2,176 tokens", "whole book", "none (weights)"
+    budget: str                       # "12 passages / 2,176 tokens (cl100k_base)", "whole book", "none (weights)"
     answers: bool                     # the system answered itself (agent style)
     evidence_tokens: float | None     # mean over answered questions
     retrieval_recall: float | None
@@ -63,23 +69,26 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def budget_label(entry: MemoryEntry | None) -> str:
+def budget_label(entry: MemoryEntry | None, model: str | None = None) -> str:
+    """The budget of `model`'s rows (its own, in its tokenizer; else the one
+    the system was handed), as the reports show it."""
     if entry is None:
         return "not stated"
-    budget = entry.get("budget")
+    budget = (entry.get("budgets") or {}).get(model or "") or entry.get("budget")
     if budget is None:
         return "none (weights)" if entry.get("prompt") == "finetuned" else "whole book"
-    parts = [f"{budget['passages']} passages" if budget.get("passages") is not None else "",
-             f"{budget['tokens']:,} tokens" if budget.get("tokens") is not None else ""]
-    return " / ".join(p for p in parts if p) or "no limit"
+    return Budget(passages=budget.get("passages"), tokens=budget.get("tokens"),
+                  tokenizer=budget.get("tokenizer", CL100K_BASE)).label()
 
 
-def memory_figures(records: Sequence[ResultRecord], entry: MemoryEntry | None) -> MemoryFigures:
+def memory_figures(records: Sequence[ResultRecord], entry: MemoryEntry | None, model: str | None = None
+                   ) -> MemoryFigures:
     """One configuration's memory figures: from its records, and from
-    run.json's entry of its memory system (None: a run without one)."""
+    run.json's entry of its memory system (None: a run without one);
+    `model`: the configuration's answering model, whose budget it had."""
     with_evidence = [r for r in records if r.evidence_tokens is not None]
     figures: MemoryFigures = {
-        "budget": budget_label(entry),
+        "budget": budget_label(entry, model),
         "evidence_tokens": _mean([float(r.evidence_tokens or 0) for r in with_evidence]),
         "retrieval_recall": _mean([r.retrieval_recall for r in records if r.retrieval_recall is not None]),
         "retrieval_precision": _mean([r.retrieval_precision for r in records if r.retrieval_precision is not None]),
@@ -129,16 +138,30 @@ def memory_table(runs: Sequence[Mapping[str, object]], systems: Mapping[str, Mem
     return rows
 
 
+_LABEL = re.compile(r"^(?:(?P<passages>\d[\d,]*) passages)?(?: / )?(?:[\d,]+ tokens \((?P<tokenizer>[\w.-]+)\))?$")
+
+
+def _same_budget(a: str, b: str) -> bool:
+    """Two budget labels are the run's one budget counted in two readers'
+    tokenizers: the same passages, tokens each in its own tokenizer."""
+    found_a, found_b = _LABEL.match(a), _LABEL.match(b)
+    if found_a is None or found_b is None or None in (found_a["tokenizer"], found_b["tokenizer"]):
+        return a == b
+    return found_a["passages"] == found_b["passages"] and found_a["tokenizer"] != found_b["tokenizer"]
+
+
 def budget_note(runs: Sequence[Mapping[str, object]]) -> str | None:
     """One line when the rows had different evidence budgets: their scores
-    do not compare like for like."""
+    do not compare like for like. Rows whose budgets differ only in their
+    answering models' tokenizers (the same passages, the tokens each in its
+    reader's tokenizer) had the run's one budget: they are not set apart."""
     by_budget: dict[str, list[str]] = {}
     for run in runs:
         memory = run.get("memory")
         label = memory.get("budget") if isinstance(memory, dict) else None
         if isinstance(label, str):
             by_budget.setdefault(label, []).append(str(run["mode"]))
-    if len(by_budget) < 2:
+    if all(_same_budget(a, b) for a, b in combinations(by_budget, 2)):
         return None
     parts = "; ".join(f"{label}: {', '.join(dict.fromkeys(modes))}" for label, modes in by_budget.items())
     return f"note: these rows had different evidence budgets ({parts}): compare rows within a budget"

@@ -51,6 +51,7 @@ from engine.config import Config, ModelAlias
 from engine.requests import ChatRequest, Outcome, Request, RequestSettings
 from engine.resolve import resolve
 from engine.spending import Spending
+from engine.tokens import encoding_of_model
 from providers.base import ChatResult, TulvingError
 
 if TYPE_CHECKING:
@@ -237,6 +238,8 @@ class JobRunner:
         self.judge_model = judge_model
         self.prepared = prepared
         self.alias = config.alias(job.model) if job.given is None and job.model != AGENT else None
+        # The evidence is cut to the budget counted in the reader's tokenizer (an agent's: the one handed).
+        self.tokenizer = encoding_of_model(self.alias.model) if self.alias is not None else None
         self.judge_alias = config.alias(judge_model)
         self.pending: dict[int, _Pending] = {}
         self.records: list[ResultRecord] = []
@@ -255,7 +258,7 @@ class JobRunner:
                 yield self._given(item, self.job.given.get(q.q_idx))
                 continue
             assert self.prepared is not None  # every job without given answers has its memory
-            evidence = self.prepared.for_question(q.question)
+            evidence = self.prepared.for_question(q.question, self.tokenizer)
             self._record_evidence(item.record, evidence)
             if evidence.error is not None:
                 item.record.answer_error = evidence.error
@@ -501,12 +504,13 @@ async def evaluate(engine: Engine, config: Config, book: Book, questions: Sequen
     spending = Spending()
     session = MemorySession(engine, config, memory or default_memory_settings(jobs, embed_model), dict(prepared or {}))
     needed = _questions_by_memory(jobs)
+    readers = _readers_by_memory(config, jobs)
     runners: dict[int, JobRunner] = {}
 
     async def run_job(n: int, job: Job) -> list[ResultRecord]:
         # A job waits for its own memory system only: the others' preparation goes on beside it.
         prepared = None if job.given is not None else await session.prepare(book, questions, job.mode,
-                                                                            needed[job.mode])
+                                                                            needed[job.mode], readers.get(job.mode))
         runners[n] = JobRunner(engine, config, book, job, judge, prepared, spending)
         return await runners[n].run()
 
@@ -549,6 +553,16 @@ def _questions_by_memory(jobs: Sequence[Job]) -> dict[str, list[str]]:
         if job.given is None:
             needed.setdefault(job.mode, {}).update(dict.fromkeys(q.question for q in job.questions))
     return {name: list(texts) for name, texts in needed.items()}
+
+
+def _readers_by_memory(config: Config, jobs: Sequence[Job]) -> dict[str, dict[str, str]]:
+    """The answering models of each memory system's jobs, each with the
+    tokenizer its evidence budget is counted in."""
+    readers: dict[str, dict[str, str]] = {}
+    for job in jobs:
+        if job.given is None and job.model != AGENT:
+            readers.setdefault(job.mode, {})[job.model] = encoding_of_model(config.alias(job.model).model)
+    return readers
 
 
 def _add_memory_figures(evaluation: Evaluation) -> None:

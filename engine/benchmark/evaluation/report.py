@@ -224,7 +224,7 @@ def summarize_run(model: str, mode: str, records: Sequence[ResultRecord],
     if job is not None:
         _add_job_figures(row, job)
     if memory is not None or any(r.evidence_tokens is not None for r in records):
-        row["memory"] = memory_figures(records, memory)
+        row["memory"] = memory_figures(records, memory, model)
     if row.get("smoke") and records:
         row["answer_seconds"] = round(sum(r.latency for r in records) / len(records), 1)
     return row
@@ -506,7 +506,8 @@ def render_markdown(summary: Scores) -> str:
     memory_rows = memory_table(summary["runs"], summary.get("memory") or {})
     if memory_rows:
         parts.append("## Memory systems\n\nEach memory system read the book once and gave every answering model "
-                     "the same evidence for a question, within the evidence budget (passages and cl100k tokens). "
+                     "the same evidence for a question, within the evidence budget (passages, and tokens in that "
+                     "model's tokenizer: the budget column names it). "
                      "Chapter recall and precision: of the ground-truth chapters, by the chapters the evidence came "
                      "from. Ingest and recall: the system's own time, calls and dollars (docs/memory-systems.md)."
                      "\n\n" + _md_table(MEMORY_HEAD, memory_rows))

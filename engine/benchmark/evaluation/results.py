@@ -34,8 +34,9 @@ in-context book and the fine-tuned weights):
     evidence_chapters  the chapter of each passage kept within the budget, most relevant
                   first (null where the system could not say)
     evidence      outside systems only: the passages kept, [{"chapter", "text"}]
-    evidence_tokens    cl100k tokens of the passages kept
-    evidence_cut, evidence_cut_tokens  passages (and their tokens) the run's budget cut
+    evidence_tokens    tokens of the passages kept, in the answering model's tokenizer
+                  (run.json's memory.NAME.budgets names it; an agent's: memory.NAME.budget)
+    evidence_cut, evidence_cut_tokens  passages (and their tokens) the row's budget cut
     retrieval_recall   share of the ground-truth chapters among the evidence's chapters
                   (null for a question without ground truth)
     retrieval_precision  share of the evidence's distinct chapters that are ground truth

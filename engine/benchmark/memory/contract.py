@@ -36,6 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.tokens import CL100K_BASE
 from providers.base import TulvingError
 
 # How the answering model is prompted with a memory's evidence. Outside
@@ -76,19 +77,21 @@ class Chapter:
 @dataclass(frozen=True, slots=True)
 class Budget:
     """What one recall may return: at most `passages` passages and `tokens`
-    evidence tokens (cl100k_base, counted by Tulving over the passages'
-    texts); None: no limit. Evidence beyond it is cut, whole passages from
-    the last one, and the cut is counted."""
+    evidence tokens, counted by Tulving over the passages' texts in
+    `tokenizer` (the answering model's: providers/tokens.py); None: no limit.
+    Evidence beyond it is cut, whole passages from the last one, and the cut
+    is counted."""
 
     passages: int | None = None
     tokens: int | None = None
+    tokenizer: str = CL100K_BASE
 
-    def to_json(self) -> dict[str, int | None]:
-        return {"passages": self.passages, "tokens": self.tokens}
+    def to_json(self) -> dict[str, int | str | None]:
+        return {"passages": self.passages, "tokens": self.tokens, "tokenizer": self.tokenizer}
 
     def label(self) -> str:
         parts = [f"{self.passages} passages" if self.passages is not None else "",
-                 f"{self.tokens:,} tokens" if self.tokens is not None else ""]
+                 f"{self.tokens:,} tokens ({self.tokenizer})" if self.tokens is not None else ""]
         return " / ".join(p for p in parts if p) or "no limit"
 
 

@@ -1,24 +1,26 @@
 """One memory system through a run: open, ingest, ready, recall, close.
 
-    prepared = await prepare(system, services, chapters, question_texts, budget)
-    prepared.evidence[question_text]   # Evidence: passages kept, cuts, answer, error
-    prepared.failure                   # one line when the system failed, else None
+    prepared = await prepare(system, services, chapters, question_texts, budget, budgets=per_tokenizer)
+    prepared.for_question(question_text, tokenizer)   # Evidence: passages kept, cuts, answer, error
+    prepared.failure   # one line when the system failed, else None
 
 Every distinct question text is recalled once, whatever the number of
 answering models (the evidence is the same for every reader: the fair
 comparison), in a shuffled order (seeded: the same every run) so that the
 order of the questions says nothing about them, up to the system's
-`concurrency` at once. Each phase has a time limit; a system that fails,
-hangs or breaks the contract is stopped and named, with its phase, in one
-line, and its unanswered questions carry that line as their error: the rest
-of the run goes on. A recall that fails alone fails its question only.
+`concurrency` at once. The system is handed `budget` (the loosest of its
+readers'); what it returns is cut to each reader's own (`budgets`, one per
+tokenizer), so that a row's evidence tokens are its reader's. Each phase has
+a time limit; a system that fails, hangs or breaks the contract is stopped
+and named, with its phase, in one line, and its unanswered questions carry
+that line as their error: the rest of the run goes on. A recall that fails alone fails its question only.
 """
 from __future__ import annotations
 
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -73,17 +75,36 @@ class Prepared:
     name: str
     prompt: str
     answers: bool
-    budget: Budget | None
+    budget: Budget | None  # the budget the system was handed (the loosest of its readers'), None: none applies
     meter: PhaseMeter
-    evidence: dict[str, Evidence] = field(default_factory=dict)
+    evidence: dict[str, Evidence] = field(default_factory=dict)  # each question's, cut to `budget`
     failure: str | None = None
     keep_texts: bool = False  # the results keep the passages' texts (outside systems: for the drill-down)
+    budgets: dict[str, Budget] = field(default_factory=dict)  # each reader's tokenizer -> the budget of its rows
+    readers: dict[str, str] = field(default_factory=dict)     # each answering model -> its tokenizer
+    recalls: dict[str, Recall] = field(default_factory=dict)  # what the system returned, before any cut
+    _cuts: dict[tuple[str, str], Evidence] = field(default_factory=dict)
 
-    def for_question(self, text: str) -> Evidence:
+    def for_question(self, text: str, tokenizer: str | None = None) -> Evidence:
+        """The question's evidence cut to the budget of `tokenizer`'s readers
+        (None, or a tokenizer without its own budget: to `budget`)."""
         found = self.evidence.get(text)
-        if found is not None:
+        if found is None:
+            return Evidence(error=self.failure or f"memory system {self.name!r} gave no evidence for this question")
+        own = self.budgets.get(tokenizer) if tokenizer is not None else None
+        recall = self.recalls.get(text)
+        if own is None or own == self.budget or recall is None or found.error is not None:
             return found
-        return Evidence(error=self.failure or f"memory system {self.name!r} gave no evidence for this question")
+        cut = self._cuts.get((text, own.tokenizer))
+        if cut is None:
+            cut = within_budget(recall.passages, own, recall.answer if self.answers else None)
+            self._cuts[(text, own.tokenizer)] = cut
+        return cut
+
+    def budget_of(self, model: str) -> Budget | None:
+        """The budget of `model`'s rows (an agent-style system's: the one it was handed)."""
+        tokenizer = self.readers.get(model)
+        return self.budgets.get(tokenizer, self.budget) if tokenizer is not None else self.budget
 
 
 def chapters_of(chapter_texts: Sequence[str]) -> list[Chapter]:
@@ -109,12 +130,14 @@ def _checked(system: MemorySystem, recall: object) -> Recall:
 class _Preparation:
     """The phases of one system, with the state they share."""
 
-    def __init__(self, system: MemorySystem, services: EngineServices, budget: Budget | None, timeouts: Timeouts):
+    def __init__(self, system: MemorySystem, services: EngineServices, budget: Budget | None, timeouts: Timeouts,
+                 budgets: Mapping[str, Budget] | None = None):
         self.system, self.services, self.timeouts = system, services, timeouts
         self.meter = services.meter
         no_budget = system.prompt in (BOOK, FINETUNED)  # the whole book, or the weights
         self.prepared = Prepared(name=system.name, prompt=system.prompt, answers=system.answers,
-                                 budget=None if no_budget else budget, meter=self.meter)
+                                 budget=None if no_budget else budget, meter=self.meter,
+                                 budgets={} if no_budget else dict(budgets or {}))
         self.phase = "open"
 
     def _fail(self, exc: BaseException) -> None:
@@ -190,11 +213,14 @@ class _Preparation:
             return Evidence(error=f"memory system {self.system.name!r} failed at recall: {type(exc).__name__}: {exc}")
         finally:
             self.meter.recalled(time.perf_counter() - start)
+        self.prepared.recalls[text] = recall
         return within_budget(recall.passages, self.prepared.budget, recall.answer if self.system.answers else None)
 
 
 async def prepare(system: MemorySystem, services: EngineServices, chapters: Sequence[Chapter],
-                  questions: Sequence[str], budget: Budget | None, timeouts: Timeouts | None = None) -> Prepared:
+                  questions: Sequence[str], budget: Budget | None, timeouts: Timeouts | None = None, *,
+                  budgets: Mapping[str, Budget] | None = None) -> Prepared:
     """Run `system` through its phases over the book's `chapters`, recalling
-    every text of `questions` under `budget` (see the module's docstring)."""
-    return await _Preparation(system, services, budget, timeouts or Timeouts()).run(chapters, questions)
+    every text of `questions` under `budget`; `budgets`: each reader
+    tokenizer's own, which its rows are cut to (see the module's docstring)."""
+    return await _Preparation(system, services, budget, timeouts or Timeouts(), budgets).run(chapters, questions)

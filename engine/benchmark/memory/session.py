@@ -1,15 +1,17 @@
 """The memory systems of one run, prepared side by side.
 
     session = MemorySession(engine, config, settings)
-    prepared = await session.prepare(book, questions, "mem0")   # once per system
+    prepared = await session.prepare(book, questions, "mem0", texts, readers)   # once per system
 
 Each system gets its own workdir (under the run folder), its own meter, the
-run's evidence budget, and the models the run lends it: `--memory-model`
-(default: the run's first answering model) for chat, the run's embedding
-model for embeddings. When an outside system is in the run, Tulving serves
-its OpenAI-compatible endpoint on loopback (proxy.py) for the length of the
-run, with a secret per system. The paper's RAG systems get the paper's K
-(computed here from the question set, which they never see).
+run's evidence budget (counted in its readers' tokenizers: the loosest is
+handed to it, each reader's rows are cut to their own), and the models the
+run lends it: `--memory-model` (default: the run's first answering model)
+for chat, the run's embedding model for embeddings. When an outside system
+is in the run, Tulving serves its OpenAI-compatible endpoint on loopback
+(proxy.py) for the length of the run, with a secret per system. The paper's
+RAG systems get the paper's K (computed here from the question set, which
+they never see).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 from engine.benchmark.evaluation import rag
 from engine.benchmark.evaluation.questions import Question
 from engine.benchmark.generation.bookdir import Book
-from engine.benchmark.memory.budget import paper_budget
+from engine.benchmark.memory.budget import loosest, paper_budget
 from engine.benchmark.memory.builtin import RagMemory
 from engine.benchmark.memory.contract import BOOK, FINETUNED, Budget, MemorySpec, MemorySystem
 from engine.benchmark.memory.meter import PhaseMeter
@@ -32,6 +34,7 @@ from engine.benchmark.memory.registry import make_memory
 from engine.benchmark.memory.runner import Prepared, Timeouts, chapters_of, prepare
 from engine.benchmark.memory.services import EngineServices
 from engine.config import Config
+from engine.tokens import CL100K_BASE
 
 if TYPE_CHECKING:
     from engine.benchmark.memory.proxy import ModelEndpoint
@@ -52,7 +55,8 @@ class MemorySettings:
     workdir: Path | None = None        # each system's folder is workdir/NAME, emptied at the start (None: a temp folder)
     chat_model: str | None = None      # --memory-model
     embed_model: str | None = None     # the run's embedding model
-    budget: Budget | None = None       # None: the paper's (budget.paper_budget)
+    budget: Budget | None = None       # the figures the run sets (a None figure, or None: the paper's);
+                                       # its tokens are counted in each reader's tokenizer
     serve_endpoint: bool = True        # serve the OpenAI-compatible endpoint to outside systems
 
 
@@ -66,41 +70,52 @@ class MemorySession:
     _endpoint: ModelEndpoint | None = None
     _endpoint_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    def budget(self, book: Book, questions: Sequence[Question]) -> Budget:
-        return self.settings.budget or paper_budget(book.text, questions)
+    def budget(self, book: Book, questions: Sequence[Question], tokenizer: str = CL100K_BASE) -> Budget:
+        """The run's budget counted in `tokenizer`: the figures the settings
+        set, the paper's (in that tokenizer) for those they leave unset."""
+        chosen = self.settings.budget or Budget()
+        if chosen.passages is not None and chosen.tokens is not None:
+            return Budget(passages=chosen.passages, tokens=chosen.tokens, tokenizer=tokenizer)
+        paper = paper_budget(book.text, questions, tokenizer)
+        return Budget(passages=paper.passages if chosen.passages is None else chosen.passages,
+                      tokens=paper.tokens if chosen.tokens is None else chosen.tokens, tokenizer=tokenizer)
 
-    def prepare(self, book: Book, questions: Sequence[Question], name: str, texts: Sequence[str]
-                ) -> asyncio.Future[Prepared]:
+    def prepare(self, book: Book, questions: Sequence[Question], name: str, texts: Sequence[str],
+                readers: dict[str, str] | None = None) -> asyncio.Future[Prepared]:
         """The preparation of system `name`, recalling `texts` (the question
         texts its jobs ask), started at the first ask: every job of that
         system awaits the same one. `questions`: the whole set, for the
-        paper's K and budget."""
+        paper's K and budget; `readers`: the answering models of its jobs,
+        each with its tokenizer (none: an agent-style system's, cl100k_base)."""
         found = self._futures.get(name)
         if found is None:
             if name in self.ready:
                 found = asyncio.get_running_loop().create_future()
                 found.set_result(self.ready[name])
             else:
-                found = asyncio.ensure_future(self._prepare(book, questions, name, texts))
+                found = asyncio.ensure_future(self._prepare(book, questions, name, texts, readers or {}))
             self._futures[name] = found
         return found
 
     def models_for(self, spec: MemorySpec) -> list[str]:
         return [m for m in dict.fromkeys([self.settings.chat_model, self.settings.embed_model]) if m]
 
-    async def _prepare(self, book: Book, questions: Sequence[Question], name: str, texts: Sequence[str]) -> Prepared:
+    async def _prepare(self, book: Book, questions: Sequence[Question], name: str, texts: Sequence[str],
+                       readers: dict[str, str]) -> Prepared:
         spec = self.settings.specs[name]
         system = make_memory(spec)
         if isinstance(system, RagMemory):
             system.k = rag.top_k(questions, system.mode)
         meter = PhaseMeter(name)
         services = await self._services(spec, system, meter)
-        budget = self.budget(book, questions)
+        budgets = {t: self.budget(book, questions, t) for t in sorted(set(readers.values()) or {CL100K_BASE})}
+        budget = loosest(budgets.values())
         services.budget = None if system.prompt in (BOOK, FINETUNED) else budget
         try:
             prepared = await prepare(system, services, chapters_of(book.chapter_texts), texts, budget,
-                                     Timeouts.from_options(spec.options))
+                                     Timeouts.from_options(spec.options), budgets=budgets)
             prepared.keep_texts = not is_builtin(spec)  # the built-ins' passages are the book's chunks
+            prepared.readers = dict(readers)
             return prepared
         finally:
             if self._endpoint is not None and services.openai_api_key:

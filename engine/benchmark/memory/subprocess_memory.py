@@ -6,7 +6,7 @@ object per line on its stdout (its logs go to stderr, kept in
 WORKDIR/stderr.log). The messages, in order (protocol.schema.json beside this
 file is their JSON Schema; docs/memory-systems.md tells the whole contract):
 
-    -> {"type": "open", "protocol": 1, "name", "workdir", "budget": {"passages", "tokens"},
+    -> {"type": "open", "protocol": 1, "name", "workdir", "budget": {"passages", "tokens", "tokenizer"},
         "models": {"chat", "embed"}, "openai": {"base_url", "api_key"}, "options": {...}}
     <- {"type": "opened", "answers": false, "concurrency": 4}
     -> {"type": "ingest", "chapters": [{"id": 1, "text": "..."}, ...]}   (book order, in batches)
