@@ -6,7 +6,9 @@
    (the HTTP client's read of the body returned) to the commit of its row
    (the cache writer's transaction returned), with its two parts: reply to
    `put` (parsing, pricing: the engine) and `put` to commit (the writer's
-   batch: up to 512 rows or 20 ms, then the transaction). p50, p90, p99, max.
+   batch: up to 512 rows or 20 ms, then the transaction). p50, p90, p99, max;
+   then the same with the writer committing as soon as it wakes (no
+   gathering), beside it, with both runs' calls/s.
 2. The kill trials: TRIALS times, two `tulving run` of the short book (456
    questions, in-context, the built-in judge) started at once on one empty
    SQLite file; after a random number of replies (KILL_AFTER) one of them is
@@ -56,6 +58,8 @@ from providers.http_client import JsonHttpClient  # noqa: E402
 LATENCY = 0.02  # seconds the loopback takes per answer in the window's run
 KILL_AFTER = (20, 300)  # the kill comes after this many answers (uniform)
 _LAST_BYTE: contextvars.ContextVar[float] = contextvars.ContextVar("last_byte")
+_ORIGINAL: dict[str, Any] = {}
+GATHERS = (0.02, 0.0)  # the writer's gathering time: as shipped, then none (the baseline's trade-off)
 
 
 def config_text(server: LoopbackServer, concurrency: int) -> str:
@@ -98,27 +102,42 @@ def _instrument(puts: dict[str, tuple[float, float]], commits: dict[str, float])
         for row in rows:
             commits.setdefault(row[0], now)
 
+    _ORIGINAL.update(post=post, put=put, commit=commit)
     JsonHttpClient.post = timed_post  # type: ignore[method-assign]
     ResponseCache.put = timed_put  # type: ignore[method-assign]
     ResponseCache._commit = timed_commit  # type: ignore[method-assign]
 
 
-async def window(folder: Path, calls: int) -> dict[str, list[float]]:
+def _uninstrument() -> None:
+    JsonHttpClient.post = _ORIGINAL["post"]  # type: ignore[method-assign]
+    ResponseCache.put = _ORIGINAL["put"]  # type: ignore[method-assign]
+    ResponseCache._commit = _ORIGINAL["commit"]  # type: ignore[method-assign]
+
+
+async def window(folder: Path, calls: int, gather: float) -> dict[str, list[float]]:
+    """The window's parts over `calls` calls, the cache writer gathering rows for up to `gather` s
+    (shipped: ResponseCache's batch_seconds, 0.02); "rate": calls/s of the run, flush included."""
     puts: dict[str, tuple[float, float]] = {}
     commits: dict[str, float] = {}
     _instrument(puts, commits)
     async with LoopbackServer(models=["reader"], latency=lambda: LATENCY) as server:
         path = folder / "window.toml"
         path.write_text(config_text(server, 64))
-        requests = [ChatRequest(model="loop-reader", messages=[{"role": "user", "content": f"window {i}"}],
+        requests = [ChatRequest(model="loop-reader", messages=[{"role": "user", "content": f"window {gather} {i}"}],
                                 max_tokens=16) for i in range(calls)]
-        async with Engine(Config.load(str(path)), cache_path=str(folder / "window.sqlite")) as engine:
+        async with Engine(Config.load(str(path)), cache_path=str(folder / f"window-{gather}.sqlite")) as engine:
+            store = engine._cache
+            assert isinstance(store, ResponseCache)
+            store.batch_seconds = gather
+            start = time.perf_counter()
             outcomes = await engine.run(requests)
-            await engine._cache.flush()  # type: ignore[union-attr]
+            await store.flush()
+            seconds = time.perf_counter() - start
+    _uninstrument()
     assert all(o.ok for o in outcomes) and len(commits) == calls, (len(commits), calls)
     return {"total": [commits[k] - last for k, (last, _) in puts.items()],
             "reply_to_put": [put - last for last, put in puts.values()],
-            "put_to_commit": [commits[k] - put for k, (_, put) in puts.items()]}
+            "put_to_commit": [commits[k] - put for k, (_, put) in puts.items()], "rate": [calls / seconds]}
 
 
 def _stamp_calls(server: LoopbackServer, seen: dict[tuple[str, str], list[tuple[str, float]]]) -> None:
@@ -218,11 +237,14 @@ def main() -> None:
             print(f"trial {i + 1}: the killed run had {trial['answers_before_kill']} answers, {trial['lost']} lost "
                   f"(their age at the kill: {ages}), {trial['in_flight_paid_twice']} in flight (paid twice); "
                   f"{trial['questions']} questions", flush=True)
-        parts = asyncio.run(window(folder, args.calls))
-    print(f"\nwindow over {args.calls:,} calls (loopback answering after {LATENCY * 1000:.0f} ms, 64 at a time):")
-    print(f"  last byte of the reply -> row committed: {percentiles(parts['total'])}")
-    print(f"    last byte -> put (the engine):         {percentiles(parts['reply_to_put'])}")
-    print(f"    put -> committed (the writer):         {percentiles(parts['put_to_commit'])}")
+        windows = {gather: asyncio.run(window(folder, args.calls, gather)) for gather in GATHERS}
+    for gather, parts in windows.items():
+        print(f"\nwindow over {args.calls:,} calls (loopback answering after {LATENCY * 1000:.0f} ms, 64 at a "
+              f"time), the cache writer gathering rows for up to {gather * 1000:.0f} ms"
+              f"{' (as shipped)' if gather == GATHERS[0] else ''}: {parts['rate'][0]:,.0f} calls/s")
+        print(f"  last byte of the reply -> row committed: {percentiles(parts['total'])}")
+        print(f"    last byte -> put (the engine):         {percentiles(parts['reply_to_put'])}")
+        print(f"    put -> committed (the writer):         {percentiles(parts['put_to_commit'])}")
     lost = sum(t["lost"] for t in trials)
     before = sum(t["answers_before_kill"] for t in trials)
     ages = sorted(a for t in trials for a in t["lost_ages"])
