@@ -102,7 +102,11 @@ class GeminiBatchApi(BatchApi):
         raw, headers = await self._http.request_bytes(
             "POST", session, body=data, content_type="application/octet-stream", timeout=CONTROL_TIMEOUT,
             headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"})
-        found = orjson.loads(raw).get("file") if raw.startswith(b"{") else None
+        try:
+            reply = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            reply = None
+        found = reply.get("file") if isinstance(reply, dict) else None
         name = found.get("name") if isinstance(found, dict) else None
         if headers.get("X-Goog-Upload-Status") != "final" or not isinstance(name, str) or not name:
             raise bad_reply(self.spec.name, "file upload was not finalized or its reply has no file name",
