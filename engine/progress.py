@@ -21,7 +21,10 @@ never restart; only the label in front (the open streams) changes in place.
   longer than that ETA (the last calls are slow ones: a local model after
   the built-in reader), it says so instead of counting down a wrong figure.
   The spend is what this invocation's calls cost, with what is left under
-  --max-cost when there is a cap.
+  --max-cost when there is a cap, counted at each reply (the budget's).
+- Replies the budget has settled that no outcome has counted yet (the run
+  held up: the cache database away, its results kept in the spill file while
+  the next lookups wait for it) are named after 2 s: "4 more answered".
 - On a terminal the line is redrawn in place (`\\r`, then the rest of the
   line cleared; padded with spaces instead on TERM=dumb), cut to the
   terminal's width so it never wraps, at most 10 times a second. A line
@@ -59,6 +62,7 @@ _HEARTBEAT = 1.0         # seconds between redraws while no outcome arrives
 _RATE_WINDOW = 30.0      # the ETA's rate: completions over the last 30 s
 _SAMPLE_EVERY = 0.5
 _FAST_SKIP = 100
+_HELD_SHOWN = 2.0        # seconds paid replies wait uncounted before the line names them
 CLEAR_TO_EOL = "\x1b[K"
 
 
@@ -67,6 +71,8 @@ class Cap(Protocol):
 
     max_cost: float | None
     spent: float
+
+    def paid(self) -> tuple[float, int]: ...  # this invocation's (USD, calls answered), counted at the reply
 
 
 def plain_every() -> float:
@@ -110,6 +116,8 @@ class RunProgress:
         self.budget = budget
         self.expected = 0
         self.done = self.cached = self.failed = self.not_sent = 0
+        self.answered = 0        # counted outcomes that were paid replies (the budget counts them at the reply)
+        self._held_since: float | None = None  # when paid replies began to wait for their count
         self.spent = 0.0
         self.labels: list[str] = []
         self.started: float | None = None
@@ -145,11 +153,13 @@ class RunProgress:
             self.cached += 1
         elif outcome.error is None:
             self.spent += outcome.cost
+            self.answered += 1
         elif outcome.error.kind == BUDGET:
             self.not_sent += 1
         else:
             self.spent += outcome.cost
             self.failed += 1
+            self.answered += outcome.cost > 0  # billed without an answer (a batch line): paid all the same
         self._skip -= 1
         if self._skip < 0 and self.enabled:
             self._tick()
@@ -260,7 +270,22 @@ class RunProgress:
             text += f", {self.failed:,} failed"
         if self.not_sent:
             text += f", {self.not_sent:,} not sent (--max-cost)"
+        held = 0 if final else self._paid_uncounted(time.monotonic())
+        if held:
+            text += f", {held:,} more answered (kept; not yet counted)"
         return text
+
+    def _paid_uncounted(self, now: float) -> int:
+        """Replies paid for that no outcome has counted yet, once they have waited `_HELD_SHOWN` s: the
+        run is held up elsewhere (the cache database away, its results kept in the spill file, and
+        the lookups of the next requests waiting for it); a moment's gap in a busy run is not shown."""
+        held = max(0, self.budget.paid()[1] - self.answered) if self.budget is not None else 0
+        if not held:
+            self._held_since = None
+            return 0
+        if self._held_since is None:
+            self._held_since = now
+        return held if now - self._held_since >= _HELD_SHOWN else 0
 
     def _eta(self, rate: float, now: float) -> str:
         """"12.5/s ETA 40s"; "ETA unknown, no reply for 25s" when the replies
@@ -282,7 +307,9 @@ class RunProgress:
         return "now: " + printable(labels[0]) + (f" +{len(labels) - 1}" if len(labels) > 1 else "")
 
     def _money(self) -> str:
-        text = f"{usd(self.spent)} spent"
+        # what the replies cost as they came, counted or not yet (the budget settles each at its reply)
+        spent = max(self.spent, self.budget.paid()[0]) if self.budget is not None else self.spent
+        text = f"{usd(spent)} spent"
         cap = self.budget.max_cost if self.budget is not None else None
         if cap is not None and self.budget is not None:
             text += f", cap {usd(cap)} ({usd(max(0.0, cap - self.budget.spent))} left)"

@@ -7,7 +7,7 @@ google-genai's batches module, which reads the same JSON):
   [{"request": GenerateContentRequest, "metadata": {"key"}}]}}}}` (inlined,
   for batches up to 20 MB) or `{"inputConfig": {"fileName": "files/..."}}`
   for a JSONL file of `{"key", "request"}` lines uploaded first (the free
-  step, `prepare`: a multipart upload to `upload/v1beta/files`);
+  step, `prepare`: the resumable upload to `upload/v1beta/files`, below);
 - the reply, and every poll, is an Operation: `name` "batches/...",
   `metadata` the GenerateContentBatch (state BATCH_STATE_PENDING | RUNNING |
   SUCCEEDED | FAILED | CANCELLED | EXPIRED, batchStats with int64 counts as
@@ -47,6 +47,13 @@ INLINE_BYTES = 20 * 1000 * 1000  # inlined requests: up to 20 MB in all (the bat
 # documented under v1 and v1beta (the google-genai SDK 3.6.1 defaults to v1 for everything; v1 has been
 # seen refusing fields v1beta takes: vercel/ai#2256). So every batch and file call goes to v1beta.
 BATCH_API_VERSION = "v1beta"
+# The input file goes up by the resumable protocol (start, then the bytes with "upload, finalize"), as
+# Google's Batch guide (REST example), ai.google.dev/api/files (media.upload) and google-genai 3.6.1
+# (files.upload: _extra_utils.prepare_resumable_upload, _api_client._upload_fd) do; checked 2026-11-28.
+# Its label: "jsonl", as the Batch guide's Python, JavaScript and Java examples set it (the SDK sends the
+# caller's mime_type as X-Goog-Upload-Header-Content-Type); text/plain (document-processing guide's TXT
+# type) when the API refuses that label, as it has been reported to do (python-genai#1547, cookbook#1008).
+UPLOAD_MIME_TYPES = ("jsonl", "text/plain")
 _COUNTS = {"requestCount": "total", "successfulRequestCount": "completed", "failedRequestCount": "failed",
            "pendingRequestCount": "pending"}
 
@@ -89,22 +96,48 @@ class GeminiBatchApi(BatchApi):
         """Upload the JSONL input file when the batch is too big to inline; its name is the handle."""
         if sum(len(line) for line in lines) <= self.inline_bytes:
             return None
-        boundary = f"tulving-{uuid.uuid4().hex}"
-        meta = orjson.dumps({"file": {"displayName": f"tulving-{uuid.uuid4().hex[:12]}",
-                                      "mimeType": "application/jsonl"}})
-        parts = [f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode(), meta,
-                 f"\r\n--{boundary}\r\nContent-Type: application/jsonl\r\n\r\n".encode()]
-        for item in self._items(lines):
-            parts += (orjson.dumps({"key": item["key"], "request": item["request"]}), b"\n")
-        parts.append(f"\r\n--{boundary}--\r\n".encode())
-        url = self._provider.url(f"/upload/{BATCH_API_VERSION}/files?uploadType=multipart")
-        uploaded = await self._http.request_json("POST", url, body=b"".join(parts), timeout=CONTROL_TIMEOUT,
-                                                 content_type=f"multipart/related; boundary={boundary}")
-        found = uploaded.get("file")
+        data = b"".join(orjson.dumps({"key": item["key"], "request": item["request"]}) + b"\n"
+                        for item in self._items(lines))
+        session = await self._start_upload(len(data))
+        raw, headers = await self._http.request_bytes(
+            "POST", session, body=data, content_type="application/octet-stream", timeout=CONTROL_TIMEOUT,
+            headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"})
+        try:
+            reply = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            reply = None
+        found = reply.get("file") if isinstance(reply, dict) else None
         name = found.get("name") if isinstance(found, dict) else None
-        if not isinstance(name, str) or not name:
-            raise bad_reply(self.spec.name, "file upload reply has no file name", secret=self._secret)
+        if headers.get("X-Goog-Upload-Status") != "final" or not isinstance(name, str) or not name:
+            raise bad_reply(self.spec.name, "file upload was not finalized or its reply has no file name",
+                            secret=self._secret)
         return name
+
+    async def _start_upload(self, size: int) -> str:
+        """Start a resumable upload of `size` bytes; the session's URL (X-Goog-Upload-URL). The Batch
+        guide's `jsonl` label first; if the API answers "Unsupported MIME type" (reported, intermittently:
+        python-genai#1547, cookbook#1008), once more as text/plain, a type the Files API documents (the
+        start uploads nothing, so trying again costs nothing)."""
+        url = self._provider.url(f"/upload/{BATCH_API_VERSION}/files")
+        for mime_type in UPLOAD_MIME_TYPES:
+            meta = orjson.dumps({"file": {"displayName": f"tulving-{uuid.uuid4().hex[:12]}",
+                                          "mimeType": mime_type, "sizeBytes": str(size)}})
+            try:
+                _, headers = await self._http.request_bytes("POST", url, body=meta, timeout=CONTROL_TIMEOUT, headers={
+                    "X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start",
+                    "X-Goog-Upload-Header-Content-Length": str(size),
+                    "X-Goog-Upload-Header-Content-Type": mime_type})
+            except ProviderError as exc:
+                if exc.status == 400 and "Unsupported MIME type" in exc.message and mime_type != UPLOAD_MIME_TYPES[-1]:
+                    log.info("%s: the Files API refused the label %r; uploading as %s", self.spec.name, mime_type,
+                             UPLOAD_MIME_TYPES[-1])
+                    continue
+                raise
+            session = headers.get("X-Goog-Upload-URL")
+            if session:
+                return session
+            raise bad_reply(self.spec.name, "file upload start reply has no X-Goog-Upload-URL", secret=self._secret)
+        raise AssertionError("unreachable: the last label raises or returns")
 
     def _items(self, lines: Sequence[bytes]) -> list[dict[str, object]]:
         return [orjson.loads(line) for line in lines]

@@ -256,20 +256,23 @@ class JsonHttpClient:
     # -- control-plane calls (batch APIs): any method, raw bytes ------------------------
     async def request_bytes(self, method: str, url: str, *, body: bytes | None = None,
                             content_type: str = "application/json", timeout: float = 600.0,
-                            accept: str | None = None) -> tuple[bytes, Mapping[str, str]]:
-        """One control-plane call (GET, a multipart upload, a batch's JSONL:
-        `accept` then replaces the client's `Accept: application/json`): rare,
+                            accept: str | None = None, headers: Mapping[str, str] | None = None
+                            ) -> tuple[bytes, Mapping[str, str]]:
+        """One control-plane call (GET, an upload step, a batch's JSONL:
+        `accept` then replaces the client's `Accept: application/json`;
+        `headers` are added to the call, e.g. an upload protocol's): rare,
         so it goes through aiohttp whatever `http_client` says. Returns (body
         bytes, headers) of a 2xx reply; anything else raises a classified
         ProviderError with the key scrubbed."""
         session = self._session
         if session is None or session.closed or self._loop is not asyncio.get_running_loop():
             session = self._open_session(url)
-        headers = {"Content-Type": content_type} if body is not None else {}
+        sent = {"Content-Type": content_type} if body is not None else {}
         if accept is not None:
-            headers["Accept"] = accept
+            sent["Accept"] = accept
+        sent.update(headers or {})
         try:
-            async with session.request(method, url, data=body, headers=headers,
+            async with session.request(method, url, data=body, headers=sent,
                                        timeout=self._timeout(timeout)) as resp:
                 status, reply_headers, raw = resp.status, resp.headers, await resp.read()
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

@@ -5,6 +5,8 @@ loopback's replies, evidence that the loopback speaks the real format (so
 tests against it test the provider against that format)."""
 from __future__ import annotations
 
+import io
+
 import orjson
 import pytest
 from google import genai
@@ -139,3 +141,44 @@ async def test_a_batch_is_created_and_read_as_the_sdk_does():
     assert job.state == types.JobState.JOB_STATE_SUCCEEDED and job.model == f"models/{MODEL}"
     [inlined] = job.dest.inlined_responses
     assert inlined.metadata == {"key": "k0"} and inlined.response.text == results["k0"].text
+
+
+def _upload_meta(body: bytes) -> dict[str, object]:
+    """An upload start's `file` metadata, in one spelling (the SDK's async client sends snake_case)."""
+    meta = orjson.loads(body)["file"]
+    return {"mimeType": meta.get("mimeType", meta.get("mime_type")),
+            "sizeBytes": int(meta.get("sizeBytes", meta.get("size_bytes")))}
+
+
+async def test_a_batch_file_is_uploaded_as_the_sdk_uploads_it():
+    async with LoopbackServer(api_keys=[KEY]) as server:
+        client = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=server.gemini_base_url,
+                                                                          api_version="v1beta"))
+        api = GeminiBatchApi(EndpointSpec(name="g", kind="gemini", base_url=server.gemini_base_url), KEY)
+        api.inline_bytes = 0
+        lines = [api.line(f"k{i}", MODEL, [{"role": "user", "content": f"{PROMPT} ({i})"}], {}) for i in range(3)]
+        handle: list[str | None] = []
+        ours = await recorded(server, lambda: _append(handle, api.prepare(lines)))
+        data = ours[1].body
+        theirs = await recorded(server, lambda: client.aio.files.upload(
+            file=io.BytesIO(data), config={"mime_type": "jsonl", "display_name": "tulving-compare"}))
+        seen = await client.aio.files.get(name=str(handle[0]))  # the SDK reads the file Tulving uploaded
+        server.gemini.uploads.refused_mime_types = {"jsonl"}
+        with pytest.raises(genai_errors.ClientError) as refused:  # the loopback's refusal, as the SDK reads it
+            await client.aio.files.upload(file=io.BytesIO(data), config={"mime_type": "jsonl"})
+        await api.aclose()
+    for step, (our, their) in enumerate(zip(ours, theirs, strict=True)):
+        assert (our.method, our.path) == (their.method, their.path) == ("POST", "/gemini/upload/v1beta/files")
+        names = ("x-goog-upload-command",) + (("x-goog-upload-protocol", "x-goog-upload-header-content-length",
+                                               "x-goog-upload-header-content-type", "x-goog-api-key")
+                                              if step == 0 else ("x-goog-upload-offset",))
+        assert {n: our.headers.get(n) for n in names} == {n: their.headers.get(n) for n in names}
+    assert _upload_meta(ours[0].body) == _upload_meta(theirs[0].body) == {"mimeType": "jsonl",
+                                                                          "sizeBytes": len(data)}
+    assert ours[1].body == theirs[1].body and ours[1].query.keys() == theirs[1].query.keys() == {"upload_id"}
+    assert seen.mime_type == "jsonl" and seen.size_bytes == len(data)
+    assert refused.value.code == 400 and "Unsupported MIME type: jsonl" in str(refused.value)
+
+
+async def _append(into: list, awaitable) -> None:
+    into.append(await awaitable)

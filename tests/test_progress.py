@@ -113,3 +113,35 @@ async def test_the_line_keeps_its_clock_while_a_long_call_is_out(tmp_path, capsy
     assert len(waiting) >= 3, lines  # 1.6 s of waiting, a line every 0.3 s
     assert waiting[-1].endswith(" | 1s | now: slow")  # the clock went on while nothing arrived
     assert lines[-1].startswith("total: 1 calls, 0 cached")
+
+
+def test_replies_paid_but_not_yet_counted_are_named_once_they_wait(monkeypatch):
+    """The budget counts a reply when it comes; the line counts its outcome when the
+    run takes it. When the run is held up (the cache database away: the replies go to
+    the spill file while the next lookups wait for the database), the paid replies
+    not yet counted are named on the line, with what they cost, after 2 s of waiting,
+    and no longer once counted."""
+    from engine import progress as P
+    from engine.budget import Budget
+    from engine.requests import Outcome
+    from providers.base import ChatResult
+
+    clock = [100.0]
+    monkeypatch.setattr(P.time, "monotonic", lambda: clock[0])
+    alias = Config.load().alias("gpt-4o-mini")
+    budget = Budget()
+    line = RunProgress(enabled=False, budget=budget)
+    line.expect(10)
+    request = ChatRequest("gpt-4o-mini", [{"role": "user", "content": "q"}])
+    replies = [ChatResult(text="a", input_tokens=1_000_000, output_tokens=0) for _ in range(5)]
+    costs = [budget.settle(0.0, alias, reply) for reply in replies]  # five replies paid
+    for reply, cost in zip(replies[:2], costs[:2], strict=True):     # two of them counted
+        line.advance(Outcome(request=request, result=reply, cost=cost))
+    assert "more answered" not in line.line()  # a moment's gap is not shown
+    clock[0] += 2.5
+    text = line.line()
+    assert "2/10 calls (20%), 0 cached, 3 more answered (kept; not yet counted)" in text
+    assert f"{P.usd(sum(costs))} spent" in text and sum(costs) > 0
+    for reply, cost in zip(replies[2:], costs[2:], strict=True):
+        line.advance(Outcome(request=request, result=reply, cost=cost))
+    assert "more answered" not in line.line() and line.line().startswith("run: 5/10 calls (50%), 0 cached |")

@@ -25,7 +25,7 @@ from cache.location import split_password
 from engine.benchmark.evaluation.questions import write_questions
 from engine.loopback.server import LoopbackServer
 from tests.pg_cluster import Cluster
-from tests.test_run_cli import REPO
+from tests.test_run_cli import REPO, env
 from tests.test_shared_cache import QUESTIONS, SERVED, _calls, questions, run  # noqa: F401 -- questions: a fixture
 
 pytestmark = pytest.mark.usefixtures("questions")  # q.jsonl: 30 questions of the short book
@@ -163,3 +163,31 @@ async def test_rerunning_the_same_command_writes_the_spill_back_first_and_pays_n
         assert not spill.exists()
         # Every result the first run was paid for counted: the rerun paid only for the others.
         assert FAST < paid <= many and server.stats.requests == many + gone, err
+
+
+async def test_the_progress_line_names_the_answers_paid_while_the_database_is_away(own_pg_cluster, tmp_path,
+                                                                                   short_questions):
+    # The run's progress line (plain, off a terminal) while the database is away: the replies that
+    # come meanwhile are paid and kept in the spill file, but the run's next lookups wait for the
+    # database, so no outcome is counted; the line names them (it stayed at "8/240 calls" before).
+    write_questions(tmp_path / "q.jsonl", short_questions[:120])
+    latency = Latency()
+    async with LoopbackServer(models=SERVED, latency=latency) as server:
+        config = _config(tmp_path, server)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "engine.cli", "--config", str(config), "--cache", own_pg_cluster.url, "run",
+            "--questions", "q.jsonl", "--models", "loop-reader", "--modes", "in-context", "--judge", "builtin:judge",
+            "--out", "first", cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**env(), "TULVING_CACHE_OUTAGE": "4", "TULVING_PROGRESS_EVERY": "0.5"})
+        await _stop_mid_run(server, own_pg_cluster)
+        latency.slow = False
+        _, err_bytes = await asyncio.wait_for(proc.communicate(), 300)
+        paid = server.stats.requests
+    err = err_bytes.decode()
+    assert proc.returncode == 5, err
+    shown = [re.search(r"^run: (\d+)/\d+ calls .*?(?:, (\d+) more answered \(kept; not yet counted\))?"
+                       r" \|", x) for x in err.splitlines() if x.startswith("run: ")]
+    held = [(int(m.group(1)), int(m.group(2))) for m in shown if m and m.group(2)]
+    assert held, err  # the replies paid during the outage were named while the run waited
+    # each answer the loopback was paid for, and its judgment (the built-in judge, in this process)
+    assert all(counted + more <= 2 * paid for counted, more in held), (paid, held)

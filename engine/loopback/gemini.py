@@ -8,8 +8,9 @@ Routes, as the real API names them (checked 2026-11-26 in ai.google.dev/api), un
   GET /v1beta/models/{model};
 - GET /v1beta/batches, GET /v1beta/batches/{id}, POST /v1beta/batches/{id}:cancel,
   DELETE /v1beta/batches/{id};
-- POST /upload/v1beta/files (uploadType=multipart, or the resumable protocol
-  the google-genai SDK uses), GET /v1beta/files/{id},
+- POST /upload/v1beta/files (the resumable protocol Google documents and the
+  google-genai SDK uses, or uploadType=multipart: engine/loopback/gemini_files.py,
+  which refuses what the API refuses), GET /v1beta/files/{id},
   GET /download/v1beta/files/{id}:download?alt=media.
 
 As strict as the API where Tulving could go wrong: the key (`x-goog-api-key`
@@ -48,6 +49,7 @@ import orjson
 from aiohttp import web
 
 from engine.loopback.errors import _json
+from engine.loopback.gemini_files import GeminiUploads, UploadRefused
 
 PREFIX = "/gemini"  # under the server's root, apart from the OpenAI routes (/v1/batches, /v1/files)
 VERSIONS = ("v1", "v1beta")  # v1: the google-genai SDK's default since 2.x; v1beta: the REST docs' examples
@@ -245,6 +247,7 @@ class GeminiApi:
         self.batch_reorder = False
         self.prompts: list[str] = []                        # seen prompts, for implicit caching
         self.files: dict[str, tuple[dict[str, object], bytes]] = {}
+        self.uploads = GeminiUploads(self._store)          # the Files API's upload protocol
         self.batches: dict[str, Batch] = {}
         self.requests: Counter[str] = Counter()             # by route kind
         self.recorded: list[Recorded] | None = None
@@ -308,7 +311,9 @@ class GeminiApi:
 
     def _check_key(self, request: web.Request) -> None:
         keys = self.host.api_keys
-        if keys is None:
+        # An upload session's URL (X-Goog-Upload-URL) is its own credential: the SDK sends its chunks
+        # without the key (google-genai 3.6.1 _upload_fd; checked 2026-11-28).
+        if keys is None or ("/upload/" in request.path and "upload_id" in request.query):
             return
         presented = request.headers.get("x-goog-api-key") or request.query.get("key")
         if presented is None:
@@ -468,35 +473,10 @@ class GeminiApi:
 
     # -- files -----------------------------------------------------------------------------
     async def _upload(self, request: web.Request) -> web.Response:
-        protocol = request.headers.get("X-Goog-Upload-Protocol", "")
-        if protocol == "resumable":
-            return await self._resumable(request)
-        if request.query.get("uploadType") != "multipart" and protocol != "multipart":
-            raise _bad("Upload requests must use the resumable or multipart upload protocol.")
-        content_type = request.headers.get("Content-Type", "")
-        if not content_type.startswith("multipart/related; boundary="):
-            raise _bad("A multipart upload must be multipart/related.")
-        boundary = content_type.split("boundary=", 1)[1].encode()
-        sections = [s for s in (await request.read()).split(b"--" + boundary) if s.strip() not in (b"", b"--")]
-        if len(sections) != 2:
-            raise _bad("A multipart upload holds the metadata and the media.")
-        meta, media = (s.split(b"\r\n\r\n", 1)[1].removesuffix(b"\r\n") for s in sections)
-        return _json({"file": self._store(orjson.loads(meta).get("file") or {}, media)})
-
-    async def _resumable(self, request: web.Request) -> web.Response:
-        command = request.headers.get("X-Goog-Upload-Command", "")
-        if command == "start":
-            meta = orjson.loads(await request.read() or b"{}").get("file") or {}
-            upload_id = f"u{next(self._ids)}"
-            self.files[upload_id] = (meta, b"")
-            url = f"{request.url.with_query({'upload_id': upload_id})}"
-            return web.Response(headers={"X-Goog-Upload-URL": url, "X-Goog-Upload-Status": "active"})
-        upload_id = request.query.get("upload_id", "")
-        if upload_id not in self.files or "finalize" not in command:
-            raise _bad("Unknown upload.")
-        meta, _ = self.files.pop(upload_id)
-        stored = self._store(meta, await request.read())
-        return _json({"file": stored}, headers={"X-Goog-Upload-Status": "final"})
+        try:
+            return await self.uploads.upload(request)
+        except UploadRefused as exc:
+            raise GeminiError(exc.code, exc.message) from None
 
     def _store(self, meta: Mapping[str, object], data: bytes) -> dict[str, object]:
         file_id = f"f{next(self._ids):08d}"
