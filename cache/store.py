@@ -545,6 +545,7 @@ class ResponseCache:
         # `_held_solo`, until a newcomer makes this process write them down).
         self._solo: bool | None = None
         self._held_solo: set[str] = set()  # keys claimed while solo, not stored or released yet (the writer reads it)
+        self._switching: set[str] = set()  # held keys being written down by go_shared, not released since
         self._joining: asyncio.Future[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._claims_failed = False      # claiming failed once (said once; later calls go uncoordinated too)
@@ -1003,19 +1004,23 @@ class ResponseCache:
                 # the claims thread, and no key is added to _held_solo any more.
                 self._solo = False
             held = list(self._held_solo)
+            self._switching = set(held)
             try:
                 await thread.run(self._go_shared_rows, held)
             except sqlite3.Error as exc:  # tried again at the next beat; the newcomer waits meanwhile
+                self._switching = set()
                 if not warned:
                     log.warning("cache: could not write this process's claims in %s (%s); another process "
                                 "waits until they are", self.path, exc)
                     warned = True
                 continue
-            # Keys stored or released meanwhile lost their hold: their new rows go too.
+            # Keys stored meanwhile lost their hold: their new rows go too (those
+            # released meanwhile went at their release, see `release`).
             still = {k for k in held if k in self._held_solo}
             self._claimed.update(still)
             self._held_solo.difference_update(held)
-            gone = [k for k in held if k not in still]
+            gone = [k for k in self._switching if k not in still]
+            self._switching = set()
             if gone:
                 thread.run(self._delete_claims, gone).add_done_callback(_log_failure)
             return
@@ -1105,6 +1110,14 @@ class ResponseCache:
     def release(self, keys: Sequence[str]) -> None:
         if self._held_solo:
             self._held_solo.difference_update(keys)
+        if self._switching and self._claims_thread is not None:
+            # Being written down by go_shared right now: their rows are deleted
+            # behind it on the claims thread, and before a claim of them made
+            # after this release (which must find them free, not this process's).
+            switching = [k for k in keys if k in self._switching]
+            if switching:
+                self._switching.difference_update(switching)
+                self._claims_thread.run(self._delete_claims, switching).add_done_callback(_log_failure)
         held = [k for k in keys if k in self._claimed]
         if not held or self._claims_thread is None:
             return

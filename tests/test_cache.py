@@ -824,6 +824,38 @@ async def test_two_caches_racing_over_the_same_keys_pay_each_once_across_the_sol
     assert [k for k, n in paid.items() if n != 1] == []
 
 
+async def test_a_key_released_and_claimed_again_while_its_claim_is_written_down_stays_this_processs(tmp_path):
+    """The race behind a key paid twice under load: a solo cache writes down
+    the keys it holds when a second cache joins (go_shared, on its claims
+    thread); a call of a held key fails meanwhile (released) and is taken again
+    (claimed: the row go_shared just wrote, this process's). That row must
+    stay: deleted as "released during the switch" it left the key claimed by
+    nobody, and the second cache paid it too. Ordered by events, not timing."""
+    path = tmp_path / "cache.sqlite"
+    key, other = request_key(chat_identity(draw=1)), request_key(chat_identity(draw=2))
+    async with ResponseCache(path) as first, ResponseCache(path) as second:
+        assert await first.claim([key]) == {key} and first._solo is True  # noqa: SLF001
+        started, proceed = threading.Event(), threading.Event()
+        write_down = first._go_shared_rows  # noqa: SLF001
+
+        def held_at_the_switch(held: list[str]) -> None:
+            started.set()
+            proceed.wait(60)
+            write_down(held)
+
+        first._go_shared_rows = held_at_the_switch  # noqa: SLF001 -- hold the switch open
+        joined = asyncio.ensure_future(second.claim([other]))  # the newcomer: the first's watch sees it
+        assert await asyncio.to_thread(started.wait, 60)
+        first.release([key])  # the call failed ...
+        again = asyncio.ensure_future(first.claim([key]))  # ... and is taken again, behind the switch
+        await asyncio.sleep(0)
+        proceed.set()
+        assert await again == {key}
+        assert await joined == {other}
+        await first._claims_thread.run(lambda: None)  # noqa: SLF001 -- whatever the switch queued has run
+        assert await second.claim([key]) == set()  # the first holds it: the second waits, never pays it
+
+
 async def test_a_dead_processes_session_does_not_hold_up_the_next_and_a_live_one_elsewhere_does(tmp_path):
     """cache/sessions.py: a solo session left by a process gone from this
     machine (SIGKILL) is dropped at once; one from another machine holds a

@@ -37,7 +37,7 @@ def test_a_run_short_of_its_plan_says_why_and_every_count_agrees(tmp_path):
     assert any(line.startswith(f"cached: {cached:,} calls answered by Tulving's cache, or by an identical call")
                for line in lines) and cached > 0  # a brand-new cache: judgments asked twice in this run
     per_role = {m[1]: (_n(m[2]), _n(m[3])) for m in map(re.compile(
-        r"^  \S+ (answer|judge|memory [^:]+: \w+): ([\d,]+) calls \(([\d,]+) cached\)").match, lines) if m}
+        r"^  \S+ (answer|judge|memory [^:]+: \w+): ([\d,]+) calls? \(([\d,]+) cached\)").match, lines) if m}
     assert sum(c for c, _ in per_role.values()) == calls and sum(h for _, h in per_role.values()) == cached
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert sum(r["calls"] for r in run["spending"]) == calls and sum(r["cached"] for r in run["spending"]) == cached
