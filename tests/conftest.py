@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 from engine.benchmark.evaluation.questions import build_questions  # noqa: E402
 from engine.benchmark.generation import load_book  # noqa: E402
 from tests.pg_cluster import own_pg_cluster, pg_server, pg_url  # noqa: E402,F401 -- PostgreSQL fixtures (tests/pg_cluster.py)
+from tests.wheel_install import installed  # noqa: E402,F401 -- the wheel in a fresh venv (tests/wheel_install.py)
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,9 @@ from __future__ import annotations
 import json
 import re
 
-from tests.test_install import (
-    _clean_env,
-    _run,
-    installed,  # noqa: F401 (the fixture: the wheel, built and installed)
-)
 from tests.test_memory_adapters import ADAPTERS, needs
 from tests.test_run_cli import tulving
+from tests.wheel_install import _clean_env, _run
 
 SAMPLE = 24
 SYSTEMS = ("mem0", "mem0-extract", "lancedb", "graphiti")
@@ -69,8 +65,8 @@ def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(
         assert {r["question"]: r["evidence"] for r in again[name]} == before, name
 
 
-def test_the_built_wheel_declares_the_adapters_and_their_extras(installed):  # noqa: F811
-    """The wheel (built and installed as tests/test_install.py does) carries the
+def test_the_built_wheel_declares_the_adapters_and_their_extras(installed):
+    """The wheel (built and installed once per session: tests/wheel_install.py) carries the
     adapters' modules, their entry points and the extras that install their libraries."""
     libraries()
     tulving, work = installed
