@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 from engine.benchmark.evaluation.questions import build_questions  # noqa: E402
 from engine.benchmark.generation import load_book  # noqa: E402
 from tests.pg_cluster import own_pg_cluster, pg_server, pg_url  # noqa: E402,F401 -- PostgreSQL fixtures (tests/pg_cluster.py)
+from tests.wheel_install import installed  # noqa: E402,F401 -- the wheel in a fresh venv (tests/wheel_install.py)
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +70,24 @@ def realism_cache(tmp_path_factory):
         done = tulving(folder, "--quiet", "--cache", "c.sqlite", *step, env=env)
         assert done.returncode == 0, done.stderr
     return folder / "c.sqlite"
+
+
+@pytest.fixture(scope="session")
+def offline_short_run(tmp_path_factory):
+    """One offline run (tests/report_runs.py `offline_run`: the built-in reader
+    in context on the short book, judged by the built-in judge), made once per
+    session for the tests that read it or a copy of it (`copied_run`): it was
+    made ten times, a second or two each."""
+    from tests.report_runs import offline_run
+
+    return offline_run(tmp_path_factory.mktemp("offline-run"))
+
+
+@pytest.fixture(scope="session")
+def three_run_report(offline_short_run, tmp_path_factory):
+    """The report over the offline run, its hostile twin and a sampled run
+    (tests/report_runs.py `report_of_three_runs`), made once for the tests that
+    read it (tests/test_report_html.py, tests/test_browser_report.py)."""
+    from tests.report_runs import report_of_three_runs
+
+    return report_of_three_runs(offline_short_run, tmp_path_factory.mktemp("report"))

@@ -1,10 +1,15 @@
 """Run folders for the report tests: a real offline run made by the CLI, and
 a hostile run derived from it (what a misbehaving model could leave in
 results.jsonl: markup, pipes, ANSI escapes, a NUL byte; judge failures; an
-answer error) and a run on a sample."""
+answer error) and a run on a sample.
+
+The offline run is made once per session (conftest.py's `offline_short_run`);
+a test that writes into its run folder or its cache takes a copy
+(`copied_run`), one that only reads it takes it as it is."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from engine.benchmark.evaluation.results import load_results, write_results
@@ -30,6 +35,29 @@ def offline_run(cwd: Path, out: str = "run", *extra: str, cache: str = "c.sqlite
                      "builtin:reader", "--modes", "in-context", "--judge", "builtin:judge", "--out", out, *extra)
     assert result.returncode == 0, result.stderr
     return cwd / out
+
+
+def copied_run(source: Path, cwd: Path, out: str = "run") -> Path:
+    """What `offline_run(cwd, out)` leaves, without running it again: a copy
+    of `source` (an offline_run's folder) as cwd/out, and of its cache
+    (source's c.sqlite) as cwd/c.sqlite."""
+    shutil.copytree(source, cwd / out)
+    for cache in source.parent.glob("c.sqlite*"):
+        if not (cwd / cache.name).exists():
+            shutil.copy2(cache, cwd / cache.name)
+    return cwd / out
+
+
+def report_of_three_runs(source: Path, root: Path) -> Path:
+    """`tulving report` over three runs in `root`: a copy of `source` (good),
+    its hostile twin (evil) and a run on a sample of it (sampled)."""
+    good = copied_run(source, root, "good")
+    hostile_run(good, root / "evil")
+    renamed_run(good, root / "sampled", SAMPLED_MODEL, SAMPLE)
+    result = tulving(root, "report", "good", "evil", "sampled", "--out", "rep")
+    assert result.returncode == 0, result.stderr
+    assert "index.html" in result.stdout
+    return root / "rep"
 
 
 def renamed_run(source: Path, out: Path, model: str, sample: int | None = None) -> Path:

@@ -25,10 +25,6 @@ from tests.report_runs import (
     EVIL_MODEL,
     SAMPLE,
     SAMPLED_MODEL,
-    hostile_run,
-    offline_run,
-    renamed_run,
-    tulving,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,14 +108,10 @@ class Page:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    root = tmp_path_factory.mktemp("browser")
-    good = offline_run(root, "good")
-    hostile_run(good, root / "evil")
-    renamed_run(good, root / "sampled", SAMPLED_MODEL, SAMPLE)
-    result = tulving(root, "report", "good", "evil", "sampled", "--out", "rep")
-    assert result.returncode == 0, result.stderr
-    return root / "rep"
+def report(three_run_report):
+    """The report over a good, a hostile and a sampled run (conftest.py; the same one
+    tests/test_report_html.py reads)."""
+    return three_run_report
 
 
 DOM_FACTS = """(() => {

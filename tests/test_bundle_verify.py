@@ -15,12 +15,12 @@ from engine.benchmark.evaluation.formats import FormatVersionError, schema_probl
 from engine.benchmark.evaluation.verify import FAILED, verify_bundle
 from engine.benchmark.generation.published import load_book
 from engine.cli.main import main
-from tests.report_runs import offline_run, tulving
+from tests.report_runs import copied_run, tulving
 
 
 @pytest.fixture(scope="module")
-def bundle_file(tmp_path_factory):
-    run = offline_run(tmp_path_factory.mktemp("bundle"))
+def bundle_file(tmp_path_factory, offline_short_run):
+    run = copied_run(offline_short_run, tmp_path_factory.mktemp("bundle"))
     result = tulving(run.parent, "bundle", str(run))
     assert result.returncode == 0, result.stderr
     return run / "bundle.json"

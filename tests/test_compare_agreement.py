@@ -11,15 +11,15 @@ import pytest
 from scipy import stats
 
 from engine.benchmark.evaluation.results import load_results, write_results
-from tests.report_runs import offline_run, renamed_run, tulving
+from tests.report_runs import copied_run, offline_run, renamed_run, tulving
 
 OTHER_JUDGE = "other-judge"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, offline_short_run):
     root = tmp_path_factory.mktemp("compare")
-    good = offline_run(root, "good")
+    good = copied_run(offline_short_run, root, "good")
     # A weaker configuration on the same questions: every third scored 'all' answer wrong.
     worse = renamed_run(good, root / "worse", "weaker-model")
     records = load_results(worse)

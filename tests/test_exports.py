@@ -24,7 +24,7 @@ import pytest
 
 from engine.benchmark.evaluation.question_ids import question_ids
 from engine.benchmark.evaluation.results import load_results
-from tests.report_runs import offline_run, tulving
+from tests.report_runs import copied_run, tulving
 from tests.test_browser_report import ARTIFACTS, Browser, Page, find_browser
 
 
@@ -35,8 +35,8 @@ def needed(what: str, why: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return offline_run(tmp_path_factory.mktemp("export"))
+def run(tmp_path_factory, offline_short_run):
+    return copied_run(offline_short_run, tmp_path_factory.mktemp("export"))
 
 
 @pytest.fixture(scope="module")

@@ -10,61 +10,9 @@ the test offline and quick while every Tulving file comes from the wheel.
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "TULVING_DATA", "TULVING_CONFIG", "TULVING_CACHE", "VIRTUAL_ENV")}
-    env.update(extra)
-    return env
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path]:
-    """(the fresh venv's `tulving` script, a working folder outside the checkout)."""
-    root = tmp_path_factory.mktemp("user")
-    # Built from a copy of the sources, so that a stale build/ folder of the
-    # checkout cannot slip old files into the wheel.
-    src = root / "src"
-    src.mkdir()
-    for name in ("engine", "providers", "cache"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("tulving_bench.py", "pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    wheels = root / "wheels"
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels), str(src)],
-                 cwd=root, env=_clean_env())
-    assert built.returncode == 0, built.stderr[-2000:]
-    (wheel,) = wheels.glob("tulving_bench-*.whl")
-    venv = root / "venv"
-    # Without pip of its own (ensurepip is most of a venv's making): this pip installs into it.
-    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root, env=_clean_env())
-    assert made.returncode == 0, made.stderr
-    python = venv / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     cwd=root, env=_clean_env()).stdout.strip())
-    (site / "deps_from_test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    done = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                 "--no-index", str(wheel)], cwd=root, env=_clean_env())
-    assert done.returncode == 0, done.stderr[-2000:]
-    work = root / "work"
-    work.mkdir()
-    return venv / "bin" / "tulving", work
+from tests.wheel_install import REPO, _clean_env, _run
 
 
 def test_the_wheel_carries_code_and_data_and_nothing_comes_from_the_checkout(installed):
@@ -98,19 +46,9 @@ def test_questions_from_the_installed_package(installed):
     assert len((work / "q.jsonl").read_text().splitlines()) == 686
 
 
-def test_the_main_job_runs_offline_from_the_installed_package(installed):
-    """README's `tulving run`, every part of it (the built-in reader in context
-    and by RAG, MiniLM, SmolLM2's sample, the built-in judge) from the installed package."""
-    tulving, work = installed
-    done = _run([str(tulving), "--quiet", "--cache", "cache.sqlite", "run", "--out", "run"], cwd=work,
-                env=_clean_env())
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Leaderboard (synaptic-echoes-short" in done.stdout
-    run = json.loads((work / "run" / "run.json").read_text())
-    assert {(job["model"], job["mode"]) for job in run["jobs"]} >= {
-        ("builtin:reader", "in-context"), ("builtin:reader", "rag-paragraph"), ("local:smollm2", "rag-paragraph")}
-    for name in ("results.jsonl", "scores.json", "report.md", "run.json"):
-        assert (work / "run" / name).is_file(), name
+# The README's `tulving run` from the installed package, every part of it (the built-in reader in
+# context and by RAG, MiniLM, SmolLM2's sample, the built-in judge): tests/test_main_job.py, which runs
+# it once for both (a fresh home, as a newcomer), with this test's assertions.
 
 
 def test_every_command_module_is_part_of_the_installed_cli(installed):

@@ -14,19 +14,19 @@ import aiohttp
 import pytest
 
 from engine.benchmark.evaluation.bundle import record_digest, sha256
-from tests.report_runs import offline_run, tulving
+from tests.report_runs import copied_run, tulving
 from tests.test_browser_report import ARTIFACTS, Browser, Page, find_browser
 
 EVIL = "<script>window.PWNED=1</script>"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(tmp_path_factory, offline_short_run):
     from engine.benchmark.release.importer import import_release
     from tests.release_archive import build_release
 
     root = tmp_path_factory.mktemp("leaderboard")
-    run = offline_run(root)
+    run = copied_run(offline_short_run, root)
     assert tulving(root, "bundle", str(run)).returncode == 0
     bundle = json.loads((run / "bundle.json").read_text())
     bundle["claimed"]["runs"][0]["simple_recall"] = 0.99  # a claim that does not follow

@@ -1,19 +1,20 @@
-"""`tulving run --memory mem0,mem0-extract,lancedb,graphiti` end to end, offline, as a
-subprocess: the built-in reader answers and judges, MiniLM embeds, mem0's
-LLM and embedder call Tulving's endpoint on loopback, and the results carry
-each question's evidence with its chapters, scored against the ground truth."""
+"""`tulving run --memory mem0,mem0-extract,lancedb,graphiti` end to end, offline:
+the built-in reader answers and judges, MiniLM embeds, mem0's LLM and embedder
+call Tulving's endpoint on loopback, and the results carry each question's
+evidence with its chapters, scored against the ground truth.
+
+The command runs in the test's process (tests/cli.py: the command line's entry
+point, as the console script calls it): a process of its own paid seconds of
+CPU, twice, importing the four libraries that tests/test_memory_adapters.py has
+imported already. The process is not the subject here."""
 from __future__ import annotations
 
 import json
 import re
 
-from tests.test_install import (
-    _clean_env,
-    _run,
-    installed,  # noqa: F401 (the fixture: the wheel, built and installed)
-)
 from tests.test_memory_adapters import ADAPTERS, needs
-from tests.test_run_cli import tulving
+from tests.test_run_cli import in_process
+from tests.wheel_install import _clean_env, _run
 
 SAMPLE = 24
 SYSTEMS = ("mem0", "mem0-extract", "lancedb", "graphiti")
@@ -21,10 +22,10 @@ _LABEL = re.compile(r"^Chapter (\d+), Paragraph \d+\n")
 
 
 def run(tmp_path, out: str) -> tuple[dict[str, list[dict]], dict]:
-    done = tulving(tmp_path, "--quiet", "--cache", "cache.sqlite", "run", "--book", "synaptic-echoes-short",
-                   "--models", "builtin:reader", "--judge", "builtin:judge", "--embed-model", "local:minilm",
-                   "--modes", "rag-paragraph", "--memory", ",".join(SYSTEMS), "--sample", str(SAMPLE),
-                   "--out", out, timeout=900)
+    done = in_process(tmp_path, "--quiet", "--cache", "cache.sqlite", "run", "--book", "synaptic-echoes-short",
+                      "--models", "builtin:reader", "--judge", "builtin:judge", "--embed-model", "local:minilm",
+                      "--modes", "rag-paragraph", "--memory", ",".join(SYSTEMS), "--sample", str(SAMPLE),
+                      "--out", out)
     assert done.returncode == 0, done.stderr[-3000:]
     rows: dict[str, list[dict]] = {}
     for line in (tmp_path / out / "results.jsonl").read_text().splitlines():
@@ -69,8 +70,8 @@ def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(
         assert {r["question"]: r["evidence"] for r in again[name]} == before, name
 
 
-def test_the_built_wheel_declares_the_adapters_and_their_extras(installed):  # noqa: F811
-    """The wheel (built and installed as tests/test_install.py does) carries the
+def test_the_built_wheel_declares_the_adapters_and_their_extras(installed):
+    """The wheel (built and installed once per session: tests/wheel_install.py) carries the
     adapters' modules, their entry points and the extras that install their libraries."""
     libraries()
     tulving, work = installed

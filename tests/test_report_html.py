@@ -15,8 +15,7 @@ from tests.report_runs import (
     EVIL_MODEL,
     SAMPLE,
     SAMPLED_MODEL,
-    hostile_run,
-    offline_run,
+    copied_run,
     renamed_run,
     tulving,
 )
@@ -29,15 +28,10 @@ FIGURES = ["f1_by_bin", "f1_heatmap_cue", "cd_diagram", "bootstrap_vs_best", "ac
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    root = tmp_path_factory.mktemp("report")
-    good = offline_run(root, "good")
-    hostile_run(good, root / "evil")
-    renamed_run(good, root / "sampled", SAMPLED_MODEL, SAMPLE)
-    result = tulving(root, "report", "good", "evil", "sampled", "--out", "rep")
-    assert result.returncode == 0, result.stderr
-    assert "index.html" in result.stdout
-    return root / "rep"
+def report(three_run_report):
+    """The report over a good, a hostile and a sampled run (conftest.py; the same one
+    tests/test_browser_report.py reads)."""
+    return three_run_report
 
 
 def _csv(report, key):
@@ -186,8 +180,8 @@ def test_names_and_figures_never_wrap_and_text_wraps_between_words(report):
     assert '<td class="label">builtin:reader</td>' in board and '<td class="num">456/456</td>' in board
 
 
-def test_a_smoke_check_is_listed_apart_and_never_ranked(tmp_path):
-    good = offline_run(tmp_path, "good")
+def test_a_smoke_check_is_listed_apart_and_never_ranked(tmp_path, offline_short_run):
+    good = copied_run(offline_short_run, tmp_path, "good")
     smoke = renamed_run(good, tmp_path / "smoke", "local:tiny", 2)
     run = json.loads((smoke / "run.json").read_text())
     run["jobs"][0]["smoke"] = True

@@ -14,12 +14,12 @@ from engine.benchmark.evaluation.formats import schema_problems
 from engine.benchmark.evaluation.question_ids import question_id, question_ids
 from engine.benchmark.evaluation.results import load_results
 from engine.cli.main import main
-from tests.report_runs import offline_run, tulving
+from tests.report_runs import copied_run, tulving
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return offline_run(tmp_path_factory.mktemp("score"))
+def run(tmp_path_factory, offline_short_run):
+    return copied_run(offline_short_run, tmp_path_factory.mktemp("score"))
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from engine.benchmark.evaluation.pipeline import plan_jobs
 from engine.benchmark.evaluation.shard import parse_shard, shard_jobs
 from engine.errors import TulvingError
-from tests.report_runs import offline_run, tulving
+from tests.report_runs import copied_run, offline_run, tulving
 
 # Figures of one execution, not of the answers: they differ between any two runs.
 EXECUTION = ("wall_seconds", "cache_hits")
@@ -50,8 +50,8 @@ def _scores(path):
     return data
 
 
-def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_path):
-    whole = offline_run(tmp_path, "whole", cache="whole.sqlite")
+def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_path, offline_short_run):
+    whole = copied_run(offline_short_run, tmp_path, "whole")  # the unsplit run, made in a cache of its own (conftest.py)
     for i in (1, 2, 3):
         offline_run(tmp_path, f"shard{i}", "--shard", f"{i}/3", cache=f"shard{i}.sqlite")
         assert json.loads((tmp_path / f"shard{i}" / "run.json").read_text())["shard"] == f"{i}/3"

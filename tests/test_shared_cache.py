@@ -19,7 +19,7 @@ import pytest
 from cache.location import split_password
 from engine.benchmark.evaluation.questions import write_questions
 from engine.loopback.server import LoopbackServer
-from tests.report_runs import offline_run, tulving
+from tests.report_runs import copied_run, offline_run, tulving
 from tests.test_run_cli import env
 from tests.test_shards import _scores
 
@@ -129,10 +129,10 @@ def test_a_postgresql_url_is_never_a_folder_and_a_bad_one_is_one_line(tmp_path):
     assert not (tmp_path / "postgresql:").exists() and not (tmp_path / "out" / "results.jsonl").exists()
 
 
-def test_shards_meet_in_the_database_and_the_password_never_shows(tmp_path, pg_url):
+def test_shards_meet_in_the_database_and_the_password_never_shows(tmp_path, pg_url, offline_short_run):
     password = split_password(pg_url)[1]
     assert password
-    whole = offline_run(tmp_path, "whole", cache="whole.sqlite")
+    whole = copied_run(offline_short_run, tmp_path, "whole")  # the unsplit run (conftest.py: made once)
     for i in (1, 2, 3):
         offline_run(tmp_path, f"shard{i}", "--shard", f"{i}/3", cache=pg_url)
     rerun = offline_run(tmp_path, "rerun", cache=pg_url)
