@@ -15,7 +15,7 @@ from engine.benchmark.evaluation.formats import FormatVersionError, schema_probl
 from engine.benchmark.evaluation.verify import FAILED, verify_bundle
 from engine.benchmark.generation.published import load_book
 from engine.cli.main import main
-from tests.report_runs import copied_run, tulving
+from tests.report_runs import copied_run, offline_run, tulving
 
 
 @pytest.fixture(scope="module")
