@@ -285,7 +285,10 @@ class RunProgress:
             return 0
         if self._held_since is None:
             self._held_since = now
-        return held if now - self._held_since >= _HELD_SHOWN else 0
+        # Shown once replies have been paid ahead of their outcomes, and no outcome has been
+        # counted, for _HELD_SHOWN s: in a busy run a few replies are always a moment ahead.
+        since = max(self._held_since, self._changed_at)
+        return held if now - since >= _HELD_SHOWN else 0
 
     def _eta(self, rate: float, now: float) -> str:
         """"12.5/s ETA 40s"; "ETA unknown, no reply for 25s" when the replies

@@ -180,7 +180,8 @@ async def test_the_progress_line_names_the_answers_paid_while_the_database_is_aw
             sys.executable, "-m", "engine.cli", "--config", str(config), "--cache", own_pg_cluster.url, "run",
             "--questions", "q.jsonl", "--models", "loop-reader", "--modes", "in-context", "--judge", "builtin:judge",
             "--out", "first", cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**env(), "TULVING_CACHE_OUTAGE": "4", "TULVING_PROGRESS_EVERY": "0.5"})
+            # (an outage window well beyond the 2 s the line lets paid replies wait before naming them)
+            env={**env(), "TULVING_CACHE_OUTAGE": "10", "TULVING_PROGRESS_EVERY": "0.5"})
         await _stop_mid_run(server, own_pg_cluster)
         latency.slow = False
         _, err_bytes = await asyncio.wait_for(proc.communicate(), 300)
