@@ -805,9 +805,10 @@ class Engine:
         self._stats.cache_write_errors += 1
         self.notice(f"could not store a reply in the cache ({type(exc).__name__}: {exc})", key=("cache",))
 
-    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0) -> None:
+    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0, error: bool = False) -> None:
         """A line on stderr saying why the run waits or what went wrong,
-        at most once per `every` seconds per `key`."""
+        at most once per `every` seconds per `key`; with the progress line
+        off (--quiet) only an `error` is printed."""
         now = time.monotonic()
         if key is not None:
             last = self._notices.get(key)
@@ -817,8 +818,7 @@ class Engine:
         self._stats.notices.append(message)
         if len(self._stats.notices) > 100:
             del self._stats.notices[:50]
-        if self.progress:
-            self._progress.notice(message)
+        self._progress.notice(message, always=error)
 
     def _settle(self, job: Job, *, result: Result | None = None, error: ProviderError | None = None,
                 cost: float = 0.0, endpoint: str | None = None) -> None:
