@@ -136,14 +136,6 @@ class Pacing:
         its recent replies, and slows down once per episode: a 429 to a call
         sent before the last slow-down belongs to that episode. Returns the
         seconds of a pause it set or lengthened, else None."""
-        if opening and retry_after is not None and not self._inferred:
-            # The server's window was in use before our first sends (another
-            # client of the account, a run just before): not our pace, which
-            # the limit keeps. Wait what it named, then go on at full rate; a
-            # halving held the first 8 s of a 30 s run at half rate
-            # (benchmarks/limits_bench.py --cases none: 3-5 such 429s a round
-            # after the bare loop's). Later 429s slow down as usual.
-            return self._pause(retry_after, now)
         share, counted = self.recent_429_share(PAUSE_WINDOW)
         # Judged on SHARE_WINDOW replies: over PAUSE_WINDOW's 10, 30% random 429s
         # reach the margin above their share one time in twenty (limits_bench.py --cases random429).
@@ -155,6 +147,15 @@ class Pacing:
         if trial is not None and now - trial.started > TRIAL_SECONDS:  # never judged: kept
             trial = self._trial = None
         new_episode = sent_at is None or sent_at >= self._last_slowdown
+        if opening and retry_after is not None and not self._inferred:
+            # The server's window was in use before our first sends (another
+            # client of the account, a run just before): not our pace, which
+            # the limit keeps. The call waits what the server named (the
+            # endpoint too, when 429s dominate), at full rate; a halving held
+            # the first 8 s of a 30 s run at half rate (benchmarks/limits_bench.py
+            # --cases none: 3-5 such 429s a round after the bare loop's).
+            # Later 429s slow down as usual.
+            return paused
         if self._stray(now):
             return paused
         if ignoring or trial is not None and self._trial_blocks(trial.started) and new_episode:
