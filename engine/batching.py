@@ -55,7 +55,8 @@ from typing import Any, Protocol, cast
 from cache.backend import BatchLedgerStore
 from cache.keys import request_key
 from engine.batch_matching import Matcher
-from engine.requests import CALL_KEY
+from engine.call import request_chars
+from engine.requests import CALL_KEY, Request
 from providers.base import (
     BAD_REPLY,
     BAD_REQUEST,
@@ -614,8 +615,10 @@ class Parking:
     batch): the engine's pull window does not count them, up to MAX_REQUESTS
     and MAX_CHARS of prompt, so a whole round of calls reaches one batch
     instead of a window's worth (the batch goes out once the streams stop
-    feeding it). The engine parks a request when it starts waiting on such a
-    call and unparks it when the call settles or its stream ends."""
+    feeding it). The holder (engine/call.py `CallHolder`) of every call a
+    batching provider holds: each call record tells it when a request starts
+    or stops waiting on the call (a new call, one joined, settled, or its
+    stream ended); the engine reads `room()` through `Batching.room`."""
 
     MAX_REQUESTS = 100_000
     MAX_CHARS = 512_000_000
@@ -626,11 +629,13 @@ class Parking:
         self.requests = 0
         self.chars = 0
 
-    def park(self, chars: int, sign: int = 1) -> None:
-        """One request of `chars` prompt characters waits (sign 1), or no longer (-1)."""
+    def waiting(self, request: Request, sign: int) -> None:
+        """`request` waits on a held call (sign 1), or no longer (-1)."""
         self.requests += sign
-        self.chars += sign * chars
+        self.chars += sign * request_chars(request)
 
     def room(self) -> tuple[int, int]:
         """(requests, prompt characters) the pull window may hold beyond its own."""
+        if not self.requests:
+            return 0, 0
         return min(self.requests, self.MAX_REQUESTS), min(self.chars, self.MAX_CHARS)

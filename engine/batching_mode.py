@@ -5,6 +5,8 @@ which endpoints send their chat calls by batch, with which options, and the
     batching = Batching(cache_path, host=engine)
     provider = batching.provider(make_provider(spec, key), spec, key)  # direct, or by batch
     ...
+    job = Job(..., holder=batching.holder(provider))   # a call the provider holds (a batch), or None
+    batching.room()       # (requests, prompt chars) the pull window may hold beyond its own
     batching.counters()   # {"batches": ..., "batches_resumed": ..., "batched_calls": ...}
     batching.close()      # after the providers' aclose()
 """
@@ -14,7 +16,8 @@ import dataclasses
 from collections.abc import Iterable
 
 from cache.backend import open_ledger
-from engine.batching import POLL_FIRST, POLL_MAX, BatchHost, BatchingProvider, BatchOptions
+from engine.batching import POLL_FIRST, POLL_MAX, BatchHost, BatchingProvider, BatchOptions, Parking
+from engine.call import CallHolder
 from engine.config import Config, ConfigError
 from engine.resolve import Resolved
 from providers.base import EndpointSpec, Provider
@@ -74,6 +77,7 @@ class Batching:
         self.host = host
         self.ledger = open_ledger(cache_path) if cache_path is not None else None
         self.providers: list[BatchingProvider] = []
+        self.parking = Parking()  # requests waiting on the calls these providers hold, engine-wide
         if self.ledger is None:
             host.notice("batch mode without a cache: the batches are not recorded, a killed run cannot resume "
                         "them", key=("batch-no-cache",))
@@ -87,6 +91,17 @@ class Batching:
         batching = BatchingProvider(direct, api, batch_options(spec), self.ledger, self.host)
         self.providers.append(batching)
         return batching
+
+    def holder(self, provider: Provider) -> CallHolder | None:
+        """Who keeps count of the requests waiting on a call `provider` is
+        given (engine/call.py `Job.holder`): the parking when the provider
+        holds its calls in a queue of its own (a batching provider), else None."""
+        return self.parking if provider.holds_calls else None
+
+    def room(self) -> tuple[int, int]:
+        """(requests, prompt characters) the engine's pull window may hold
+        beyond its own: those waiting on held calls (engine/batching.py `Parking`)."""
+        return self.parking.room()
 
     def counters(self) -> dict[str, int]:
         """Batches submitted and resumed, and calls sent in them (EngineStats)."""

@@ -12,20 +12,44 @@ the step of the call's life that changes them:
     job.ended(error)                 the gate: it failed (a 429 counted apart)
     job.cancel() / job.take_waiters() the engine: nobody waits / the call settled
 
+A call its provider holds in a queue of its own (a batch) has that queue as
+its `holder`, told by `join`, `leave` and `take_waiters` of every request that
+starts or stops waiting on it: the engine asks the batching module how many
+requests its pull window may hold beyond its own (engine/batching_mode.py),
+and knows nothing else of it.
+
 A finished attempt is described by `AttemptOutcome`, which the dispatcher
 fills and the gate (`Gate.observe`) and the engine read.
 """
 from __future__ import annotations
 
 import asyncio
+import operator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.requests import Outcome, Request
+from engine.requests import ChatRequest, Outcome, Request
 from engine.resolve import Resolved
 from providers.base import RATE_LIMITED, ProviderError, Result
 
 Waiter = tuple[Request, "asyncio.Queue[Outcome]"]  # a request waiting on the call, and its stream's sink
+_content = operator.itemgetter("content")
+
+
+def request_chars(request: Request) -> int:
+    """The prompt characters a waiting request holds in memory (what the
+    engine's pull window counts)."""
+    if isinstance(request, ChatRequest):
+        return sum(map(len, map(_content, request.messages)))
+    return sum(map(len, request.texts))
+
+
+class CallHolder(Protocol):
+    """A provider's own queue of calls (a batch: engine/batching.py
+    `Parking`), told of every request that starts (sign 1) or stops (-1)
+    waiting on one of its calls: the engine's pull window does not count them."""
+
+    def waiting(self, request: Request, sign: int) -> None: ...
 
 
 class CallQueue(Protocol):
@@ -47,7 +71,7 @@ class Job:
     waiters: list[Waiter] = field(default_factory=list)
     pool: CallQueue | None = None               # where it waits (and is queued again for a retry)
     taken_at: float | None = None               # time.monotonic() when the engine took the request
-    held: bool = False                          # its provider holds it in a queue of its own (holds_calls)
+    holder: CallHolder | None = None            # its provider holds it in a queue of its own (a batch)
     attempts: int = 0
     rate_limited: int = 0                       # attempts answered 429
     deadline: float | None = None               # the endpoint's total_timeout, from the first send
@@ -59,25 +83,44 @@ class Job:
     cancelled: bool = False
     task: asyncio.Task[None] | None = None      # the attempt in flight
 
+    def __post_init__(self) -> None:
+        if self.holder is not None:
+            for request, _ in self.waiters:
+                self.holder.waiting(request, 1)
+
     def __lt__(self, other: Job) -> bool:  # heap order: oldest first
         return self.seq < other.seq
+
+    @property
+    def held(self) -> bool:
+        """Its provider holds it in a queue of its own: no slot, no pacing (engine/gate.py)."""
+        return self.holder is not None
 
     # -- the engine ------------------------------------------------------------------
     def join(self, request: Request, sink: asyncio.Queue[Outcome]) -> None:
         self.waiters.append((request, sink))
+        if self.holder is not None:
+            self.holder.waiting(request, 1)
 
     def leave(self, sink: asyncio.Queue[Outcome]) -> int:
         """The stream of `sink` ended: its requests stop waiting. Returns how many left."""
         kept = [w for w in self.waiters if w[1] is not sink]
         left = len(self.waiters) - len(kept)
         if left:
+            self._stop_waiting([w for w in self.waiters if w[1] is sink])
             self.waiters = kept
         return left
 
     def take_waiters(self) -> list[Waiter]:
         """The requests to hand the call's outcome to (once: none are left after)."""
         waiters, self.waiters = self.waiters, []
+        self._stop_waiting(waiters)
         return waiters
+
+    def _stop_waiting(self, waiters: list[Waiter]) -> None:
+        if self.holder is not None:
+            for request, _ in waiters:
+                self.holder.waiting(request, -1)
 
     def cancel(self) -> None:
         """Nobody waits any more: the attempt in flight, if any, is cancelled."""

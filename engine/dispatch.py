@@ -64,8 +64,8 @@ class CallOwner(Protocol):
         """Count, cache and settle a call the gate is done with (a result, a
         final error, or refused unsent)."""
 
-    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0) -> None:
-        """A line on stderr saying why the run waits."""
+    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0, error: bool = False) -> None:
+        """A line on stderr saying why the run waits; an `error` is printed even with --quiet."""
 
 
 def check_usage(result: Result) -> tuple[int, int]:
@@ -319,7 +319,7 @@ class EndpointState:
         waiting = self.retry_waiting + sum(len(pool.heap) for pool in self.pools
                                            if all(ep.gate.down is not None for ep in pool.endpoints))
         self.owner.notice(self.gate.down_line(waiting, self.owner.rerun_command), key=("down", self.name),
-                          every=math.inf)
+                          every=math.inf, error=True)
         self._wake.set()
 
     def _fail_waiting(self, error: ProviderError) -> None:

@@ -284,7 +284,8 @@ class Gate:
                                     f"waiting {max_wait:g} s instead (max_retry_after)", key=("cap", self.name))
             wait = max_wait
         if limited and sent_at is not None:
-            self._on_rate_limited(wait, now, sent_at, said_limits=error.rate_limits is not None)
+            self._on_rate_limited(wait, now, sent_at, said_limits=error.rate_limits is not None,
+                                  opening=self.limits.opening(sent_at))
         delay = self.retry_delay(job, error, wait)
         if delay is None or self.down is not None or job.deadline is not None and now + delay >= job.deadline:
             return DONE
@@ -313,9 +314,10 @@ class Gate:
             delay = min(delay, UNNAMED_429_RETRY_CAP)
         return delay
 
-    def _on_rate_limited(self, wait: float | None, now: float, sent_at: float, said_limits: bool) -> None:
+    def _on_rate_limited(self, wait: float | None, now: float, sent_at: float, said_limits: bool,
+                         opening: bool) -> None:
         """A 429 (its wait already capped): the pacing pauses and slows down; a long pause is announced."""
-        paused = self.pacing.on_rate_limited(wait, now, sent_at, said_limits=said_limits)
+        paused = self.pacing.on_rate_limited(wait, now, sent_at, said_limits=said_limits, opening=opening)
         if paused is not None and paused >= NOTICE_WAIT:
             self.notices.notice(f"waiting for {self.name}: rate-limited (HTTP 429), paused for {paused:.0f} s",
                                 key=("pause", self.name))

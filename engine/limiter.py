@@ -71,7 +71,7 @@ class LeakyBucket:
     empty and then holds the bucket over capacity until it drains.
     """
 
-    __slots__ = ("rate", "capacity", "level", "scale", "burst", "_last", "_sent", "_sent_sum", "_sends")
+    __slots__ = ("rate", "capacity", "level", "scale", "burst", "opened_at", "warm_at", "_last", "_sent", "_sent_sum", "_sends")
 
     def __init__(self, rate_per_minute: float, *, burst_seconds: float = BURST_SECONDS, now: float = 0.0):
         if rate_per_minute <= 0:
@@ -85,6 +85,8 @@ class LeakyBucket:
         self._sent: deque[tuple[float, float]] = deque()  # (leaves the log at, amount) of recent reservations
         self._sent_sum = 0.0
         self._sends = 0.0  # reserved so far (the first second's share is cold)
+        self.opened_at = math.inf  # when the first reservation was taken
+        self.warm_at = math.inf    # ... and when the first second's share had been
 
     def _leak(self, now: float) -> None:
         if self.level:
@@ -125,6 +127,10 @@ class LeakyBucket:
         self._sent.append((now + SEND_WINDOW + (COLD_MARGIN if cold else 0.0), amount))
         self._sends += amount
         self._sent_sum += amount
+        if self.warm_at == math.inf:
+            self.opened_at = min(self.opened_at, now)
+            if self._sends >= self.rate:
+                self.warm_at = now
 
     def refund(self, amount: float, now: float) -> None:
         self._leak(now)
@@ -305,6 +311,12 @@ class EndpointLimits:
             self.learned_rates.setdefault(model, {}).update(changed)
             self._learned_charges[model] = [(b, *_WEIGHTS[name]) for name, b in buckets.items()]
         return changed
+
+    def opening(self, sent_at: float) -> bool:
+        """Whether a call sent at `sent_at` was among the first second's share
+        of sends under the configured request limit: what the server's window
+        held before them is not in the send log (engine/pacing.py)."""
+        return self.requests is not None and self.requests.opened_at <= sent_at < self.requests.warm_at
 
     def knows_request_limit(self) -> bool:
         """Whether a request limit is configured or was reported for some model."""

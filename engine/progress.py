@@ -183,9 +183,11 @@ class RunProgress:
             if self.started is not None:
                 self._tick()
 
-    def notice(self, message: str) -> None:
-        """`tulving: MESSAGE` on its own line, above the live line (control characters escaped)."""
-        if self.enabled:
+    def notice(self, message: str, *, always: bool = False) -> None:
+        """`tulving: MESSAGE` on its own line, above the live line (control
+        characters escaped); `always`: even with the line off (--quiet), for
+        what the user must read (an error)."""
+        if self.enabled or always:
             self.write_line(f"tulving: {printable(message)}")
 
     def write_line(self, text: str) -> None:

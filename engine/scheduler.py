@@ -58,7 +58,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import operator
 import shlex
 import sys
 import time
@@ -70,15 +69,14 @@ from typing import Any
 
 from cache.backend import ResponseStore, open_cache, open_spending_ledger
 from engine import gc_tuning
-from engine.batching import Parking
 from engine.batching_mode import Batching
 from engine.budget import Budget
-from engine.call import AttemptOutcome, Job
+from engine.call import AttemptOutcome, Job, request_chars
 from engine.config import Config
 from engine.dispatch import EndpointState, Pool
 from engine.gate import ENDPOINT_FAULTS
 from engine.progress import RunProgress
-from engine.requests import ChatRequest, EmbedRequest, Outcome, Request, cached_outcome, output_tokens_allowed
+from engine.requests import EmbedRequest, Outcome, Request, cached_outcome, output_tokens_allowed
 from engine.resolve import Resolved, resolve_many
 from engine.retry import RetryPolicy
 from engine.spending_feed import SpendingFeed
@@ -162,17 +160,10 @@ def _copy_result(result: Result) -> Result:
     return dataclasses.replace(result)
 
 
-_content = operator.itemgetter("content")
-
-
-def _request_chars(request: Request) -> int:
-    if isinstance(request, ChatRequest):
-        return sum(map(len, map(_content, request.messages)))
-    return sum(map(len, request.texts))
 
 
 def _chars_of(outcomes: list[Outcome]) -> int:
-    return sum(_request_chars(outcome.request) for outcome in outcomes)
+    return sum(request_chars(outcome.request) for outcome in outcomes)
 
 
 def _drain(sink: asyncio.Queue[Outcome]) -> list[Outcome]:
@@ -216,7 +207,6 @@ class Engine:
         # has one (engine/batching_mode.py chooses the provider of each endpoint).
         self.batch = batch
         self._batching: Batching | None = None
-        self._parking = Parking()   # requests waiting on calls their provider holds (Job.held)
         self._pending_chars = 0     # prompt characters pulled by all streams and not yielded yet
         self._streams_open = 0      # streams of this engine, and how many of them wait for outcomes
         self._streams_waiting = 0
@@ -527,9 +517,9 @@ class Engine:
         the cache answered, which are not pending), or None when it has none."""
         window = self._window_size()
         # Calls sleeping before a retry do not hold the window: 30% of 429s
-        # must not starve the endpoint of new calls; nor do calls their
-        # provider holds (Job.held).
-        held, held_chars = self._parking.room() if self._parking.requests else (0, 0)
+        # must not starve the endpoint of new calls; nor do the requests
+        # waiting on calls their provider holds (a batch: Batching.room).
+        held, held_chars = self._batching.room() if self._batching is not None else (0, 0)
         max_chars = MAX_PENDING_CHARS + held_chars
         retry_waiting = sum(ep.retry_waiting for ep in self._endpoints.values())
         room = window + min(retry_waiting, window) + held - pending
@@ -567,7 +557,7 @@ class Engine:
             while len(chunk) < limit and (self._pending_chars < max_chars or not chunk):
                 r = await source.__anext__() if is_async else next(source)  # type: ignore[union-attr,arg-type]  # is_async says which
                 chunk.append(r)
-                size = _request_chars(r)
+                size = request_chars(r)
                 sizes.append(size)
                 self._pending_chars += size
         except (StopIteration, StopAsyncIteration):
@@ -610,8 +600,6 @@ class Engine:
             if job is not None:
                 job.join(r.request, sink)
                 self._stats.deduplicated += 1
-                if job.held:
-                    self._park(r.request, 1)
                 continue
             if r.key in held:
                 self._wait_elsewhere(r, sink, taken)
@@ -688,15 +676,13 @@ class Engine:
         # A call its provider holds in a queue of its own (a batch) gets no
         # warm-up call first (it would wait for the provider's whole queue);
         # the providers' prompt caches serve batches on a best-effort basis.
-        held = r.messages is not None and provider.holds_calls
+        holder = self._batching.holder(provider) if self._batching is not None and r.messages is not None else None
         job = Job(resolved=r, seq=next(self._seq), input_estimate=input_est, output_estimate=output_est,
-                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken, held=held)
+                  prompt=prompt, waiters=[(r.request, sink)], pool=pool, taken_at=taken, holder=holder)
         # In flight under its cache key, for identical requests to join it;
         # one that reads no cache under a key of its own (nobody joins it).
         self._inflight[r.key if r.request.cache_read else f"{r.key}#{job.seq}"] = job
-        if held:
-            self._park(r.request, 1)
-        elif r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
+        if holder is None and r.prefix_end is not None and r.messages is not None and provider.caches_prompt_prefix and (
                 prefix_chars(r.messages, r.prefix_end) >= MIN_PREFIX_CHARS):
             key = (r.alias.endpoints, prefix_key(r.alias.model, r.messages, r.prefix_end))
             if self._warmup.hold(job, key):
@@ -725,9 +711,6 @@ class Engine:
                 _charge_warm_prefix(nxt, pool.endpoints[0].provider)
             pool.push(nxt)
 
-    def _park(self, request: Request, sign: int) -> None:
-        self._parking.park(_request_chars(request), sign)
-
     # -- for providers that hold calls (batching.BatchHost) ------------------------------
     def feeding(self) -> bool:
         """Whether a stream is pulling requests (not waiting for outcomes)."""
@@ -747,10 +730,6 @@ class Engine:
         for key, waiting in list(self._claimed_elsewhere.items()):
             self._claimed_elsewhere[key] = [w for w in waiting if w[1] is not sink]
         for key, job in list(self._inflight.items()):
-            if job.held:
-                for request, its_sink in job.waiters:
-                    if its_sink is sink:
-                        self._park(request, -1)
             if not job.leave(sink) or job.waiters:
                 continue
             job.cancel()
@@ -805,9 +784,10 @@ class Engine:
         self._stats.cache_write_errors += 1
         self.notice(f"could not store a reply in the cache ({type(exc).__name__}: {exc})", key=("cache",))
 
-    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0) -> None:
+    def notice(self, message: str, *, key: Hashable = None, every: float = 10.0, error: bool = False) -> None:
         """A line on stderr saying why the run waits or what went wrong,
-        at most once per `every` seconds per `key`."""
+        at most once per `every` seconds per `key`; with the progress line
+        off (--quiet) only an `error` is printed."""
         now = time.monotonic()
         if key is not None:
             last = self._notices.get(key)
@@ -817,8 +797,7 @@ class Engine:
         self._stats.notices.append(message)
         if len(self._stats.notices) > 100:
             del self._stats.notices[:50]
-        if self.progress:
-            self._progress.notice(message)
+        self._progress.notice(message, always=error)
 
     def _settle(self, job: Job, *, result: Result | None = None, error: ProviderError | None = None,
                 cost: float = 0.0, endpoint: str | None = None) -> None:
@@ -837,9 +816,6 @@ class Engine:
         sent = job.first_sent
         queued = None if sent is None or job.taken_at is None else sent - job.taken_at
         waiters = job.take_waiters()
-        if job.held:
-            for request, _ in waiters:
-                self._park(request, -1)
         for request, sink in waiters:
             sink.put_nowait(Outcome(request=request, result=result if first or result is None else _copy_result(result),
                                     error=error, attempts=job.attempts, cost=cost if first else 0.0,

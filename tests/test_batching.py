@@ -4,10 +4,11 @@ server in-process, real HTTP, the real cache file."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
-from engine.batching import BatchingProvider
+from engine.batching import BatchingProvider, Parking
 from engine.budget import Budget
 from engine.config import Config
 from engine.loopback.batches import BatchKnobs
@@ -16,6 +17,7 @@ from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
 from engine.scheduler import Engine
 from providers.base import ChatResult
+from tests.virtual_gate import make_job
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -63,6 +65,43 @@ async def test_calls_the_provider_holds_are_not_paced_by_the_endpoints_limits(tm
                           batch=True, retry_policy=FAST_RETRY) as engine:
             outcomes = await asyncio.wait_for(engine.run(requests(10)), timeout=60)
         assert all(o.ok for o in outcomes) and lines_per_batch(server) == [10]
+
+
+async def test_a_whole_round_past_the_pull_window_reaches_one_batch_and_leaves_nothing_parked(tmp_path):
+    """The requests waiting on held calls (joined duplicates too) do not
+    count in the engine's pull window of 4: all 30 distinct calls are in the
+    one batch; once every call settled the parking is empty again."""
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=1)) as server:
+        async with Engine(config(server), cache_path=str(tmp_path / "c.sqlite"), batch=True, window=4) as engine:
+            outcomes = await asyncio.wait_for(engine.run(requests(30) + requests(10)), timeout=120)
+            parking = engine._batching.parking
+            left = (parking.requests, parking.chars)
+        assert all(o.ok for o in outcomes) and lines_per_batch(server) == [30]
+        assert sum(o.joined for o in outcomes) == 10 and left == (0, 0)
+
+
+def test_the_parking_counts_each_request_waiting_on_a_held_call_until_it_stops(monkeypatch):
+    """The call record tells its holder (engine/call.py `CallHolder`) of every
+    waiter: made with one, joined, left by a stream, settled."""
+    parking = Parking()
+    ask, again = ChatRequest(model="m", messages=[{"role": "user", "content": "abc"}]), \
+        ChatRequest(model="m", messages=[{"role": "system", "content": "sys"}, {"role": "user", "content": "abcd"}])
+    one, other = asyncio.Queue(), asyncio.Queue()
+    job = make_job(held=True)
+    direct = make_job()
+    assert job.held and not direct.held
+    job = dataclasses.replace(job, waiters=[(ask, one)], holder=parking)
+    assert parking.room() == (1, 3)
+    job.join(again, other)
+    job.join(ask, one)
+    assert parking.room() == (3, 3 + 7 + 3)
+    assert job.leave(other) == 1 and parking.room() == (2, 6)
+    assert len(job.take_waiters()) == 2 and parking.room() == (0, 0) and parking.chars == 0
+    monkeypatch.setattr(Parking, "MAX_REQUESTS", 1)  # past its caps the room stops growing
+    monkeypatch.setattr(Parking, "MAX_CHARS", 5)
+    for _ in range(3):
+        parking.waiting(again, 1)
+    assert parking.room() == (1, 5)
 
 
 async def test_a_result_that_came_by_batch_is_priced_at_the_batch_discount_by_itself(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import os
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from engine.config import Config, ModelAlias
 from engine.gate import Gate
+from engine.loopback.server import Faults, LoopbackServer
 from engine.pacing import RECOVERY_SECONDS, TRIAL_REPLIES
 from engine.requests import ChatRequest
 from engine.retry import RetryPolicy
@@ -30,6 +32,7 @@ from providers.base import (
     Provider,
     ProviderError,
 )
+from tests.cli import atulving
 from tests.fault_server import FaultServer, answer_for
 from tests.virtual_gate import make_gate, make_job, reply, too_many
 
@@ -238,6 +241,11 @@ class Scripted(Provider):
         return ChatResult(text=f"answer to {messages[-1]['content']}", input_tokens=3, output_tokens=2)
 
 
+def _cli_env() -> dict[str, str]:
+    """This process's environment without a config or cache of the user's."""
+    return {k: v for k, v in os.environ.items() if k not in ("TULVING_CONFIG", "TULVING_CACHE")}
+
+
 def _two_endpoints(monkeypatch, dead_error: ProviderError, replicas: bool = False) -> tuple[Config, dict]:
     providers: dict[str, Scripted] = {}
 
@@ -282,6 +290,23 @@ async def test_a_replica_serves_the_calls_of_a_dead_one(monkeypatch):
     failed = [o for o in outcomes if not o.ok]  # those whose every attempt met the dead one first
     assert len(failed) <= 50 and all(o.endpoint == "okay" for o in outcomes if o.ok)
     assert len([n for n in engine.stats.notices if "dead is down" in n]) == 1
+
+
+async def test_the_dead_endpoint_line_is_printed_even_with_quiet(tmp_path):
+    """`--quiet` takes the progress line off, not the errors: the line saying
+    an endpoint is down (what failed, the calls left, the rerun) still
+    reaches stderr, once, through the real CLI and a server answering 500."""
+    async with LoopbackServer(in_process=True, models=["dm"], faults=Faults(rates={"500": 1.0})) as server:
+        config = tmp_path / "tulving.toml"
+        config.write_text(f'[endpoints.dead]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\n'
+                          'max_attempts = 1\nmax_concurrency = 2\n\n[models.dead-model]\nendpoint = "dead"\nmodel = "dm"\n')
+        done = await atulving(tmp_path, "--quiet", "--config", str(config), "--cache", "c.sqlite", "run",
+                              "--book", "synaptic-echoes-short", "--models", "dead-model", "--modes", "in-context",
+                              "--judge", "builtin:judge", "--sample", "30", "--out", "out", env=_cli_env())
+    assert done.returncode == 3, done.stderr
+    said = [line for line in done.stderr.splitlines() if "dead is down" in line]
+    assert len(said) == 1, done.stderr
+    assert said[0].startswith("tulving: dead is down: ") and "waiting call" in said[0] and "rerun" in said[0]
 
 
 async def test_a_failed_calls_error_keeps_no_frame_alive(monkeypatch):

@@ -112,6 +112,36 @@ def test_a_pause_after_429s_holds_calls_back_until_it_ends():
     assert isinstance(gate.admit(make_job(), 4.0, 0), Start)
 
 
+def _send_when_admitted(gate, job, now: float) -> float:
+    """Send `job` as soon as the gate admits it from `now`; returns when it was sent."""
+    while isinstance(verdict := gate.admit(job, now, 0), Wait):
+        now += verdict.seconds
+    assert isinstance(verdict, Start)
+    return now
+
+
+def test_429s_to_the_opening_sends_wait_the_named_time_without_slowing_down():
+    """The first second's share of sends under a configured request limit
+    met a server window already in use (a run just before): their 429s say
+    nothing of our pace. The endpoint waits what the server named and keeps
+    its rate; a 429 to a later send slows down as usual."""
+    gate = make_gate(rpm=600)  # 10 a second: the opening is the first 10 sends
+    opening = [make_job(text=f"opening {i}") for i in range(10)]
+    sent, now = [], 0.0
+    for job in opening:
+        now = _send_when_admitted(gate, job, now)
+        sent.append(now)
+    for job, at in zip(opening[:4], sent):
+        assert isinstance(reply(gate, job, now, error=too_many(retry_after=0.05), sent_at=at), RetryAt)
+    assert gate.pacing.factor(now) == 1.0 and gate.pacing.paused_until == pytest.approx(now + 0.05)
+    for job, at in zip(opening[4:], sent[4:]):
+        reply(gate, job, now, sent_at=at)
+    later = make_job(text="after the opening")
+    at = _send_when_admitted(gate, later, now + 0.05)
+    reply(gate, later, at + 0.1, error=too_many(retry_after=0.05), sent_at=at)
+    assert gate.pacing.factor(at + 0.1) == 0.5
+
+
 def test_the_concurrency_cap_waits_for_a_slot():
     gate = make_gate(max_concurrency=2)
     assert isinstance(gate.admit(make_job(), 0.0, 1), Start)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Any
 
+from engine.batching import Parking
 from engine.budget import Budget
 from engine.call import AttemptOutcome, Job
 from engine.config import Config
@@ -58,7 +59,7 @@ def make_job(text: str = "a question", input_estimate: int = 10, output_estimate
     """A call to alias "m" (endpoint "e", configured by `endpoint`)."""
     resolved = resolve_many(config(**endpoint), [ChatRequest(model="m", messages=[{"role": "user", "content": text}])])
     return Job(resolved=resolved[0], seq=next(_SEQ), input_estimate=input_estimate,
-               output_estimate=output_estimate, held=held)
+               output_estimate=output_estimate, holder=Parking() if held else None)
 
 
 def too_many(retry_after: float | None = None, limits: RateLimitInfo | None = None) -> ProviderError:
