@@ -18,9 +18,10 @@ line's custom_id, and the ledger's key.
 Life of a batch:
 1. Gather: each call joins the batch being gathered (one line per cache key,
    whoever waits on it). The batch goes out once the streams stop feeding it
-   -- no stream is pulling requests and nothing came for QUIET_IDLE seconds,
-   or nothing came for QUIET_MAX seconds whatever the streams do -- or the
-   API's request limit is reached.
+   -- no stream is pulling requests, no line that failed retryably may still
+   come back, and nothing came for QUIET_IDLE seconds, or nothing came for
+   QUIET_MAX seconds whatever the streams do -- or the API's request limit is
+   reached.
 2. Resume: keys that a batch recorded in the ledger (cache/batches.py) still
    owes are not submitted again: their batch is polled instead. That is how a
    killed run, rerun, pays for nothing twice.
@@ -157,6 +158,10 @@ class BatchingProvider(Provider):
         self.lines: dict[str, Line] = {}      # every line waited for: gathered, or in a batch
         self._gathered: list[Line] = []
         self._gathered_at = 0.0
+        # Keys of lines answered with a retryable error, since when: their calls are likely
+        # to come back within moments (the engine's retry), and are waited for (QUIET_MAX at
+        # most) so that a round's failed lines go in one batch, not in one per gap in the loop.
+        self._coming_back: dict[str, float] = {}
         self._gather_event = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._queued: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # queue -> [requests, tokens] in batches
@@ -186,6 +191,7 @@ class BatchingProvider(Provider):
                 raise ProviderError(BAD_REQUEST, f"{self.name}: cannot write the batch line: {exc}") from None
             tokens = sum(self.direct.count_tokens(str(m.get("content", ""))) for m in messages)
             line = self.lines[key] = Line(key, model, body, tokens)
+            self._coming_back.pop(key, None)
             self._gathered.append(line)
             self._gathered_at = time.monotonic()
             self._gather_event.set()
@@ -230,6 +236,8 @@ class BatchingProvider(Provider):
         True when a result reached one."""
         if self.lines.get(line.key) is line:
             del self.lines[line.key]
+        if isinstance(result, ProviderError) and result.retryable and line.waiters:
+            self._coming_back[line.key] = time.monotonic()
         reached = False
         for i, future in enumerate(line.waiters):
             if future.done():
@@ -263,10 +271,18 @@ class BatchingProvider(Provider):
     async def _gathering_ends(self) -> None:
         full = self.api.max_requests
         while len(self._gathered) < full:
-            quiet = time.monotonic() - self._gathered_at
-            if quiet >= QUIET_MAX or quiet >= QUIET_IDLE and not self.host.feeding():
+            now = time.monotonic()
+            quiet = now - self._gathered_at
+            if quiet >= QUIET_MAX or quiet >= QUIET_IDLE and not self.host.feeding() and not self._awaited(now):
                 return
             await asyncio.sleep(QUIET_IDLE)
+
+    def _awaited(self, now: float) -> bool:
+        """Whether lines that failed retryably may still come back (for QUIET_MAX since they failed)."""
+        for key, since in list(self._coming_back.items()):
+            if now - since >= QUIET_MAX:
+                del self._coming_back[key]
+        return bool(self._coming_back)
 
     def _take_gathered(self) -> list[Line]:
         """The gathered lines that go now: all of them, or whole batches of

@@ -272,10 +272,23 @@ def requests(n: int) -> list[ChatRequest]:
     return [ChatRequest(model="m", messages=[{"role": "user", "content": f"question {i}"}], tag=i) for i in range(n)]
 
 
-async def run_batch(config: Config, cache: Path, reqs: list[ChatRequest]) -> tuple[list, Engine]:
-    async with Engine(config, cache_path=str(cache), batch=True, retry_policy=FAST_RETRY) as engine:
+async def run_batch(config: Config, cache: Path, reqs: list[ChatRequest],
+                    retry_policy: RetryPolicy = FAST_RETRY) -> tuple[list, Engine]:
+    async with Engine(config, cache_path=str(cache), batch=True, retry_policy=retry_policy) as engine:
         outcomes = await engine.run(reqs)
     return outcomes, engine
+
+
+async def test_a_rounds_failed_lines_wait_for_each_other_however_far_apart_their_retries_come(tmp_path):
+    """The failed lines of a batch come back at their retries' times, here spread over a
+    second (a loaded machine spreads them too): the next batch waits for them all rather
+    than going out at each gap of QUIET_IDLE (before: 13 batches where 3 do)."""
+    spread = RetryPolicy(base=1.0, cap=1.0, jitter=1.0)  # each retry at a random time within 1 s
+    async with LoopbackServer(models=SERVED, batch=BatchKnobs(polls=2, fail_share=0.3)) as server:
+        outcomes, _ = await run_batch(engine_config(server), tmp_path / "c.sqlite", requests(40), spread)
+        sizes = [len(entry["run"].lines) for entry in server.batches.openai.values()]
+    assert len(sizes) == 3 and sizes[0] == 40 and sizes[1] == 12, sizes
+    assert sum(o.ok for o in outcomes) >= 34
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
