@@ -27,6 +27,7 @@ pytestmark
 (_.n_chapters_correct_answer, _.list_usd, _.caching_saved_usd)
 (_.thought, _.finishReason, _.usageMetadata, _.modelVersion, _.responseId, _.displayName, _.inputConfig)
 (_.createTime)
+(_.file_bytes, _.iteration, _.failed_exact, _.failed_llm, _.iterations, _.positions_plot)  # cache stats, stats.json
 
 # Memory systems, found through the tulving.memories entry points (pyproject.toml) or a library's attributes.
 (InContextMemory, FinetunedMemory, NoMemory, BuiltinProvider)
