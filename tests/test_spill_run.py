@@ -167,8 +167,8 @@ async def test_rerunning_the_same_command_writes_the_spill_back_first_and_pays_n
         assert FAST < paid <= many and server.stats.requests == many + gone, err
 
 
-async def test_the_progress_line_names_the_answers_paid_while_the_database_is_away(own_pg_cluster, tmp_path,
-                                                                                   short_questions):
+async def test_the_progress_line_accounts_for_the_answers_paid_while_the_database_is_away(
+        own_pg_cluster, tmp_path, short_questions):
     # The run's progress line (plain, off a terminal) while the database is away: the replies that
     # come meanwhile are paid and kept in the spill file, but the run's next lookups wait for the
     # database, so no outcome is counted; the line names them (it stayed at "8/240 calls" before).
@@ -180,8 +180,7 @@ async def test_the_progress_line_names_the_answers_paid_while_the_database_is_aw
             sys.executable, "-m", "engine.cli", "--config", str(config), "--cache", own_pg_cluster.url, "run",
             "--questions", "q.jsonl", "--models", "loop-reader", "--modes", "in-context", "--judge", "builtin:judge",
             "--out", "first", cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            # (an outage window well beyond the 2 s the line lets paid replies wait before naming them)
-            env={**env(), "TULVING_CACHE_OUTAGE": "10", "TULVING_PROGRESS_EVERY": "0.5"})
+            env={**env(), "TULVING_CACHE_OUTAGE": "4", "TULVING_PROGRESS_EVERY": "0.5"})
         await _stop_mid_run(server, own_pg_cluster)
         latency.slow = False
         _, err_bytes = await asyncio.wait_for(proc.communicate(), 300)
@@ -190,7 +189,14 @@ async def test_the_progress_line_names_the_answers_paid_while_the_database_is_aw
     assert proc.returncode == 5, err
     shown = [re.search(r"^run: (\d+)/\d+ calls .*?(?:, (\d+) more answered \(kept; not yet counted\))?"
                        r" \|", x) for x in err.splitlines() if x.startswith("run: ")]
-    held = [(int(m.group(1)), int(m.group(2))) for m in shown if m and m.group(2)]
-    assert held, err  # the replies paid during the outage were named while the run waited
-    # each answer the loopback was paid for, and its judgment (the built-in judge, in this process)
-    assert all(counted + more <= 2 * paid for counted, more in held), (paid, held)
+    figures = [(int(m.group(1)), int(m.group(2) or 0)) for m in shown if m]
+    # Never more than was paid: each answer the loopback was paid for, and its judgment (the
+    # built-in judge, in this process).
+    assert figures and all(counted + more <= 2 * paid for counted, more in figures), (paid, figures)
+    # The line the run ended on names every answer paid and kept in the spill file, counted or
+    # named as kept (it stayed at "8/240 calls" with 140 paid). When the run stands still long
+    # enough the line names them as kept: that rule is tested on a clock of its own
+    # (tests/test_progress.py); here the outage may end the stand-still first.
+    kept = int(re.search(r"(\d+) results of this run are kept in", err).group(1))
+    counted, more = figures[-1]
+    assert counted + more >= kept > 0, err
