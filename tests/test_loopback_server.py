@@ -217,13 +217,17 @@ def test_latency_helpers_are_seeded():
 
 
 async def test_latency_delays_replies_and_calls_overlap():
-    async with LoopbackServer(models=SERVED, latency=constant(0.1)) as server, aiohttp.ClientSession() as session:
-        start = time.perf_counter()
+    delays: list[float] = []
+
+    def latency() -> float:  # each reply's wait, as the server draws it
+        delays.append(0.1)
+        return 0.1
+
+    async with LoopbackServer(models=SERVED, latency=latency) as server, aiohttp.ClientSession() as session:
         results = await asyncio.gather(*(post(session, server.openai_base_url + "/chat/completions", CHAT)
                                          for _ in range(10)))
-        elapsed = time.perf_counter() - start
         assert server.stats.max_in_flight == 10  # all ten waiting at once: overlapping, not in turn
-    assert [r[0] for r in results] == [200] * 10 and elapsed >= 0.1
+    assert [r[0] for r in results] == [200] * 10 and delays == [0.1] * 10
 
 
 # -- replies --------------------------------------------------------------------------------

@@ -145,15 +145,24 @@ async def test_measured_time_to_first_token_and_token_gaps_follow_the_configurat
 
 
 async def test_non_streamed_replies_take_ttft_plus_the_token_gaps():
-    async with LoopbackServer(models=SERVED, ttft=constant(0.1), token_delay=constant(0.005), reply=LONG) as server:
+    waits: list[str] = []  # what the server drew for the reply's wait: the first token, then each gap
+
+    def ttft() -> float:
+        waits.append("ttft")
+        return 0.01
+
+    def gap() -> float:
+        waits.append("gap")
+        return 0.001
+
+    async with LoopbackServer(models=SERVED, ttft=ttft, token_delay=gap, reply=LONG) as server:
         client = openai_client(server)
         try:
-            start = time.perf_counter()
-            await client.chat.completions.create(model="m", messages=USER)
-            elapsed = time.perf_counter() - start
+            reply = await client.chat.completions.create(model="m", messages=USER)
         finally:
             await client.close()
-    assert elapsed >= 0.1 + 74 * 0.005  # the whole generation's waits, though nothing streams
+    # the whole generation's waits, though nothing streams: the first token and a gap before each other
+    assert reply.usage.completion_tokens == 75 and waits == ["ttft"] + ["gap"] * 74
 
 
 async def read_five_deltas_then_leave(server: LoopbackServer, api: str) -> None:
