@@ -307,14 +307,14 @@ def test_each_measured_time_holds_the_server_s_drawn_waits(tmp_path, serve, kind
     server waited (the client sends before the server starts waiting): each
     request's TTFT is at least its drawn TTFT, its E2E at least that plus its
     drawn gaps. How far above, under load or not, is benchmarks/bench_accuracy.py's."""
-    server = serve("--ttft-ms", "40", "--token-delay-ms", "10", "--latency", kind)
+    server = serve("--ttft-ms", "20", "--token-delay-ms", "5", "--latency", kind)
     n = 16
     doc = _run(tmp_path, server, "-n", str(n), "--max-concurrency", "1", "--output-tokens", "6",
                "--warmup", "0")  # no warm-up: the server's first n draws are ours
     rows = sorted(doc["runs"][0]["requests"], key=lambda r: r["index"])
     make = {"lognormal": lambda median, seed: lognormal(median, 0.5, seed),
             "uniform": lambda median, seed: uniform(0.0, 2 * median, seed)}[kind]
-    ttft_draws, gap_draws = make(0.040, 0), make(0.010, 1)
+    ttft_draws, gap_draws = make(0.020, 0), make(0.005, 1)
     assert len(rows) == n
     for r in rows:
         drawn_ttft = ttft_draws()

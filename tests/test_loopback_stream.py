@@ -16,6 +16,7 @@ import pytest
 
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.loopback.stream import split_text
+from tests.token_gap import Gap
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -136,12 +137,12 @@ async def first_token_times(server: LoopbackServer, n: int) -> list[tuple[float,
 
 
 async def test_measured_time_to_first_token_and_token_gaps_follow_the_configuration():
-    async with LoopbackServer(models=SERVED, ttft=constant(0.15), token_delay=constant(0.01), reply=LONG) as server:
+    async with LoopbackServer(models=SERVED, ttft=constant(0.05), token_delay=constant(0.003), reply=LONG) as server:
         runs = await first_token_times(server, 2)
     for ttft, total, deltas in runs:  # at least the waits configured (a loaded host only adds to them)
         assert deltas == 75
-        assert ttft >= 0.15
-        assert total >= 0.15 + 74 * 0.01
+        assert ttft >= 0.05
+        assert total >= 0.05 + 74 * 0.003
 
 
 async def test_non_streamed_replies_take_ttft_plus_the_token_gaps():
@@ -189,13 +190,15 @@ async def read_five_deltas_then_leave(server: LoopbackServer, api: str) -> None:
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
 async def test_a_client_that_cancels_mid_stream_stops_the_server_cleanly(caplog, api):
     caplog.set_level(logging.DEBUG)
-    async with LoopbackServer(models=SERVED, token_delay=constant(0.02), reply=LONG) as server:
+    gap = Gap(0.02)
+    async with LoopbackServer(models=SERVED, token_delay=gap, reply=LONG) as server:
         await read_five_deltas_then_leave(server, api)
         for _ in range(100):
             if server.stats.in_flight == 0:
                 break
             await asyncio.sleep(0.01)
         stats = server.stats
+        gap.seconds = 0.0  # the cut stream is what had to be slow; the next reply comes at once
         assert stats.in_flight == 0 and stats.streams == 1 and stats.streams_cancelled == 1
         assert stats.by_status == {"client_gone": 1} and 5 <= stats.output_tokens < 75
         # The server goes on serving.

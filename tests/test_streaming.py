@@ -21,6 +21,7 @@ from providers.anthropic_http import AnthropicProvider
 from providers.base import BAD_REPLY, CONNECTION, OVERLOADED, RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError
 from providers.openai_http import OpenAIProvider
 from providers.sse import SSEEvent, SSEParser
+from tests.token_gap import Gap
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -127,7 +128,7 @@ async def test_a_streamed_result_equals_the_non_streamed_one(api, client):
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("api", APIS)
 async def test_timings_follow_the_servers_time_to_first_token_and_token_gaps(api, client):
-    async with LoopbackServer(in_process=True, models=SERVED, ttft=constant(0.2), token_delay=constant(0.02), reply=LONG) as server:
+    async with LoopbackServer(in_process=True, models=SERVED, ttft=constant(0.05), token_delay=constant(0.005), reply=LONG) as server:
         p = provider(api, base_url(server, api), client)
         try:
             result = await p.chat("m", USER, params={"max_tokens": 500}, timeout=10, stream=True)
@@ -136,9 +137,9 @@ async def test_timings_follow_the_servers_time_to_first_token_and_token_gaps(api
     timings = result.timings
     assert timings is not None and result.output_tokens == 75 and result.text == "word " * 60
     assert len(timings.chunk_times) == 75 and timings.ttft == timings.chunk_times[0]
-    # At least what the server waited (a loaded host only adds): 0.2 s before the first token,
-    # then 0.02 s before each of the 74 others; chunks come in order, each timed as it came.
-    assert timings.ttft >= 0.2 and timings.chunk_times[-1] >= 0.2 + 74 * 0.02
+    # At least what the server waited (a loaded host only adds): 0.05 s before the first token,
+    # then 0.005 s before each of the 74 others; chunks come in order, each timed as it came.
+    assert timings.ttft >= 0.05 and timings.chunk_times[-1] >= 0.05 + 74 * 0.005
     assert timings.first_byte is not None and 0 <= timings.first_byte < timings.ttft
     assert list(timings.chunk_times) == sorted(timings.chunk_times)
     assert result.latency >= timings.chunk_times[-1]
@@ -353,6 +354,7 @@ async def test_cancelling_a_stream_drops_its_connection(api, client):
 
 # -- through the engine ---------------------------------------------------------------------------
 
+
 def engine_config(server: LoopbackServer, api: str, client: str = CLIENTS[0], **endpoint: Any) -> Config:
     options = {"http_client": client, **endpoint.pop("options", {})}
     spec = {"kind": api, "base_url": base_url(server, api), "max_concurrency": 8, "timeout": 10.0,
@@ -437,7 +439,8 @@ async def test_a_reply_nobody_asked_to_store_is_stored_when_an_identical_request
 
 @pytest.mark.parametrize("api", APIS)
 async def test_cancelling_a_run_mid_stream_leaves_the_server_cleanly(api):
-    async with LoopbackServer(in_process=True, models=SERVED, token_delay=constant(0.02), reply=LONG) as server:
+    gap = Gap(0.02)
+    async with LoopbackServer(in_process=True, models=SERVED, token_delay=gap, reply=LONG) as server:
         async with Engine(engine_config(server, api)) as engine:
             run = asyncio.create_task(engine.run([ask(stream=True)]))
             await asyncio.sleep(0.3)
@@ -448,6 +451,7 @@ async def test_cancelling_a_run_mid_stream_leaves_the_server_cleanly(api):
                 if server.stats.in_flight == 0:
                     break
                 await asyncio.sleep(0.01)
+            gap.seconds = 0.0  # the cut stream is what had to be slow; the next one streams at once
             [after] = await engine.run([ask("next", stream=True)])
         stats = server.stats
     assert stats.streams_cancelled == 1 and stats.by_status["client_gone"] == 1
