@@ -1,6 +1,6 @@
-"""Fuzz the pool's reply parsing (providers/http_pool.py) for a bounded time.
+"""Fuzz the pool's reply parsing (providers/http_pool.py) for a bounded time or number of inputs.
 
-    python benchmarks/fuzz_http_reply.py [--seconds 60] [--engine atheris|random] [--seed N]
+    python benchmarks/fuzz_http_reply.py [--seconds 60 | --runs N] [--engine atheris|random] [--seed N]
 
 Each input is a server's bytes, cut into up to three reads, answering one
 POST, whole (`HttpPool.post`) or streamed (`post_stream`, the body drained);
@@ -242,12 +242,12 @@ def mutate(rng: random.Random, raw: bytes, pool: list[bytes]) -> bytes:
     return bytes(data[:8192])
 
 
-def run_random(seconds: float, seed: int) -> int:
+def run_random(seconds: float | None, seed: int, max_runs: int | None = None) -> int:
     rng = random.Random(seed)
     corpus = seeds()
-    runs, end = 0, time.monotonic() + seconds
+    runs, end = 0, time.monotonic() + (seconds if seconds is not None else float("inf"))
     queue = list(corpus)  # the seeds themselves first
-    while time.monotonic() < end:
+    while time.monotonic() < end and (max_runs is None or runs < max_runs):
         raw = queue.pop() if queue else mutate(rng, rng.choice(corpus), corpus)
         try:
             test_one_input(raw)
@@ -257,41 +257,48 @@ def run_random(seconds: float, seed: int) -> int:
         runs += 1
         if runs % 50 == 0 and len(corpus) < 2000:
             corpus.append(raw)  # keep some mutants: mutations build on mutations
-    print(f"random engine: {runs:,} inputs in {seconds:g} s (seed {seed}), no failure")
+    bound = f"{seconds:g} s" if max_runs is None else f"a bound of {max_runs:,} inputs"
+    print(f"random engine: {runs:,} inputs in {bound} (seed {seed}), no failure")
     return 0
 
 
-def run_atheris(seconds: float, seed: int) -> int:
+def run_atheris(seconds: float | None, seed: int, max_runs: int | None = None) -> int:
     assert atheris is not None
     with tempfile.TemporaryDirectory() as corpus:
         for i, raw in enumerate(seeds()):
             Path(corpus, f"seed{i:03d}").write_bytes(raw)
         artifacts = os.path.join(os.getcwd(), "")
-        argv = [sys.argv[0], f"-max_total_time={max(1, int(seconds))}", f"-seed={seed}", "-max_len=8192",
+        bounds = ([f"-max_total_time={max(1, int(seconds))}"] if seconds is not None else []) + \
+            ([f"-runs={max_runs}"] if max_runs is not None else [])
+        argv = [sys.argv[0], *bounds, f"-seed={seed}", "-max_len=8192",
                 "-print_final_stats=1", f"-artifact_prefix={artifacts}fuzz-http-reply-", corpus]
 
         def one(raw: bytes) -> None:
             test_one_input(raw)
 
         atheris.Setup(argv, one)
-        atheris.Fuzz()  # exits the process: 0 when the time is up, non-zero on a failure
+        atheris.Fuzz()  # exits the process: 0 when a bound is reached, non-zero on a failure
     return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=None, help="stop after this long (default: 60 s "
+                        "without --runs)")
+    parser.add_argument("--runs", type=int, default=None, help="stop after this many inputs (a bound that "
+                        "does not depend on the machine's speed or load)")
     parser.add_argument("--engine", choices=("atheris", "random"), default=None,
                         help="default: atheris when installed, else random")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    seconds = 60.0 if args.seconds is None and args.runs is None else args.seconds
     engine = args.engine or ("atheris" if atheris is not None else "random")
     if engine == "atheris":
         if atheris is None:
             print("fuzz_http_reply: error: atheris is not installed (pip install atheris)", file=sys.stderr)
             return 2
-        return run_atheris(args.seconds, args.seed)
-    return run_random(args.seconds, args.seed)
+        return run_atheris(seconds, args.seed, args.runs)
+    return run_random(seconds, args.seed, args.runs)
 
 
 if __name__ == "__main__":
