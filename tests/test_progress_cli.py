@@ -16,7 +16,6 @@ import sys
 import termios
 from pathlib import Path
 
-from engine.gate import NOTICE_WAIT
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.progress import EVERY_ENV, usd
 from tests.test_cost_cli import write_config
@@ -111,12 +110,12 @@ def run_totals(folder: Path) -> tuple[int, int, float]:
 
 
 async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_closed_with_the_totals(tmp_path):
-    # The 12th call is rate-limited for 5 s (a wait the engine announces: NOTICE_WAIT): its notice comes
-    # while the line is drawn.
-    faults = Faults(schedule=[None] * 11 + ["429"], try_again=NOTICE_WAIT)
+    # The 12th call is rate-limited and asked to wait an hour: the engine waits max_retry_after (0.1 s) instead
+    # and says so, while the line is drawn. (The wait announced by itself, NOTICE_WAIT or longer: tests/test_gate.py.)
+    faults = Faults(schedule=[None] * 11 + ["429"], try_again=3600.0)
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words",
                               latency=constant(0.05), faults=faults) as server:
-        config = write_config(tmp_path, server, concurrency=4)
+        config = write_config(tmp_path, server, concurrency=4, endpoint="max_retry_after = 0.1\n")
         args = ["--config", str(config), "--cache", "c.sqlite", "--max-cost", "50", *RUN]
         code, out, drawn = await run_in_pty(tmp_path, *args, environ=env(tmp_path))
         assert code == 0, drawn
@@ -135,8 +134,9 @@ async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_clo
     # The streams open now are named at the end, after the run-wide count, and change in place.
     assert all(m["head"] == "run" for m in lines[:-1]) and len({m["label"] for m in lines[:-1]}) >= 2
     # The notice is a line of its own, not glued to a half-drawn progress line.
-    [notice] = [line for line in shown if "rate_limited" in line]
-    assert notice.startswith("tulving: waiting for ") and " calls" not in notice
+    [notice] = [line for line in shown if "HTTP 429" in line]
+    assert re.fullmatch(r"tulving: (ant|oai) asked to wait 3,600 s before retrying \(HTTP 429\); "
+                        r"waiting 0\.1 s instead \(max_retry_after\)", notice), notice
     # The final line: every call and the spend, with the cap.
     progress_lines = [line for line in shown if LINE.match(line)]
     final = LINE.match(progress_lines[-1])
