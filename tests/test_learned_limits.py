@@ -260,15 +260,14 @@ async def test_anthropic_input_and_output_token_limits_are_learned(no_learning):
 
 
 async def test_a_lower_provider_limit_beats_the_configured_one(no_learning):
-    # The server's bucket holds half a second of its 30 calls/s (15); 40 calls at the configured 200/s go past it.
-    async with LoopbackServer(models=SERVED, rpm=1800, burst_seconds=0.5, latency=constant(0.001)) as server:
-        engine = await _run(_config(server, rpm=12_000), 40, "lower")
+    async with LoopbackServer(models=SERVED, rpm=1800, latency=constant(0.001)) as server:
+        engine = await _run(_config(server, rpm=12_000), 60, "lower")
         learned_429s = server.stats.rate_limited
     assert learned_429s <= 2, learned_429s
     assert any("1,800 requests/min (lower than the configured 12,000: using it)" in n for n in engine.stats.notices)
     no_learning()
-    async with LoopbackServer(models=SERVED, rpm=1800, burst_seconds=0.5, latency=constant(0.001)) as server:
-        await _run(_config(server, rpm=12_000), 40, "lower-blind")
+    async with LoopbackServer(models=SERVED, rpm=1800, latency=constant(0.001)) as server:
+        await _run(_config(server, rpm=12_000), 60, "lower-blind")
         blind_429s = server.stats.rate_limited
     assert blind_429s >= 5 * max(1, learned_429s), (blind_429s, learned_429s)
 

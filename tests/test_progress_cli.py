@@ -174,15 +174,16 @@ async def test_a_shorter_line_leaves_nothing_of_the_longer_one_on_a_dumb_termina
 
 
 async def test_without_a_terminal_plain_lines_and_no_carriage_return(tmp_path):
+    # 24 answers two at a time, 0.02 s each: a line every 0.05 s draws several while they run.
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words",
-                              latency=constant(0.05)) as server:
+                              latency=constant(0.02)) as server:
         config = write_config(tmp_path, server, concurrency=2)
         base = ["--config", str(config), "--cache", "c.sqlite"]
-        code, _, err = await run_piped(tmp_path, *base, *RUN, environ=env(tmp_path, **{EVERY_ENV: "0.2"}))
+        code, _, err = await run_piped(tmp_path, *base, *RUN, environ=env(tmp_path, **{EVERY_ENV: "0.05"}))
         assert code == 0, err
         calls, cached, spent = run_totals(tmp_path / "run")
         code, _, quiet = await run_piped(tmp_path, "--quiet", *base, *RUN[:-1], "quiet",
-                                         environ=env(tmp_path, **{EVERY_ENV: "0.2"}))
+                                         environ=env(tmp_path, **{EVERY_ENV: "0.05"}))
         assert code == 0, quiet
     assert "\r" not in err and "\x1b" not in err
     lines = [LINE.match(line) for line in err.splitlines() if LINE.match(line)]
