@@ -124,9 +124,10 @@ async def test_retry_after_is_honoured():
 async def test_an_endpoint_without_a_set_rate_learns_the_servers_after_429s():
     # 3,000 RPM on the server, none in the client: concurrency alone cannot
     # slow 1 ms calls down, so the engine infers a request rate from the 429s.
-    async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
+    # The server's bucket holds half a second of it (25 calls): 150 calls overflow it.
+    async with LoopbackServer(models=SERVED, rpm=3000, burst_seconds=0.5, latency=constant(0.001)) as server:
         async with Engine(make_config(server, max_concurrency=16, max_attempts=20)) as engine:
-            outcomes = await engine.run([chat(i) for i in range(200)])
+            outcomes = await engine.run([chat(i) for i in range(150)])
             limits = engine._endpoints["lb0"].gate.limits
     assert all(o.ok for o in outcomes)
     assert server.stats.rate_limited <= 80, server.stats.rate_limited  # unthrottled: hundreds
