@@ -21,13 +21,14 @@ SONNET = 'price_in = 3.0\nprice_cached_in = 0.3\nprice_cache_write = 3.75\nprice
 GPT4O = 'price_in = 2.5\nprice_cached_in = 1.25\nprice_out = 10.0\nbatch_discount = 0.5\n'
 
 
-def write_config(tmp_path: Path, server: LoopbackServer, concurrency: int = 8) -> Path:
+def write_config(tmp_path: Path, server: LoopbackServer, concurrency: int = 8, endpoint: str = "") -> Path:
+    """Two endpoints of the loopback (both given the TOML lines `endpoint`) and a model on each."""
     path = tmp_path / "tulving.toml"
     path.write_text(
         f'[endpoints.ant]\nkind = "anthropic"\nbase_url = "{server.anthropic_base_url}"\nfree = true\n'
-        f'max_concurrency = {concurrency}\nmax_attempts = 2\n\n'
+        f'max_concurrency = {concurrency}\nmax_attempts = 2\n{endpoint}\n'
         f'[endpoints.oai]\nkind = "openai"\nbase_url = "{server.openai_base_url}"\nfree = true\nmax_concurrency = {concurrency}\n'
-        f'max_attempts = 2\n\n'
+        f'max_attempts = 2\n{endpoint}\n'
         f'[models.sonnet-loop]\nendpoint = "ant"\nmodel = "claude-loop"\nparams = {{ max_tokens = 50 }}\n{SONNET}\n'
         f'[models.gpt4o-loop]\nendpoint = "oai"\nmodel = "gpt-loop"\nparams = {{ max_tokens = 50 }}\n{GPT4O}\n')
     return path

@@ -19,10 +19,11 @@ from tests.fault_server import FaultServer
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_config(path: Path, base_url: str, **model: object) -> Path:
+def write_config(path: Path, base_url: str, endpoint: str = "", **model: object) -> Path:
+    """A config of one endpoint "f" (more settings in `endpoint`, TOML lines) and one model "m"."""
     extra = "".join(f"{k} = {json.dumps(v)}\n" for k, v in model.items())
     path.write_text(f'[endpoints.f]\nkind = "openai"\nbase_url = "{base_url}"\nfree = true\nmax_attempts = 2\ntimeout = 5\n'
-                    f'max_concurrency = 4\n[models.m]\nendpoint = "f"\nmodel = "fm"\n{extra}')
+                    f'max_concurrency = 4\n{endpoint}[models.m]\nendpoint = "f"\nmodel = "fm"\n{extra}')
     return path
 
 
@@ -149,10 +150,12 @@ def test_a_run_through_a_429_storm_exits_0_with_the_fault_free_answers(tmp_path)
         return [(r["q_idx"], r["answer"], r["f1"]) for r in
                 map(json.loads, (folder / "results.jsonl").read_text().splitlines())]
 
+    # The storm's 429s ask for 1 s (retry-after: 1) or name no wait; max_retry_after caps the named wait at
+    # 0.1 s, so the rounds of retries take tenths of a second (the cap itself: tests/test_gate.py).
     outcomes = {}
     for name, faults in (("clean", {}), ("storm", {"429": 0.3, "429-none": 0.1})):
         with FaultServer(faults, seed=6) as server:
-            config = write_config(tmp_path / f"{name}.toml", server.openai_base_url)
+            config = write_config(tmp_path / f"{name}.toml", server.openai_base_url, endpoint="max_retry_after = 0.1\n")
             done = cli("--config", str(config), "--cache", str(tmp_path / f"{name}.sqlite"), "run", "--models", "m",
                        "--sample", "12", "--out", str(tmp_path / name))
             assert done.returncode == 0, done.stderr

@@ -9,6 +9,7 @@ from engine.budget import Budget
 from engine.gate import (
     DONE,
     DOWN_AFTER,
+    NOTICE_WAIT,
     RATE_LIMITED_ATTEMPTS,
     UNNAMED_429_RETRY_CAP,
     Refuse,
@@ -34,6 +35,19 @@ def test_a_servers_retry_after_is_honoured_capped_and_the_cap_reported_for_429s(
     send(gate, job, 100.0)
     verdict = reply(gate, job, 101.0, error=too_many(retry_after=5.0))
     assert isinstance(verdict, RetryAt) and 106.0 <= verdict.at <= 106.0 + 0.55
+
+
+def test_a_retry_waiting_notice_wait_or_longer_is_announced_and_a_shorter_one_is_not():
+    notes = Notes()
+    gate = make_gate(notes=notes, max_retry_after=60.0)
+    job = make_job()
+    send(gate, job, 0.0)
+    assert isinstance(reply(gate, job, 1.0, error=too_many(retry_after=NOTICE_WAIT - 1.0)), RetryAt)
+    assert notes.lines == []  # 4 s and its jitter: under NOTICE_WAIT, said nothing
+    send(gate, job, 10.0)
+    verdict = reply(gate, job, 11.0, error=too_many(retry_after=NOTICE_WAIT))
+    assert isinstance(verdict, RetryAt) and verdict.at >= 11.0 + NOTICE_WAIT  # 5 s and a little jitter upwards
+    assert notes.lines == [f"waiting for e: rate_limited, retrying in {verdict.at - 11.0:.0f} s"]
 
 
 def test_a_503s_long_wait_is_capped_without_a_429_report():

@@ -182,8 +182,10 @@ async def test_a_stream_cut_before_its_finish_reason_is_a_connection_error(monke
 async def test_the_engine_retries_a_429_and_then_answers():
     async with LoopbackServer(in_process=True) as server:
         server.gemini.busy, server.gemini.retry_delay = 2, 0
-        config = Config.from_dicts({"g": {"kind": "gemini", "base_url": server.gemini_base_url, "max_attempts": 3}},
-                                   {"m": {"endpoint": "g", "model": MODEL}})
+        # A set rate: the 429s halve it (unset, the engine infers about a call a second from them: two
+        # seconds of waiting here; that inference is tests/test_pacing.py's, on a virtual clock).
+        config = Config.from_dicts({"g": {"kind": "gemini", "base_url": server.gemini_base_url, "max_attempts": 3,
+                                          "rpm": 60_000}}, {"m": {"endpoint": "g", "model": MODEL}})
         async with Engine(config, cache_path=None, retry_policy=RetryPolicy(base=0.01, cap=0.02)) as engine:
             [outcome] = await engine.run([ChatRequest(model="m", messages=[USER])])
     assert outcome.ok and outcome.attempts == 3 and outcome.result.text

@@ -226,16 +226,18 @@ def no_learning(monkeypatch):
 
 
 async def test_an_unconfigured_endpoint_learns_the_servers_rpm_and_gets_almost_no_429s(no_learning):
-    async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
-        engine = await _run(_config(server), 150, "learn")
+    # The server's bucket holds half a second of its 50 calls/s (25: a call sent up to 0.4 s late still
+    # fits the engine's pace); 100 calls sent blind go past it.
+    async with LoopbackServer(models=SERVED, rpm=3000, burst_seconds=0.5, latency=constant(0.001)) as server:
+        engine = await _run(_config(server), 100, "learn")
         learned_429s = server.stats.rate_limited
     assert learned_429s <= 2, learned_429s
     assert engine.stats.learned_limits == {"lb": {"test-model": {"requests": 3000.0}}}
     assert any("lb: the provider reports for test-model 3,000 requests/min (none configured: using it)" in n
                for n in engine.stats.notices)
     no_learning()
-    async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
-        engine = await _run(_config(server), 150, "blind")
+    async with LoopbackServer(models=SERVED, rpm=3000, burst_seconds=0.5, latency=constant(0.001)) as server:
+        engine = await _run(_config(server), 100, "blind")
         blind_429s = server.stats.rate_limited
     assert not engine.stats.learned_limits
     assert blind_429s >= 10 and blind_429s >= 5 * max(1, learned_429s), (blind_429s, learned_429s)
@@ -272,7 +274,7 @@ async def test_a_lower_provider_limit_beats_the_configured_one(no_learning):
 
 async def test_a_higher_provider_limit_does_not_raise_the_configured_one():
     async with LoopbackServer(models=SERVED, rpm=60_000, latency=constant(0.001)) as server:
-        engine = await _run(_config(server, rpm=600), 30, "higher")
+        engine = await _run(_config(server, rpm=600), 20, "higher")  # at the server's 1,000/s: all in a second
         busiest_second = server.stats.max_accepted_in(1.0)
     assert busiest_second <= 10 + 5 + 1  # the configured 10/s and its burst, not the server's 1,000/s
     assert any("60,000 requests/min (configured 600 kept)" in n for n in engine.stats.notices)

@@ -16,7 +16,6 @@ import sys
 import termios
 from pathlib import Path
 
-from engine.gate import NOTICE_WAIT
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.progress import EVERY_ENV, usd
 from tests.test_cost_cli import write_config
@@ -111,12 +110,12 @@ def run_totals(folder: Path) -> tuple[int, int, float]:
 
 
 async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_closed_with_the_totals(tmp_path):
-    # The 12th call is rate-limited for 5 s (a wait the engine announces: NOTICE_WAIT): its notice comes
-    # while the line is drawn.
-    faults = Faults(schedule=[None] * 11 + ["429"], try_again=NOTICE_WAIT)
+    # The 12th call is rate-limited and asked to wait an hour: the engine waits max_retry_after (0.1 s) instead
+    # and says so, while the line is drawn. (The wait announced by itself, NOTICE_WAIT or longer: tests/test_gate.py.)
+    faults = Faults(schedule=[None] * 11 + ["429"], try_again=3600.0)
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words",
                               latency=constant(0.05), faults=faults) as server:
-        config = write_config(tmp_path, server, concurrency=4)
+        config = write_config(tmp_path, server, concurrency=4, endpoint="max_retry_after = 0.1\n")
         args = ["--config", str(config), "--cache", "c.sqlite", "--max-cost", "50", *RUN]
         code, out, drawn = await run_in_pty(tmp_path, *args, environ=env(tmp_path))
         assert code == 0, drawn
@@ -135,8 +134,9 @@ async def test_on_a_terminal_one_line_is_redrawn_in_place_across_phases_then_clo
     # The streams open now are named at the end, after the run-wide count, and change in place.
     assert all(m["head"] == "run" for m in lines[:-1]) and len({m["label"] for m in lines[:-1]}) >= 2
     # The notice is a line of its own, not glued to a half-drawn progress line.
-    [notice] = [line for line in shown if "rate_limited" in line]
-    assert notice.startswith("tulving: waiting for ") and " calls" not in notice
+    [notice] = [line for line in shown if "HTTP 429" in line]
+    assert re.fullmatch(r"tulving: (ant|oai) asked to wait 3,600 s before retrying \(HTTP 429\); "
+                        r"waiting 0\.1 s instead \(max_retry_after\)", notice), notice
     # The final line: every call and the spend, with the cap.
     progress_lines = [line for line in shown if LINE.match(line)]
     final = LINE.match(progress_lines[-1])
@@ -174,15 +174,16 @@ async def test_a_shorter_line_leaves_nothing_of_the_longer_one_on_a_dumb_termina
 
 
 async def test_without_a_terminal_plain_lines_and_no_carriage_return(tmp_path):
+    # 24 answers two at a time, 0.02 s each: a line every 0.05 s draws several while they run.
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words",
-                              latency=constant(0.05)) as server:
+                              latency=constant(0.02)) as server:
         config = write_config(tmp_path, server, concurrency=2)
         base = ["--config", str(config), "--cache", "c.sqlite"]
-        code, _, err = await run_piped(tmp_path, *base, *RUN, environ=env(tmp_path, **{EVERY_ENV: "0.2"}))
+        code, _, err = await run_piped(tmp_path, *base, *RUN, environ=env(tmp_path, **{EVERY_ENV: "0.05"}))
         assert code == 0, err
         calls, cached, spent = run_totals(tmp_path / "run")
         code, _, quiet = await run_piped(tmp_path, "--quiet", *base, *RUN[:-1], "quiet",
-                                         environ=env(tmp_path, **{EVERY_ENV: "0.2"}))
+                                         environ=env(tmp_path, **{EVERY_ENV: "0.05"}))
         assert code == 0, quiet
     assert "\r" not in err and "\x1b" not in err
     lines = [LINE.match(line) for line in err.splitlines() if LINE.match(line)]

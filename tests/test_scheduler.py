@@ -80,10 +80,11 @@ async def test_concurrency_never_exceeds_the_endpoint_limit():
 
 
 async def test_request_rate_limit_holds_without_429s():
-    # Server and client both at 1200 RPM (20/s); the server allows a 1 s burst.
-    async with LoopbackServer(models=SERVED, rpm=1200) as server:
+    # Server and client both at 1200 RPM (20/s); the server allows a 0.6 s burst (12 calls: a call
+    # sent up to half a second late still fits), so the 30 calls sent at once would meet 429s.
+    async with LoopbackServer(models=SERVED, rpm=1200, burst_seconds=0.6) as server:
         async with Engine(make_config(server, rpm=1200, max_concurrency=32)) as engine:
-            outcomes = await engine.run([chat(i) for i in range(50)])
+            outcomes = await engine.run([chat(i) for i in range(30)])
     assert all(o.ok for o in outcomes)
     # The client throttled itself: the server (which refuses past its rate) saw
     # no call too many. (The pacing's timing: tests/test_gate.py, on a virtual clock.)
@@ -92,21 +93,24 @@ async def test_request_rate_limit_holds_without_429s():
 
 
 async def test_input_token_limit_holds_and_is_corrected_from_usage():
-    # ~500-token prompts under 60k input tokens/min (1,000/s): two calls per second.
-    prompt = "word " * 400
-    async with LoopbackServer(models=SERVED, input_tpm=60_000) as server:
+    # ~100-token prompts under 60k input tokens/min (1,000/s): ten calls per second. The server's
+    # bucket holds 0.6 s of it (600 tokens: a call sent up to half a second late still fits), so the
+    # 15 calls (1,500 tokens) sent at once would meet 429s; paced, none.
+    prompt = "word " * 80
+    async with LoopbackServer(models=SERVED, input_tpm=60_000, burst_seconds=0.6) as server:
         config = make_config(server, input_tpm=60_000, max_concurrency=16)
         async with Engine(config) as engine:
-            outcomes = await engine.run([chat(i, f"{i} {prompt}") for i in range(6)])
+            outcomes = await engine.run([chat(i, f"{i} {prompt}") for i in range(15)])
     assert all(o.ok for o in outcomes), [str(o.error) for o in outcomes if not o.ok]
     assert server.stats.rate_limited == 0
-    assert server.stats.input_tokens >= 6 * 500
+    assert server.stats.input_tokens >= 15 * 100
 
 
 async def test_retry_after_is_honoured():
-    # The server admits one request per second; the client has no limit set,
-    # so the second call is answered 429 with retry-after and must wait it out.
-    async with LoopbackServer(models=SERVED, rpm=60) as server:
+    # The server admits one request per quarter second (a bucket of one); the client has no limit
+    # set, so the second call is answered 429 with retry-after-ms: 250 (and retry-after: 1, whole
+    # seconds) and must wait it out: retried at once (FAST_RETRY's 0.01-0.05 s), it would meet several.
+    async with LoopbackServer(models=SERVED, rpm=240, burst_seconds=0.25) as server:
         async with Engine(make_config(server), retry_policy=FAST_RETRY) as engine:
             outcomes = await engine.run([chat(0), chat(1)])
     assert all(o.ok for o in outcomes)
@@ -120,9 +124,10 @@ async def test_retry_after_is_honoured():
 async def test_an_endpoint_without_a_set_rate_learns_the_servers_after_429s():
     # 3,000 RPM on the server, none in the client: concurrency alone cannot
     # slow 1 ms calls down, so the engine infers a request rate from the 429s.
-    async with LoopbackServer(models=SERVED, rpm=3000, latency=constant(0.001)) as server:
+    # The server's bucket holds half a second of it (25 calls): 150 calls overflow it.
+    async with LoopbackServer(models=SERVED, rpm=3000, burst_seconds=0.5, latency=constant(0.001)) as server:
         async with Engine(make_config(server, max_concurrency=16, max_attempts=20)) as engine:
-            outcomes = await engine.run([chat(i) for i in range(200)])
+            outcomes = await engine.run([chat(i) for i in range(150)])
             limits = engine._endpoints["lb0"].gate.limits
     assert all(o.ok for o in outcomes)
     assert server.stats.rate_limited <= 80, server.stats.rate_limited  # unthrottled: hundreds
