@@ -56,11 +56,11 @@ REALISM_STEPS = (("generate", "--events", "40", "--model", "builtin:writer", "--
 
 
 @pytest.fixture(scope="session")
-def realism_cache(tmp_path_factory):
-    """A response cache holding every call of REALISM_STEPS, made once per
-    session: the tests that run those steps copy it first, so that each still
-    runs every command (all answered from the cache) without paying for the
-    writing, the ratings, the answers and MiniLM's embeddings twice."""
+def realism_runs(tmp_path_factory):
+    """A folder where the CLI ran REALISM_STEPS once per session: the book and
+    its ratings (book/), the runs (run/, rag/, unrated/). Read only: the tests
+    read these runs in place and write their reports and comparisons elsewhere
+    (they used to rerun every step from a copy of the cache, seconds each)."""
     from tests.cli import tulving
 
     folder = tmp_path_factory.mktemp("realism")
@@ -69,7 +69,7 @@ def realism_cache(tmp_path_factory):
     for step in REALISM_STEPS:
         done = tulving(folder, "--quiet", "--cache", "c.sqlite", *step, env=env)
         assert done.returncode == 0, done.stderr
-    return folder / "c.sqlite"
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -48,13 +48,13 @@ def copied_run(source: Path, cwd: Path, out: str = "run") -> Path:
     return cwd / out
 
 
-def report_of_three_runs(source: Path, root: Path) -> Path:
-    """`tulving report` over three runs in `root`: a copy of `source` (good),
-    its hostile twin (evil) and a run on a sample of it (sampled)."""
+def report_of_three_runs(source: Path, root: Path, *extra: str) -> Path:
+    """`tulving report` (with `extra` options) over three runs in `root`: a copy
+    of `source` (good), its hostile twin (evil) and a run on a sample of it (sampled)."""
     good = copied_run(source, root, "good")
     hostile_run(good, root / "evil")
     renamed_run(good, root / "sampled", SAMPLED_MODEL, SAMPLE)
-    result = tulving(root, "report", "good", "evil", "sampled", "--out", "rep")
+    result = tulving(root, "report", "good", "evil", "sampled", "--out", "rep", *extra)
     assert result.returncode == 0, result.stderr
     assert "index.html" in result.stdout
     return root / "rep"

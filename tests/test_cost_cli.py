@@ -61,7 +61,7 @@ async def test_the_run_summary_and_report_split_cost_by_model_and_role(tmp_path)
     lines = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
     assert sum(r["cache_write_tokens"] for r in lines if r["model"] == "sonnet-loop") == writes
     # The report over the run folder has the cost table.
-    code, out, err = await atulving(tmp_path, "report", "run", "--out", "rep")
+    code, out, err = await atulving(tmp_path, "report", "run", "--out", "rep", "--no-figures")
     assert code == 0, err
     table = (tmp_path / "rep" / "tables" / "cost.md").read_text()
     assert "| gpt4o-loop | answer | 6 | 0 |" in table and "| total |" in table

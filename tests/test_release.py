@@ -130,7 +130,8 @@ def test_published_runs_rescored_and_read_by_report_and_compare(release, tmp_pat
     partial = load_results(base / f"{MODEL_A}--rag-paragraph")
     assert sum(r.scored for r in partial) == 3 and sum(r.answer_error == "no released answer" for r in partial) == 453
 
-    report = tulving(data, "report", str(run_a), str(base / f"{MODEL_B}--in-context"), "--out", str(tmp_path / "rep"))
+    report = tulving(data, "report", str(run_a), str(base / f"{MODEL_B}--in-context"), "--out", str(tmp_path / "rep"),
+                     "--no-figures")
     assert report.returncode == 0, report.stderr
     assert MODEL_A in (tmp_path / "rep" / "report.md").read_text()
     compare = tulving(data, "compare", str(run_a), str(base / f"{MODEL_B}--in-context"))

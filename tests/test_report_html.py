@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 
 import pytest
 
@@ -17,6 +18,7 @@ from tests.report_runs import (
     SAMPLED_MODEL,
     copied_run,
     renamed_run,
+    report_of_three_runs,
     tulving,
 )
 
@@ -50,6 +52,26 @@ def test_every_table_and_figure_is_written(report):
     assert html.count('src="data:image/png;base64,') == len(FIGURES)
     # Self-contained: nothing fetched from anywhere.
     assert not re.search(r'(src|href)="(https?:)?//', html) and "<link" not in html
+
+
+def test_no_figures_writes_every_table_the_same_and_no_image_without_matplotlib(report, offline_short_run,
+                                                                                 tmp_path, monkeypatch):
+    """`--no-figures`: the same tables, byte for byte, as the report with figures
+    over the same three runs; no figures folder, no image, and the report says
+    the figures were left out. matplotlib is made unimportable: had the report
+    reached for it, it would have said "not installed" instead."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    bare = report_of_three_runs(offline_short_run, tmp_path, "--no-figures")
+    assert not (bare / "figures").exists() and not list(bare.rglob("*.png")) and not list(bare.rglob("*.svg"))
+    names = sorted(p.name for p in (report / "tables").iterdir())
+    assert sorted(p.name for p in (bare / "tables").iterdir()) == names
+    assert all((bare / "tables" / n).read_bytes() == (report / "tables" / n).read_bytes() for n in names)
+    html, md = (bare / "index.html").read_text(), (bare / "report.md").read_text()
+    assert "data:image" not in html and "<img" not in html and "figures/" not in md
+    assert all(f'id="t-{key}"' in html for key in TABLES)
+    for text in (html, md):
+        assert "figures left out: --no-figures" in text and "not installed" not in text
+    assert json.loads((bare / "scores.json").read_text()) == json.loads((report / "scores.json").read_text())
 
 
 def test_tables_have_one_row_per_configuration_and_keep_failures_and_samples_visible(report):
@@ -191,7 +213,7 @@ def test_a_smoke_check_is_listed_apart_and_never_ranked(tmp_path, offline_short_
     assert "local:tiny" not in alone.stdout.split("Smoke check")[0].split("\n", 2)[2]  # not a row of the table
     assert "Smoke check, not ranked: local:tiny / in-context answered 2 of the 456 questions" in alone.stdout
     assert "## Smoke check (not ranked)" in (smoke / "report.md").read_text()
-    both = tulving(tmp_path, "report", "good", "smoke", "--out", "rep")
+    both = tulving(tmp_path, "report", "good", "smoke", "--out", "rep", "--no-figures")
     assert both.returncode == 0, both.stderr
     board = {r["Model"]: r for r in _csv(tmp_path / "rep", "leaderboard")}
     assert board["builtin:reader"]["#"] == "1"

@@ -7,24 +7,19 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 
 from engine.benchmark.evaluation.statistics import format_p
-from tests.conftest import REALISM_STEPS
 from tests.test_trust import env, run_cli
 
 IN_CONTEXT, RAG = "builtin:reader / in-context", "builtin:reader / rag-paragraph"
 
 
-async def test_the_report_of_several_runs_splits_each_configuration_by_realism(tmp_path, realism_cache):
-    shutil.copy(realism_cache, tmp_path / "c.sqlite")  # every call of the steps answered from it (tests/conftest.py)
-    e = env(tmp_path)
-    for step in REALISM_STEPS:
-        code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
-        assert code == 0, err
-    alone = {name: json.loads((tmp_path / name / "scores.json").read_text())["realism"] for name in ("run", "rag")}
+async def test_the_report_of_several_runs_splits_each_configuration_by_realism(tmp_path, realism_runs):
+    runs, e = realism_runs, env(tmp_path)  # REALISM_STEPS' book and runs (tests/conftest.py), read in place
+    alone = {name: json.loads((runs / name / "scores.json").read_text())["realism"] for name in ("run", "rag")}
 
-    code, out, err = await run_cli(tmp_path, "report", "run", "rag", "--out", "both", environ=e)
+    code, out, err = await run_cli(runs, "report", "run", "rag", "--out", str(tmp_path / "both"), "--no-figures",
+                                   environ=e)
     assert code == 0, err
     scores = json.loads((tmp_path / "both" / "scores.json").read_text())
     # The same split as each run's own report: reused, not computed anew another way.
@@ -49,17 +44,18 @@ async def test_the_report_of_several_runs_splits_each_configuration_by_realism(t
     assert rows[0][:3] == ["Bin", "Realism", "Count"] and ["1", "realistic", str(count)] in [r[:3] for r in rows]
 
     # --realism FILE rates the chapters of runs whose book folder holds no ratings (here: the same file).
-    code, out, err = await run_cli(tmp_path, "report", "run", "--out", "given", "--realism",
-                                   str(tmp_path / "book" / "realism.json"), environ=e)
+    code, out, err = await run_cli(runs, "report", "run", "--out", str(tmp_path / "given"), "--no-figures",
+                                   "--realism", str(runs / "book" / "realism.json"), environ=e)
     assert code == 0, err
     assert json.loads((tmp_path / "given" / "scores.json").read_text())["realism"] == {IN_CONTEXT: split}
     # Runs on two books: no realism section for the unrated one, nothing broken for the rated one...
-    code, out, err = await run_cli(tmp_path, "report", "run", "unrated", "--out", "mixed", environ=e)
+    code, out, err = await run_cli(runs, "report", "run", "unrated", "--out", str(tmp_path / "mixed"), "--no-figures",
+                                   environ=e)
     assert code == 0, err
     groups = json.loads((tmp_path / "mixed" / "scores.json").read_text())["groups"]
     assert [bool(g.get("realism")) for g in groups].count(True) == 1
     # ...and one --realism FILE cannot rate two books: one line, nothing written.
-    code, out, err = await run_cli(tmp_path, "report", "run", "unrated", "--out", "refused", "--realism",
-                                   str(tmp_path / "book" / "realism.json"), environ=e)
+    code, out, err = await run_cli(runs, "report", "run", "unrated", "--out", str(tmp_path / "refused"), "--realism",
+                                   str(runs / "book" / "realism.json"), environ=e)
     assert code != 0 and err.count("\n") == 1 and "--realism" in err and "several" in err
     assert not (tmp_path / "refused").exists()

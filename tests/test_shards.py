@@ -59,7 +59,7 @@ def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_p
     assert sizes == [152, 152, 152]
 
     for args in (("whole",), ("shard1", "shard2", "shard3")):
-        result = tulving(tmp_path, "report", *args, "--out", f"report-{len(args)}")
+        result = tulving(tmp_path, "report", *args, "--out", f"report-{len(args)}", "--no-figures")
         assert result.returncode == 0, result.stderr
     one, three = tmp_path / "report-1", tmp_path / "report-3"
     assert _scores(one / "scores.json") == _scores(three / "scores.json")
@@ -72,7 +72,7 @@ def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_p
         [execution] = list(csv.DictReader(f))
     assert execution["shards"] == "1/3, 2/3, 3/3" and execution["questions"] == "456"
     # A folder that repeats another's questions is not a shard: the first folder's results are kept, and said.
-    overlap = tulving(tmp_path, "report", "whole", "shard2", "--out", "report-overlap")
+    overlap = tulving(tmp_path, "report", "whole", "shard2", "--out", "report-overlap", "--no-figures")
     assert overlap.returncode == 0, overlap.stderr
     assert "152 (model, mode, question) results found in more than one folder" in overlap.stderr
     assert _scores(tmp_path / "report-overlap" / "scores.json")["runs"][0]["questions"] == 456
@@ -89,7 +89,7 @@ def test_three_shards_report_as_the_unsplit_run_and_their_caches_replay_it(tmp_p
     assert json.loads((whole / "run.json").read_text())["jobs"][0]["cached_answers"] == []
     assert len(json.loads((rerun / "run.json").read_text())["jobs"][0]["cached_answers"]) == 456
     for name, expected in (("whole", "no"), ("rerun", "yes")):
-        assert tulving(tmp_path, "report", name, "--out", f"drill-{name}").returncode == 0
+        assert tulving(tmp_path, "report", name, "--out", f"drill-{name}", "--no-figures").returncode == 0
         html = (tmp_path / f"drill-{name}" / "index.html").read_text()
         assert html.count(f"<td>{expected}</td><td>ok</td>") == 456, name
 

@@ -137,7 +137,7 @@ def test_shards_meet_in_the_database_and_the_password_never_shows(tmp_path, pg_u
         offline_run(tmp_path, f"shard{i}", "--shard", f"{i}/3", cache=pg_url)
     rerun = offline_run(tmp_path, "rerun", cache=pg_url)
     assert json.loads((rerun / "run.json").read_text())["engine"]["calls"] == 0
-    result = tulving(tmp_path, "report", "shard1", "shard2", "shard3", "--out", "report-3")
+    result = tulving(tmp_path, "report", "shard1", "shard2", "shard3", "--out", "report-3", "--no-figures")
     assert result.returncode == 0, result.stderr
     assert _scores(tmp_path / "report-3" / "scores.json") == _scores(whole / "scores.json")
     assert _scores(rerun / "scores.json") == _scores(whole / "scores.json")

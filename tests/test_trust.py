@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -236,7 +235,7 @@ async def test_report_keeps_rag_runs_with_different_embedding_models_apart(tmp_p
                                            "--models", "builtin:reader", "--modes", "rag-paragraph", "--sample",
                                            "8", "--embed-model", f"loop/{name}", "--out", name, environ=e)
             assert code == 0, err
-    code, out, err = await run_cli(tmp_path, "report", "emb-a", "emb-b", "--out", "rep", environ=e)
+    code, out, err = await run_cli(tmp_path, "report", "emb-a", "emb-b", "--out", "rep", "--no-figures", environ=e)
     assert code == 0, err
     rows = json.loads((tmp_path / "rep" / "scores.json").read_text())["runs"]
     modes = sorted(r["mode"] for r in rows)
@@ -343,38 +342,28 @@ def test_p_values_that_underflow_are_printed_as_a_bound():
     assert p_is(0.0) == "p < 1e-300" and p_is(1e-320) == "p < 1e-300" and p_is(0.0123) == "p = 0.0123"
 
 
-async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path, realism_cache):
-    shutil.copy(realism_cache, tmp_path / "c.sqlite")  # every call below answered from it (tests/conftest.py)
-    e = env(tmp_path)
-    steps = [("generate", "--events", "40", "--model", "builtin:writer", "--out", "book"),
-             ("book", "realism", "book", "--model", "builtin:writer"),
-             ("run", "--book", "book", "--models", "builtin:reader", "--out", "run")]
-    for step in steps:
-        code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
-        assert code == 0, err
-    ratings = {r["chapter"]: r["realism"] for r in json.loads((tmp_path / "book" / "realism.json").read_text())}
-    split = json.loads((tmp_path / "run" / "scores.json").read_text())["realism"]["builtin:reader / in-context"]
-    records = [json.loads(line) for line in (tmp_path / "run" / "results.jsonl").read_text().splitlines()]
+async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_difference(tmp_path, realism_runs):
+    # The book, its ratings and the runs of REALISM_STEPS (tests/conftest.py), written by the CLI, read in place.
+    runs, e = realism_runs, env(tmp_path)
+    ratings = {r["chapter"]: r["realism"] for r in json.loads((runs / "book" / "realism.json").read_text())}
+    split = json.loads((runs / "run" / "scores.json").read_text())["realism"]["builtin:reader / in-context"]
+    records = [json.loads(line) for line in (runs / "run" / "results.jsonl").read_text().splitlines()]
     realistic = [r for r in records if r["get"] == "all" and r["chapters"]
                  and all(ratings[c] >= 4 for c in r["chapters"])]
     assert split["n"]["realistic"] == len(realistic) > 0 and split["n"]["non-realistic"] > 0
     assert 0 < split["p_two_sided"] <= 1
-    report = (tmp_path / "run" / "report.md").read_text()
+    report = (runs / "run" / "report.md").read_text()
     assert "## Realistic vs non-realistic events" in report and "Mann-Whitney U two-sided p" in report
 
     # `tulving compare RUN`: the same ablation for the run alone (its book folder's ratings)...
-    code, out, err = await run_cli(tmp_path, "compare", "run", "--out", "alone", environ=e)
+    code, out, err = await run_cli(runs, "compare", "run", "--out", str(tmp_path / "alone"), environ=e)
     assert code == 0, err
     alone = json.loads((tmp_path / "alone" / "compare.json").read_text())["realism"]
     assert alone == {"builtin:reader / in-context": split}
     assert f"| 1 | realistic | {split['bins']['1']['realistic']['count']} |" in out
     assert f"Mann-Whitney U two-sided {p_is(split['p_two_sided'])}" in out
-    # ...and beside the A/B test of two runs: each side's split, in one table.
-    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book", "book", "--models",
-                                   "builtin:reader", "--modes", "rag-paragraph", "--embed-model", "local:minilm",
-                                   "--out", "rag", environ=e)
-    assert code == 0, err
-    code, out, err = await run_cli(tmp_path, "compare", "run", "rag", "--out", "ab", environ=e)
+    # ...and beside the A/B test of two runs (rag: RAG with MiniLM on the same book): each side's split, in one table.
+    code, out, err = await run_cli(runs, "compare", "run", "rag", "--out", str(tmp_path / "ab"), environ=e)
     assert code == 0, err
     both = json.loads((tmp_path / "ab" / "compare.json").read_text())
     assert both["test"] == "paired" and both["realism"]["A: builtin:reader / in-context"] == split
@@ -382,12 +371,8 @@ async def test_the_report_splits_questions_by_chapter_realism_and_tests_the_diff
     assert rag["n"] == split["n"] and rag["mean"] != split["mean"]
     assert "| Bin | Realism | Count | A: builtin:reader / in-context | B: builtin:reader / rag-paragraph |" in out
     assert "## Realistic vs non-realistic events" in (tmp_path / "ab" / "compare.md").read_text()
-    # A run whose chapters are not rated: one line saying how to rate them.
-    code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", "run", "--book",
-                                   "synaptic-echoes-short", "--models", "builtin:reader", "--sample", "5",
-                                   "--out", "unrated", environ=e)
-    assert code == 0, err
-    code, out, err = await run_cli(tmp_path, "compare", "unrated", environ=e)
+    # A run whose chapters are not rated (unrated: 5 questions of the short book): one line saying how to rate them.
+    code, out, err = await run_cli(runs, "compare", "unrated", environ=e)
     assert code != 0 and err.count("\n") == 1 and "--realism FILE" in err and "tulving book realism" in err
 
 
@@ -509,7 +494,7 @@ async def test_a_single_shards_leaderboard_is_marked_partial_and_the_merged_one_
     assert "**PARTIAL: shard 1 of 2 only" in (tmp_path / "s1" / "report.md").read_text()
     code, out, err = await run_cli(tmp_path, *run, "--shard", "2/2", "--out", "s2", environ=e)
     assert code == 0, err
-    code, out, err = await run_cli(tmp_path, "report", "s1", "s2", "--out", "both", environ=e)
+    code, out, err = await run_cli(tmp_path, "report", "s1", "s2", "--out", "both", "--no-figures", environ=e)
     assert code == 0, err
     assert "partial" not in json.loads((tmp_path / "both" / "scores.json").read_text())
     assert "PARTIAL" not in (tmp_path / "both" / "report.md").read_text()
@@ -520,7 +505,7 @@ async def test_a_multi_book_report_ranks_each_book_on_its_own(tmp_path):
     steps = [("generate", "--events", "12", "--model", "builtin:writer", "--out", "book"),
              ("run", "--book", "book", "--models", "builtin:reader", "--out", "on-book"),
              ("run", "--book", "synaptic-echoes-short", "--models", "builtin:reader", "--out", "on-short"),
-             ("report", "on-book", "on-short", "--out", "report")]
+             ("report", "on-book", "on-short", "--out", "report", "--no-figures")]
     for step in steps:
         code, out, err = await run_cli(tmp_path, "--quiet", "--cache", "c.sqlite", *step, environ=e)
         assert code == 0, err

@@ -175,6 +175,9 @@ def _register_reports(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
                    help="realism.json of the book (`tulving book realism`): adds the realistic vs non-realistic "
                         "split and its test, per configuration (default: the realism.json of each run's book folder, when there "
                         "is one)")
+    p.add_argument("--no-figures", action="store_true",
+                   help="with --out: write the tables, index.html, drill-down and report.md without drawing the "
+                        "figures (no matplotlib; seconds faster); the report says they were left out")
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(

@@ -713,7 +713,7 @@ def cmd_report_folder(args: argparse.Namespace) -> int:
 
     if not args.out:
         raise TulvingError("several run folders: pass --out DIR for their report")
-    files = write_report(args.run_dir, args.out, realism=args.realism)
+    files = write_report(args.run_dir, args.out, realism=args.realism, figures=not args.no_figures)
     for note in files.notes:
         _note(note)
     print(f"report: {files.out / 'index.html'} ({files.tables} tables, {files.figures} figures, "

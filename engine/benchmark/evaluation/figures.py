@@ -35,6 +35,7 @@ from engine.benchmark.generation.stats import item_positions as positions_of
 if TYPE_CHECKING:  # matplotlib is optional (the plots extra): imported when a figure is drawn
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure as MplFigure
+    from matplotlib.transforms import Bbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +63,33 @@ def _t(text: object) -> str:
 
 
 def _save(fig: MplFigure, folder: Path, name: str, title: str, caption: str = "") -> Figure:
+    """Write `fig` as `name`.png (100 dpi) and .svg, both cropped to the same tight box.
+
+    savefig(bbox_inches="tight") draws the figure once more to measure it, for
+    each file; the box is measured here once (as savefig measures it: on the
+    PNG's renderer, padded by savefig.pad_inches) and given to both saves."""
     plt = _plt()
     folder.mkdir(parents=True, exist_ok=True)
+    box = _tight_box(fig, dpi=100)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=100, bbox_inches=box)
     png = buf.getvalue()
     (folder / f"{name}.png").write_bytes(png)
-    fig.savefig(folder / f"{name}.svg", format="svg", bbox_inches="tight", metadata={"Date": None})
+    fig.savefig(folder / f"{name}.svg", format="svg", bbox_inches=box, metadata={"Date": None})
     plt.close(fig)
     return Figure(name=name, title=title, png=png, caption=caption)
+
+
+def _tight_box(fig: MplFigure, dpi: float) -> Bbox:
+    """The box savefig(bbox_inches="tight", dpi=dpi) would crop a PNG to, in inches:
+    the figure laid out (ticks, text) on the Agg renderer without rasterizing,
+    measured, padded by savefig.pad_inches."""
+    import matplotlib
+
+    fig.set_dpi(dpi)
+    fig.draw_without_rendering()
+    pad = matplotlib.rcParams["savefig.pad_inches"]
+    return fig.get_tightbbox().padded(pad, pad)
 
 
 def f1_by_bin(folder: Path, series: Mapping[str, Mapping[str, tuple[float, float]]], bins: Sequence[str],

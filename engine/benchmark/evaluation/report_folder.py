@@ -354,7 +354,9 @@ def _realism_section(splits: dict[tuple[str, str], dict[str, RealismSplit]]) -> 
 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_sections: Sequence[Section] = (),
-                 realism: str | Path | None = None) -> ReportFiles:
+                 realism: str | Path | None = None, figures: bool = True) -> ReportFiles:
+    """The report of the runs in `run_dirs`, written to `out`; without `figures`
+    (--no-figures) matplotlib is not used and the report says so."""
     started = time.perf_counter()
     out = Path(out)
     runset = load_runs(run_dirs)
@@ -380,16 +382,19 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
     judged = agreement_results(runset)
     agreement_tables = [summary_table(judged), disagreement_table(judged)] if judged else []
     (out / "tables").mkdir(parents=True, exist_ok=True)
-    figures = _figures(runset, summaries, out / "figures", notes)
-    if judged and figures:
-        figures["agreement"] = agreement_figures(judged, out / "figures")
+    if figures:
+        drawn = _figures(runset, summaries, out / "figures", notes)
+    else:
+        drawn, notes = {}, [*notes, "figures left out: --no-figures"]
+    if judged and drawn:
+        drawn["agreement"] = agreement_figures(judged, out / "figures")
     all_tables = tables + ranking_tables + agreement_tables
     for t in all_tables:
         (out / "tables" / f"{t.key}.md").write_text(to_markdown(t))
         (out / "tables" / f"{t.key}.csv").write_text(to_csv(t))
     scores = summaries[0] if len(summaries) == 1 else {"groups": summaries}
     (out / "scores.json").write_text(json.dumps(scores, indent=1) + "\n")
-    sections = _sections(tables, ranking_tables, agreement_tables, figures, _ranking_text(summaries),
+    sections = _sections(tables, ranking_tables, agreement_tables, drawn, _ranking_text(summaries),
                          extra_sections)
     drill = drill_rows(runset)
     folders = ", ".join(str(f) for f in runset.folders)
@@ -399,7 +404,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
     title = "Episodic Memory Benchmark report"
     (out / "index.html").write_text(render_html(title, intro, sections, drill), encoding="utf-8")
     (out / "report.md").write_text(_markdown(title, intro, sections))
-    n_figures = sum(len(v) for v in figures.values()) + sum(len(s.figures) for s in extra_sections)
+    n_figures = sum(len(v) for v in drawn.values()) + sum(len(s.figures) for s in extra_sections)
     return ReportFiles(out=out, tables=len(all_tables), figures=n_figures, questions=questions, results=len(drill),
                        seconds=time.perf_counter() - started, notes=notes)
 
