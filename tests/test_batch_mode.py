@@ -191,12 +191,14 @@ def test_rounds_that_depend_on_earlier_answers_are_successive_batches(tmp_path, 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twice(tmp_path, server_factory, kind):
-    # Ends on its 100th poll: the run is killed after its 3rd; the rerun's ~97 polls are 2 s of waiting.
+    # Ends on its 100th poll: the run is killed after its 3rd (polling every 0.1 s at most, it has
+    # about 10 s left to be killed in); the rerun polls without waiting between polls. 40 questions:
+    # the resume is the subject, not the size of the batch.
     server = server_factory("--batch-polls", "100")
-    write_config(tmp_path, server, kind=kind, batch_poll_max=0.02)
+    write_config(tmp_path, server, kind=kind, batch_poll_max=0.1)
     poll_path = "/v1/batches/{batch_id}" if kind == "openai" else "/v1/messages/batches/{batch_id}"
     args = [sys.executable, "-m", "engine.cli", "--quiet", "--config", "tulving.toml", "--cache", "cache.sqlite",
-            *RUN, "--batch", "--out", "out"]
+            *RUN, "--sample", "40", "--batch", "--out", "out"]
     proc = subprocess.Popen(args, cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the batch is recorded and being polled
@@ -209,20 +211,22 @@ def test_a_run_killed_while_waiting_on_its_batch_resumes_it_and_pays_nothing_twi
     conn = sqlite3.connect(tmp_path / "cache.sqlite")
     (batch_id, owed), = conn.execute("SELECT id, (SELECT count(*) FROM batch_keys WHERE batch_id = id) FROM batches")
     conn.close()
-    assert owed == 456 and batch_id == server.batches(kind)[0]["id"]
+    assert owed == 40 and batch_id == server.batches(kind)[0]["id"]
     pending = subprocess.run(args[:8] + ["batches"], cwd=tmp_path, env=env(), capture_output=True, text=True)
-    assert batch_id in pending.stdout and "456" in pending.stdout
+    [row] = [line.split() for line in pending.stdout.splitlines() if batch_id in line]
+    assert row[4:6] == ["40", "40"], pending.stdout  # its requests, all owed
     polls = server.stats()["by_path"][poll_path]
     refreshed = subprocess.run(args[:8] + ["batches", "--refresh"], cwd=tmp_path, env=env(), capture_output=True,
                                text=True)
     assert refreshed.returncode == 0 and batch_id in refreshed.stdout and "in_progress" in refreshed.stdout
     assert server.stats()["by_path"][poll_path] == polls + 1
 
+    write_config(tmp_path, server, kind=kind, batch_poll=0.001, batch_poll_max=0.001)
     rerun = subprocess.run(args, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert len(server.batches(kind)) == 1  # resumed, not submitted again
-    assert server.stats()["batch_requests"] == {"succeeded": 456}  # each request answered (and paid) once
-    assert len(load_results(tmp_path / "out" / "results.jsonl")) == 456
+    assert server.stats()["batch_requests"] == {"succeeded": 40}  # each request answered (and paid) once
+    assert len(load_results(tmp_path / "out" / "results.jsonl")) == 40
     engine = json.loads((tmp_path / "out" / "run.json").read_text())["engine"]
     assert engine["batches"] == 0 and engine["batches_resumed"] == 1 and engine["batched_calls"] == 0
 

@@ -4,6 +4,7 @@ run killed mid-way then resumed against the loopback HTTP server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -17,8 +18,9 @@ from engine.benchmark.builtin import writer as builtin_writer
 from engine.benchmark.datadir import published_book_dir
 from engine.benchmark.generation import load_book
 from engine.cli.main import main
-from engine.loopback.server import LoopbackServer, constant
+from engine.loopback.server import LoopbackServer
 from tests import cli
+from tests.stalls import Stalls
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's
@@ -104,15 +106,19 @@ def test_bad_input_gives_one_line_errors(tmp_path, monkeypatch, capsys, args, me
 
 
 def _cache_entries(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
-        return conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            return conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+    except sqlite3.OperationalError:  # the file or its table not made yet
+        return 0
 
 
 async def test_killed_run_resumes_without_repeating_a_completed_call(tmp_path):
     def reply(api, body):
         return builtin_writer.respond(body["messages"], body)
 
-    async with LoopbackServer(models=SERVED, reply=reply, latency=constant(0.1)) as server:
+    latency = Stalls()  # every reply at once, but for the run to be killed
+    async with LoopbackServer(models=SERVED, reply=reply, latency=latency) as server:
         config = tmp_path / "loop.toml"
         config.write_text(f"""
 [endpoints.loop]
@@ -142,14 +148,18 @@ params = {{ temperature = 1.0, max_tokens = 4096 }}
         total = server.stats.by_path["/v1/chat/completions"]
         assert total > 20
 
-        # killed once a dozen calls have reached the server
+        # killed once a dozen replies are in its cache and the calls after them wait (in flight)
         cache = tmp_path / "cache.sqlite"
         before = server.stats.by_path["/v1/chat/completions"]
+        latency.stall_after(12)
         proc = await start(cache, tmp_path / "book")
-        while server.stats.by_path["/v1/chat/completions"] - before < 12:
-            await asyncio.sleep(0.02)
+        for _ in range(3000):  # a deadlock guard, not a bound
+            if server.stats.by_path["/v1/chat/completions"] - before > 12 and _cache_entries(cache) >= 12:
+                break
+            await asyncio.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
+        latency.answer_all()
         assert not (tmp_path / "book" / "book.txt").exists()
         kept = _cache_entries(cache)
         assert 0 < kept < total

@@ -49,6 +49,7 @@ def test_a_stopped_run_resumes_without_paying_twice(tmp_path):
         assert first.returncode == 130, stopped
         before = server.stats.requests
         assert 8 <= before < 19  # stopped mid-ingest
+        server.latency = 0.0  # its 0.15 s kept the first run ingesting until the stop; the rerun needs none
 
         again = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr

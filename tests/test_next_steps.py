@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from engine.benchmark.release.layout import DOI_URL
-from engine.loopback.server import LoopbackServer, constant
+from engine.loopback.server import LoopbackServer
 from tests.report_runs import tulving
+from tests.stalls import Stalls
 from tests.test_cost_cli import write_config
 from tests.test_trust import SERVED, env, run_cli
 
@@ -84,8 +85,10 @@ def test_a_missing_key_leaves_no_out_folder_and_no_spending_entry(tmp_path):
 
 
 async def test_ctrl_c_says_how_many_replies_were_kept_and_the_rerun_pays_none_twice(tmp_path):
+    latency = Stalls()
+    latency.stall_after(4)  # then calls wait: Ctrl-C comes while some are in flight, however loaded the host
     async with LoopbackServer(models=SERVED, reply=lambda api, body: "an answer of a few words",
-                              latency=constant(0.2)) as server:
+                              latency=latency) as server:
         config = write_config(tmp_path, server, concurrency=2)
         args = ["--config", str(config), "--cache", "c.sqlite", "run", "--book", "synaptic-echoes-short",
                 "--models", "sonnet-loop", "--sample", "40", "--out", "runs/ctrl-c"]
@@ -93,13 +96,15 @@ async def test_ctrl_c_says_how_many_replies_were_kept_and_the_rerun_pays_none_tw
             sys.executable, "-m", "engine.cli", *args, cwd=tmp_path, env=env(tmp_path),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background job ignores SIGINT
-        for _ in range(600):  # until a few replies are out (polled, not timed)
-            await asyncio.sleep(0.1)
-            if server.stats.requests >= 4:
+        for _ in range(3000):  # until 4 replies are out and 2 calls wait (concurrency 2); a deadlock guard
+            if server.stats.requests >= 6:
                 break
+            await asyncio.sleep(0.05)
+        assert server.stats.requests >= 6
         proc.send_signal(signal.SIGINT)
         _, err = await asyncio.wait_for(proc.communicate(), 120)
         sent_before = server.stats.requests
+        latency.answer_all()  # the rerun is answered at once
         assert proc.returncode == 130, err
         last = err.decode().strip().splitlines()[-1]
         assert last.startswith("tulving: interrupted: the ") and "replies received are kept in the cache" in last

@@ -18,20 +18,21 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp import web
 
 from cache.location import split_password
 from engine.benchmark.evaluation.questions import write_questions
 from engine.loopback.server import LoopbackServer
 from tests.pg_cluster import Cluster
 from tests.test_run_cli import REPO, env
-from tests.test_shared_cache import QUESTIONS, SERVED, _calls, questions, run  # noqa: F401 -- questions: a fixture
+from tests.test_shared_cache import QUESTIONS, SERVED, _calls, questions, run, start  # noqa: F401 -- questions: a fixture
 
 pytestmark = pytest.mark.usefixtures("questions")  # q.jsonl: 30 questions of the short book
 
-FAST = 8  # answered at once; the calls after them take SLOW seconds, so the database stops mid-run
-SLOW = 3.0  # long enough that a loaded machine stops the database before the last call is paid
+FAST = 8  # answered at once; the replies after them are held until the database has stopped
 
 
 def _config(tmp_path: Path, server: LoopbackServer) -> Path:
@@ -41,39 +42,62 @@ def _config(tmp_path: Path, server: LoopbackServer) -> Path:
     return path
 
 
-class Latency:
-    """The loopback's latency: FAST replies at once, then SLOW seconds each
-    (until `slow` is turned off: the reruns are answered at once)."""
+class HeldLoopback(LoopbackServer):
+    """The loopback server: the first FAST replies at once, every later one
+    held until `release()` (then all at once). The test releases them once
+    the database has stopped, so the calls in flight at the stop are paid
+    and answered while it is away, however loaded the machine (a fixed
+    latency had to outlast the stop)."""
 
     def __init__(self) -> None:
+        super().__init__(models=SERVED)
         self.replies = 0
-        self.slow = True
+        self._released = asyncio.Event()
 
-    def __call__(self) -> float:
+    def release(self) -> None:
+        self._released.set()
+
+    async def _plain_reply(self, *args: Any, **kwargs: Any) -> web.StreamResponse:
         self.replies += 1
-        return SLOW if self.slow and self.replies > FAST else 0.0
+        if self.replies > FAST:
+            await self._released.wait()
+        return await super()._plain_reply(*args, **kwargs)
 
 
-async def _stop_mid_run(server: LoopbackServer, cluster: Cluster) -> None:
-    for _ in range(3000):  # the fast replies are stored; slow calls are in flight
+async def _stop_mid_run(server: HeldLoopback, cluster: Cluster) -> None:
+    """The fast replies are stored and a held call is in flight: the database
+    stops (as an administrator stops it), then the held replies go out."""
+    for _ in range(3000):
         if server.stats.requests > FAST:
             break
         await asyncio.sleep(0.05)
     assert server.stats.requests > FAST
     await asyncio.to_thread(cluster.stop, "fast")
+    server.release()
+
+
+async def _stderr_until(proc: asyncio.subprocess.Process, text: str) -> list[str]:
+    """The process's stderr lines up to the first holding `text` (the rest stays to be read)."""
+    assert proc.stderr is not None
+    lines: list[str] = []
+    while not lines or text not in lines[-1]:
+        line = await asyncio.wait_for(proc.stderr.readline(), 300)  # a deadlock guard, not a bound
+        assert line, "".join(lines)  # stderr closed without it
+        lines.append(line.decode())
+    return lines
 
 
 async def test_the_database_back_within_the_window_gets_the_spill_written_back(own_pg_cluster, tmp_path):
     url = own_pg_cluster.url
-    latency = Latency()
-    async with LoopbackServer(models=SERVED, latency=latency) as server:
+    async with HeldLoopback() as server:
         config = _config(tmp_path, server)
-        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "120"}))
+        first = await start(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "120"})
         await _stop_mid_run(server, own_pg_cluster)
-        await asyncio.sleep(2 * SLOW)  # replies arrive while it is away: they go to the spill file
+        # The held replies arrive while it is away: they go to the spill file, then it comes back.
+        kept = await _stderr_until(first, "results are kept in")
         await asyncio.to_thread(own_pg_cluster.start)
-        latency.slow = False  # the rest at once: their 3 s each (22 calls, 2 at a time) show nothing more
-        code, _, err = await first
+        _, rest = await asyncio.wait_for(first.communicate(), 300)
+        code, err = first.returncode, "".join(kept) + rest.decode()
         assert code == 0, err
         assert "results are kept in" in err and "written back" in err  # the spill was used, then emptied
         assert not list((tmp_path / "first").glob("tulving-spill-*"))
@@ -92,15 +116,12 @@ async def test_the_database_that_stays_away_ends_the_run_with_exit_5_and_the_com
     url = own_pg_cluster.url
     password = split_password(url)[1]
     assert password
-    latency = Latency()
-    async with LoopbackServer(models=SERVED, latency=latency) as server:
+    async with HeldLoopback() as server:
         config = _config(tmp_path, server)
-        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "4"}))
+        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "2"}))
         await _stop_mid_run(server, own_pg_cluster)
-        # The calls in flight at the stop take their SLOW seconds; the next ones are answered at once
-        # (kept in the spill file) until the run needs the database again and its 4 s outage window
-        # ends it. At 3 s a call, the questions the engine had pulled took minutes on a quiet host.
-        latency.slow = False
+        # The held replies and the next ones are answered at once (kept in the spill file) until the
+        # run needs the database again and its outage window ends it.
         code, _, err = await first
         paid, first_err = server.stats.requests, err
         gone = server.stats.by_status["client_gone"]  # in flight when the run stopped: paid, never answered
@@ -112,7 +133,6 @@ async def test_the_database_that_stays_away_ends_the_run_with_exit_5_and_the_com
         assert spill.parent == tmp_path / "first" and spill.exists()
         assert password not in err and found.group(3) == split_password(url)[0]
         await asyncio.to_thread(own_pg_cluster.start)
-        latency.slow = False
         command = shlex.split(found.group(1))[1:]
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "engine.cli", *command, cwd=tmp_path,
@@ -139,14 +159,10 @@ async def test_rerunning_the_same_command_writes_the_spill_back_first_and_pays_n
     many = 120
     write_questions(tmp_path / "q.jsonl", short_questions[:many])
     url = own_pg_cluster.url
-    latency = Latency()
-    async with LoopbackServer(models=SERVED, latency=latency) as server:
+    async with HeldLoopback() as server:
         config = _config(tmp_path, server)
-        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "4"}))
+        first = asyncio.ensure_future(run(tmp_path, url, config, "first", environ={"TULVING_CACHE_OUTAGE": "2"}))
         await _stop_mid_run(server, own_pg_cluster)
-        # As above: the calls in flight at the stop take their SLOW seconds, the next ones are answered at once
-        # (at 3 s a call, 2 at a time, the questions the engine had pulled took 3 minutes on a loaded host).
-        latency.slow = False
         code, _, err = await first
         paid = server.stats.requests
         gone = server.stats.by_status["client_gone"]  # in flight when the run stopped: paid, never answered
@@ -154,7 +170,7 @@ async def test_rerunning_the_same_command_writes_the_spill_back_first_and_pays_n
         [line] = [x for x in err.splitlines() if x.startswith("tulving: error:")]
         # The time it really waited, from the first refusal to giving up (at least the outage window).
         waited = re.search(r"gave up after (\d+) s without an answer", line)
-        assert waited and int(waited.group(1)) >= 4, line
+        assert waited and int(waited.group(1)) >= 2, line
         assert "rerun the same command once it is back" in line
         [spill] = (tmp_path / "first").glob("tulving-spill-*.sqlite")
         await asyncio.to_thread(own_pg_cluster.start)
@@ -173,16 +189,14 @@ async def test_the_progress_line_never_counts_more_than_was_paid_while_the_datab
     # come meanwhile are paid and kept in the spill file; what the line counts and names as kept
     # never exceeds what was paid.
     write_questions(tmp_path / "q.jsonl", short_questions[:120])
-    latency = Latency()
-    async with LoopbackServer(models=SERVED, latency=latency) as server:
+    async with HeldLoopback() as server:
         config = _config(tmp_path, server)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "engine.cli", "--config", str(config), "--cache", own_pg_cluster.url, "run",
             "--questions", "q.jsonl", "--models", "loop-reader", "--modes", "in-context", "--judge", "builtin:judge",
             "--out", "first", cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**env(), "TULVING_CACHE_OUTAGE": "4", "TULVING_PROGRESS_EVERY": "0.5"})
+            env={**env(), "TULVING_CACHE_OUTAGE": "2", "TULVING_PROGRESS_EVERY": "0.5"})
         await _stop_mid_run(server, own_pg_cluster)
-        latency.slow = False
         _, err_bytes = await asyncio.wait_for(proc.communicate(), 300)
         paid = server.stats.requests
     err = err_bytes.decode()
