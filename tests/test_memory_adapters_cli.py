@@ -21,10 +21,10 @@ SYSTEMS = ("mem0", "mem0-extract", "lancedb", "graphiti")
 _LABEL = re.compile(r"^Chapter (\d+), Paragraph \d+\n")
 
 
-def run(tmp_path, out: str) -> tuple[dict[str, list[dict]], dict]:
+def run(tmp_path, out: str, systems: tuple[str, ...] = SYSTEMS) -> tuple[dict[str, list[dict]], dict]:
     done = in_process(tmp_path, "--quiet", "--cache", "cache.sqlite", "run", "--book", "synaptic-echoes-short",
                       "--models", "builtin:reader", "--judge", "builtin:judge", "--embed-model", "local:minilm",
-                      "--modes", "rag-paragraph", "--memory", ",".join(SYSTEMS), "--sample", str(SAMPLE),
+                      "--modes", "rag-paragraph", "--memory", ",".join(systems), "--sample", str(SAMPLE),
                       "--out", out)
     assert done.returncode == 0, done.stderr[-3000:]
     rows: dict[str, list[dict]] = {}
@@ -62,8 +62,11 @@ def test_mem0_and_lancedb_run_as_contestants_and_a_rerun_ingests_from_the_cache(
     assert memory["mem0-extract"]["phases"]["recall"]["calls"] == SAMPLE  # one query embedding per question
     assert memory["graphiti"]["phases"]["ingest"]["calls"] > 2 * 19  # entities and facts per chapter, and more
 
-    again, memory_again = run(tmp_path, "second")  # another run folder, the same cache: ingest is replayed
-    for name in ("mem0", "lancedb"):  # (mem0-extract's prompt holds today's date: cached within the day)
+    # Another run folder, the same cache: ingest is replayed. (mem0-extract's prompt holds today's date:
+    # cached within the day only; graphiti's replay is not what this checks: both are left out of the rerun.)
+    again, memory_again = run(tmp_path, "second", ("mem0", "lancedb"))
+    assert sorted(memory_again) == ["lancedb", "mem0", "rag-paragraph"]
+    for name in ("mem0", "lancedb"):
         phases = memory_again[name]["phases"]
         assert phases["ingest"]["calls"] == phases["ingest"]["cached"] > 0, name
         before = {r["question"]: r["evidence"] for r in rows[name]}
