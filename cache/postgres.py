@@ -184,7 +184,8 @@ class PostgresCache:
             if pool is not None:
                 errors: tuple[type[BaseException], ...] = (TimeoutError, *outage_errors())
                 try:
-                    await asyncio.wait_for(pool.close(), 10)
+                    async with asyncio.timeout(10):  # not wait_for: it may swallow a Ctrl-C on 3.11
+                        await pool.close()
                 except errors:
                     pool.terminate()
 

@@ -221,7 +221,8 @@ class WorkerProcess:
             pass
         if proc.returncode is None:
             try:
-                await asyncio.wait_for(proc.wait(), grace)
+                async with asyncio.timeout(grace):  # not wait_for: see engine/benchmark/memory/runner.py `_within`
+                    await proc.wait()
             except TimeoutError:
                 self.kill()
                 await proc.wait()

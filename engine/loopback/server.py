@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import itertools
 import math
@@ -728,10 +729,9 @@ class LoopbackServer:
 
     async def _stall(self) -> None:
         assert self._closing is not None
-        try:
-            await asyncio.wait_for(self._closing.wait(), self.faults.stall_seconds)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.faults.stall_seconds):
+                await self._closing.wait()
 
     @staticmethod
     def _reset(request: web.Request) -> None:

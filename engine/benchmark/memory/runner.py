@@ -113,7 +113,11 @@ def chapters_of(chapter_texts: Sequence[str]) -> list[Chapter]:
 
 
 async def _within(seconds: float, step: Awaitable[_T]) -> _T:
-    return await asyncio.wait_for(step, timeout=seconds)
+    """`step`, or TimeoutError after `seconds`. asyncio.timeout, not wait_for:
+    Python 3.11's wait_for returns the step's result when the cancellation of
+    Ctrl-C arrives as the step ends, and the run goes on as if never stopped."""
+    async with asyncio.timeout(seconds):
+        return await step
 
 
 def _checked(system: MemorySystem, recall: object) -> Recall:

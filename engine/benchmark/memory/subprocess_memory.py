@@ -337,7 +337,8 @@ class SubprocessMemory(MemorySystem):
                 self._closing = True
                 await self._exchange("close", {"type": "close"}, "closed")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(process.wait(), self.timeouts.exit)
+                    async with asyncio.timeout(self.timeouts.exit):
+                        await process.wait()
         finally:
             self._kill()
             await self._stop_reader()
@@ -433,7 +434,8 @@ class SubprocessMemory(MemorySystem):
         process = self._process
         assert process is not None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), 5.0)
+            async with asyncio.timeout(5.0):
+                await process.wait()
         if self._closing and process.returncode == 0:
             return
         code = process.returncode
@@ -474,8 +476,10 @@ class SubprocessMemory(MemorySystem):
         reader, self._reader = self._reader, None
         if reader is not None and reader is not asyncio.current_task():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reader, 10.0)
+                async with asyncio.timeout(10.0):
+                    await reader
         process = self._process
         if process is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), 10.0)
+                async with asyncio.timeout(10.0):
+                    await process.wait()
