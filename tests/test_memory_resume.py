@@ -34,12 +34,17 @@ def _command(tmp_path: Path, server: FaultServer) -> list[str]:
             "--out", str(tmp_path / "out")]
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_stopped_run_resumes_without_paying_twice(tmp_path):
     environment = {**env(), "PAID_KEY": "sk-test-not-a-real-key"}
     with FaultServer(latency=0.15) as server:
         command = _command(tmp_path, server)
         first = subprocess.Popen(command, cwd=tmp_path, env=environment, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+                                 stderr=subprocess.PIPE, text=True,  # Ctrl-C's SIGINT, even when the suite is a
+                                 preexec_fn=_sigint_default)         # background job (which ignores SIGINT)
         deadline = time.monotonic() + 240
         while server.stats.requests < 8 and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
