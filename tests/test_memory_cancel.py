@@ -2,8 +2,8 @@
 and the phase's end fall. The runner bounds each phase with a timeout; on
 Python 3.11 `asyncio.wait_for` returns the step's result when the task's
 cancellation arrives as the step ends (the stop is lost and the run goes on
-to exit 0: seen once in five full suites, tests/test_memory_resume.py). The
-two events are put in the same turn of the event loop here, every time."""
+to exit 0), so the runner uses `asyncio.timeout`. The two events are put in
+the same turn of the event loop here, every time."""
 from __future__ import annotations
 
 import asyncio
