@@ -1,7 +1,11 @@
-"""A latency for the loopback server (engine/loopback/server.py) that stalls
-calls on cue, for the tests that stop a run while calls are in flight: a
-fixed latency has to outlast how long a loaded machine takes to send the
-signal; a stall holds the calls however long that takes.
+"""Waits for the loopback server (engine/loopback/server.py) that the test
+changes while the server runs.
+
+`Stalls`, a latency that stalls calls on cue, for the tests that stop a run
+while calls are in flight: a fixed latency has to outlast how long a loaded
+machine takes to send the signal; a stall holds the calls however long that
+takes. `Gap`, a wait before each token that the test sets: slow while a
+stream is being cut mid-way, none for the calls that follow.
 
     latency = Stalls()                   # every reply at once
     async with LoopbackServer(latency=latency) as server:
@@ -33,3 +37,13 @@ class Stalls:
             self.left -= 1
             return 0.0
         return STALL
+
+
+class Gap:
+    """Returns `seconds`, read at each draw: set it and the next draw follows."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def __call__(self) -> float:
+        return self.seconds

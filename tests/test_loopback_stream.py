@@ -16,7 +16,7 @@ import pytest
 
 from engine.loopback.server import Faults, LoopbackServer, constant
 from engine.loopback.stream import split_text
-from tests.token_gap import Gap
+from tests.stalls import Gap
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's

@@ -21,7 +21,7 @@ from providers.anthropic_http import AnthropicProvider
 from providers.base import BAD_REPLY, CONNECTION, OVERLOADED, RATE_LIMITED, TIMEOUT, EndpointSpec, ProviderError
 from providers.openai_http import OpenAIProvider
 from providers.sse import SSEEvent, SSEParser
-from tests.token_gap import Gap
+from tests.stalls import Gap
 
 # the made-up model ids these tests send: the loopback, like a real API (or a vLLM server
 # started with one model), serves only the ids it is told besides the registry's

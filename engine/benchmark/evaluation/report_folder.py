@@ -382,10 +382,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, extra_secti
     judged = agreement_results(runset)
     agreement_tables = [summary_table(judged), disagreement_table(judged)] if judged else []
     (out / "tables").mkdir(parents=True, exist_ok=True)
+    drawn: dict[str, list[F.Figure]] = {}
     if figures:
         drawn = _figures(runset, summaries, out / "figures", notes)
     else:
-        drawn, notes = {}, [*notes, "figures left out: --no-figures"]
+        notes.append("figures left out: --no-figures")
     if judged and drawn:
         drawn["agreement"] = agreement_figures(judged, out / "figures")
     all_tables = tables + ranking_tables + agreement_tables
